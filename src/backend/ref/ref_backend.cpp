@@ -1,0 +1,208 @@
+// Reference implementations of every op (see ops.h); element loads and stores go through double.
+#include "backend/ref/ref_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/status.h"
+#include "ops/host_memory.h"
+#include "ops/op_checks.h"
+
+namespace peregrine::ops {
+namespace {
+
+double load(const TensorView& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kF32: return static_cast<const float*>(t.data)[i];
+    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
+    default: throw Error(ErrorCode::kUnsupported, "ref backend: unsupported dtype " + std::string(dtype_name(t.dtype)));
+  }
+}
+
+void store(const TensorView& t, int64_t i, double v) {
+  switch (t.dtype) {
+    case DType::kF32: static_cast<float*>(t.data)[i] = static_cast<float>(v); return;
+    case DType::kBF16: static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(static_cast<float>(v)); return;
+    case DType::kF16: static_cast<uint16_t*>(t.data)[i] = f32_to_f16(static_cast<float>(v)); return;
+    default: throw Error(ErrorCode::kUnsupported, "ref backend: unsupported dtype " + std::string(dtype_name(t.dtype)));
+  }
+}
+
+class RefBackend final : public Backend {
+ public:
+  std::string name() const override { return "ref"; }
+  DeviceKind kind() const override { return DeviceKind::kRef; }
+  bool is_host() const override { return true; }
+  bool supports_activation(DType act) const override { return is_float_dtype(act); }
+
+  void* allocate(size_t bytes) override { return host_allocate(bytes); }
+  void deallocate(void* p) override { host_deallocate(p); }
+  void copy_from_host(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_on_device(void* d, const void* s, size_t n) override { std::memmove(d, s, n); }
+  void fill_zero(void* d, size_t n) override { std::memset(d, 0, n); }
+  void synchronize() override {}
+  size_t free_memory() const override { return host_available_memory(); }
+
+  void embedding(const EmbeddingParams& p) override {
+    check_embedding(p);
+    int64_t hidden = p.table.dim(1), vocab = p.table.dim(0);
+    for (int64_t t = 0; t < p.token_ids.dim(0); ++t) {
+      int32_t id = p.token_ids.as<const int32_t>()[t];
+      if (id < 0 || id >= vocab)
+        throw Error(ErrorCode::kInvalidArgument, "embedding: token id " + std::to_string(id) + " out of range");
+      for (int64_t h = 0; h < hidden; ++h) store(p.out, t * hidden + h, load(p.table, id * hidden + h));
+    }
+  }
+
+  void matmul(const MatmulParams& p) override {
+    check_matmul(p);
+    int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = p.bias.empty() ? 0.0 : load(p.bias, j);
+        for (int64_t kk = 0; kk < k; ++kk) acc += load(p.x, i * k + kk) * load(p.w, j * k + kk);
+        store(p.out, i * n + j, acc);
+      }
+  }
+
+  void rms_norm(const RmsNormParams& p) override {
+    check_rms_norm(p);
+    int64_t rows = p.x.dim(0), h = p.x.dim(1);
+    std::vector<double> row(static_cast<size_t>(h));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < h; ++i) {
+        double v = load(p.x, r * h + i);
+        if (!p.residual.empty()) {
+          v += load(p.residual, r * h + i);
+          store(p.residual, r * h + i, v);
+          v = load(p.residual, r * h + i);  // the stored (rounded) sum is what later layers see
+        }
+        row[i] = v;
+      }
+      double ss = 0;
+      for (double v : row) ss += v * v;
+      double inv = 1.0 / std::sqrt(ss / static_cast<double>(h) + p.eps);
+      for (int64_t i = 0; i < h; ++i) {
+        // Hugging Face rounds the normalised value to the activation dtype before the weight multiply.
+        double normed = row[i] * inv;
+        store(p.out, r * h + i, normed * load(p.weight, i));
+      }
+    }
+  }
+
+  void rope(const RopeParams& p) override {
+    check_rope(p);
+    int half = p.rotary_dim / 2;
+    auto apply = [&](const TensorView& x) {
+      int64_t tokens = x.dim(0), heads = x.dim(1), hd = x.dim(2);
+      for (int64_t t = 0; t < tokens; ++t) {
+        float pos = static_cast<float>(p.positions.as<const int32_t>()[t]);
+        for (int64_t h = 0; h < heads; ++h) {
+          int64_t base = (t * heads + h) * hd;
+          for (int i = 0; i < half; ++i) {
+            float angle = pos * p.inv_freq.as<const float>()[i];  // f32 product, as Hugging Face computes it
+            double c = std::cos(static_cast<double>(angle)) * p.attention_scaling;
+            double s = std::sin(static_cast<double>(angle)) * p.attention_scaling;
+            double a = load(x, base + i), b = load(x, base + i + half);
+            store(x, base + i, a * c - b * s);
+            store(x, base + i + half, b * c + a * s);
+          }
+        }
+      }
+    };
+    apply(p.q);
+    apply(p.k);
+  }
+
+  void silu_mul(const SiluMulParams& p) override {
+    check_silu_mul(p);
+    for (int64_t i = 0; i < p.gate.numel(); ++i) {
+      double g = load(p.gate, i);
+      store(p.out, i, g / (1.0 + std::exp(-g)) * load(p.up, i));
+    }
+  }
+
+  void kv_write(const KvWriteParams& p) override {
+    check_kv_write(p);
+    int64_t row = p.k.dim(1) * p.k.dim(2);
+    int64_t slots = p.k_cache.dim(0) * p.k_cache.dim(1);
+    for (int64_t t = 0; t < p.k.dim(0); ++t) {
+      int32_t slot = p.slot_mapping.as<const int32_t>()[t];
+      if (slot < 0) continue;
+      if (slot >= slots) throw Error(ErrorCode::kInvalidArgument, "kv_write: slot out of range");
+      for (int64_t i = 0; i < row; ++i) {
+        store(p.k_cache, slot * row + i, load(p.k, t * row + i));
+        store(p.v_cache, slot * row + i, load(p.v, t * row + i));
+      }
+    }
+  }
+
+  void attention(const AttentionParams& p) override {
+    check_attention(p);
+    int64_t num_seqs = p.seq_lens.dim(0);
+    int64_t hq = p.q.dim(1), hd = p.q.dim(2);
+    int64_t block_size = p.k_cache.dim(1), hkv = p.k_cache.dim(2);
+    int64_t group = hq / hkv;
+    int64_t max_blocks = p.block_tables.dim(1);
+    const int32_t* qsl = p.query_start_loc.as<const int32_t>();
+    const int32_t* lens = p.seq_lens.as<const int32_t>();
+    const int32_t* tables = p.block_tables.as<const int32_t>();
+    std::vector<double> scores;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      int64_t q_len = qsl[s + 1] - qsl[s];
+      int64_t seq_len = lens[s];
+      for (int64_t i = 0; i < q_len; ++i) {
+        int64_t row = qsl[s] + i;
+        int64_t pos = seq_len - q_len + i;
+        int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+        for (int64_t h = 0; h < hq; ++h) {
+          int64_t kvh = h / group;
+          scores.assign(static_cast<size_t>(pos + 1 - first), 0.0);
+          double max_score = -std::numeric_limits<double>::infinity();
+          for (int64_t j = first; j <= pos; ++j) {
+            int64_t block = tables[s * max_blocks + j / block_size];
+            int64_t base = ((block * block_size + j % block_size) * hkv + kvh) * hd;
+            double dot = 0;
+            for (int64_t d = 0; d < hd; ++d) dot += load(p.q, (row * hq + h) * hd + d) * load(p.k_cache, base + d);
+            scores[j - first] = dot * p.scale;
+            max_score = std::max(max_score, scores[j - first]);
+          }
+          double sum = 0;
+          for (double& sc : scores) sum += (sc = std::exp(sc - max_score));
+          for (int64_t d = 0; d < hd; ++d) {
+            double acc = 0;
+            for (int64_t j = first; j <= pos; ++j) {
+              int64_t block = tables[s * max_blocks + j / block_size];
+              int64_t base = ((block * block_size + j % block_size) * hkv + kvh) * hd;
+              acc += scores[j - first] * load(p.v_cache, base + d);
+            }
+            store(p.out, (row * hq + h) * hd + d, acc / sum);
+          }
+        }
+      }
+    }
+  }
+
+  void gather_rows(const GatherRowsParams& p) override {
+    check_gather_rows(p);
+    size_t row_bytes = dtype_bytes(p.x.dtype, static_cast<size_t>(p.x.dim(1)));
+    for (int64_t r = 0; r < p.indices.dim(0); ++r) {
+      int32_t src = p.indices.as<const int32_t>()[r];
+      if (src < 0 || src >= p.x.dim(0)) throw Error(ErrorCode::kInvalidArgument, "gather_rows: index out of range");
+      std::memcpy(static_cast<char*>(p.out.data) + r * row_bytes, static_cast<const char*>(p.x.data) + src * row_bytes,
+                  row_bytes);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
+
+}  // namespace peregrine::ops

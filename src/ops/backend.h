@@ -1,0 +1,107 @@
+// Backend: the op interface the engine and models call. A backend owns a device (host memory for ref and
+// cpu, one GPU for cuda) and a stream of work on it; ops are enqueued in call order and may run
+// asynchronously until synchronize() or a copy to host.
+// Contract: pointers inside params structs must be memory of this backend (allocate(), or for host backends
+// any host memory). The caller owns every buffer; a backend keeps no pointer past the call.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace peregrine {
+class ThreadPool;
+}
+
+namespace peregrine::ops {
+
+enum class DeviceKind { kRef, kCpu, kCuda };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;  // "ref", "cpu (avx2 fma)", "cuda (NVIDIA H200)"
+  virtual DeviceKind kind() const = 0;
+  // True when the CPU can read and write this backend's memory directly (mmapped weights can be used as is).
+  virtual bool is_host() const = 0;
+  // Whether this backend computes with activations of this dtype.
+  virtual bool supports_activation(DType act) const = 0;
+
+  // Memory. allocate throws Error(kResourceExhausted) when the device is full.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;  // waits for prior work
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  // Bytes that could still be allocated (for sizing the KV cache); host backends report available RAM.
+  virtual size_t free_memory() const = 0;
+
+  // Ops (see ops.h for semantics).
+  virtual void embedding(const EmbeddingParams& p) = 0;
+  virtual void matmul(const MatmulParams& p) = 0;
+  virtual void rms_norm(const RmsNormParams& p) = 0;
+  virtual void rope(const RopeParams& p) = 0;
+  virtual void silu_mul(const SiluMulParams& p) = 0;
+  virtual void kv_write(const KvWriteParams& p) = 0;
+  virtual void attention(const AttentionParams& p) = 0;
+  virtual void gather_rows(const GatherRowsParams& p) = 0;
+};
+
+// A buffer of backend memory, freed on destruction. The backend must outlive it.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& backend, size_t bytes) : backend_(&backend), bytes_(bytes) {
+    ptr_ = bytes ? backend.allocate(bytes) : nullptr;
+  }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : backend_(o.backend_), ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      backend_ = o.backend_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  TensorView view(DType t, std::initializer_list<int64_t> dims) const { return TensorView(ptr_, t, dims); }
+  void reset() {
+    if (ptr_ && backend_) backend_->deallocate(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct BackendOptions {
+  DeviceKind kind = DeviceKind::kCpu;
+  int num_threads = 0;  // cpu: 0 = all cores
+  int device_index = 0;  // cuda
+};
+
+// Creates a backend; throws Error(kUnsupported) when it was not compiled in or no device exists.
+std::unique_ptr<Backend> create_backend(const BackendOptions& options);
+// True when a CUDA backend is compiled in and a GPU is visible.
+bool cuda_available();
+
+}  // namespace peregrine::ops

@@ -1,0 +1,153 @@
+// Validation of op params (see op_checks.h).
+#include "ops/op_checks.h"
+
+#include <string>
+
+#include "core/status.h"
+
+namespace peregrine::ops {
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw Error(ErrorCode::kInvalidArgument, std::string(op) + ": " + what);
+}
+
+void require(bool cond, const char* op, const std::string& what) {
+  if (!cond) fail(op, what);
+}
+
+void require_dims(const TensorView& t, int ndim, const char* op, const char* field) {
+  if (t.data == nullptr) fail(op, std::string(field) + " is empty");
+  if (t.ndim != ndim)
+    fail(op, std::string(field) + " must have " + std::to_string(ndim) + " dims, has shape " + t.shape_string());
+}
+
+void require_float(const TensorView& t, const char* op, const char* field) {
+  if (!is_float_dtype(t.dtype))
+    fail(op, std::string(field) + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected a float dtype");
+}
+
+void require_dtype(const TensorView& t, DType want, const char* op, const char* field) {
+  if (t.dtype != want)
+    fail(op, std::string(field) + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " +
+                 std::string(dtype_name(want)));
+}
+
+}  // namespace
+
+bool is_float_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+void check_embedding(const EmbeddingParams& p) {
+  const char* op = "embedding";
+  require_dims(p.token_ids, 1, op, "token_ids");
+  require_dtype(p.token_ids, DType::kI32, op, "token_ids");
+  require_dims(p.table, 2, op, "table");
+  require_float(p.table, op, "table");
+  require_dims(p.out, 2, op, "out");
+  require_float(p.out, op, "out");
+  require(p.out.dim(0) == p.token_ids.dim(0) && p.out.dim(1) == p.table.dim(1), op,
+          "out shape " + p.out.shape_string() + " does not match token_ids/table");
+}
+
+void check_matmul(const MatmulParams& p) {
+  const char* op = "matmul";
+  require_dims(p.x, 2, op, "x");
+  require_dims(p.w, 2, op, "w");
+  require_dims(p.out, 2, op, "out");
+  require_float(p.x, op, "x");
+  require_float(p.w, op, "w");
+  require_float(p.out, op, "out");
+  require(p.x.dim(1) == p.w.dim(1), op,
+          "x " + p.x.shape_string() + " and w " + p.w.shape_string() + " disagree on K");
+  require(p.out.dim(0) == p.x.dim(0) && p.out.dim(1) == p.w.dim(0), op,
+          "out shape " + p.out.shape_string() + " must be [M, N]");
+  if (!p.bias.empty()) {
+    require(p.bias.numel() == p.w.dim(0), op, "bias must have N elements");
+    require_float(p.bias, op, "bias");
+  }
+}
+
+void check_rms_norm(const RmsNormParams& p) {
+  const char* op = "rms_norm";
+  require_dims(p.x, 2, op, "x");
+  require_dims(p.out, 2, op, "out");
+  require_float(p.x, op, "x");
+  require_float(p.weight, op, "weight");
+  require(p.weight.numel() == p.x.dim(1), op, "weight must have H elements");
+  require(p.out.dim(0) == p.x.dim(0) && p.out.dim(1) == p.x.dim(1), op, "out shape must equal x shape");
+  if (!p.residual.empty()) {
+    require(p.residual.numel() == p.x.numel(), op, "residual must have the shape of x");
+    require(p.residual.dtype == p.x.dtype, op, "residual dtype must equal x dtype");
+  }
+}
+
+void check_rope(const RopeParams& p) {
+  const char* op = "rope";
+  require_dims(p.q, 3, op, "q");
+  require_dims(p.k, 3, op, "k");
+  require_dims(p.positions, 1, op, "positions");
+  require_dtype(p.positions, DType::kI32, op, "positions");
+  require_dtype(p.inv_freq, DType::kF32, op, "inv_freq");
+  require(p.q.dim(0) == p.positions.dim(0) && p.k.dim(0) == p.positions.dim(0), op,
+          "q, k and positions must have T rows");
+  require(p.q.dim(2) == p.k.dim(2), op, "q and k head_dim differ");
+  require(p.rotary_dim > 0 && p.rotary_dim % 2 == 0 && p.rotary_dim <= p.q.dim(2), op,
+          "rotary_dim must be even and within head_dim");
+  require(p.inv_freq.numel() == p.rotary_dim / 2, op, "inv_freq must have rotary_dim/2 elements");
+}
+
+void check_silu_mul(const SiluMulParams& p) {
+  const char* op = "silu_mul";
+  require_dims(p.gate, 2, op, "gate");
+  require_dims(p.up, 2, op, "up");
+  require_dims(p.out, 2, op, "out");
+  require(p.gate.numel() == p.up.numel() && p.out.numel() == p.gate.numel(), op, "gate, up, out shapes differ");
+}
+
+void check_kv_write(const KvWriteParams& p) {
+  const char* op = "kv_write";
+  require_dims(p.k, 3, op, "k");
+  require_dims(p.v, 3, op, "v");
+  require_dims(p.slot_mapping, 1, op, "slot_mapping");
+  require_dtype(p.slot_mapping, DType::kI32, op, "slot_mapping");
+  require_dims(p.k_cache, 4, op, "k_cache");
+  require_dims(p.v_cache, 4, op, "v_cache");
+  require(p.k.dim(0) == p.slot_mapping.dim(0) && p.v.dim(0) == p.slot_mapping.dim(0), op,
+          "k, v and slot_mapping must have T rows");
+  require(p.k_cache.dim(2) == p.k.dim(1) && p.k_cache.dim(3) == p.k.dim(2), op,
+          "k " + p.k.shape_string() + " does not fit k_cache " + p.k_cache.shape_string());
+  require(p.v_cache.numel() == p.k_cache.numel() && p.v_cache.dtype == p.k_cache.dtype, op,
+          "k_cache and v_cache differ");
+}
+
+void check_attention(const AttentionParams& p) {
+  const char* op = "attention";
+  require_dims(p.q, 3, op, "q");
+  require_dims(p.out, 3, op, "out");
+  require_dims(p.k_cache, 4, op, "k_cache");
+  require_dims(p.v_cache, 4, op, "v_cache");
+  require_dims(p.query_start_loc, 1, op, "query_start_loc");
+  require_dims(p.seq_lens, 1, op, "seq_lens");
+  require_dims(p.block_tables, 2, op, "block_tables");
+  require_dtype(p.query_start_loc, DType::kI32, op, "query_start_loc");
+  require_dtype(p.seq_lens, DType::kI32, op, "seq_lens");
+  require_dtype(p.block_tables, DType::kI32, op, "block_tables");
+  int64_t num_seqs = p.seq_lens.dim(0);
+  require(p.query_start_loc.dim(0) == num_seqs + 1, op, "query_start_loc must have S+1 entries");
+  require(p.block_tables.dim(0) == num_seqs, op, "block_tables must have S rows");
+  require(p.q.dim(2) == p.k_cache.dim(3), op, "q head_dim differs from the cache's");
+  require(p.q.dim(1) % p.k_cache.dim(2) == 0, op, "num_q_heads must be a multiple of num_kv_heads");
+  require(p.out.numel() == p.q.numel(), op, "out must have the shape of q");
+}
+
+void check_gather_rows(const GatherRowsParams& p) {
+  const char* op = "gather_rows";
+  require_dims(p.x, 2, op, "x");
+  require_dims(p.indices, 1, op, "indices");
+  require_dtype(p.indices, DType::kI32, op, "indices");
+  require_dims(p.out, 2, op, "out");
+  require(p.out.dim(0) == p.indices.dim(0) && p.out.dim(1) == p.x.dim(1), op, "out must be [R, H]");
+  require(p.out.dtype == p.x.dtype, op, "out dtype must equal x dtype");
+}
+
+}  // namespace peregrine::ops

@@ -1,0 +1,20 @@
+// Shape and dtype validation of op params, shared by every backend so that all reject the same mistakes
+// with the same message. Each check throws Error(kInvalidArgument) naming the op and the field.
+#pragma once
+
+#include "ops/ops.h"
+
+namespace peregrine::ops {
+
+void check_embedding(const EmbeddingParams& p);
+void check_matmul(const MatmulParams& p);
+void check_rms_norm(const RmsNormParams& p);
+void check_rope(const RopeParams& p);
+void check_silu_mul(const SiluMulParams& p);
+void check_kv_write(const KvWriteParams& p);
+void check_attention(const AttentionParams& p);
+void check_gather_rows(const GatherRowsParams& p);
+
+bool is_float_dtype(DType t);  // f32, bf16, f16
+
+}  // namespace peregrine::ops

@@ -1,0 +1,91 @@
+// The op set: one params struct per op. Every backend (ref, cpu, cuda) implements each op with exactly
+// these semantics; src/backend/ref is the oracle. Shapes are given on every field; "act" is the
+// activation dtype the caller chose (f32 on CPU backends, bf16 or f32 on CUDA).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace peregrine::ops {
+
+// out[t, :] = table[token_ids[t], :]
+struct EmbeddingParams {
+  TensorView token_ids;  // [T] int32
+  TensorView table;      // [vocab, hidden] f32/bf16/f16
+  TensorView out;        // [T, hidden] act
+};
+
+// out = x · wᵀ (+ bias). Rows of x are independent: a row's result must not depend on M (determinism).
+struct MatmulParams {
+  TensorView x;     // [M, K] act
+  TensorView w;     // [N, K] f32/bf16/f16 (the Hugging Face Linear layout)
+  TensorView bias;  // [N] optional (empty when none), any float dtype
+  TensorView out;   // [M, N] act
+};
+
+// When residual is set: residual += x (in place), then out = rmsnorm(residual) * weight.
+// Otherwise out = rmsnorm(x) * weight (out may alias x). Statistics are computed in f32 or wider.
+// Per-head q/k norm uses x viewed as [T * heads, head_dim].
+struct RmsNormParams {
+  TensorView x;         // [R, H] act
+  TensorView residual;  // [R, H] act, optional
+  TensorView weight;    // [H] f32/bf16/f16
+  TensorView out;       // [R, H] act
+  float eps = 1e-6f;
+};
+
+// Rotary embedding in place, "rotate half" (GPT-NeoX) layout: element i pairs with i + rotary_dim/2.
+// angle = float(positions[t]) * inv_freq[i]; cos and sin are multiplied by attention_scaling.
+// Every RoPE scaling type (linear, dynamic NTK, llama3, YaRN) is folded into inv_freq/attention_scaling.
+struct RopeParams {
+  TensorView q;          // [T, num_q_heads, head_dim] act, in place
+  TensorView k;          // [T, num_kv_heads, head_dim] act, in place
+  TensorView positions;  // [T] int32
+  TensorView inv_freq;   // [rotary_dim / 2] f32
+  float attention_scaling = 1.0f;
+  int rotary_dim = 0;    // <= head_dim; dims past it are left untouched
+};
+
+// out = silu(gate) * up
+struct SiluMulParams {
+  TensorView gate;  // [T, F] act
+  TensorView up;    // [T, F] act
+  TensorView out;   // [T, F] act; may alias gate
+};
+
+// Paged KV write: row t of k/v goes to slot slot_mapping[t] = block * block_size + offset; -1 skips the row.
+struct KvWriteParams {
+  TensorView k;             // [T, num_kv_heads, head_dim] act
+  TensorView v;             // [T, num_kv_heads, head_dim] act
+  TensorView slot_mapping;  // [T] int32
+  TensorView k_cache;       // [num_blocks, block_size, num_kv_heads, head_dim] f32/bf16/f16
+  TensorView v_cache;       // [num_blocks, block_size, num_kv_heads, head_dim]
+};
+
+// Paged causal attention over a ragged batch (prefill chunks and decodes alike).
+// Sequence s owns query rows [query_start_loc[s], query_start_loc[s+1]); its context after this step has
+// seq_lens[s] tokens, so query row i (0-based within s) sits at position p = seq_lens[s] - q_len + i and
+// attends to keys at positions j with j <= p and (sliding_window == 0 or j > p - sliding_window).
+// Key j of s lives in block block_tables[s, j / block_size], offset j % block_size.
+// GQA: query head h reads KV head h / (num_q_heads / num_kv_heads).
+struct AttentionParams {
+  TensorView q;                // [T, num_q_heads, head_dim] act
+  TensorView k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  TensorView v_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  TensorView out;              // [T, num_q_heads, head_dim] act
+  TensorView query_start_loc;  // [S + 1] int32
+  TensorView seq_lens;         // [S] int32
+  TensorView block_tables;     // [S, max_blocks_per_seq] int32
+  float scale = 1.0f;          // softmax scale
+  int sliding_window = 0;
+  int max_query_len = 0;       // max over s of q_len (a hint: 1 means pure decode)
+  int max_seq_len = 0;         // max over s of seq_lens[s]
+};
+
+// out[r, :] = x[indices[r], :]
+struct GatherRowsParams {
+  TensorView x;        // [T, H] act
+  TensorView indices;  // [R] int32
+  TensorView out;      // [R, H] act
+};
+
+}  // namespace peregrine::ops

@@ -1,0 +1,29 @@
+// Tests of ThreadPool: every index covered once, for many sizes and grains.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+using namespace peregrine;
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 7, 100, 1001}) {
+    for (int64_t grain : {1, 4, 64}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      }, grain);
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+    }
+  }
+}
+
+TEST(ThreadPool, RunOnAllGivesEachIndex) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> seen(4);
+  pool.run_on_all([&](int i) { seen[static_cast<size_t>(i)]++; });
+  for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+}
