@@ -1,0 +1,264 @@
+// config.json / generation_config.json parsing for the supported architectures.
+#include "io/hf_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/status.h"
+
+namespace peregrine::io {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+class Fields {
+ public:
+  Fields(const json& j, std::string file, std::string prefix = "") : j_(j), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    throw Error(ErrorCode::kFormatError, file_ + ": field '" + prefix_ + field + "' " + what);
+  }
+  bool has(const char* k) const { return j_.contains(k) && !j_[k].is_null(); }
+  int64_t int_required(const char* k) const {
+    if (!has(k)) fail(k, "is missing");
+    return int_value(k);
+  }
+  int64_t int_or(const char* k, int64_t def) const { return has(k) ? int_value(k) : def; }
+  double num_or(const char* k, double def) const {
+    if (!has(k)) return def;
+    if (!j_[k].is_number()) fail(k, "must be a number");
+    return j_[k].get<double>();
+  }
+  std::optional<double> num_opt(const char* k) const {
+    if (!has(k)) return std::nullopt;
+    return num_or(k, 0);
+  }
+  bool bool_or(const char* k, bool def) const {
+    if (!has(k)) return def;
+    if (!j_[k].is_boolean()) fail(k, "must be true or false");
+    return j_[k].get<bool>();
+  }
+  std::string str_or(const char* k, const std::string& def) const {
+    if (!has(k)) return def;
+    if (!j_[k].is_string()) fail(k, "must be a string");
+    return j_[k].get<std::string>();
+  }
+  // An id or a list of ids.
+  std::vector<int32_t> ids(const char* k) const {
+    std::vector<int32_t> out;
+    if (!has(k)) return out;
+    auto add = [&](const json& v) {
+      if (!v.is_number_integer()) fail(k, "must be an integer or a list of integers");
+      out.push_back(v.get<int32_t>());
+    };
+    if (j_[k].is_array()) {
+      for (auto& v : j_[k]) add(v);
+    } else {
+      add(j_[k]);
+    }
+    return out;
+  }
+
+ private:
+  int64_t int_value(const char* k) const {
+    const json& v = j_[k];
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+      return static_cast<int64_t>(v.get<double>());
+    fail(k, "must be an integer");
+  }
+  const json& j_;
+  std::string file_;
+  std::string prefix_;
+};
+
+RopeConfig parse_rope(const json& root, const std::string& file) {
+  RopeConfig rope;
+  Fields top(root, file);
+  // transformers-5: rope_parameters holds theta and scaling; classic: rope_theta + rope_scaling.
+  const json* params = nullptr;
+  std::string prefix;
+  if (root.contains("rope_parameters") && root["rope_parameters"].is_object()) {
+    params = &root["rope_parameters"];
+    prefix = "rope_parameters.";
+  } else if (root.contains("rope_scaling") && root["rope_scaling"].is_object()) {
+    params = &root["rope_scaling"];
+    prefix = "rope_scaling.";
+  } else if (root.contains("rope_scaling") && !root["rope_scaling"].is_null()) {
+    top.fail("rope_scaling", "must be an object or null");
+  }
+  rope.theta = top.num_or("rope_theta", 10000.0);
+  rope.partial_rotary_factor = top.num_or("partial_rotary_factor", 1.0);
+  if (!params) return rope;
+  Fields f(*params, file, prefix);
+  rope.theta = f.num_or("rope_theta", rope.theta);
+  rope.partial_rotary_factor = f.num_or("partial_rotary_factor", rope.partial_rotary_factor);
+  std::string type = f.str_or("rope_type", f.str_or("type", "default"));
+  if (type == "default") rope.type = RopeType::kDefault;
+  else if (type == "linear") rope.type = RopeType::kLinear;
+  else if (type == "dynamic") rope.type = RopeType::kDynamic;
+  else if (type == "llama3") rope.type = RopeType::kLlama3;
+  else if (type == "yarn") rope.type = RopeType::kYarn;
+  else throw Error(ErrorCode::kUnsupported, file + ": field '" + prefix + "rope_type' is '" + type +
+                                               "'; supported: default, linear, dynamic, llama3, yarn");
+  if (rope.type != RopeType::kDefault) {
+    if (!f.has("factor")) f.fail("factor", "is missing (required for rope_type " + type + ")");
+    rope.factor = f.num_or("factor", 1.0);
+    if (rope.factor <= 0) f.fail("factor", "must be positive");
+  }
+  rope.low_freq_factor = f.num_or("low_freq_factor", 1.0);
+  rope.high_freq_factor = f.num_or("high_freq_factor", 4.0);
+  rope.original_max_position_embeddings = f.int_or("original_max_position_embeddings", 0);
+  if (rope.type == RopeType::kLlama3) {
+    if (!f.has("original_max_position_embeddings")) f.fail("original_max_position_embeddings", "is missing (llama3)");
+    if (rope.high_freq_factor <= rope.low_freq_factor) f.fail("high_freq_factor", "must exceed low_freq_factor");
+  }
+  rope.attention_factor = f.num_opt("attention_factor");
+  rope.beta_fast = f.num_or("beta_fast", 32.0);
+  rope.beta_slow = f.num_or("beta_slow", 1.0);
+  rope.mscale = f.num_opt("mscale");
+  rope.mscale_all_dim = f.num_opt("mscale_all_dim");
+  rope.truncate = f.bool_or("truncate", true);
+  return rope;
+}
+
+}  // namespace
+
+std::string read_text_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ErrorCode code = fs::exists(path) ? ErrorCode::kIoError : ErrorCode::kNotFound;
+    throw Error(code, path.string() + ": " + (code == ErrorCode::kNotFound ? "not found" : "cannot be read"));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ModelConfig parse_model_config(const std::string& text, const std::string& file) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(ErrorCode::kFormatError, file + ": not valid JSON: " + e.what());
+  }
+  if (!root.is_object()) throw Error(ErrorCode::kFormatError, file + ": top level is not a JSON object");
+  Fields f(root, file);
+  ModelConfig c;
+  c.model_type = f.str_or("model_type", "");
+  if (root.contains("architectures") && root["architectures"].is_array() && !root["architectures"].empty() &&
+      root["architectures"][0].is_string())
+    c.architecture_name = root["architectures"][0].get<std::string>();
+  const std::string& a = c.architecture_name;
+  if (a == "LlamaForCausalLM" || (a.empty() && c.model_type == "llama")) c.architecture = Architecture::kLlama;
+  else if (a == "MistralForCausalLM" || (a.empty() && c.model_type == "mistral")) c.architecture = Architecture::kMistral;
+  else if (a == "Qwen2ForCausalLM" || (a.empty() && c.model_type == "qwen2")) c.architecture = Architecture::kQwen2;
+  else if (a == "Qwen3ForCausalLM" || (a.empty() && c.model_type == "qwen3")) c.architecture = Architecture::kQwen3;
+  else
+    throw Error(ErrorCode::kUnsupported,
+                file + ": field 'architectures' is '" + (a.empty() ? c.model_type : a) +
+                    "'; supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM");
+  if (c.architecture_name.empty()) c.architecture_name = c.model_type;
+
+  c.hidden_size = f.int_required("hidden_size");
+  c.intermediate_size = f.int_required("intermediate_size");
+  c.num_hidden_layers = f.int_required("num_hidden_layers");
+  c.num_attention_heads = f.int_required("num_attention_heads");
+  c.num_key_value_heads = f.int_or("num_key_value_heads", c.num_attention_heads);
+  c.vocab_size = f.int_required("vocab_size");
+  if (c.hidden_size <= 0) f.fail("hidden_size", "must be positive");
+  if (c.intermediate_size <= 0) f.fail("intermediate_size", "must be positive");
+  if (c.num_hidden_layers <= 0) f.fail("num_hidden_layers", "must be positive");
+  if (c.num_attention_heads <= 0) f.fail("num_attention_heads", "must be positive");
+  if (c.vocab_size <= 0) f.fail("vocab_size", "must be positive");
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
+    f.fail("num_key_value_heads", "must divide num_attention_heads");
+  if (f.has("head_dim")) {
+    c.head_dim = f.int_required("head_dim");
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) f.fail("hidden_size", "is not a multiple of num_attention_heads");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) f.fail("head_dim", "must be a positive even number");
+  c.max_position_embeddings = f.int_or("max_position_embeddings", 2048);
+  c.rms_norm_eps = f.num_or("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = f.bool_or("tie_word_embeddings", false);
+  bool attention_bias = f.bool_or("attention_bias", false);
+  c.mlp_bias = f.bool_or("mlp_bias", false);
+  switch (c.architecture) {
+    case Architecture::kLlama:
+      c.attention_bias = attention_bias;
+      c.o_proj_bias = attention_bias;
+      break;
+    case Architecture::kMistral: break;
+    case Architecture::kQwen2: c.attention_bias = true; break;
+    case Architecture::kQwen3:
+      c.attention_bias = attention_bias;
+      c.o_proj_bias = attention_bias;
+      c.qk_norm = true;
+      break;
+  }
+  if (c.architecture == Architecture::kMistral) {
+    c.sliding_window = f.int_or("sliding_window", 0);
+  } else if (c.architecture == Architecture::kQwen2 || c.architecture == Architecture::kQwen3) {
+    if (f.bool_or("use_sliding_window", false))
+      throw Error(ErrorCode::kUnsupported, file + ": field 'use_sliding_window' true is not supported for " + a);
+  }
+  std::string dtype_name = f.str_or("dtype", f.str_or("torch_dtype", "bfloat16"));
+  auto dt = parse_dtype(dtype_name);
+  if (!dt || !(*dt == DType::kF32 || *dt == DType::kBF16 || *dt == DType::kF16))
+    throw Error(ErrorCode::kUnsupported, file + ": field 'dtype' is '" + dtype_name + "'; supported: float32, bfloat16, float16");
+  c.torch_dtype = *dt;
+  c.rope = parse_rope(root, file);
+  if (c.rotary_dim() <= 0 || c.rotary_dim() % 2 != 0 || c.rotary_dim() > c.head_dim)
+    f.fail("partial_rotary_factor", "gives a rotary dimension that is not even and within head_dim");
+  auto bos = f.ids("bos_token_id");
+  if (!bos.empty()) c.bos_token_id = bos[0];
+  c.eos_token_ids = f.ids("eos_token_id");
+  auto pad = f.ids("pad_token_id");
+  if (!pad.empty()) c.pad_token_id = pad[0];
+  return c;
+}
+
+ModelConfig load_model_config(const fs::path& dir) {
+  if (!fs::is_directory(dir)) throw Error(ErrorCode::kNotFound, dir.string() + ": model folder not found");
+  const fs::path path = dir / "config.json";
+  ModelConfig c = parse_model_config(read_text_file(path), path.string());
+  GenerationConfig g = load_generation_config(dir);
+  for (int32_t id : g.eos_token_ids)
+    if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+      c.eos_token_ids.push_back(id);
+  if (!c.bos_token_id && g.bos_token_id) c.bos_token_id = g.bos_token_id;
+  return c;
+}
+
+GenerationConfig parse_generation_config(const std::string& text, const std::string& file) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(ErrorCode::kFormatError, file + ": not valid JSON: " + e.what());
+  }
+  if (!root.is_object()) throw Error(ErrorCode::kFormatError, file + ": top level is not a JSON object");
+  Fields f(root, file);
+  GenerationConfig g;
+  g.eos_token_ids = f.ids("eos_token_id");
+  auto bos = f.ids("bos_token_id");
+  if (!bos.empty()) g.bos_token_id = bos[0];
+  g.temperature = f.num_opt("temperature");
+  g.top_p = f.num_opt("top_p");
+  if (f.has("top_k")) g.top_k = f.int_or("top_k", 0);
+  g.repetition_penalty = f.num_opt("repetition_penalty");
+  if (f.has("max_new_tokens")) g.max_new_tokens = f.int_or("max_new_tokens", 0);
+  return g;
+}
+
+GenerationConfig load_generation_config(const fs::path& dir) {
+  const fs::path path = dir / "generation_config.json";
+  if (!fs::exists(path)) return {};
+  return parse_generation_config(read_text_file(path), path.string());
+}
+
+}  // namespace peregrine::io

@@ -1,0 +1,88 @@
+// ModelConfig: what Peregrine needs from a Hugging Face config.json (classic form with rope_theta/rope_scaling/
+// torch_dtype, and the transformers-5 form with rope_parameters/dtype) and generation_config.json.
+// Parsing errors name the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace peregrine::io {
+
+enum class RopeType { kDefault, kLinear, kDynamic, kLlama3, kYarn };
+
+struct RopeConfig {
+  RopeType type = RopeType::kDefault;
+  double theta = 10000.0;
+  double factor = 1.0;
+  double partial_rotary_factor = 1.0;
+  // llama3
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  // llama3 / yarn / dynamic: the pre-training context; 0 when the config does not say (then max_position_embeddings).
+  int64_t original_max_position_embeddings = 0;
+  // yarn
+  std::optional<double> attention_factor;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  bool truncate = true;
+};
+
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kLlama;
+  std::string architecture_name;  // as in config.json, e.g. "LlamaForCausalLM"
+  std::string model_type;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;   // q/k/v biases (Qwen2 always; Llama when attention_bias is true)
+  bool o_proj_bias = false;      // Llama attention_bias also biases o_proj
+  bool mlp_bias = false;
+  bool qk_norm = false;          // Qwen3 per-head RMSNorm on q and k
+  int64_t sliding_window = 0;    // 0 = none
+  DType torch_dtype = DType::kBF16;
+  RopeConfig rope;
+  std::optional<int32_t> bos_token_id;
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> pad_token_id;
+
+  int64_t rotary_dim() const { return static_cast<int64_t>(head_dim * rope.partial_rotary_factor); }
+};
+
+// Generation defaults from generation_config.json (all optional).
+struct GenerationConfig {
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
+};
+
+// Parses config.json text; `file` is used in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& file = "config.json");
+// Reads dir/config.json (and dir/generation_config.json for extra eos ids, when present).
+ModelConfig load_model_config(const std::filesystem::path& dir);
+GenerationConfig parse_generation_config(const std::string& json_text, const std::string& file);
+// Reads dir/generation_config.json; an absent file gives an empty config.
+GenerationConfig load_generation_config(const std::filesystem::path& dir);
+
+std::string read_text_file(const std::filesystem::path& path);  // throws Error naming the path
+
+}  // namespace peregrine::io

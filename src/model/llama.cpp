@@ -1,0 +1,270 @@
+// The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3): one forward per engine step over a ragged batch,
+// every layer through the op interface, KV in the paged cache. See model.h for the contract.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/status.h"
+#include "model/llama_weights.h"
+#include "model/model.h"
+#include "model/rope_scaling.h"
+
+namespace peregrine::model {
+namespace {
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(io::ModelConfig config, LlamaWeights weights, ops::Backend& backend, const ModelOptions& options)
+      : config_(std::move(config)), weights_(std::move(weights)), backend_(backend), options_(options) {
+    if (!backend_.supports_activation(options_.activation_dtype))
+      throw Error(ErrorCode::kUnsupported, "backend " + backend_.name() + " does not compute in " +
+                                               std::string(dtype_name(options_.activation_dtype)));
+    max_tokens_ = std::max(1, options_.max_num_batched_tokens);
+    max_logit_rows_ = std::max(1, std::min(options_.max_num_seqs, max_tokens_));
+    allocate_workspace();
+    rope_ = compute_rope_tables(config_, 0);
+    upload_rope(rope_);
+  }
+
+  const io::ModelConfig& config() const override { return config_; }
+  ops::Backend& backend() const override { return backend_; }
+  size_t weight_bytes() const override { return weights_.total_bytes; }
+
+  size_t kv_bytes_per_token(DType kv_dtype) const override {
+    return 2 * static_cast<size_t>(config_.num_hidden_layers) *
+           dtype_bytes(kv_dtype, static_cast<size_t>(config_.num_key_value_heads * config_.head_dim));
+  }
+
+  void allocate_kv_cache(const KvCacheSpec& spec) override {
+    if (spec.num_blocks <= 0 || spec.block_size <= 0)
+      throw Error(ErrorCode::kInvalidArgument, "KV cache needs a positive number of blocks and block size");
+    kv_k_.clear();
+    kv_v_.clear();
+    kv_spec_ = spec;
+    const size_t per_layer = dtype_bytes(spec.dtype, static_cast<size_t>(spec.num_blocks) * spec.block_size *
+                                                         config_.num_key_value_heads * config_.head_dim);
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+      kv_k_.emplace_back(backend_, per_layer);
+      kv_v_.emplace_back(backend_, per_layer);
+      backend_.fill_zero(kv_k_.back().data(), per_layer);
+      backend_.fill_zero(kv_v_.back().data(), per_layer);
+    }
+  }
+  const KvCacheSpec& kv_cache_spec() const override { return kv_spec_; }
+
+  void forward(const ForwardBatch& b, std::vector<float>& logits) override;
+
+ private:
+  void allocate_workspace();
+  void upload_rope(const RopeTables& tables);
+  void validate(const ForwardBatch& b) const;
+  TensorView act(const ops::DeviceBuffer& buf, int64_t rows, int64_t cols) const {
+    return TensorView(buf.data(), options_.activation_dtype, {rows, cols});
+  }
+
+  io::ModelConfig config_;
+  LlamaWeights weights_;
+  ops::Backend& backend_;
+  ModelOptions options_;
+  int max_tokens_ = 0;
+  int max_logit_rows_ = 0;
+  RopeTables rope_;
+  KvCacheSpec kv_spec_;
+  std::vector<ops::DeviceBuffer> kv_k_, kv_v_;  // per layer: [num_blocks, block_size, num_kv_heads, head_dim]
+
+  // Workspace (sized for max_tokens_ rows).
+  ops::DeviceBuffer hidden_;    // [T, hidden] layer output / embedding
+  ops::DeviceBuffer residual_;  // [T, hidden] the residual stream
+  ops::DeviceBuffer normed_;    // [T, hidden]
+  ops::DeviceBuffer q_, k_, v_; // [T, nq*hd], [T, nkv*hd], [T, nkv*hd]
+  ops::DeviceBuffer attn_;      // [T, nq*hd]
+  ops::DeviceBuffer gate_, up_; // [T, intermediate]
+  ops::DeviceBuffer selected_;  // [R_max, hidden]
+  ops::DeviceBuffer logits_;    // [R_max, vocab]
+  ops::DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
+  ops::DeviceBuffer inputs_;    // int32 batch metadata, one copy per step
+  size_t inputs_capacity_ = 0;
+  std::vector<int32_t> staging_;
+  std::vector<std::byte> logits_host_;
+};
+
+void LlamaModel::allocate_workspace() {
+  const size_t t = static_cast<size_t>(max_tokens_);
+  const DType a = options_.activation_dtype;
+  const auto& c = config_;
+  auto rows = [&](size_t n, int64_t cols) { return ops::DeviceBuffer(backend_, dtype_bytes(a, n * cols)); };
+  hidden_ = rows(t, c.hidden_size);
+  residual_ = rows(t, c.hidden_size);
+  normed_ = rows(t, c.hidden_size);
+  q_ = rows(t, c.num_attention_heads * c.head_dim);
+  k_ = rows(t, c.num_key_value_heads * c.head_dim);
+  v_ = rows(t, c.num_key_value_heads * c.head_dim);
+  attn_ = rows(t, c.num_attention_heads * c.head_dim);
+  gate_ = rows(t, c.intermediate_size);
+  up_ = rows(t, c.intermediate_size);
+  selected_ = rows(static_cast<size_t>(max_logit_rows_), c.hidden_size);
+  logits_ = rows(static_cast<size_t>(max_logit_rows_), c.vocab_size);
+  inv_freq_ = ops::DeviceBuffer(backend_, sizeof(float) * static_cast<size_t>(c.rotary_dim() / 2));
+}
+
+void LlamaModel::upload_rope(const RopeTables& tables) {
+  backend_.copy_from_host(inv_freq_.data(), tables.inv_freq.data(), tables.inv_freq.size() * sizeof(float));
+}
+
+void LlamaModel::validate(const ForwardBatch& b) const {
+  auto bad = [](const std::string& what) { throw Error(ErrorCode::kInvalidArgument, "forward batch: " + what); };
+  const int t = b.num_tokens(), s = b.num_seqs();
+  if (t == 0 || s == 0) bad("empty batch");
+  if (t > max_tokens_) bad(std::to_string(t) + " tokens exceed max_num_batched_tokens " + std::to_string(max_tokens_));
+  if (b.positions.size() != static_cast<size_t>(t) || b.slot_mapping.size() != static_cast<size_t>(t))
+    bad("positions and slot_mapping must have one entry per token");
+  if (b.query_start_loc.size() != static_cast<size_t>(s) + 1 || b.query_start_loc.front() != 0 ||
+      b.query_start_loc.back() != t)
+    bad("query_start_loc must run from 0 to the token count");
+  if (b.block_tables.size() != static_cast<size_t>(s) * b.max_blocks_per_seq) bad("block_tables size");
+  if (kv_k_.empty()) bad("the KV cache is not allocated");
+  const int64_t slots = static_cast<int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size;
+  for (int i = 0; i < s; ++i) {
+    int q_len = b.query_start_loc[i + 1] - b.query_start_loc[i];
+    if (q_len <= 0 || q_len > b.seq_lens[i]) bad("sequence " + std::to_string(i) + " has a bad query length");
+    if (b.seq_lens[i] > static_cast<int64_t>(b.max_blocks_per_seq) * kv_spec_.block_size)
+      bad("sequence " + std::to_string(i) + " is longer than its block table");
+    int needed = (b.seq_lens[i] + kv_spec_.block_size - 1) / kv_spec_.block_size;
+    for (int j = 0; j < needed; ++j) {
+      int32_t blk = b.block_tables[static_cast<size_t>(i) * b.max_blocks_per_seq + j];
+      if (blk < 0 || blk >= kv_spec_.num_blocks) bad("block table entry out of range");
+    }
+  }
+  for (int32_t slot : b.slot_mapping)
+    if (slot >= slots) bad("slot out of range");
+  for (int32_t id : b.token_ids)
+    if (id < 0 || id >= config_.vocab_size) bad("token id " + std::to_string(id) + " out of the vocabulary");
+  for (int32_t r : b.logits_indices)
+    if (r < 0 || r >= t) bad("logits index out of range");
+}
+
+void LlamaModel::forward(const ForwardBatch& b, std::vector<float>& logits) {
+  validate(b);
+  const auto& c = config_;
+  const int64_t t = b.num_tokens(), s = b.num_seqs(), r = static_cast<int64_t>(b.logits_indices.size());
+  const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const DType a = options_.activation_dtype;
+
+  if (c.rope.type == io::RopeType::kDynamic) {
+    int64_t longest = *std::max_element(b.positions.begin(), b.positions.end()) + 1;
+    upload_rope(compute_rope_tables(c, longest));
+  }
+
+  // One host→device copy of all int32 metadata.
+  staging_.clear();
+  auto append = [&](const std::vector<int32_t>& v) {
+    size_t off = staging_.size();
+    staging_.insert(staging_.end(), v.begin(), v.end());
+    return off;
+  };
+  size_t off_ids = append(b.token_ids), off_pos = append(b.positions), off_slots = append(b.slot_mapping);
+  size_t off_qsl = append(b.query_start_loc), off_lens = append(b.seq_lens), off_tables = append(b.block_tables);
+  size_t off_logits = append(b.logits_indices);
+  if (staging_.size() * sizeof(int32_t) > inputs_capacity_) {
+    inputs_capacity_ = std::max(staging_.size() * sizeof(int32_t) * 2, size_t{4096});
+    inputs_ = ops::DeviceBuffer(backend_, inputs_capacity_);
+  }
+  backend_.copy_from_host(inputs_.data(), staging_.data(), staging_.size() * sizeof(int32_t));
+  auto ints = [&](size_t off, std::initializer_list<int64_t> dims) {
+    return TensorView(static_cast<int32_t*>(inputs_.data()) + off, DType::kI32, dims);
+  };
+  const TensorView token_ids = ints(off_ids, {t}), positions = ints(off_pos, {t}), slots = ints(off_slots, {t});
+  const TensorView qsl = ints(off_qsl, {s + 1}), seq_lens = ints(off_lens, {s});
+  const TensorView tables = ints(off_tables, {s, std::max(1, b.max_blocks_per_seq)});
+
+  const TensorView hidden = act(hidden_, t, h), residual = act(residual_, t, h), normed = act(normed_, t, h);
+  const TensorView q = act(q_, t, nq * hd), k = act(k_, t, nkv * hd), v = act(v_, t, nkv * hd);
+  const TensorView attn = act(attn_, t, nq * hd);
+  const TensorView gate = act(gate_, t, c.intermediate_size), up = act(up_, t, c.intermediate_size);
+
+  backend_.embedding({token_ids, weights_.embed_tokens, hidden});
+  backend_.fill_zero(residual.data, residual.bytes());
+  const int max_q = [&] {
+    int m = 0;
+    for (int64_t i = 0; i < s; ++i) m = std::max(m, b.query_start_loc[i + 1] - b.query_start_loc[i]);
+    return m;
+  }();
+  const int max_len = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
+  const TensorView inv_freq(inv_freq_.data(), DType::kF32, {c.rotary_dim() / 2});
+
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    // residual += hidden; normed = rmsnorm(residual)
+    backend_.rms_norm({hidden, residual, w.input_norm, normed, static_cast<float>(c.rms_norm_eps)});
+    backend_.matmul({normed, w.q_proj, w.q_bias, q});
+    backend_.matmul({normed, w.k_proj, w.k_bias, k});
+    backend_.matmul({normed, w.v_proj, w.v_bias, v});
+    if (c.qk_norm) {
+      TensorView qh = q.reshaped({t * nq, hd}), kh = k.reshaped({t * nkv, hd});
+      backend_.rms_norm({qh, {}, w.q_norm, qh, static_cast<float>(c.rms_norm_eps)});
+      backend_.rms_norm({kh, {}, w.k_norm, kh, static_cast<float>(c.rms_norm_eps)});
+    }
+    const TensorView q3 = q.reshaped({t, nq, hd}), k3 = k.reshaped({t, nkv, hd}), v3 = v.reshaped({t, nkv, hd});
+    backend_.rope({q3, k3, positions, inv_freq, rope_.attention_scaling, static_cast<int>(c.rotary_dim())});
+    const KvCacheSpec& kv = kv_spec_;
+    const TensorView kc(kv_k_[l].data(), kv.dtype, {kv.num_blocks, kv.block_size, nkv, hd});
+    const TensorView vc(kv_v_[l].data(), kv.dtype, {kv.num_blocks, kv.block_size, nkv, hd});
+    backend_.kv_write({k3, v3, slots, kc, vc});
+    ops::AttentionParams ap;
+    ap.q = q3;
+    ap.k_cache = kc;
+    ap.v_cache = vc;
+    ap.out = attn.reshaped({t, nq, hd});
+    ap.query_start_loc = qsl;
+    ap.seq_lens = seq_lens;
+    ap.block_tables = tables;
+    ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ap.sliding_window = static_cast<int>(c.sliding_window);
+    ap.max_query_len = max_q;
+    ap.max_seq_len = max_len;
+    backend_.attention(ap);
+    backend_.matmul({attn, w.o_proj, w.o_bias, hidden});
+    backend_.rms_norm({hidden, residual, w.post_norm, normed, static_cast<float>(c.rms_norm_eps)});
+    backend_.matmul({normed, w.gate_proj, w.gate_bias, gate});
+    backend_.matmul({normed, w.up_proj, w.up_bias, up});
+    backend_.silu_mul({gate, up, gate});
+    backend_.matmul({gate, w.down_proj, w.down_bias, hidden});
+  }
+  backend_.rms_norm({hidden, residual, weights_.final_norm, normed, static_cast<float>(c.rms_norm_eps)});
+
+  // Logits for the requested rows, in chunks of max_logit_rows_.
+  const int64_t vocab = c.vocab_size;
+  logits.resize(static_cast<size_t>(r * vocab));
+  for (int64_t begin = 0; begin < r; begin += max_logit_rows_) {
+    const int64_t n = std::min<int64_t>(max_logit_rows_, r - begin);
+    const TensorView idx(static_cast<int32_t*>(inputs_.data()) + off_logits + begin, DType::kI32, {n});
+    const TensorView sel = act(selected_, n, h), out = act(logits_, n, vocab);
+    backend_.gather_rows({normed, idx, sel});
+    backend_.matmul({sel, weights_.lm_head, {}, out});
+    float* dst = logits.data() + begin * vocab;
+    if (a == DType::kF32) {
+      backend_.copy_to_host(dst, out.data, out.bytes());
+    } else {
+      logits_host_.resize(out.bytes());
+      backend_.copy_to_host(logits_host_.data(), out.data, out.bytes());
+      convert_to_f32(a, logits_host_.data(), dst, static_cast<size_t>(n * vocab));
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, ops::Backend& backend, const ModelOptions& options) {
+  io::ModelConfig config = io::load_model_config(dir);
+  if (options.random_weights) return make_random_model(config, backend, options);
+  LlamaWeights weights = load_llama_weights(config, dir, backend, options);
+  return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, options);
+}
+
+std::unique_ptr<Model> make_random_model(const io::ModelConfig& config, ops::Backend& backend,
+                                         const ModelOptions& options) {
+  LlamaWeights weights = make_random_llama_weights(config, backend, options);
+  return std::make_unique<LlamaModel>(config, std::move(weights), backend, options);
+}
+
+}  // namespace peregrine::model

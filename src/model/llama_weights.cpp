@@ -1,0 +1,161 @@
+// Weight loading for the Llama family: name mapping, shape checks, placement on the backend.
+#include "model/llama_weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/status.h"
+
+namespace peregrine::model {
+namespace {
+
+// The dtype a weight takes on this backend: host backends compute with f32/bf16/f16 weights in place;
+// device backends get the activation dtype (converted once at load).
+DType placed_dtype(const ops::Backend& backend, DType stored, DType activation) {
+  if (backend.is_host()) return stored;
+  return activation;
+}
+
+class Placer {
+ public:
+  Placer(ops::Backend& backend, LlamaWeights& weights, const ModelOptions& options, size_t total)
+      : backend_(backend), weights_(weights), options_(options), total_(total) {}
+
+  TensorView place(const TensorView& host) {
+    DType target = placed_dtype(backend_, host.dtype, options_.activation_dtype);
+    TensorView out;
+    if (backend_.is_host() && target == host.dtype) {
+      out = host;
+    } else {
+      out = host;
+      out.dtype = target;
+      ops::DeviceBuffer buf(backend_, out.bytes());
+      out.data = buf.data();
+      if (target == host.dtype) {
+        backend_.copy_from_host(out.data, host.data, host.bytes());
+      } else {
+        // Convert in slices to bound the host memory used.
+        const size_t count = static_cast<size_t>(host.numel());
+        const size_t chunk = size_t{1} << 22;
+        std::vector<float> f32(std::min(count, chunk));
+        std::vector<std::byte> conv(dtype_bytes(target, f32.size()));
+        for (size_t i = 0; i < count; i += chunk) {
+          size_t n = std::min(chunk, count - i);
+          convert_to_f32(host.dtype, static_cast<const std::byte*>(host.data) + dtype_bytes(host.dtype, i), f32.data(), n);
+          convert_from_f32(target, f32.data(), conv.data(), n);
+          backend_.copy_from_host(static_cast<std::byte*>(out.data) + dtype_bytes(target, i), conv.data(),
+                                  dtype_bytes(target, n));
+        }
+      }
+      weights_.buffers.push_back(std::move(buf));
+    }
+    weights_.total_bytes += out.bytes();
+    done_ += host.bytes();
+    if (options_.on_load_progress) options_.on_load_progress(done_, total_);
+    return out;
+  }
+
+ private:
+  ops::Backend& backend_;
+  LlamaWeights& weights_;
+  const ModelOptions& options_;
+  size_t total_;
+  size_t done_ = 0;
+};
+
+template <typename GetFn>
+void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get) {
+  const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t f = c.intermediate_size;
+  w.embed_tokens = get("model.embed_tokens.weight", {c.vocab_size, h}, false);
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights l;
+    l.input_norm = get(p + "input_layernorm.weight", {h}, false);
+    l.q_proj = get(p + "self_attn.q_proj.weight", {nq * hd, h}, false);
+    l.k_proj = get(p + "self_attn.k_proj.weight", {nkv * hd, h}, false);
+    l.v_proj = get(p + "self_attn.v_proj.weight", {nkv * hd, h}, false);
+    l.o_proj = get(p + "self_attn.o_proj.weight", {h, nq * hd}, false);
+    if (c.attention_bias) {
+      l.q_bias = get(p + "self_attn.q_proj.bias", {nq * hd}, false);
+      l.k_bias = get(p + "self_attn.k_proj.bias", {nkv * hd}, false);
+      l.v_bias = get(p + "self_attn.v_proj.bias", {nkv * hd}, false);
+    }
+    if (c.o_proj_bias) l.o_bias = get(p + "self_attn.o_proj.bias", {h}, false);
+    if (c.qk_norm) {
+      l.q_norm = get(p + "self_attn.q_norm.weight", {hd}, false);
+      l.k_norm = get(p + "self_attn.k_norm.weight", {hd}, false);
+    }
+    l.post_norm = get(p + "post_attention_layernorm.weight", {h}, false);
+    l.gate_proj = get(p + "mlp.gate_proj.weight", {f, h}, false);
+    l.up_proj = get(p + "mlp.up_proj.weight", {f, h}, false);
+    l.down_proj = get(p + "mlp.down_proj.weight", {h, f}, false);
+    if (c.mlp_bias) {
+      l.gate_bias = get(p + "mlp.gate_proj.bias", {f}, false);
+      l.up_bias = get(p + "mlp.up_proj.bias", {f}, false);
+      l.down_bias = get(p + "mlp.down_proj.bias", {h}, false);
+    }
+    w.layers.push_back(l);
+  }
+  w.final_norm = get("model.norm.weight", {h}, false);
+  w.lm_head = c.tie_word_embeddings ? w.embed_tokens : get("lm_head.weight", {c.vocab_size, h}, false);
+}
+
+}  // namespace
+
+LlamaWeights load_llama_weights(const io::ModelConfig& c, const std::filesystem::path& dir, ops::Backend& backend,
+                                const ModelOptions& options) {
+  LlamaWeights w;
+  w.store = std::make_unique<io::WeightStore>(io::WeightStore::open(dir));
+  Placer placer(backend, w, options, w.store->total_bytes());
+  const io::WeightStore& store = *w.store;
+  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape, bool) {
+    TensorView v = store.view(name, shape);
+    if (!(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16))
+      throw Error(ErrorCode::kUnsupported, store.get(name).file->string() + ": tensor '" + name + "' has dtype " +
+                                               std::string(dtype_name(v.dtype)) + "; supported: F32, BF16, F16");
+    return placer.place(v);
+  });
+  if (!c.tie_word_embeddings && !store.contains("lm_head.weight"))
+    throw Error(ErrorCode::kNotFound, (dir / "config.json").string() +
+                                          ": tie_word_embeddings is false but tensor 'lm_head.weight' is missing");
+  return w;
+}
+
+LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& backend, const ModelOptions& options) {
+  LlamaWeights w;
+  DType dtype = backend.is_host() ? c.torch_dtype : options.activation_dtype;
+  uint64_t state = options.random_seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
+  std::vector<float> f32;
+  std::vector<std::byte> conv;
+  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape, bool) {
+    TensorView v(nullptr, dtype, shape);
+    ops::DeviceBuffer buf(backend, v.bytes());
+    v.data = buf.data();
+    const bool is_norm = v.ndim == 1 && name.find("norm") != std::string::npos;
+    const double scale = v.ndim == 2 ? 1.0 / std::sqrt(static_cast<double>(v.dim(1))) : 0.02;
+    const size_t count = static_cast<size_t>(v.numel());
+    const size_t chunk = size_t{1} << 22;
+    f32.resize(std::min(count, chunk));
+    conv.resize(dtype_bytes(dtype, f32.size()));
+    for (size_t i = 0; i < count; i += chunk) {
+      size_t n = std::min(chunk, count - i);
+      for (size_t j = 0; j < n; ++j) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        double u = static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;  // [-1, 1)
+        f32[j] = static_cast<float>(is_norm ? 1.0 + 0.1 * u : u * scale * 1.7320508);
+      }
+      convert_from_f32(dtype, f32.data(), conv.data(), n);
+      backend.copy_from_host(static_cast<std::byte*>(v.data) + dtype_bytes(dtype, i), conv.data(), dtype_bytes(dtype, n));
+    }
+    w.total_bytes += v.bytes();
+    w.buffers.push_back(std::move(buf));
+    return v;
+  });
+  return w;
+}
+
+}  // namespace peregrine::model
