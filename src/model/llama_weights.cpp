@@ -130,7 +130,7 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   std::vector<float> f32;
   std::vector<std::byte> conv;
   fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape, bool) {
-    TensorView v(nullptr, dtype, shape);
+    TensorView v(static_cast<void*>(nullptr), dtype, shape);
     ops::DeviceBuffer buf(backend, v.bytes());
     v.data = buf.data();
     const bool is_norm = v.ndim == 1 && name.find("norm") != std::string::npos;

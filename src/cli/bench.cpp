@@ -1,0 +1,14 @@
+// `peregrine bench`: the parent of the benchmark subcommands (latency here; throughput and serve come from
+// the serving engine). Each prints its figures with the limit measured in the same run.
+#include "cli/bench.h"
+#include "cli/commands.h"
+
+namespace peregrine::cli {
+
+void register_bench(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (latency, throughput, serve)");
+  bench->require_subcommand(1);
+  register_bench_latency(*bench);
+}
+
+}  // namespace peregrine::cli
