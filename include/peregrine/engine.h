@@ -1,0 +1,133 @@
+// Engine: the public face of Peregrine's serving engine. It loads a model and its tokenizer, runs one engine
+// loop thread (continuous batching over a paged KV cache with a prefix cache) and streams per-request output
+// deltas to callbacks. Every public method is thread-safe; callbacks run on the engine loop thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "peregrine/engine_config.h"
+#include "peregrine/outputs.h"
+#include "peregrine/sampling_params.h"
+
+namespace peregrine {
+
+namespace engine {
+class EngineCore;
+}
+
+// What was loaded, for logs, /v1/models and request validation.
+struct ModelInfo {
+  std::string model_path;
+  std::string architecture;  // "LlamaForCausalLM"
+  std::string backend;       // "cpu (avx2 fma)"
+  std::string dtype;         // activation dtype
+  int vocab_size = 0;
+  int max_model_len = 0;
+  int block_size = 0;
+  int num_kv_blocks = 0;
+  int64_t kv_capacity_tokens = 0;
+  size_t weight_bytes = 0;
+  size_t kv_cache_bytes = 0;
+  std::vector<int32_t> eos_token_ids;
+  bool has_chat_template = false;
+  double load_seconds = 0.0;
+};
+
+// Options of a chat-template rendering (tools and extra template variables are JSON, as the client sent them).
+struct ChatTemplateOptions {
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  const nlohmann::json* tools = nullptr;                // array or null
+  const nlohmann::json* chat_template_kwargs = nullptr;  // object or null
+};
+
+// Called on the engine loop thread with each delta. It must return quickly and never block on I/O; it may
+// call abort_request or add_request.
+using OutputCallback = std::function<void(RequestOutput&&)>;
+
+// Prometheus-style histogram: counts[i] counts observations <= bounds[i]; counts.back() is the +Inf bucket.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // not cumulative, size bounds.size() + 1
+  double sum = 0.0;
+  uint64_t count = 0;
+};
+
+// A snapshot of the engine's counters (for /metrics and benchmarks).
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_kv_blocks = 0;
+  int num_free_kv_blocks = 0;  // includes cached blocks no request holds
+  int num_used_kv_blocks = 0;  // held by at least one request
+  double kv_usage = 0.0;       // used / total
+  uint64_t prefix_cache_queries = 0;  // prompt tokens looked up
+  uint64_t prefix_cache_hits = 0;     // of which found cached
+  uint64_t prompt_tokens = 0;
+  uint64_t generation_tokens = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t requests_finished_stop = 0;
+  uint64_t requests_finished_length = 0;
+  uint64_t requests_finished_abort = 0;
+  Histogram ttft_seconds;
+  Histogram inter_token_seconds;
+  Histogram e2e_seconds;
+  // Engine loop time split, seconds summed over all steps.
+  uint64_t num_steps = 0;
+  double step_schedule_seconds = 0.0;  // scheduler
+  double step_prepare_seconds = 0.0;   // flattening the batch
+  double step_forward_seconds = 0.0;   // model forward (including logits to host)
+  double step_sample_seconds = 0.0;    // sampler
+  double step_update_seconds = 0.0;    // appending tokens, detokenizing, stop checks, callbacks
+};
+
+class Engine {
+ public:
+  // Loads the model and tokenizer named by config.model and starts the loop. Throws Error naming what failed.
+  static std::unique_ptr<Engine> create(const EngineConfig& config);
+  // For tests and embedding: wraps an already-built core (takes ownership) and starts the loop.
+  explicit Engine(std::unique_ptr<engine::EngineCore> core);
+  ~Engine();  // shutdown() then join
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelInfo& info() const;
+  // Sampling defaults from generation_config.json (per --generation-config); the server starts from these.
+  const SamplingParams& default_sampling_params() const;
+
+  // Submits a request. Validates synchronously (throws Error(kInvalidArgument) naming the field;
+  // kUnavailable when the waiting queue is full or the engine is stopping). request_id must be unique
+  // among live requests. on_output receives every delta; the last has finished == true.
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                   const SamplingParams& params, OutputCallback on_output);
+  // Aborts a live request (no-op when unknown or finished); its blocks are freed at the next step and its
+  // callback gets a final delta with finish_reason kAbort.
+  void abort_request(const std::string& request_id);
+  // Offline: runs every prompt to completion and returns the accumulated outputs in prompt order.
+  std::vector<RequestOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params);
+  std::vector<RequestOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
+  // Stops accepting requests, aborts every live one (each callback gets its final delta) and stops the loop.
+  void shutdown();
+
+  // Text utilities (thread-safe, run on the calling thread).
+  std::vector<int32_t> tokenize(std::string_view text, bool add_special_tokens) const;
+  std::string detokenize(std::span<const int32_t> ids, bool skip_special_tokens) const;
+  std::string token_text(int32_t id) const;  // one token decoded alone
+  // Renders the model's (or --chat-template's) chat template. Throws Error(kInvalidArgument) on bad messages.
+  std::string apply_chat_template(const nlohmann::json& messages, const ChatTemplateOptions& options) const;
+
+  EngineStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace peregrine

@@ -1,0 +1,35 @@
+// EngineConfig: everything that shapes an Engine, named like vLLM's engine arguments. Zero or "auto" means
+// "derive it" (from the model's config, the device, or a measurement); validate() rejects impossible values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace peregrine {
+
+struct EngineConfig {
+  std::string model;                    // Hugging Face model folder
+  std::string tokenizer;                // folder with tokenizer.json; empty = model
+  std::string device = "auto";          // auto | cpu | cuda | ref
+  std::string dtype = "auto";           // auto | float32 | bfloat16 | float16 (activations)
+  int max_model_len = 0;                // 0 = the model's max_position_embeddings (capped by KV capacity)
+  int max_num_seqs = 256;               // sequences running at once
+  int max_num_batched_tokens = 0;       // token budget per step; 0 = max(2048, ...) chosen by the engine
+  int block_size = 16;                  // tokens per KV block
+  bool enable_prefix_caching = true;
+  double gpu_memory_utilization = 0.9;  // fraction of device memory the engine may use (weights + KV + work)
+  size_t kv_cache_memory_bytes = 0;     // explicit KV size; 0 = measured from gpu_memory_utilization
+  int num_kv_blocks_override = 0;       // tests: force this many KV blocks
+  uint64_t seed = 0;                    // seeds requests without their own seed
+  std::string chat_template;            // file path or inline template; empty = the tokenizer's
+  std::string generation_config = "auto";  // auto (model folder) | vllm (none) | folder path
+  int max_queued_requests = 4096;       // waiting requests beyond this are refused (kUnavailable)
+  int num_threads = 0;                  // CPU backend threads; 0 = all cores
+  int tensor_parallel_size = 1;         // only 1 is supported
+
+  // Throws Error(kInvalidArgument) naming the first bad field.
+  void validate() const;
+};
+
+}  // namespace peregrine

@@ -1,0 +1,96 @@
+// KvCacheManager: prefix lookups, slot allocation, caching, forks and frees (see kv_cache_manager.h).
+#include "engine/kv_cache_manager.h"
+
+#include <algorithm>
+
+#include "core/status.h"
+
+namespace peregrine::engine {
+
+KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching)
+    : block_size_(block_size),
+      enable_prefix_caching_(enable_prefix_caching),
+      pool_(num_blocks),
+      cache_(num_blocks, block_size) {
+  pool_.set_evict_hook([this](int block) { cache_.evict(block); });
+}
+
+std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
+  std::vector<int> hits;
+  if (!enable_prefix_caching_ || seq.skip_prefix_cache || !seq.block_table.empty()) return hits;
+  // At least one token must be computed to produce logits, so the last token is never served from cache.
+  const int max_blocks = (seq.num_tokens() - 1) / block_size_;
+  cache_.extend_hashes(seq.token_ids, max_blocks, seq.block_hashes);
+  const int usable = std::min<int>(max_blocks, static_cast<int>(seq.block_hashes.size()));
+  cache_.match(std::span<const uint64_t>(seq.block_hashes).first(usable), seq.token_ids, hits);
+  return hits;
+}
+
+void KvCacheManager::record_prefix_lookup(int num_tokens, int num_hit_tokens) {
+  queried_tokens_ += static_cast<uint64_t>(num_tokens);
+  hit_tokens_ += static_cast<uint64_t>(num_hit_tokens);
+}
+
+int KvCacheManager::num_blocks_to_allocate(const Sequence& seq, int num_new_tokens,
+                                           std::span<const int> hit_blocks) const {
+  const int computed = seq.num_computed_tokens + static_cast<int>(hit_blocks.size()) * block_size_;
+  const int total_blocks = (computed + num_new_tokens + block_size_ - 1) / block_size_;
+  const int held = static_cast<int>(seq.block_table.size() + hit_blocks.size());
+  return std::max(0, total_blocks - held);
+}
+
+bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, std::span<const int> hit_blocks) {
+  PEREGRINE_CHECK(hit_blocks.empty() || seq.block_table.empty(), "prefix hits on a sequence holding blocks");
+  const int needed = num_blocks_to_allocate(seq, num_new_tokens, hit_blocks);
+  // Hit blocks nobody references sit in the free list; taking them shrinks what allocate() can use.
+  int free_hits = 0;
+  for (int b : hit_blocks) free_hits += pool_.ref_count(b) == 0 ? 1 : 0;
+  if (needed > pool_.num_free() - free_hits) return false;
+  for (int b : hit_blocks) {
+    pool_.add_ref(b);
+    seq.block_table.push_back(b);
+  }
+  if (!hit_blocks.empty()) {
+    seq.num_computed_tokens = static_cast<int>(hit_blocks.size()) * block_size_;
+    seq.num_cached_blocks = static_cast<int>(hit_blocks.size());
+  }
+  const bool ok = pool_.allocate(needed, seq.block_table);
+  PEREGRINE_CHECK(ok, "block pool allocation failed after the free count check");
+  return true;
+}
+
+void KvCacheManager::cache_full_blocks(Sequence& seq) {
+  if (!enable_prefix_caching_) return;
+  const int full = std::min<int>(seq.num_computed_tokens / block_size_, static_cast<int>(seq.block_table.size()));
+  if (full <= seq.num_cached_blocks) return;
+  cache_.extend_hashes(seq.token_ids, full, seq.block_hashes);
+  for (int i = seq.num_cached_blocks; i < full; ++i) {
+    cache_.insert(seq.block_table[i], seq.block_hashes, i, seq.token_ids);
+  }
+  seq.num_cached_blocks = full;
+}
+
+void KvCacheManager::fork(const Sequence& leader, Sequence& sibling) {
+  PEREGRINE_CHECK(sibling.block_table.empty(), "fork into a sequence holding blocks");
+  // Full blocks holding prompt tokens only, leaving at least the last prompt token to compute.
+  const int shared = std::min<int>((sibling.num_prompt_tokens - 1) / block_size_,
+                                   std::min<int>(leader.num_computed_tokens / block_size_,
+                                                 static_cast<int>(leader.block_table.size())));
+  for (int i = 0; i < shared; ++i) {
+    pool_.add_ref(leader.block_table[i]);
+    sibling.block_table.push_back(leader.block_table[i]);
+  }
+  sibling.num_computed_tokens = shared * block_size_;
+  // The sibling's copies count as cached when the leader's are (same content), so it won't re-insert them.
+  sibling.num_cached_blocks = std::min(shared, leader.num_cached_blocks);
+}
+
+void KvCacheManager::free(Sequence& seq) {
+  std::vector<int> reversed(seq.block_table.rbegin(), seq.block_table.rend());
+  pool_.release(reversed);
+  seq.block_table.clear();
+  seq.num_computed_tokens = 0;
+  seq.num_cached_blocks = 0;
+}
+
+}  // namespace peregrine::engine
