@@ -1,10 +1,322 @@
-// TEMPORARY scaffold: forwards to the reference backend until the SIMD kernels land (same session).
+// CpuBackend: validates each op, splits it over the thread pool and runs the kernel table chosen at start-up
+// (AVX-512 → AVX2+FMA+F16C → scalar, see cpu_kernels.h). Activations are f32; weights and KV caches may be
+// f32, bf16 or f16 and are read in place.
 #include "backend/cpu/cpu_backend.h"
 
-#include "backend/ref/ref_backend.h"
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "core/cpu_features.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "ops/host_memory.h"
+#include "ops/op_checks.h"
 
 namespace peregrine::ops {
+namespace {
 
-std::unique_ptr<Backend> make_cpu_backend(int) { return make_ref_backend(); }
+using cpu::KernelTable;
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr int64_t kParallelElems = 16384;  // below this many elements an elementwise op stays on one thread
+
+[[noreturn]] void fail(const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); }
+
+void require_f32(const TensorView& t, const char* op, const char* field) {
+  if (t.dtype != DType::kF32)
+    throw Error(ErrorCode::kUnsupported, std::string(op) + ": " + field + " is " + std::string(dtype_name(t.dtype)) +
+                                             "; the cpu backend computes with float32 activations");
+}
+
+const KernelTable* table_for(CpuIsa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case CpuIsa::kScalar: return &cpu::scalar_kernels();
+    case CpuIsa::kAvx2: return f.avx2 && f.fma && f.f16c ? cpu::avx2_kernels() : nullptr;
+    case CpuIsa::kAvx512:
+      return f.avx512f && f.avx512bw && f.avx2 && f.fma && f.f16c ? cpu::avx512_kernels() : nullptr;
+    case CpuIsa::kAuto:
+      for (CpuIsa c : {CpuIsa::kAvx512, CpuIsa::kAvx2})
+        if (const KernelTable* t = table_for(c)) return t;
+      return &cpu::scalar_kernels();
+  }
+  return nullptr;
+}
+
+// A float vector of any float dtype as f32 (weights of norms, biases: small, converted per call).
+std::vector<float> to_f32_vector(const KernelTable& k, const TensorView& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  k.to_f32(t.dtype, t.data, v.data(), t.numel());
+  return v;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(int num_threads, const KernelTable& kernels) : k_(kernels), pool_(num_threads) {
+    scratch_.resize(static_cast<size_t>(pool_.num_threads()));
+  }
+
+  std::string name() const override {
+    return std::string("cpu (") + k_.name + ", " + std::to_string(pool_.num_threads()) + " threads)";
+  }
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  bool is_host() const override { return true; }
+  bool supports_activation(DType act) const override { return act == DType::kF32; }
+
+  // Large buffers are 2 MiB aligned and asked for transparent huge pages (fewer TLB misses when streaming).
+  void* allocate(size_t bytes) override {
+    if (bytes < kHugePage) return host_allocate(bytes);
+    size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, rounded);
+    if (!p) throw Error(ErrorCode::kResourceExhausted, "cpu: allocation of " + std::to_string(bytes) + " bytes failed");
+    madvise(p, rounded, MADV_HUGEPAGE);
+    return p;
+  }
+  void deallocate(void* p) override { std::free(p); }
+  void copy_from_host(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { std::memcpy(d, s, n); }
+  void copy_on_device(void* d, const void* s, size_t n) override { std::memmove(d, s, n); }
+  void fill_zero(void* d, size_t n) override { std::memset(d, 0, n); }
+  void synchronize() override {}
+  size_t free_memory() const override { return host_available_memory(); }
+
+  void embedding(const EmbeddingParams& p) override {
+    check_embedding(p);
+    require_f32(p.out, "embedding", "out");
+    const int64_t tokens = p.token_ids.dim(0), vocab = p.table.dim(0), hidden = p.table.dim(1);
+    const int32_t* ids = p.token_ids.as<const int32_t>();
+    for (int64_t t = 0; t < tokens; ++t)
+      if (ids[t] < 0 || ids[t] >= vocab)
+        fail("embedding: token id " + std::to_string(ids[t]) + " out of range [0, " + std::to_string(vocab) + ")");
+    const size_t row_bytes = dtype_bytes(p.table.dtype, static_cast<size_t>(hidden));
+    float* out = p.out.as<float>();
+    parallel_rows(tokens, hidden, [&](int64_t t) {
+      k_.to_f32(p.table.dtype, static_cast<const char*>(p.table.data) + ids[t] * row_bytes, out + t * hidden, hidden);
+    });
+  }
+
+  void matmul(const MatmulParams& p) override {
+    check_matmul(p);
+    require_f32(p.x, "matmul", "x");
+    require_f32(p.out, "matmul", "out");
+    cpu::MatmulArgs a;
+    a.x = p.x.as<const float>();
+    a.w = p.w.data;
+    a.w_dtype = p.w.dtype;
+    a.out = p.out.as<float>();
+    a.m = p.x.dim(0);
+    a.k = p.x.dim(1);
+    a.n = p.w.dim(0);
+    std::vector<float> bias;
+    if (!p.bias.empty()) {
+      bias = to_f32_vector(k_, p.bias);
+      a.bias = bias.data();
+    }
+    if (a.m == 0 || a.n == 0) return;
+    // Split over N in whole cache lines of output (and so over independent weight rows); over M only when N is
+    // too narrow to feed every thread. Never over K: see the determinism note in cpu_kernels.h.
+    const int threads = pool_.num_threads();
+    constexpr int64_t kGrainN = 16;
+    if (a.m == 1 || a.n >= threads * 4 * kGrainN) {
+      pool_.parallel_for(a.n, [&](int64_t n0, int64_t n1) { k_.matmul(a, 0, a.m, n0, n1); }, kGrainN);
+    } else {
+      pool_.parallel_for(a.m, [&](int64_t m0, int64_t m1) { k_.matmul(a, m0, m1, 0, a.n); });
+    }
+  }
+
+  void rms_norm(const RmsNormParams& p) override {
+    check_rms_norm(p);
+    require_f32(p.x, "rms_norm", "x");
+    require_f32(p.out, "rms_norm", "out");
+    if (!p.residual.empty()) require_f32(p.residual, "rms_norm", "residual");
+    const int64_t rows = p.x.dim(0), h = p.x.dim(1);
+    std::vector<float> weight = to_f32_vector(k_, p.weight);
+    const float* x = p.x.as<const float>();
+    float* residual = p.residual.empty() ? nullptr : p.residual.as<float>();
+    float* out = p.out.as<float>();
+    parallel_rows(rows, h, [&](int64_t r) {
+      k_.rms_norm_row(x + r * h, residual ? residual + r * h : nullptr, weight.data(), out + r * h, h, p.eps);
+    });
+  }
+
+  void rope(const RopeParams& p) override {
+    check_rope(p);
+    require_f32(p.q, "rope", "q");
+    require_f32(p.k, "rope", "k");
+    const int64_t tokens = p.positions.dim(0), hd = p.q.dim(2), half = p.rotary_dim / 2;
+    const int64_t hq = p.q.dim(1), hkv = p.k.dim(1);
+    const int32_t* positions = p.positions.as<const int32_t>();
+    const float* inv_freq = p.inv_freq.as<const float>();
+    pool_.parallel_for(tokens, [&](int64_t t0, int64_t t1) {
+      std::vector<float> cs(static_cast<size_t>(2 * half));
+      for (int64_t t = t0; t < t1; ++t) {
+        const float pos = static_cast<float>(positions[t]);
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = pos * inv_freq[i];  // the f32 product, as Hugging Face computes it
+          cs[i] = static_cast<float>(std::cos(angle) * p.attention_scaling);
+          cs[half + i] = static_cast<float>(std::sin(angle) * p.attention_scaling);
+        }
+        k_.rope_token(p.q.as<float>() + t * hq * hd, hq, hd, cs.data(), cs.data() + half, half);
+        k_.rope_token(p.k.as<float>() + t * hkv * hd, hkv, hd, cs.data(), cs.data() + half, half);
+      }
+    }, std::max<int64_t>(1, 64 / std::max<int64_t>(1, hq)));
+  }
+
+  void silu_mul(const SiluMulParams& p) override {
+    check_silu_mul(p);
+    require_f32(p.gate, "silu_mul", "gate");
+    require_f32(p.up, "silu_mul", "up");
+    require_f32(p.out, "silu_mul", "out");
+    const int64_t n = p.gate.numel();
+    const float* g = p.gate.as<const float>();
+    const float* u = p.up.as<const float>();
+    float* out = p.out.as<float>();
+    if (n < kParallelElems) return k_.silu_mul(g, u, out, n);
+    pool_.parallel_for(n, [&](int64_t i0, int64_t i1) { k_.silu_mul(g + i0, u + i0, out + i0, i1 - i0); }, 1024);
+  }
+
+  void kv_write(const KvWriteParams& p) override {
+    check_kv_write(p);
+    require_f32(p.k, "kv_write", "k");
+    require_f32(p.v, "kv_write", "v");
+    if (!is_float_dtype(p.k_cache.dtype)) fail("kv_write: the KV cache must be float32, bfloat16 or float16");
+    const int64_t tokens = p.k.dim(0), row = p.k.dim(1) * p.k.dim(2);
+    const int64_t slots = p.k_cache.dim(0) * p.k_cache.dim(1);
+    const int32_t* slot = p.slot_mapping.as<const int32_t>();
+    for (int64_t t = 0; t < tokens; ++t)
+      if (slot[t] >= slots) fail("kv_write: slot " + std::to_string(slot[t]) + " out of range");
+    const size_t row_bytes = dtype_bytes(p.k_cache.dtype, static_cast<size_t>(row));
+    parallel_rows(tokens, 2 * row, [&](int64_t t) {
+      if (slot[t] < 0) return;
+      k_.from_f32(p.k_cache.dtype, p.k.as<const float>() + t * row, static_cast<char*>(p.k_cache.data) + slot[t] * row_bytes, row);
+      k_.from_f32(p.v_cache.dtype, p.v.as<const float>() + t * row, static_cast<char*>(p.v_cache.data) + slot[t] * row_bytes, row);
+    });
+  }
+
+  void attention(const AttentionParams& p) override;
+
+  void gather_rows(const GatherRowsParams& p) override {
+    check_gather_rows(p);
+    const int64_t rows = p.indices.dim(0);
+    const size_t row_bytes = dtype_bytes(p.x.dtype, static_cast<size_t>(p.x.dim(1)));
+    const int32_t* idx = p.indices.as<const int32_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (idx[r] < 0 || idx[r] >= p.x.dim(0)) fail("gather_rows: index " + std::to_string(idx[r]) + " out of range");
+      std::memcpy(static_cast<char*>(p.out.data) + r * row_bytes, static_cast<const char*>(p.x.data) + idx[r] * row_bytes,
+                  row_bytes);
+    }
+  }
+
+ private:
+  // fn(row) for every row in [0, rows), on several threads when the op is big enough to pay for it.
+  template <class Fn> void parallel_rows(int64_t rows, int64_t elems_per_row, const Fn& fn) {
+    auto run = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) fn(r);
+    };
+    if (rows * elems_per_row < kParallelElems || rows == 1) return run(0, rows);
+    pool_.parallel_for(rows, run, std::max<int64_t>(1, kParallelElems / 4 / std::max<int64_t>(1, elems_per_row)));
+  }
+
+  void validate_attention(const AttentionParams& p) const;
+
+  const KernelTable& k_;
+  ThreadPool pool_;
+  std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
+};
+
+void CpuBackend::validate_attention(const AttentionParams& p) const {
+  require_f32(p.q, "attention", "q");
+  require_f32(p.out, "attention", "out");
+  if (!is_float_dtype(p.k_cache.dtype) || p.v_cache.dtype != p.k_cache.dtype || p.v_cache.numel() != p.k_cache.numel())
+    fail("attention: k_cache and v_cache must share one float dtype and shape");
+  const int64_t num_seqs = p.seq_lens.dim(0), tokens = p.q.dim(0);
+  const int64_t num_blocks = p.k_cache.dim(0), block_size = p.k_cache.dim(1), max_blocks = p.block_tables.dim(1);
+  const int32_t* qsl = p.query_start_loc.as<const int32_t>();
+  const int32_t* lens = p.seq_lens.as<const int32_t>();
+  const int32_t* tables = p.block_tables.as<const int32_t>();
+  if (qsl[0] != 0 || qsl[num_seqs] > tokens) fail("attention: query_start_loc must start at 0 and end within q");
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t q_len = qsl[s + 1] - qsl[s];
+    const std::string where = "attention: sequence " + std::to_string(s);
+    if (q_len < 0) fail(where + ": query_start_loc decreases");
+    if (lens[s] < q_len) fail(where + ": seq_len " + std::to_string(lens[s]) + " is shorter than its query rows");
+    const int64_t used = (lens[s] + block_size - 1) / block_size;
+    if (used > max_blocks) fail(where + ": seq_len needs more blocks than block_tables has columns");
+    if (q_len == 0) continue;
+    const int64_t first_pos = p.sliding_window > 0 ? std::max<int64_t>(0, lens[s] - q_len - p.sliding_window + 1) : 0;
+    for (int64_t b = first_pos / block_size; b < used; ++b)
+      if (tables[s * max_blocks + b] < 0 || tables[s * max_blocks + b] >= num_blocks)
+        fail(where + ": block table entry " + std::to_string(b) + " is out of range");
+  }
+}
+
+void CpuBackend::attention(const AttentionParams& p) {
+  check_attention(p);
+  validate_attention(p);
+  cpu::AttentionArgs a;
+  a.q = p.q.as<const float>();
+  a.k_cache = p.k_cache.data;
+  a.v_cache = p.v_cache.data;
+  a.cache_dtype = p.k_cache.dtype;
+  a.out = p.out.as<float>();
+  a.query_start_loc = p.query_start_loc.as<const int32_t>();
+  a.seq_lens = p.seq_lens.as<const int32_t>();
+  a.block_tables = p.block_tables.as<const int32_t>();
+  a.hq = p.q.dim(1);
+  a.hkv = p.k_cache.dim(2);
+  a.hd = p.q.dim(2);
+  a.block_size = p.k_cache.dim(1);
+  a.max_blocks = p.block_tables.dim(1);
+  a.scale = p.scale;
+  a.sliding_window = p.sliding_window;
+
+  // Work items: (sequence, KV head, a chunk of query rows). Chunks are small enough to feed every thread and
+  // to keep the item's accumulators in L1/L2; how rows are chunked never changes a row's result.
+  const int64_t num_seqs = p.seq_lens.dim(0), group = a.hq / a.hkv;
+  const int64_t max_rows = std::max<int64_t>(1, 64 / group);
+  std::vector<cpu::AttentionItem> items;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
+    for (int64_t r = 0; r < q_len; r += max_rows)
+      for (int64_t h = 0; h < a.hkv; ++h)
+        items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(h), static_cast<int32_t>(r),
+                         static_cast<int32_t>(std::min(q_len, r + max_rows))});
+  }
+  // Longest items first (the rows with the most keys), pulled dynamically by the threads.
+  std::stable_sort(items.begin(), items.end(), [&](const cpu::AttentionItem& x, const cpu::AttentionItem& y) {
+    return static_cast<int64_t>(a.seq_lens[x.seq]) * (x.row_end - x.row_begin) >
+           static_cast<int64_t>(a.seq_lens[y.seq]) * (y.row_end - y.row_begin);
+  });
+  const size_t scratch_floats = static_cast<size_t>(cpu::attention_scratch_floats(a, max_rows));
+  for (auto& s : scratch_)
+    if (s.size() < scratch_floats) s.resize(scratch_floats);
+  std::atomic<size_t> next{0};
+  auto work = [&](int thread) {
+    float* scratch = scratch_[static_cast<size_t>(thread)].data();
+    for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) k_.attention(a, items[i], scratch);
+  };
+  if (items.size() <= 1) return work(0);
+  pool_.run_on_all(work);
+}
+
+}  // namespace
+
+bool cpu_isa_available(CpuIsa isa) { return table_for(isa) != nullptr; }
+
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
+  const KernelTable* table = table_for(isa);
+  if (!table)
+    throw Error(ErrorCode::kUnsupported,
+                "cpu backend: the requested kernel set is not available on this CPU (" + cpu_features().describe() + ")");
+  return std::make_unique<CpuBackend>(num_threads, *table);
+}
 
 }  // namespace peregrine::ops

@@ -1,4 +1,4 @@
-// The fast CPU backend: multithreaded, runtime-dispatched SIMD kernels (AVX-512 BF16/VNNI, AVX2+FMA, scalar)
+// The fast CPU backend: multithreaded, runtime-dispatched SIMD kernels (AVX-512, AVX2+FMA, scalar)
 // over host memory; f32 activations, f32/bf16/f16 weights used in place (bf16 stays bf16 in memory).
 #pragma once
 
@@ -8,7 +8,13 @@
 
 namespace peregrine::ops {
 
-// num_threads 0 = one per core.
-std::unique_ptr<Backend> make_cpu_backend(int num_threads);
+// Which kernel set runs. kAuto picks the widest the CPU supports (AVX-512 → AVX2+FMA+F16C → scalar).
+enum class CpuIsa { kAuto, kScalar, kAvx2, kAvx512 };
+
+// True when this build has the kernels of `isa` and this CPU can run them.
+bool cpu_isa_available(CpuIsa isa);
+
+// num_threads 0 = one per core. Throws Error(kUnsupported) when `isa` is not available (see above).
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa = CpuIsa::kAuto);
 
 }  // namespace peregrine::ops

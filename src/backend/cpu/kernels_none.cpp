@@ -1,0 +1,9 @@
+// Non-x86 builds: no AVX2 or AVX-512 kernels exist; the backend falls back to the portable kernels.
+#include "backend/cpu/cpu_kernels.h"
+
+namespace peregrine::cpu {
+
+const KernelTable* avx2_kernels() { return nullptr; }
+const KernelTable* avx512_kernels() { return nullptr; }
+
+}  // namespace peregrine::cpu

@@ -1,0 +1,108 @@
+// Generic matmul kernels (out = x · wᵀ + bias) over the TU's `Simd`: register tiles of MR rows × NR columns,
+// each output element one vector accumulator over k. M = 1 (decode GEMV) and M > 1 (prefill GEMM) share the
+// tile template, so a row's bits never depend on M. NOTE: include only from a kernels_<isa>.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace {
+
+// NOTE determinism: for every (i, j) the sequence is acc = 0; acc = fma(x_i[k..k+L), w_j[k..k+L), acc) for
+// k = 0, L, 2L, ...; one zero-padded tail step; hsum in Simd's fixed order; then + bias. Nothing here may
+// depend on MR, NR, M or the caller's range split.
+template <class E, int MR, int NR>
+void matmul_tile(const float* x, const typename E::T* w, int64_t k, const float* bias, float* out, int64_t ldo) {
+  V acc[MR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = Simd::zero();
+  const int64_t k_main = k - k % kLanes;
+  int64_t kk = 0;
+  for (; kk < k_main; kk += kLanes) {
+    V wv[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) wv[j] = E::load(w + j * k + kk);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      V xv = Simd::load(x + i * k + kk);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] = Simd::fma(xv, wv[j], acc[i][j]);
+    }
+  }
+  if (kk < k) {
+    const int64_t rest = k - kk;
+    V wv[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) wv[j] = load_partial<E>(w + j * k + kk, rest);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      V xv = load_partial<ElemF32>(x + i * k + kk, rest);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] = Simd::fma(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float s = Simd::hsum(acc[i][j]);
+      out[i * ldo + j] = bias ? s + bias[j] : s;
+    }
+}
+
+// Calls matmul_tile<E, MR, nr> for a run-time nr in [1, NR].
+template <class E, int MR, int NR>
+void matmul_tile_n(int nr, const float* x, const typename E::T* w, int64_t k, const float* bias, float* out,
+                   int64_t ldo) {
+  if (nr == NR) return matmul_tile<E, MR, NR>(x, w, k, bias, out, ldo);
+  if constexpr (NR > 1) return matmul_tile_n<E, MR, NR - 1>(nr, x, w, k, bias, out, ldo);
+}
+
+// Calls matmul_tile<E, mr, nr> for run-time mr in [1, MR], nr in [1, NR].
+template <class E, int MR, int NR>
+void matmul_tile_mn(int mr, int nr, const float* x, const typename E::T* w, int64_t k, const float* bias,
+                    float* out, int64_t ldo) {
+  if (mr == MR) return matmul_tile_n<E, MR, NR>(nr, x, w, k, bias, out, ldo);
+  if constexpr (MR > 1) return matmul_tile_mn<E, MR - 1, NR>(mr, nr, x, w, k, bias, out, ldo);
+}
+
+template <class E>
+void matmul_typed(const peregrine::cpu::MatmulArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const auto* w = static_cast<const typename E::T*>(a.w);
+  const int64_t k = a.k, n = a.n;
+  auto bias_at = [&](int64_t j) { return a.bias ? a.bias + j : nullptr; };
+  if (m1 - m0 == 1) {
+    // Decode GEMV: stream kGemvNr weight rows at a time, each with its own accumulator.
+    const float* x = a.x + m0 * k;
+    for (int64_t j = n0; j < n1; j += Simd::kGemvNr) {
+      int nr = static_cast<int>(min_i(Simd::kGemvNr, n1 - j));
+      matmul_tile_n<E, 1, Simd::kGemvNr>(nr, x, w + j * k, k, bias_at(j), a.out + m0 * n + j, n);
+    }
+    return;
+  }
+  // Prefill GEMM: a panel of kBlockN weight rows stays in L2 while every row tile of x passes over it.
+  const int64_t block_n = Simd::kGemmNr * 16;
+  for (int64_t jb = n0; jb < n1; jb += block_n) {
+    const int64_t jb_end = min_i(n1, jb + block_n);
+    for (int64_t i = m0; i < m1; i += Simd::kGemmMr) {
+      int mr = static_cast<int>(min_i(Simd::kGemmMr, m1 - i));
+      for (int64_t j = jb; j < jb_end; j += Simd::kGemmNr) {
+        int nr = static_cast<int>(min_i(Simd::kGemmNr, jb_end - j));
+        matmul_tile_mn<E, Simd::kGemmMr, Simd::kGemmNr>(mr, nr, a.x + i * k, w + j * k, k, bias_at(j),
+                                                        a.out + i * n + j, n);
+      }
+    }
+  }
+}
+
+void matmul_kernel(const peregrine::cpu::MatmulArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (m0 >= m1 || n0 >= n1) return;
+  switch (a.w_dtype) {
+    case peregrine::DType::kBF16: return matmul_typed<ElemBF16>(a, m0, m1, n0, n1);
+    case peregrine::DType::kF16: return matmul_typed<ElemF16>(a, m0, m1, n0, n1);
+    default: return matmul_typed<ElemF32>(a, m0, m1, n0, n1);
+  }
+}
+
+}  // namespace

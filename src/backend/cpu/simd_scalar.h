@@ -1,0 +1,108 @@
+// Portable SIMD traits: a plain array of 8 floats with element loops (the compiler may vectorise them for the
+// baseline ISA). Used where neither AVX2 nor AVX-512 is present; same kernels, same lane layout as AVX2.
+// NOTE: include only from kernels_scalar.cpp; everything has internal linkage.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+
+namespace {
+
+struct Simd {
+  struct V {
+    float v[8];
+  };
+  static constexpr int kLanes = 8;
+  static constexpr const char* kName = "scalar";
+  // Matmul register tiles: the decode GEMV streams kGemvNr weight rows; the prefill GEMM tile is kGemmMr × kGemmNr.
+  static constexpr int kGemvNr = 4;
+  static constexpr int kGemmMr = 2;
+  static constexpr int kGemmNr = 2;
+
+  template <class F> static V map(V a, F f) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = f(a.v[i]);
+    return r;
+  }
+  template <class F> static V zip(V a, V b, F f) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = f(a.v[i], b.v[i]);
+    return r;
+  }
+
+  static V zero() { return set1(0.0f); }
+  static V set1(float x) {
+    V r;
+    for (float& e : r.v) e = x;
+    return r;
+  }
+  static V load(const float* p) {
+    V r;
+    std::memcpy(r.v, p, sizeof(r.v));
+    return r;
+  }
+  static void store(float* p, V v) { std::memcpy(p, v.v, sizeof(v.v)); }
+  static V load_bf16(const uint16_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) {
+      uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
+      std::memcpy(&r.v[i], &bits, 4);
+    }
+    return r;
+  }
+  static V load_f16(const uint16_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = peregrine::f16_to_f32(p[i]);
+    return r;
+  }
+  static void store_bf16(uint16_t* p, V v) {
+    for (int i = 0; i < 8; ++i) p[i] = peregrine::f32_to_bf16(v.v[i]);
+  }
+  static void store_f16(uint16_t* p, V v) {
+    for (int i = 0; i < 8; ++i) p[i] = peregrine::f32_to_f16(v.v[i]);
+  }
+
+  static V add(V a, V b) { return zip(a, b, [](float x, float y) { return x + y; }); }
+  static V sub(V a, V b) { return zip(a, b, [](float x, float y) { return x - y; }); }
+  static V mul(V a, V b) { return zip(a, b, [](float x, float y) { return x * y; }); }
+  static V div(V a, V b) { return zip(a, b, [](float x, float y) { return x / y; }); }
+  static V max(V a, V b) { return zip(a, b, [](float x, float y) { return x > y ? x : y; }); }
+  static V min(V a, V b) { return zip(a, b, [](float x, float y) { return x < y ? x : y; }); }
+  // Not fused (no FMA unit assumed); NOTE: the kernel TUs build with -ffp-contract=off, so this stays two roundings.
+  static V fma(V a, V b, V c) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = a.v[i] * b.v[i] + c.v[i];
+    return r;
+  }
+  static V round_nearest(V a) { return map(a, [](float x) { return std::nearbyint(x); }); }
+  static V pow2(V n) {
+    return map(n, [](float x) {
+      uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(x) + 127) << 23;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    });
+  }
+  static V select_less(V x, V limit, V a, V b) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = x.v[i] < limit.v[i] ? a.v[i] : b.v[i];
+    return r;
+  }
+  // Same order as the AVX2 reduction: (0..3 + 4..7), then (0,1)+(2,3), then the last two.
+  static float hsum(V v) {
+    float s[4];
+    for (int i = 0; i < 4; ++i) s[i] = v.v[i] + v.v[i + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+  }
+  static float hmax(V v) {
+    float m = v.v[0];
+    for (int i = 1; i < 8; ++i) m = v.v[i] > m ? v.v[i] : m;
+    return m;
+  }
+  static void prefetch(const void*) {}
+};
+
+}  // namespace

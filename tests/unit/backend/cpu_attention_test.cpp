@@ -1,0 +1,172 @@
+// CPU paged attention against the reference backend: ragged batches mixing prefill chunks over cached
+// prefixes with decodes, GQA ratios 1/3/4/8, head_dim 48/64/128, f32/bf16/f16 caches, shuffled block tables
+// with holes (unused slots hold NaN, so reading one fails the test), sliding windows; and determinism.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/ref/ref_backend.h"
+#include "unit/backend/op_test_util.h"
+
+namespace peregrine::test {
+namespace {
+
+struct SeqSpec {
+  int64_t prefix;  // tokens already cached before this step
+  int64_t q_len;   // query rows this step
+};
+
+struct AttnCase {
+  int64_t hq, hkv, hd, block_size;
+  int window;
+  DType cache_dtype;
+  std::vector<SeqSpec> seqs;
+};
+
+// A paged batch: caches with random K/V at every used slot (NaN elsewhere), shuffled block tables.
+struct PagedBatch {
+  AttnCase c;
+  int64_t tokens = 0, num_blocks = 0, max_blocks = 0;
+  Buffer q, k_cache, v_cache, qsl, lens, tables;
+
+  PagedBatch(const AttnCase& cs, std::mt19937& rng) : c(cs) {
+    std::vector<int32_t> qsl_v{0}, lens_v;
+    for (const SeqSpec& s : c.seqs) {
+      qsl_v.push_back(qsl_v.back() + static_cast<int32_t>(s.q_len));
+      lens_v.push_back(static_cast<int32_t>(s.prefix + s.q_len));
+      max_blocks = std::max(max_blocks, (s.prefix + s.q_len + c.block_size - 1) / c.block_size + 1);
+    }
+    tokens = qsl_v.back();
+    const int64_t num_seqs = static_cast<int64_t>(c.seqs.size());
+    num_blocks = num_seqs * max_blocks * 2 + 3;  // holes: about half the pool is never used
+    std::vector<int32_t> pool(static_cast<size_t>(num_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::vector<int32_t> table_v(static_cast<size_t>(num_seqs * max_blocks), -1);
+    size_t next = 0;
+    for (int64_t s = 0; s < num_seqs; ++s)
+      for (int64_t b = 0; b < (lens_v[s] + c.block_size - 1) / c.block_size; ++b)
+        table_v[s * max_blocks + b] = pool[next++];
+    qsl = int_buffer(qsl_v);
+    lens = int_buffer(lens_v);
+    tables = int_buffer(table_v);
+    const int64_t row = c.hkv * c.hd;
+    k_cache = poisoned(c.cache_dtype, num_blocks * c.block_size * row);
+    v_cache = poisoned(c.cache_dtype, num_blocks * c.block_size * row);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t s = 0; s < num_seqs; ++s)
+      for (int64_t j = 0; j < lens_v[s]; ++j) {
+        const int64_t slot = table_v[s * max_blocks + j / c.block_size] * c.block_size + j % c.block_size;
+        for (int64_t e = 0; e < row; ++e) {
+          k_cache.set(slot * row + e, dist(rng));
+          v_cache.set(slot * row + e, 2.0f * dist(rng));
+        }
+      }
+    q = random_buffer(DType::kF32, tokens * c.hq * c.hd, rng, -3, 3);
+  }
+
+  ops::AttentionParams params(Buffer& out) {
+    ops::AttentionParams p;
+    const int64_t num_seqs = static_cast<int64_t>(c.seqs.size());
+    p.q = q.view({tokens, c.hq, c.hd});
+    p.k_cache = k_cache.view({num_blocks, c.block_size, c.hkv, c.hd});
+    p.v_cache = v_cache.view({num_blocks, c.block_size, c.hkv, c.hd});
+    p.out = out.view({tokens, c.hq, c.hd});
+    p.query_start_loc = qsl.view({num_seqs + 1});
+    p.seq_lens = lens.view({num_seqs});
+    p.block_tables = tables.view({num_seqs, max_blocks});
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    p.sliding_window = c.window;
+    for (const SeqSpec& s : c.seqs) {
+      p.max_query_len = std::max<int>(p.max_query_len, static_cast<int>(s.q_len));
+      p.max_seq_len = std::max<int>(p.max_seq_len, static_cast<int>(s.prefix + s.q_len));
+    }
+    return p;
+  }
+};
+
+class CpuAttention : public CpuIsaTest {};
+
+const std::vector<SeqSpec> kRagged = {{0, 37}, {50, 13}, {100, 1}, {17, 1}, {0, 1}, {31, 16}};
+
+TEST_P(CpuAttention, MatchesReferenceOnRaggedPagedBatches) {
+  auto cpu = make(3);
+  auto ref = ops::make_ref_backend();
+  std::mt19937 rng(123);
+  std::vector<AttnCase> cases = {
+      {8, 8, 64, 16, 0, DType::kF32, kRagged},     // MHA (ratio 1)
+      {12, 4, 48, 16, 0, DType::kF32, kRagged},    // ratio 3, head_dim 48
+      {32, 8, 64, 16, 0, DType::kBF16, kRagged},   // Llama-3.2-1B layout, bf16 cache
+      {16, 2, 128, 16, 0, DType::kF16, kRagged},   // ratio 8, head_dim 128, f16 cache
+      {8, 2, 64, 7, 0, DType::kF32, kRagged},      // odd block size
+      {12, 4, 48, 16, 20, DType::kBF16, kRagged},  // sliding window
+      {8, 1, 72, 5, 9, DType::kF32, kRagged},      // MQA, head_dim not a lane multiple, window < block
+  };
+  for (const AttnCase& c : cases) {
+    PagedBatch batch(c, rng);
+    Buffer got = poisoned(DType::kF32, batch.tokens * c.hq * c.hd);
+    Buffer want = poisoned(DType::kF32, batch.tokens * c.hq * c.hd);
+    cpu->attention(batch.params(got));
+    ref->attention(batch.params(want));
+    expect_close(got, want, 2e-5f,
+                 "attention hq" + std::to_string(c.hq) + " hkv" + std::to_string(c.hkv) + " hd" + std::to_string(c.hd) +
+                     " bs" + std::to_string(c.block_size) + " window" + std::to_string(c.window) + " " +
+                     std::string(dtype_name(c.cache_dtype)));
+  }
+}
+
+TEST_P(CpuAttention, LongDecodeContext) {
+  auto cpu = make(2);
+  auto ref = ops::make_ref_backend();
+  std::mt19937 rng(321);
+  PagedBatch batch({32, 8, 64, 16, 0, DType::kBF16, {{1500, 1}, {700, 1}}}, rng);
+  Buffer got = poisoned(DType::kF32, batch.tokens * 32 * 64), want = poisoned(DType::kF32, batch.tokens * 32 * 64);
+  cpu->attention(batch.params(got));
+  ref->attention(batch.params(want));
+  expect_close(got, want, 2e-5f, "long decode");
+}
+
+// A query's bits depend neither on the other sequences of the batch, nor on how many rows its own sequence has
+// this step (one prefill chunk vs one decode per row), nor on the thread count.
+TEST_P(CpuAttention, QueryResultIndependentOfBatchAndChunking) {
+  std::mt19937 rng(77);
+  for (int window : {0, 11}) {
+    const int64_t hq = 12, hkv = 4, hd = 64, prefix = 40, chunk = 24;
+    AttnCase c{hq, hkv, hd, 16, window, DType::kBF16, {{7, 30}, {prefix, chunk}, {90, 1}}};
+    PagedBatch batch(c, rng);
+    const int64_t row = hq * hd, first_row = 30;  // sequence 1's rows start after sequence 0's 30
+    Buffer mixed = poisoned(DType::kF32, batch.tokens * row);
+    make(2)->attention(batch.params(mixed));
+
+    // The same rows, each as its own decode sequence (seq_len = prefix + i + 1) sharing sequence 1's table.
+    PagedBatch decodes = batch;
+    decodes.c.seqs.clear();
+    std::vector<int32_t> qsl{0}, lens, tables;
+    for (int64_t i = 0; i < chunk; ++i) {
+      decodes.c.seqs.push_back({prefix + i, 1});
+      qsl.push_back(static_cast<int32_t>(i + 1));
+      lens.push_back(static_cast<int32_t>(prefix + i + 1));
+      tables.insert(tables.end(), batch.tables.i32() + batch.max_blocks, batch.tables.i32() + 2 * batch.max_blocks);
+    }
+    decodes.tokens = chunk;
+    decodes.qsl = int_buffer(qsl);
+    decodes.lens = int_buffer(lens);
+    decodes.tables = int_buffer(tables);
+    decodes.q = Buffer(DType::kF32, chunk * row);
+    std::memcpy(decodes.q.data(), batch.q.f32() + first_row * row, static_cast<size_t>(chunk * row) * 4);
+    for (int threads : {1, 3}) {
+      Buffer alone = poisoned(DType::kF32, chunk * row);
+      make(threads)->attention(decodes.params(alone));
+      EXPECT_EQ(std::memcmp(alone.data(), mixed.f32() + first_row * row, static_cast<size_t>(chunk * row) * 4), 0)
+          << "window " << window << " threads " << threads;
+    }
+  }
+}
+
+PEREGRINE_INSTANTIATE_ISA_TESTS(CpuAttention);
+
+}  // namespace
+}  // namespace peregrine::test
