@@ -58,11 +58,7 @@ RopeTables compute_rope_tables(const io::ModelConfig& c, int64_t seq_len) {
     case io::RopeType::kYarn: {
       double factor = r.factor;
       double original = static_cast<double>(c.max_position_embeddings);
-      if (r.original_max_position_embeddings > 0) {
-        // As transformers does: with an explicit pre-training length, the scale is the ratio of the two lengths.
-        original = static_cast<double>(r.original_max_position_embeddings);
-        factor = static_cast<double>(c.max_position_embeddings) / original;
-      }
+      if (r.original_max_position_embeddings > 0) original = static_cast<double>(r.original_max_position_embeddings);
       double attention = 1.0;
       if (r.attention_factor) {
         attention = *r.attention_factor;
