@@ -130,7 +130,7 @@ std::string case_name(const ::testing::TestParamInfo<FidelityCase>& info) {
 INSTANTIATE_TEST_SUITE_P(
     Models, Fidelity,
     ::testing::Values(FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cpu", "auto", 1e-3},
-                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cpu", "bfloat16", 3e-2},
+                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cpu", "bfloat16", 5e-2},
                       FidelityCase{"pycoder-draft", "pycoder-draft.reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/llama3-rope", "arch/llama3-rope/reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/llama-yarn", "arch/llama-yarn/reference.json", "cpu", "auto", 1e-3},
