@@ -125,31 +125,38 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, const std::filesystem:
 
 LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& backend, const ModelOptions& options) {
   LlamaWeights w;
-  DType dtype = backend.is_host() ? c.torch_dtype : options.activation_dtype;
+  const DType dtype = backend.is_host() ? c.torch_dtype : options.activation_dtype;
+  // One pattern of uniform [-1, 1) values, scaled per tensor and tiled with a rotating offset: fast to build for
+  // billions of weights, and still without structure a kernel could exploit.
+  constexpr size_t kPattern = size_t{1} << 20;
+  std::vector<float> unit(kPattern);
   uint64_t state = options.random_seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
-  std::vector<float> f32;
-  std::vector<std::byte> conv;
+  for (float& u : unit) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    u = static_cast<float>(static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+  }
+  std::vector<float> scaled(kPattern);
+  std::vector<std::byte> pattern(dtype_bytes(dtype, kPattern) * 2);  // twice, so any offset has kPattern values after it
+  size_t tensor_index = 0;
   fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape, bool) {
     TensorView v(static_cast<void*>(nullptr), dtype, shape);
     ops::DeviceBuffer buf(backend, v.bytes());
     v.data = buf.data();
     const bool is_norm = v.ndim == 1 && name.find("norm") != std::string::npos;
-    const double scale = v.ndim == 2 ? 1.0 / std::sqrt(static_cast<double>(v.dim(1))) : 0.02;
+    const double scale = v.ndim == 2 ? 1.7320508 / std::sqrt(static_cast<double>(v.dim(1))) : 0.02;
+    for (size_t j = 0; j < kPattern; ++j)
+      scaled[j] = static_cast<float>(is_norm ? 1.0 + 0.1 * unit[j] : unit[j] * scale);
+    convert_from_f32(dtype, scaled.data(), pattern.data(), kPattern);
+    std::memcpy(pattern.data() + dtype_bytes(dtype, kPattern), pattern.data(), dtype_bytes(dtype, kPattern));
     const size_t count = static_cast<size_t>(v.numel());
-    const size_t chunk = size_t{1} << 22;
-    f32.resize(std::min(count, chunk));
-    conv.resize(dtype_bytes(dtype, f32.size()));
-    for (size_t i = 0; i < count; i += chunk) {
-      size_t n = std::min(chunk, count - i);
-      for (size_t j = 0; j < n; ++j) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        double u = static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;  // [-1, 1)
-        f32[j] = static_cast<float>(is_norm ? 1.0 + 0.1 * u : u * scale * 1.7320508);
-      }
-      convert_from_f32(dtype, f32.data(), conv.data(), n);
-      backend.copy_from_host(static_cast<std::byte*>(v.data) + dtype_bytes(dtype, i), conv.data(), dtype_bytes(dtype, n));
+    size_t offset = (tensor_index++ * 7919) % kPattern;
+    for (size_t i = 0; i < count; i += kPattern) {
+      const size_t n = std::min(kPattern, count - i);
+      backend.copy_from_host(static_cast<std::byte*>(v.data) + dtype_bytes(dtype, i),
+                             pattern.data() + dtype_bytes(dtype, offset), dtype_bytes(dtype, n));
+      offset = (offset + 104729) % kPattern;
     }
     w.total_bytes += v.bytes();
     w.buffers.push_back(std::move(buf));
