@@ -20,7 +20,10 @@ class LlamaModel final : public Model {
       throw Error(ErrorCode::kUnsupported, "backend " + backend_.name() + " does not compute in " +
                                                std::string(dtype_name(options_.activation_dtype)));
     max_tokens_ = std::max(1, options_.max_num_batched_tokens);
-    max_logit_rows_ = std::max(1, std::min(options_.max_num_seqs, max_tokens_));
+    max_seqs_ = std::max(1, std::min(options_.max_num_seqs, max_tokens_));
+    max_logit_rows_ = max_seqs_;
+    const int64_t model_len = options_.max_model_len > 0 ? options_.max_model_len : config_.max_position_embeddings;
+    max_blocks_per_seq_ = static_cast<int>((model_len + options_.min_block_size - 1) / options_.min_block_size);
     allocate_workspace();
     rope_ = compute_rope_tables(config_, 0);
     upload_rope(rope_);
@@ -38,6 +41,7 @@ class LlamaModel final : public Model {
   void allocate_kv_cache(const KvCacheSpec& spec) override {
     if (spec.num_blocks <= 0 || spec.block_size <= 0)
       throw Error(ErrorCode::kInvalidArgument, "KV cache needs a positive number of blocks and block size");
+    release_graphs();
     kv_k_.clear();
     kv_v_.clear();
     kv_spec_ = spec;
@@ -82,10 +86,33 @@ class LlamaModel final : public Model {
   ops::DeviceBuffer selected_;  // [R_max, hidden]
   ops::DeviceBuffer logits_;    // [R_max, vocab]
   ops::DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
-  ops::DeviceBuffer inputs_;    // int32 batch metadata, one copy per step
-  size_t inputs_capacity_ = 0;
-  std::vector<int32_t> staging_;
+  // Per-step int32 inputs at fixed offsets (so graphs replay on them): see InputLayout.
+  struct InputLayout {
+    size_t ids, positions, slots, qsl, seq_lens, logits, tables, total;  // offsets in int32 elements
+  };
+  InputLayout layout_{};
+  int max_seqs_ = 0;           // capacity of the per-sequence arrays
+  int max_blocks_per_seq_ = 0; // block-table row stride
+  ops::DeviceBuffer inputs_;   // [layout_.total] int32 on the device
+  int32_t* staging_ = nullptr; // [layout_.total] int32, pinned host memory
   std::vector<std::byte> logits_host_;
+  // Decode graphs, keyed by padded batch size (0 = not captured yet, -1 = eager run done, capture next).
+  std::vector<int64_t> graphs_;
+  std::vector<int> graph_state_;
+
+  struct StepShape {
+    int64_t tokens, seqs, rows;
+    int max_query_len, max_seq_len;
+  };
+  void run_compute(const StepShape& shape);
+  void release_graphs();
+  int graph_bucket(int seqs) const;
+
+ public:
+  ~LlamaModel() override {
+    release_graphs();
+    if (staging_) backend_.deallocate_pinned(staging_);
+  }
 };
 
 void LlamaModel::allocate_workspace() {
@@ -105,6 +132,37 @@ void LlamaModel::allocate_workspace() {
   selected_ = rows(static_cast<size_t>(max_logit_rows_), c.hidden_size);
   logits_ = rows(static_cast<size_t>(max_logit_rows_), c.vocab_size);
   inv_freq_ = ops::DeviceBuffer(backend_, sizeof(float) * static_cast<size_t>(c.rotary_dim() / 2));
+  // Block tables last, so a step copies only the rows it uses.
+  size_t off = 0;
+  auto take = [&](size_t n) {
+    size_t at = off;
+    off += (n + 15) / 16 * 16;
+    return at;
+  };
+  layout_.ids = take(t);
+  layout_.positions = take(t);
+  layout_.slots = take(t);
+  layout_.qsl = take(static_cast<size_t>(max_seqs_) + 1);
+  layout_.seq_lens = take(static_cast<size_t>(max_seqs_));
+  layout_.logits = take(t);
+  layout_.tables = take(static_cast<size_t>(max_seqs_) * max_blocks_per_seq_);
+  layout_.total = off;
+  inputs_ = ops::DeviceBuffer(backend_, layout_.total * sizeof(int32_t));
+  staging_ = static_cast<int32_t*>(backend_.allocate_pinned(layout_.total * sizeof(int32_t)));
+}
+
+void LlamaModel::release_graphs() {
+  for (int64_t g : graphs_)
+    if (g > 0) backend_.destroy_graph(g);
+  graphs_.clear();
+  graph_state_.clear();
+}
+
+// Decode graphs exist for padded batch sizes 1, 2, 4, ..., up to max_seqs_ (capped at 256).
+int LlamaModel::graph_bucket(int seqs) const {
+  int b = 1;
+  while (b < seqs) b *= 2;
+  return b <= std::min(max_seqs_, 256) ? b : 0;
 }
 
 void LlamaModel::upload_rope(const RopeTables& tables) {
@@ -122,6 +180,10 @@ void LlamaModel::validate(const ForwardBatch& b) const {
       b.query_start_loc.back() != t)
     bad("query_start_loc must run from 0 to the token count");
   if (b.block_tables.size() != static_cast<size_t>(s) * b.max_blocks_per_seq) bad("block_tables size");
+  if (s > max_seqs_) bad(std::to_string(s) + " sequences exceed max_num_seqs " + std::to_string(max_seqs_));
+  if (b.max_blocks_per_seq > max_blocks_per_seq_)
+    bad("block tables wider than max_model_len allows (" + std::to_string(max_blocks_per_seq_) + " blocks)");
+  if (b.logits_indices.size() > static_cast<size_t>(t)) bad("more logits rows than tokens");
   if (kv_k_.empty()) bad("the KV cache is not allocated");
   const int64_t slots = static_cast<int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size;
   for (int i = 0; i < s; ++i) {
@@ -146,63 +208,125 @@ void LlamaModel::validate(const ForwardBatch& b) const {
 void LlamaModel::forward(const ForwardBatch& b, std::vector<float>& logits) {
   validate(b);
   const auto& c = config_;
-  const int64_t t = b.num_tokens(), s = b.num_seqs(), r = static_cast<int64_t>(b.logits_indices.size());
-  const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
-  const DType a = options_.activation_dtype;
-
+  int max_q = 0;
+  for (int i = 0; i < b.num_seqs(); ++i) max_q = std::max(max_q, b.query_start_loc[i + 1] - b.query_start_loc[i]);
+  const int max_len = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
   if (c.rope.type == io::RopeType::kDynamic) {
     int64_t longest = *std::max_element(b.positions.begin(), b.positions.end()) + 1;
     upload_rope(compute_rope_tables(c, longest));
   }
+  // A pure decode step with a logits row per sequence replays a graph, padded to its bucket with dummy
+  // sequences (slot -1: nothing written; one key from block 0: finite, discarded).
+  const int bucket = max_q == 1 && backend_.supports_graphs() && c.rope.type != io::RopeType::kDynamic &&
+                             b.logits_indices.size() == static_cast<size_t>(b.num_seqs())
+                         ? graph_bucket(b.num_seqs())
+                         : 0;
+  const int s = bucket ? bucket : b.num_seqs();
+  const int t = bucket ? bucket : b.num_tokens();
+  const int r = bucket ? bucket : static_cast<int>(b.logits_indices.size());
 
-  // One host→device copy of all int32 metadata.
-  staging_.clear();
-  auto append = [&](const std::vector<int32_t>& v) {
-    size_t off = staging_.size();
-    staging_.insert(staging_.end(), v.begin(), v.end());
-    return off;
+  // Stage every int32 input at its fixed offset, then one host→device copy.
+  int32_t* st = staging_;
+  auto put = [&](size_t off, const std::vector<int32_t>& v, int n, int32_t pad) {
+    std::copy(v.begin(), v.end(), st + off);
+    std::fill(st + off + v.size(), st + off + n, pad);
   };
-  size_t off_ids = append(b.token_ids), off_pos = append(b.positions), off_slots = append(b.slot_mapping);
-  size_t off_qsl = append(b.query_start_loc), off_lens = append(b.seq_lens), off_tables = append(b.block_tables);
-  size_t off_logits = append(b.logits_indices);
-  if (staging_.size() * sizeof(int32_t) > inputs_capacity_) {
-    inputs_capacity_ = std::max(staging_.size() * sizeof(int32_t) * 2, size_t{4096});
-    inputs_ = ops::DeviceBuffer(backend_, inputs_capacity_);
+  put(layout_.ids, b.token_ids, t, 0);
+  put(layout_.positions, b.positions, t, 0);
+  put(layout_.slots, b.slot_mapping, t, -1);
+  std::copy(b.query_start_loc.begin(), b.query_start_loc.end(), st + layout_.qsl);
+  for (int i = b.num_seqs() + 1; i <= s; ++i) st[layout_.qsl + i] = st[layout_.qsl + i - 1] + 1;
+  put(layout_.seq_lens, b.seq_lens, s, 1);
+  put(layout_.logits, b.logits_indices, r, 0);
+  for (int i = b.num_seqs(); i < r; ++i) st[layout_.logits + i] = i;
+  for (int i = 0; i < s; ++i) {
+    int32_t* row = st + layout_.tables + static_cast<size_t>(i) * max_blocks_per_seq_;
+    const int have = i < b.num_seqs() ? b.max_blocks_per_seq : 0;
+    if (have) std::copy_n(b.block_tables.begin() + static_cast<long>(i) * have, have, row);
+    std::fill(row + have, row + max_blocks_per_seq_, 0);
   }
-  backend_.copy_from_host(inputs_.data(), staging_.data(), staging_.size() * sizeof(int32_t));
+  const size_t used = layout_.tables + static_cast<size_t>(s) * max_blocks_per_seq_;
+  backend_.copy_from_host_async(inputs_.data(), staging_, used * sizeof(int32_t));
+
+  StepShape shape{t, s, r, max_q, max_len};
+  if (bucket) {
+    // Graph kernels must not depend on this step's context length: pass the longest the tables allow.
+    shape.max_seq_len = max_blocks_per_seq_ * kv_spec_.block_size;
+    if (graphs_.empty()) {
+      graphs_.assign(static_cast<size_t>(std::min(max_seqs_, 256)) + 1, 0);
+      graph_state_.assign(graphs_.size(), 0);
+    }
+    if (graph_state_[bucket] == 1) {
+      backend_.replay_graph(graphs_[bucket]);
+    } else {
+      run_compute(shape);  // eager first, so workspaces and plans exist before capture
+      graphs_[bucket] = backend_.capture_graph([&] { run_compute(shape); });
+      graph_state_[bucket] = 1;
+    }
+  } else {
+    run_compute(shape);
+  }
+
+  // Logits of the real rows back to the host as f32.
+  const int64_t vocab = c.vocab_size;
+  const int64_t real_rows = static_cast<int64_t>(b.logits_indices.size());
+  logits.resize(static_cast<size_t>(real_rows * vocab));
+  for (int64_t begin = 0; begin < real_rows; begin += max_logit_rows_) {
+    const int64_t n = std::min<int64_t>(max_logit_rows_, real_rows - begin);
+    if (begin > 0) {
+      // Rows past the first chunk (prompt logprobs of long prefills) are computed here, eagerly.
+      const TensorView normed(normed_.data(), options_.activation_dtype, {t, c.hidden_size});
+      const TensorView idx(static_cast<int32_t*>(inputs_.data()) + layout_.logits + begin, DType::kI32, {n});
+      const TensorView sel = act(selected_, n, c.hidden_size), out = act(logits_, n, vocab);
+      backend_.gather_rows({normed, idx, sel});
+      backend_.matmul({sel, weights_.lm_head, {}, out});
+    }
+    float* dst = logits.data() + begin * vocab;
+    const size_t bytes = dtype_bytes(options_.activation_dtype, static_cast<size_t>(n * vocab));
+    if (options_.activation_dtype == DType::kF32) {
+      backend_.copy_to_host(dst, logits_.data(), bytes);
+    } else {
+      logits_host_.resize(bytes);
+      backend_.copy_to_host(logits_host_.data(), logits_.data(), bytes);
+      convert_to_f32(options_.activation_dtype, logits_host_.data(), dst, static_cast<size_t>(n * vocab));
+    }
+  }
+}
+
+// Every layer plus the first chunk of logits rows, on the inputs already on the device. Enqueues ops only
+// (no host synchronisation), so it can be captured into a graph.
+void LlamaModel::run_compute(const StepShape& shape) {
+  const auto& c = config_;
+  const int64_t t = shape.tokens, s = shape.seqs;
+  const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
   auto ints = [&](size_t off, std::initializer_list<int64_t> dims) {
     return TensorView(static_cast<int32_t*>(inputs_.data()) + off, DType::kI32, dims);
   };
-  const TensorView token_ids = ints(off_ids, {t}), positions = ints(off_pos, {t}), slots = ints(off_slots, {t});
-  const TensorView qsl = ints(off_qsl, {s + 1}), seq_lens = ints(off_lens, {s});
-  const TensorView tables = ints(off_tables, {s, std::max(1, b.max_blocks_per_seq)});
+  const TensorView token_ids = ints(layout_.ids, {t}), positions = ints(layout_.positions, {t});
+  const TensorView slots = ints(layout_.slots, {t});
+  const TensorView qsl = ints(layout_.qsl, {s + 1}), seq_lens = ints(layout_.seq_lens, {s});
+  const TensorView tables = ints(layout_.tables, {s, max_blocks_per_seq_});
 
   const TensorView hidden = act(hidden_, t, h), residual = act(residual_, t, h), normed = act(normed_, t, h);
   const TensorView q = act(q_, t, nq * hd), k = act(k_, t, nkv * hd), v = act(v_, t, nkv * hd);
   const TensorView attn = act(attn_, t, nq * hd);
   const TensorView gate = act(gate_, t, c.intermediate_size), up = act(up_, t, c.intermediate_size);
+  const TensorView inv_freq(inv_freq_.data(), DType::kF32, {c.rotary_dim() / 2});
+  const float eps = static_cast<float>(c.rms_norm_eps);
 
   backend_.embedding({token_ids, weights_.embed_tokens, hidden});
   backend_.fill_zero(residual.data, residual.bytes());
-  const int max_q = [&] {
-    int m = 0;
-    for (int64_t i = 0; i < s; ++i) m = std::max(m, b.query_start_loc[i + 1] - b.query_start_loc[i]);
-    return m;
-  }();
-  const int max_len = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
-  const TensorView inv_freq(inv_freq_.data(), DType::kF32, {c.rotary_dim() / 2});
-
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const LayerWeights& w = weights_.layers[l];
     // residual += hidden; normed = rmsnorm(residual)
-    backend_.rms_norm({hidden, residual, w.input_norm, normed, static_cast<float>(c.rms_norm_eps)});
+    backend_.rms_norm({hidden, residual, w.input_norm, normed, eps});
     backend_.matmul({normed, w.q_proj, w.q_bias, q});
     backend_.matmul({normed, w.k_proj, w.k_bias, k});
     backend_.matmul({normed, w.v_proj, w.v_bias, v});
     if (c.qk_norm) {
       TensorView qh = q.reshaped({t * nq, hd}), kh = k.reshaped({t * nkv, hd});
-      backend_.rms_norm({qh, {}, w.q_norm, qh, static_cast<float>(c.rms_norm_eps)});
-      backend_.rms_norm({kh, {}, w.k_norm, kh, static_cast<float>(c.rms_norm_eps)});
+      backend_.rms_norm({qh, {}, w.q_norm, qh, eps});
+      backend_.rms_norm({kh, {}, w.k_norm, kh, eps});
     }
     const TensorView q3 = q.reshaped({t, nq, hd}), k3 = k.reshaped({t, nkv, hd}), v3 = v.reshaped({t, nkv, hd});
     backend_.rope({q3, k3, positions, inv_freq, rope_.attention_scaling, static_cast<int>(c.rotary_dim())});
@@ -220,35 +344,23 @@ void LlamaModel::forward(const ForwardBatch& b, std::vector<float>& logits) {
     ap.block_tables = tables;
     ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     ap.sliding_window = static_cast<int>(c.sliding_window);
-    ap.max_query_len = max_q;
-    ap.max_seq_len = max_len;
+    ap.max_query_len = shape.max_query_len;
+    ap.max_seq_len = shape.max_seq_len;
     backend_.attention(ap);
     backend_.matmul({attn, w.o_proj, w.o_bias, hidden});
-    backend_.rms_norm({hidden, residual, w.post_norm, normed, static_cast<float>(c.rms_norm_eps)});
+    backend_.rms_norm({hidden, residual, w.post_norm, normed, eps});
     backend_.matmul({normed, w.gate_proj, w.gate_bias, gate});
     backend_.matmul({normed, w.up_proj, w.up_bias, up});
     backend_.silu_mul({gate, up, gate});
     backend_.matmul({gate, w.down_proj, w.down_bias, hidden});
   }
-  backend_.rms_norm({hidden, residual, weights_.final_norm, normed, static_cast<float>(c.rms_norm_eps)});
-
-  // Logits for the requested rows, in chunks of max_logit_rows_.
-  const int64_t vocab = c.vocab_size;
-  logits.resize(static_cast<size_t>(r * vocab));
-  for (int64_t begin = 0; begin < r; begin += max_logit_rows_) {
-    const int64_t n = std::min<int64_t>(max_logit_rows_, r - begin);
-    const TensorView idx(static_cast<int32_t*>(inputs_.data()) + off_logits + begin, DType::kI32, {n});
-    const TensorView sel = act(selected_, n, h), out = act(logits_, n, vocab);
+  backend_.rms_norm({hidden, residual, weights_.final_norm, normed, eps});
+  const int64_t n = std::min<int64_t>(max_logit_rows_, shape.rows);
+  if (n > 0) {
+    const TensorView idx = ints(layout_.logits, {n});
+    const TensorView sel = act(selected_, n, h), out = act(logits_, n, c.vocab_size);
     backend_.gather_rows({normed, idx, sel});
     backend_.matmul({sel, weights_.lm_head, {}, out});
-    float* dst = logits.data() + begin * vocab;
-    if (a == DType::kF32) {
-      backend_.copy_to_host(dst, out.data, out.bytes());
-    } else {
-      logits_host_.resize(out.bytes());
-      backend_.copy_to_host(logits_host_.data(), out.data, out.bytes());
-      convert_to_f32(a, logits_host_.data(), dst, static_cast<size_t>(n * vocab));
-    }
   }
 }
 

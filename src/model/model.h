@@ -43,6 +43,8 @@ struct ModelOptions {
   DType activation_dtype = DType::kF32;
   int max_num_batched_tokens = 2048;  // sizes the activation workspace
   int max_num_seqs = 256;
+  int max_model_len = 0;   // longest sequence (sizes block-table rows); 0 = max_position_embeddings
+  int min_block_size = 16; // smallest KV block size the caller will use (block-table rows hold max_model_len of them)
   // Called with (bytes_done, bytes_total) while weights load (progress bars).
   std::function<void(size_t, size_t)> on_load_progress;
   // Build weights in memory from the config with this seed instead of reading safetensors (benchmarks).

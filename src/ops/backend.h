@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +42,19 @@ class Backend {
   virtual void synchronize() = 0;
   // Bytes that could still be allocated (for sizing the KV cache); host backends report available RAM.
   virtual size_t free_memory() const = 0;
+
+  // Optional services with plain defaults (host memory, synchronous copies, no graphs); the CUDA backend
+  // overrides them. Pinned memory is what copy_from_host_async reads; its source must stay unchanged until the
+  // next synchronize() or copy_to_host().
+  virtual void* allocate_pinned(size_t bytes);
+  virtual void deallocate_pinned(void* ptr);
+  virtual void copy_from_host_async(void* dst, const void* src, size_t bytes) { copy_from_host(dst, src, bytes); }
+  // Graphs: record the ops `record` enqueues, replay them later on the buffers' current contents. Every buffer
+  // the ops touch must outlive the graph. Run the same ops once eagerly before capturing.
+  virtual bool supports_graphs() const { return false; }
+  virtual int64_t capture_graph(const std::function<void()>& record);
+  virtual void replay_graph(int64_t graph);
+  virtual void destroy_graph(int64_t graph);
 
   // Ops (see ops.h for semantics).
   virtual void embedding(const EmbeddingParams& p) = 0;
