@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
 done
 
 apt_packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libboost-dev
-              libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
+              libcli11-dev libicu-dev libspdlog-dev libfmt-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
               nodejs npm)
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -1,0 +1,361 @@
+// BPE model: vocabulary/merges loading, word -> symbols, merging, and the per-thread word cache.
+#include "tokenizer/bpe_model.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <queue>
+
+#include "core/status.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/json_util.h"
+#include "tokenizer/unicode.h"
+
+namespace peregrine::tokenizer {
+namespace {
+
+constexpr uint32_t kNoRank = 0xFFFFFFFFu;
+constexpr uint32_t kMetaspace = 0x2581;
+constexpr std::string_view kMetaspaceUtf8 = "\xE2\x96\x81";
+constexpr size_t kMaxCachedWordBytes = 256;
+constexpr size_t kMaxCacheEntries = 1 << 18;
+constexpr size_t kSmallWord = 96;  // up to this many symbols, merge by scanning a rank array
+
+std::atomic<uint64_t> g_next_instance_id{1};
+
+// Word -> ids cache for the tokenizer instance last used on this thread.
+struct WordCache {
+  uint64_t owner = 0;
+  StringIdMap index;  // word -> entry number
+  std::vector<uint32_t> starts{0};
+  std::vector<int32_t> ids;
+
+  void reset(uint64_t new_owner) {
+    owner = new_owner;
+    index.clear();
+    starts.assign(1, 0);
+    ids.clear();
+  }
+};
+WordCache& thread_cache(uint64_t owner) {
+  thread_local WordCache cache;
+  if (cache.owner != owner || cache.index.size() >= kMaxCacheEntries) cache.reset(owner);
+  return cache;
+}
+
+uint32_t last_code_point(std::string_view s) {
+  size_t start = s.size() - 1;
+  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+  size_t i = start;
+  return next_code_point(s, i);
+}
+
+}  // namespace
+
+BpeModel::BpeModel(const nlohmann::json& model, TokenizerJsonParts& parts, bool raw_bytes)
+    : raw_bytes_(raw_bytes), instance_id_(g_next_instance_id.fetch_add(1)) {
+  if (!parts.has_vocab_object) throw Error(ErrorCode::kFormatError, "tokenizer.json: BPE model needs a 'vocab' object");
+  continuing_subword_prefix_ = json_value<std::string>(model, "continuing_subword_prefix", "");
+  end_of_word_suffix_ = json_value<std::string>(model, "end_of_word_suffix", "");
+  fuse_unk_ = json_value<bool>(model, "fuse_unk", false);
+  byte_fallback_ = json_value<bool>(model, "byte_fallback", false);
+  ignore_merges_ = json_value<bool>(model, "ignore_merges", false);
+
+  int64_t max_id = -1;
+  for (const auto& e : parts.vocab) {
+    if (e.id < 0 || e.id > 0x7FFFFFFF) throw Error(ErrorCode::kFormatError, "tokenizer.json: vocab id out of range");
+    max_id = std::max(max_id, e.id);
+  }
+  tokens_.assign(static_cast<size_t>(max_id + 1), ArenaString{0, 0xFFFFFFFFu});
+  vocab_.reserve(parts.vocab.size());
+  std::string scratch;
+  for (const auto& e : parts.vocab) {
+    tokens_[e.id] = e.token;
+    std::string_view spelling = parts.view(e.token);
+    if (raw_bytes_) {
+      scratch.clear();
+      if (byte_level_to_bytes(spelling, scratch)) vocab_.set(scratch, static_cast<uint32_t>(e.id));
+      else unmappable_.set(spelling, static_cast<uint32_t>(e.id));
+    } else {
+      vocab_.set(spelling, static_cast<uint32_t>(e.id));
+    }
+  }
+
+  // Maps a tokenizer.json spelling to its lookup form (raw bytes in raw-byte mode).
+  auto to_internal = [&](std::string_view spelling, std::string& out) {
+    out.clear();
+    if (!raw_bytes_) {
+      out.assign(spelling);
+      return true;
+    }
+    return byte_level_to_bytes(spelling, out);
+  };
+
+  merges_.reserve(parts.merges.size());
+  std::string left, right;
+  for (size_t rank = 0; rank < parts.merges.size(); ++rank) {
+    std::string_view l = parts.view(parts.merges[rank].left), r = parts.view(parts.merges[rank].right);
+    if (!to_internal(l, left) || !to_internal(r, right)) continue;
+    int32_t a = lookup(left), b = lookup(right);
+    if (a < 0 || b < 0) continue;
+    std::string_view r_rest = right;
+    if (!continuing_subword_prefix_.empty() && r_rest.substr(0, continuing_subword_prefix_.size()) == continuing_subword_prefix_)
+      r_rest.remove_prefix(continuing_subword_prefix_.size());
+    left.append(r_rest);
+    int32_t merged = lookup(left);
+    if (merged < 0) continue;
+    merges_.set(pair_key(a, b), MergeValue{static_cast<uint32_t>(rank), static_cast<uint32_t>(merged)});
+    if (!raw_bytes_ && r.substr(0, kMetaspaceUtf8.size()) == kMetaspaceUtf8 && !l.empty()) {
+      uint32_t prev = last_code_point(l);
+      if (prev != kMetaspace) metaspace_blocking_prev_.push_back(prev);
+    }
+  }
+
+  if (auto unk = model.find("unk_token"); unk != model.end() && unk->is_string()) {
+    std::string unk_internal;
+    if (to_internal(unk->get<std::string>(), unk_internal)) unk_id_ = lookup(unk_internal);
+  }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    byte_fallback_ids_[b] = raw_bytes_ ? -1 : lookup(name);
+    byte_ids_[b] = raw_bytes_ ? lookup(std::string_view(reinterpret_cast<const char*>(&b), 1)) : -1;
+  }
+  has_all_byte_fallback_ = std::all_of(std::begin(byte_fallback_ids_), std::end(byte_fallback_ids_), [](int32_t id) { return id >= 0; });
+
+  if (!raw_bytes_) {
+    if (continuing_subword_prefix_.empty() && end_of_word_suffix_.empty()) {
+      char_ids_.assign(0x10000, -1);
+      for (size_t id = 0; id < tokens_.size(); ++id) {
+        if (tokens_[id].length == 0xFFFFFFFFu) continue;
+        std::string_view s = std::string_view(parts.arena).substr(tokens_[id].offset, tokens_[id].length);
+        if (s.empty()) continue;
+        size_t i = 0;
+        uint32_t cp = next_code_point(s, i);
+        if (i == s.size() && cp < 0x10000 && vocab_.get(s) == id) char_ids_[cp] = static_cast<int32_t>(id);
+      }
+    }
+    // Splitting before U+2581 is safe when no token contains "<c>U+2581" for the preceding c (other than U+2581).
+    if (lookup(kMetaspaceUtf8) >= 0) {
+      for (const auto& e : parts.vocab) {
+        std::string_view s = parts.view(e.token);
+        size_t i = 0;
+        uint32_t prev = 0;
+        bool first = true;
+        while (i < s.size()) {
+          uint32_t cp = next_code_point(s, i);
+          if (!first && cp == kMetaspace && prev != kMetaspace) metaspace_blocking_prev_.push_back(prev);
+          prev = cp;
+          first = false;
+        }
+      }
+      std::sort(metaspace_blocking_prev_.begin(), metaspace_blocking_prev_.end());
+      metaspace_blocking_prev_.erase(std::unique(metaspace_blocking_prev_.begin(), metaspace_blocking_prev_.end()),
+                                     metaspace_blocking_prev_.end());
+      split_before_metaspace_ = true;
+    }
+  }
+  arena_ = std::move(parts.arena);
+}
+
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
+  if (raw_bytes_) {
+    std::string bytes;
+    if (byte_level_to_bytes(token, bytes)) {
+      int32_t id = lookup(bytes);
+      if (id >= 0) return id;
+    }
+    uint32_t v = unmappable_.get(token);
+    if (v != StringIdMap::kMissing) return static_cast<int32_t>(v);
+    return std::nullopt;
+  }
+  int32_t id = lookup(token);
+  return id >= 0 ? std::optional<int32_t>(id) : std::nullopt;
+}
+
+std::string_view BpeModel::id_to_token(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || tokens_[id].length == 0xFFFFFFFFu) return {};
+  return std::string_view(arena_).substr(tokens_[id].offset, tokens_[id].length);
+}
+
+void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (!split_before_metaspace_ || word.size() <= kMetaspaceUtf8.size()) {
+    tokenize_chunk(word, out);
+    return;
+  }
+  size_t chunk = 0;
+  size_t pos = 1;
+  while ((pos = word.find(kMetaspaceUtf8, pos)) != std::string_view::npos) {
+    uint32_t prev = last_code_point(word.substr(0, pos));
+    if (prev != kMetaspace &&
+        !std::binary_search(metaspace_blocking_prev_.begin(), metaspace_blocking_prev_.end(), prev)) {
+      tokenize_chunk(word.substr(chunk, pos - chunk), out);
+      chunk = pos;
+    }
+    pos += kMetaspaceUtf8.size();
+  }
+  tokenize_chunk(word.substr(chunk), out);
+}
+
+void BpeModel::tokenize_chunk(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {
+    int32_t id = lookup(word);
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
+  bool cacheable = word.size() <= kMaxCachedWordBytes;
+  WordCache* cache = nullptr;
+  if (cacheable) {
+    cache = &thread_cache(instance_id_);
+    uint32_t entry = cache->index.get(word);
+    if (entry != StringIdMap::kMissing) {
+      out.insert(out.end(), cache->ids.begin() + cache->starts[entry], cache->ids.begin() + cache->starts[entry + 1]);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> syms;
+  syms.clear();
+  word_to_symbols(word, syms);
+  if (syms.size() > 1) {
+    if (syms.size() <= kSmallWord) merge_small(syms);
+    else merge_large(syms);
+  }
+  out.insert(out.end(), syms.begin(), syms.end());
+  if (cacheable) {
+    cache->index.set(word, static_cast<uint32_t>(cache->starts.size() - 1));
+    cache->ids.insert(cache->ids.end(), syms.begin(), syms.end());
+    cache->starts.push_back(static_cast<uint32_t>(cache->ids.size()));
+  }
+}
+
+void BpeModel::word_to_symbols(std::string_view word, std::vector<int32_t>& syms) const {
+  if (raw_bytes_) {
+    for (char c : word) {
+      int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+      if (id >= 0) syms.push_back(id);
+      else if (unk_id_ >= 0 && !(fuse_unk_ && !syms.empty() && syms.back() == unk_id_)) syms.push_back(unk_id_);
+    }
+    return;
+  }
+  bool decorated = !continuing_subword_prefix_.empty() || !end_of_word_suffix_.empty();
+  bool pending_unk = false;  // an unknown run not yet emitted (fuse_unk)
+  std::string scratch;
+  for (size_t i = 0; i < word.size();) {
+    size_t start = i;
+    uint32_t cp = next_code_point(word, i);
+    std::string_view ch = word.substr(start, i - start);
+    int32_t id = -1;
+    if (!decorated) {
+      id = cp < 0x10000 ? char_ids_[cp] : lookup(ch);
+    } else {
+      scratch.clear();
+      if (start != 0) scratch.append(continuing_subword_prefix_);
+      scratch.append(ch);
+      if (i == word.size()) scratch.append(end_of_word_suffix_);
+      id = lookup(scratch);
+      ch = scratch;
+    }
+    if (id >= 0) {
+      if (pending_unk) syms.push_back(unk_id_), pending_unk = false;
+      syms.push_back(id);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = has_all_byte_fallback_;
+      if (!all) {
+        all = true;
+        for (char c : ch) all = all && byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0;
+      }
+      if (all) {
+        if (pending_unk) syms.push_back(unk_id_), pending_unk = false;
+        for (char c : ch) syms.push_back(byte_fallback_ids_[static_cast<unsigned char>(c)]);
+        continue;
+      }
+    }
+    if (unk_id_ >= 0) {
+      if (pending_unk && !fuse_unk_) syms.push_back(unk_id_);
+      pending_unk = true;
+    }
+  }
+  if (pending_unk) syms.push_back(unk_id_);
+}
+
+void BpeModel::merge_small(std::vector<int32_t>& syms) const {
+  size_t n = syms.size();
+  uint32_t ranks[kSmallWord], new_ids[kSmallWord];
+  auto fill = [&](size_t i) {
+    const MergeValue* m = merges_.get(pair_key(syms[i], syms[i + 1]));
+    ranks[i] = m ? m->rank : kNoRank;
+    new_ids[i] = m ? m->new_id : 0;
+  };
+  for (size_t i = 0; i + 1 < n; ++i) fill(i);
+  while (n > 1) {
+    uint32_t best = kNoRank;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < n; ++i)
+      if (ranks[i] < best) best = ranks[i], at = i;
+    if (best == kNoRank) break;
+    syms[at] = static_cast<int32_t>(new_ids[at]);
+    // Remove symbol at+1 and the pair entry at+1 (pair (at+1, at+2) becomes (at, at+1)).
+    for (size_t k = at + 1; k + 1 < n; ++k) {
+      syms[k] = syms[k + 1];
+      ranks[k] = ranks[k + 1];
+      new_ids[k] = new_ids[k + 1];
+    }
+    --n;
+    if (at + 1 < n) fill(at);
+    else ranks[at] = kNoRank;
+    if (at > 0) fill(at - 1);
+  }
+  syms.resize(n);
+}
+
+void BpeModel::merge_large(std::vector<int32_t>& syms) const {
+  struct Sym {
+    int32_t id;
+    int32_t prev, next;
+    uint32_t version;
+  };
+  struct Entry {
+    uint32_t rank;
+    int32_t pos;
+    uint32_t left_version, right_version;
+    bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  size_t n = syms.size();
+  std::vector<Sym> s(n);
+  for (size_t i = 0; i < n; ++i)
+    s[i] = Sym{syms[i], static_cast<int32_t>(i) - 1, i + 1 < n ? static_cast<int32_t>(i + 1) : -1, 0};
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  auto push = [&](int32_t pos) {
+    if (pos < 0 || s[pos].next < 0) return;
+    int32_t nx = s[pos].next;
+    if (const MergeValue* m = merges_.get(pair_key(s[pos].id, s[nx].id)))
+      heap.push(Entry{m->rank, pos, s[pos].version, s[nx].version});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
+  while (!heap.empty()) {
+    Entry e = heap.top();
+    heap.pop();
+    Sym& left = s[e.pos];
+    if (left.id < 0 || left.version != e.left_version || left.next < 0) continue;
+    Sym& right = s[left.next];
+    if (right.version != e.right_version) continue;
+    const MergeValue* m = merges_.get(pair_key(left.id, right.id));
+    left.id = static_cast<int32_t>(m->new_id);
+    ++left.version;
+    right.id = -1;
+    ++right.version;
+    left.next = right.next;
+    if (right.next >= 0) s[right.next].prev = e.pos;
+    push(left.prev);
+    push(e.pos);
+  }
+  syms.clear();
+  for (int32_t i = 0; i >= 0; i = s[i].next) syms.push_back(s[i].id);
+}
+
+}  // namespace peregrine::tokenizer
