@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "peregrine 0.1.0");
   peregrine::cli::register_generate(app);
   peregrine::cli::register_tokenize(app);
+  peregrine::cli::register_chat_template(app);
   peregrine::cli::register_bench(app);
   try {
     app.parse(argc, argv);
