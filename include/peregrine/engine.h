@@ -40,12 +40,12 @@ struct ModelInfo {
   double load_seconds = 0.0;
 };
 
-// Options of a chat-template rendering (tools and extra template variables are JSON, as the client sent them).
+// Options of a chat-template rendering (tools and extra template variables are JSON, as the client sent them,
+// with key order kept: templates print them).
 struct ChatTemplateOptions {
   bool add_generation_prompt = true;
-  bool continue_final_message = false;
-  const nlohmann::json* tools = nullptr;                // array or null
-  const nlohmann::json* chat_template_kwargs = nullptr;  // object or null
+  const nlohmann::ordered_json* tools = nullptr;                 // array or null
+  const nlohmann::ordered_json* chat_template_kwargs = nullptr;  // object or null
 };
 
 // Called on the engine loop thread with each delta. It must return quickly and never block on I/O; it may
@@ -121,7 +121,7 @@ class Engine {
   std::string detokenize(std::span<const int32_t> ids, bool skip_special_tokens) const;
   std::string token_text(int32_t id) const;  // one token decoded alone
   // Renders the model's (or --chat-template's) chat template. Throws Error(kInvalidArgument) on bad messages.
-  std::string apply_chat_template(const nlohmann::json& messages, const ChatTemplateOptions& options) const;
+  std::string apply_chat_template(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options) const;
 
   EngineStats stats() const;
 

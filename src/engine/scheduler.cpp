@@ -42,33 +42,42 @@ SchedulerOutput Scheduler::schedule() {
 
   // Waiting sequences, FCFS, only when nothing had to be preempted this step.
   if (out.preempted.empty()) {
-    size_t i = 0;
-    while (i < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
-      Sequence* seq = waiting_[i];
-      if (seq->fork_leader != nullptr) {  // waits for its leader's prompt blocks
-        ++i;
-        continue;
-      }
-      const bool fresh = seq->block_table.empty();
-      std::vector<int> hits = fresh ? kv_.find_cached_prefix(*seq) : std::vector<int>{};
-      const int computed = seq->num_computed_tokens + static_cast<int>(hits.size()) * config_.block_size;
-      const int num_new = std::min(seq->num_tokens() - computed, budget);
-      PEREGRINE_CHECK(num_new > 0, "waiting sequence with nothing to compute");
-      if (!kv_.allocate_slots(*seq, num_new, hits)) break;  // keep FCFS order: wait for blocks
-      if (fresh) {
-        const int hit_tokens = static_cast<int>(hits.size()) * config_.block_size;
-        if (kv_.prefix_caching() && !seq->skip_prefix_cache) kv_.record_prefix_lookup(seq->num_tokens(), hit_tokens);
-        if (seq->num_preemptions == 0) seq->num_prefix_hit_tokens = hit_tokens;
-      }
-      waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
-      seq->status = SeqStatus::kRunning;
-      running_.push_back(seq);
-      out.seqs.push_back({seq, num_new, seq->num_computed_tokens + num_new == seq->num_tokens()});
-      out.num_batched_tokens += num_new;
-      budget -= num_new;
+    admit_waiting(out, budget);
+    // Blocks pinned by waiting forks can starve an idle engine; give them back and try again.
+    if (out.seqs.empty() && running_.empty() && !waiting_.empty()) {
+      for (Sequence* w : waiting_) kv_.free(*w);
+      admit_waiting(out, budget);
     }
   }
   return out;
+}
+
+void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
+  size_t i = 0;
+  while (i < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_[i];
+    if (seq->fork_leader != nullptr) {  // waits for its leader's prompt blocks
+      ++i;
+      continue;
+    }
+    const bool fresh = seq->block_table.empty();
+    std::vector<int> hits = fresh ? kv_.find_cached_prefix(*seq) : std::vector<int>{};
+    const int computed = seq->num_computed_tokens + static_cast<int>(hits.size()) * config_.block_size;
+    const int num_new = std::min(seq->num_tokens() - computed, budget);
+    PEREGRINE_CHECK(num_new > 0, "waiting sequence with nothing to compute");
+    if (!kv_.allocate_slots(*seq, num_new, hits)) break;  // keep FCFS order: wait for blocks
+    if (fresh) {
+      const int hit_tokens = static_cast<int>(hits.size()) * config_.block_size;
+      if (kv_.prefix_caching() && !seq->skip_prefix_cache) kv_.record_prefix_lookup(seq->num_tokens(), hit_tokens);
+      if (seq->num_preemptions == 0) seq->num_prefix_hit_tokens = hit_tokens;
+    }
+    waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
+    seq->status = SeqStatus::kRunning;
+    running_.push_back(seq);
+    out.seqs.push_back({seq, num_new, seq->num_computed_tokens + num_new == seq->num_tokens()});
+    out.num_batched_tokens += num_new;
+    budget -= num_new;
+  }
 }
 
 bool Scheduler::schedule_running(Sequence* seq, SchedulerOutput& out, int& budget) {

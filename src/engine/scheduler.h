@@ -69,6 +69,7 @@ class Scheduler {
   bool make_room(int needed, Sequence* for_seq, SchedulerOutput& out, int& budget);
   void preempt(Sequence* victim, SchedulerOutput& out, int& budget);
   bool schedule_running(Sequence* seq, SchedulerOutput& out, int& budget);
+  void admit_waiting(SchedulerOutput& out, int& budget);
 
   SchedulerConfig config_;
   KvCacheManager kv_;

@@ -1,0 +1,240 @@
+// Engine: the public API over EngineCore: thread-safe submission through a command queue, one loop thread
+// that applies commands and runs steps, offline generate(), shutdown, and stats snapshots.
+#include "peregrine/engine.h"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <variant>
+
+#include "core/status.h"
+#include "engine/engine_core.h"
+
+namespace peregrine {
+
+struct Engine::Impl {
+  struct AddCommand {
+    std::string id;
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    OutputCallback callback;
+    double arrival;
+  };
+  struct AbortCommand {
+    std::string id;
+  };
+  using Command = std::variant<AddCommand, AbortCommand>;
+
+  std::unique_ptr<engine::EngineCore> core;
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<Command> commands;
+  std::unordered_set<std::string> live_ids;  // submitted and not yet finished (guarded by mutex)
+  bool stopping = false;
+  std::atomic<int> queued{0};
+  std::thread loop;
+
+  mutable std::mutex stats_mutex;
+  EngineStats stats;
+
+  void run_loop();
+  void publish_stats() {
+    EngineStats s = core->stats();
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    stats = std::move(s);
+  }
+};
+
+Engine::Engine(std::unique_ptr<engine::EngineCore> core) : impl_(std::make_unique<Impl>()) {
+  impl_->core = std::move(core);
+  impl_->core->set_queued_counter(&impl_->queued);
+  impl_->publish_stats();
+  impl_->loop = std::thread([impl = impl_.get()] { impl->run_loop(); });
+}
+
+Engine::~Engine() {
+  shutdown();
+  if (impl_->loop.joinable()) impl_->loop.join();
+}
+
+void Engine::Impl::run_loop() {
+  for (;;) {
+    std::deque<Command> batch;
+    bool stop = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      wake.wait(lock, [&] { return !commands.empty() || stopping || core->has_unfinished(); });
+      batch.swap(commands);
+      stop = stopping;
+    }
+    for (Command& cmd : batch) {
+      if (auto* add = std::get_if<AddCommand>(&cmd)) {
+        // Wrap the callback so the id leaves live_ids when the request ends.
+        OutputCallback user = std::move(add->callback);
+        std::string id = add->id;
+        OutputCallback wrapped = [this, user = std::move(user), id](RequestOutput&& out) {
+          const bool finished = out.finished;
+          if (user) user(std::move(out));
+          if (finished) {
+            std::lock_guard<std::mutex> lock(mutex);
+            live_ids.erase(id);
+          }
+        };
+        OutputCallback on_failure = wrapped;
+        try {
+          core->add_request(add->id, std::move(add->prompt), add->params, std::move(wrapped), add->arrival);
+        } catch (const std::exception& e) {
+          queued.fetch_sub(1);
+          RequestOutput out;
+          out.request_id = add->id;
+          out.finished = true;
+          out.error = e.what();
+          on_failure(std::move(out));
+        }
+      } else {
+        core->abort_request(std::get<AbortCommand>(cmd).id);
+      }
+    }
+    if (stop) {
+      core->abort_all("");
+      publish_stats();
+      return;
+    }
+    if (core->has_unfinished()) {
+      try {
+        core->step();
+      } catch (const std::exception& e) {
+        // An internal error fails the live requests (each gets a final delta with the message); the engine
+        // keeps serving new ones.
+        core->abort_all(std::string("engine error: ") + e.what());
+      }
+    }
+    publish_stats();
+  }
+}
+
+const ModelInfo& Engine::info() const { return impl_->core->info(); }
+const SamplingParams& Engine::default_sampling_params() const { return impl_->core->default_sampling_params(); }
+
+void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                         const SamplingParams& params, OutputCallback on_output) {
+  impl_->core->validate(prompt_token_ids, params);
+  const double arrival = impl_->core->now();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->stopping) throw Error(ErrorCode::kUnavailable, "the engine is shutting down");
+  if (impl_->queued.load() >= impl_->core->max_queued_requests()) {
+    throw Error(ErrorCode::kUnavailable, "the waiting queue is full (" +
+                                             std::to_string(impl_->core->max_queued_requests()) +
+                                             " requests); retry later");
+  }
+  if (!impl_->live_ids.insert(request_id).second) {
+    throw Error(ErrorCode::kInvalidArgument, "request id '" + request_id + "' is already in use");
+  }
+  impl_->queued.fetch_add(1);
+  impl_->commands.push_back(
+      Impl::AddCommand{request_id, std::move(prompt_token_ids), params, std::move(on_output), arrival});
+  impl_->wake.notify_one();
+}
+
+void Engine::abort_request(const std::string& request_id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (!impl_->live_ids.count(request_id)) return;
+  impl_->commands.push_back(Impl::AbortCommand{request_id});
+  impl_->wake.notify_one();
+}
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_one();
+  if (impl_->loop.joinable() && impl_->loop.get_id() != std::this_thread::get_id()) impl_->loop.join();
+}
+
+std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                            const SamplingParams& params) {
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::vector<RequestOutput> results;
+    size_t remaining = 0;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->results.resize(prompts.size());
+  shared->remaining = prompts.size();
+  static std::atomic<uint64_t> batch_counter{0};
+  const std::string prefix = "generate-" + std::to_string(batch_counter.fetch_add(1)) + "-";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    shared->results[i].outputs.resize(static_cast<size_t>(params.n));
+    for (int k = 0; k < params.n; ++k) shared->results[i].outputs[static_cast<size_t>(k)].index = k;
+    add_request(prefix + std::to_string(i), prompts[i], params, [shared, i](RequestOutput&& delta) {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      RequestOutput& acc = shared->results[i];
+      if (!delta.prompt_token_ids.empty()) {
+        acc.request_id = delta.request_id;
+        acc.prompt_token_ids = std::move(delta.prompt_token_ids);
+        acc.prompt_logprobs = std::move(delta.prompt_logprobs);
+      }
+      acc.num_prompt_tokens = delta.num_prompt_tokens;
+      acc.num_cached_tokens = delta.num_cached_tokens;
+      acc.timings = delta.timings;
+      if (delta.error) acc.error = delta.error;
+      for (CompletionOutput& c : delta.outputs) {
+        CompletionOutput& a = acc.outputs[static_cast<size_t>(c.index)];
+        a.text += c.text;
+        a.token_ids.insert(a.token_ids.end(), c.token_ids.begin(), c.token_ids.end());
+        for (auto& lp : c.logprobs) a.logprobs.push_back(std::move(lp));
+        a.cumulative_logprob = c.cumulative_logprob;
+        a.finish_reason = c.finish_reason;
+        a.stop_string = c.stop_string;
+        a.stop_token_id = c.stop_token_id;
+        a.num_output_tokens = c.num_output_tokens;
+      }
+      if (delta.finished) {
+        acc.finished = true;
+        if (--shared->remaining == 0) shared->done.notify_all();
+      }
+    });
+  }
+  std::unique_lock<std::mutex> lock(shared->mutex);
+  shared->done.wait(lock, [&] { return shared->remaining == 0; });
+  return std::move(shared->results);
+}
+
+std::vector<RequestOutput> Engine::generate(const std::vector<std::string>& prompts, const SamplingParams& params) {
+  std::vector<std::vector<int32_t>> ids;
+  ids.reserve(prompts.size());
+  for (const std::string& p : prompts) ids.push_back(tokenize(p, true));
+  return generate(ids, params);
+}
+
+std::vector<int32_t> Engine::tokenize(std::string_view text, bool add_special_tokens) const {
+  return impl_->core->codec().encode(text, add_special_tokens);
+}
+
+std::string Engine::detokenize(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  const int vocab = impl_->core->info().vocab_size;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "token id " + std::to_string(id) + " is out of the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  return impl_->core->codec().decode(ids, skip_special_tokens);
+}
+
+std::string Engine::token_text(int32_t id) const { return impl_->core->codec().token_text(id); }
+
+std::string Engine::apply_chat_template(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options) const {
+  return impl_->core->codec().apply_chat_template(messages, options);
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  return impl_->stats;
+}
+
+}  // namespace peregrine

@@ -1,0 +1,305 @@
+// EngineCore: requests in, one step at a time, sampling and prompt logprobs (see engine_core.h). Token
+// processing (detokenizing, stop checks) and delivering deltas are in engine_output.cpp.
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/status.h"
+#include "engine/engine_stats.h"
+
+namespace peregrine::engine {
+namespace {
+
+SchedulerConfig scheduler_config(const EngineCoreConfig& c) {
+  SchedulerConfig s;
+  s.max_num_seqs = c.max_num_seqs;
+  s.max_num_batched_tokens = c.max_num_batched_tokens;
+  s.max_model_len = c.max_model_len;
+  s.block_size = c.block_size;
+  s.num_blocks = c.num_blocks;
+  s.enable_prefix_caching = c.enable_prefix_caching;
+  return s;
+}
+
+// splitmix64: derives independent per-request seeds from the engine seed.
+uint64_t mix_seed(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+EngineCore::EngineCore(std::unique_ptr<ops::Backend> backend, std::unique_ptr<model::Model> model,
+                       std::shared_ptr<const TextCodec> codec, const EngineCoreConfig& config, ModelInfo info)
+    : backend_(std::move(backend)),
+      model_(std::move(model)),
+      codec_(std::move(codec)),
+      config_(config),
+      info_(std::move(info)),
+      scheduler_(scheduler_config(config)),
+      runner_(*model_),
+      epoch_(std::chrono::steady_clock::now()) {
+  PEREGRINE_CHECK(model_->kv_cache_spec().num_blocks == config.num_blocks, "KV cache and config disagree on blocks");
+  PEREGRINE_CHECK(model_->kv_cache_spec().block_size == config.block_size, "KV cache and config disagree on block size");
+  if (static_cast<int64_t>(config.num_blocks) * config.block_size < config.max_model_len) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "max_model_len " + std::to_string(config.max_model_len) + " exceeds the KV cache capacity of " +
+                    std::to_string(static_cast<int64_t>(config.num_blocks) * config.block_size) + " tokens");
+  }
+  stats_.ttft_seconds = make_latency_histogram(ttft_bounds());
+  stats_.inter_token_seconds = make_latency_histogram(inter_token_bounds());
+  stats_.e2e_seconds = make_latency_histogram(e2e_bounds());
+}
+
+EngineCore::~EngineCore() = default;
+
+double EngineCore::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+void EngineCore::validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
+  const int vocab = runner_.vocab_size();
+  params.validate(vocab);
+  if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "prompt: the prompt is empty (0 tokens)");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      throw Error(ErrorCode::kInvalidArgument, "prompt: token id " + std::to_string(prompt[i]) + " at index " +
+                                                   std::to_string(i) + " is out of the vocabulary [0, " +
+                                                   std::to_string(vocab) + ")");
+    }
+  }
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  const int64_t max_len = config_.max_model_len;
+  if (len >= max_len) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "This model's maximum context length is " + std::to_string(max_len) + " tokens. However, your prompt has " +
+                    std::to_string(len) + " tokens, which leaves no room for output. Please reduce the length of the prompt.");
+  }
+  if (params.max_tokens && len + *params.max_tokens > max_len) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "This model's maximum context length is " + std::to_string(max_len) + " tokens. However, you requested " +
+                    std::to_string(len + *params.max_tokens) + " tokens (" + std::to_string(len) + " in the prompt, " +
+                    std::to_string(*params.max_tokens) +
+                    " in the completion). Please reduce the length of the prompt or of max_tokens.");
+  }
+}
+
+void EngineCore::add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
+                             OutputCallback callback, double arrival) {
+  PEREGRINE_CHECK(!requests_.count(id), "duplicate request id " + id);
+  auto req = std::make_unique<RequestState>();
+  req->id = id;
+  req->params = params;
+  req->prompt = std::move(prompt);
+  req->callback = std::move(callback);
+  req->timings.arrival = arrival;
+  const int prompt_len = static_cast<int>(req->prompt.size());
+  req->max_total_tokens =
+      params.max_tokens ? std::min(config_.max_model_len, prompt_len + *params.max_tokens) : config_.max_model_len;
+  if (params.repetition_penalty != 1.0f) {
+    req->prompt_unique_tokens = req->prompt;
+    std::sort(req->prompt_unique_tokens.begin(), req->prompt_unique_tokens.end());
+    req->prompt_unique_tokens.erase(std::unique(req->prompt_unique_tokens.begin(), req->prompt_unique_tokens.end()),
+                                    req->prompt_unique_tokens.end());
+  }
+  const uint64_t base_seed = params.seed ? *params.seed : mix_seed(config_.seed ^ mix_seed(++seed_counter_));
+  for (int i = 0; i < params.n; ++i) {
+    auto ss = std::make_unique<SeqState>(base_seed + static_cast<uint64_t>(i));
+    Sequence& seq = ss->seq;
+    seq.id = next_seq_id_++;
+    seq.request = req.get();
+    seq.index = i;
+    seq.token_ids = req->prompt;
+    seq.token_ids.reserve(static_cast<size_t>(req->max_total_tokens));
+    seq.num_prompt_tokens = prompt_len;
+    // Prompt logprobs need every prompt row computed: the first sequence skips the prefix cache.
+    seq.skip_prefix_cache = i == 0 && params.prompt_logprobs.has_value();
+    ss->detokenizer =
+        codec_->make_detokenizer(req->prompt, params.skip_special_tokens, params.spaces_between_special_tokens);
+    req->seqs.push_back(std::move(ss));
+  }
+  // n > 1: siblings share the first sequence's full prompt blocks once it has computed them.
+  if (params.n > 1 && (prompt_len - 1) / config_.block_size >= 1) {
+    Sequence& leader = req->seqs[0]->seq;
+    for (int i = 1; i < params.n; ++i) {
+      req->seqs[static_cast<size_t>(i)]->seq.fork_leader = &leader;
+      leader.fork_waiters.push_back(&req->seqs[static_cast<size_t>(i)]->seq);
+    }
+  }
+  for (auto& ss : req->seqs) scheduler_.add(&ss->seq);
+  stats_.prompt_tokens += static_cast<uint64_t>(prompt_len);
+  requests_.emplace(id, std::move(req));
+}
+
+void EngineCore::release_queued(RequestState& req) {
+  if (req.counted_as_queued) {
+    req.counted_as_queued = false;
+    if (queued_counter_) queued_counter_->fetch_sub(1);
+  }
+}
+
+void EngineCore::abort_request(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  RequestState& req = *it->second;
+  for (auto& ss : req.seqs) {
+    if (!ss->finished()) finish_seq(req, *ss, FinishReason::kAbort);
+  }
+  emit(req);  // the final delta; erases the request
+}
+
+void EngineCore::abort_all(const std::string& reason) {
+  std::vector<std::string> ids;
+  for (auto& [id, req] : requests_) ids.push_back(id);
+  for (const std::string& id : ids) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    RequestState& req = *it->second;
+    if (!reason.empty()) req.error = reason;
+    for (auto& ss : req.seqs) {
+      if (!ss->finished()) finish_seq(req, *ss, FinishReason::kAbort);
+    }
+    emit(req);
+  }
+  touched_.clear();
+}
+
+PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int top_k, double lse) const {
+  const int vocab = runner_.vocab_size();
+  PositionLogprobs lp;
+  lp.chosen.token_id = chosen;
+  lp.chosen.logprob = static_cast<float>(row[chosen] - lse);
+  int rank = 1;
+  for (int i = 0; i < vocab; ++i) rank += row[i] > row[chosen] ? 1 : 0;
+  lp.chosen.rank = rank;
+  lp.chosen.text = codec_->token_text(chosen);
+  if (top_k > 0) {
+    auto top = Sampler::top_logprobs(row, vocab, top_k, lse);
+    for (size_t r = 0; r < top.size(); ++r) {
+      lp.top.push_back({top[r].first, top[r].second, static_cast<int32_t>(r + 1), codec_->token_text(top[r].first)});
+    }
+  }
+  return lp;
+}
+
+void EngineCore::compute_prompt_logprobs(RequestState& req, const float* rows, int count, int first_position) {
+  const int vocab = runner_.vocab_size();
+  const int k = req.params.prompt_logprobs.value_or(0);
+  if (req.prompt_logprobs.empty()) {
+    PositionLogprobs first;  // the first prompt token has no logprob
+    first.chosen.token_id = req.prompt[0];
+    first.chosen.text = codec_->token_text(req.prompt[0]);
+    req.prompt_logprobs.push_back(std::move(first));
+  }
+  // Row r holds the distribution of the token at position first_position + r + 1.
+  const int prompt_len = static_cast<int>(req.prompt.size());
+  for (int r = 0; r < count; ++r) {
+    const int target = first_position + r + 1;
+    if (target >= prompt_len) break;
+    const float* row = rows + static_cast<size_t>(r) * vocab;
+    req.prompt_logprobs.push_back(make_logprobs(row, req.prompt[static_cast<size_t>(target)], k,
+                                                Sampler::log_sum_exp(row, vocab)));
+  }
+  if (static_cast<int>(req.prompt_logprobs.size()) >= prompt_len) req.prompt_logprobs_done = true;
+}
+
+int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row) {
+  const SamplingParams& p = req.params;
+  const int vocab = runner_.vocab_size();
+  const bool edit = needs_logits_edits(p);
+  if (edit) edits_.apply(row, vocab, req, ss, config_.eos_token_ids);
+  SamplerParams sp;
+  sp.temperature = p.temperature;
+  sp.top_k = p.top_k;
+  sp.top_p = p.top_p;
+  sp.min_p = p.min_p;
+  sp.num_logprobs = -1;
+  const int32_t token = sampler_.sample(row, vocab, sp, ss.rng).token;
+  if (edit) edits_.restore(row);
+  if (p.logprobs) {
+    const double lse = Sampler::log_sum_exp(row, vocab);
+    PositionLogprobs lp = make_logprobs(row, token, *p.logprobs, lse);
+    ss.cumulative_logprob += lp.chosen.logprob;
+    ss.pending_logprobs.push_back(std::move(lp));
+  }
+  return token;
+}
+
+void EngineCore::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  SchedulerOutput out = scheduler_.schedule();
+  const auto t1 = Clock::now();
+  if (out.empty()) return;
+  const double step_start = now();
+
+  want_prompt_rows_.assign(out.seqs.size(), 0);
+  std::vector<int> begin_positions(out.seqs.size());
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    Sequence& seq = *out.seqs[i].seq;
+    RequestState& req = *seq.request;
+    begin_positions[i] = seq.num_computed_tokens;
+    if (req.timings.first_scheduled == 0.0) {
+      req.timings.first_scheduled = step_start;
+      release_queued(req);
+    }
+    want_prompt_rows_[i] = seq.index == 0 && req.params.prompt_logprobs && !req.prompt_logprobs_done ? 1 : 0;
+  }
+  runner_.prepare(out, want_prompt_rows_, rows_);
+  const auto t2 = Clock::now();
+  runner_.forward(logits_);
+  const auto t3 = Clock::now();
+
+  scheduler_.on_step_computed(out);
+  const int vocab = runner_.vocab_size();
+  std::vector<std::pair<SeqState*, int32_t>> sampled;
+  sampled.reserve(out.seqs.size());
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    Sequence& seq = *out.seqs[i].seq;
+    RequestState& req = *seq.request;
+    SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
+    if (rows_.prompt_row_begin[i] >= 0) {
+      compute_prompt_logprobs(req, logits_.data() + static_cast<size_t>(rows_.prompt_row_begin[i]) * vocab,
+                              rows_.prompt_row_count[i], begin_positions[i]);
+    }
+    if (rows_.sample_row[i] >= 0) {
+      float* row = logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab;
+      sampled.emplace_back(&ss, sample_token(ss, req, row));
+    }
+  }
+  const auto t4 = Clock::now();
+
+  const double t_now = now();
+  for (auto& [ss, token] : sampled) process_token(*ss->seq.request, *ss, token, t_now);
+  for (RequestState* req : touched_) emit(*req);
+  touched_.clear();
+  const auto t5 = Clock::now();
+
+  auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  ++stats_.num_steps;
+  stats_.step_schedule_seconds += secs(t0, t1);
+  stats_.step_prepare_seconds += secs(t1, t2);
+  stats_.step_forward_seconds += secs(t2, t3);
+  stats_.step_sample_seconds += secs(t3, t4);
+  stats_.step_update_seconds += secs(t4, t5);
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats s = stats_;
+  s.num_running = scheduler_.num_running();
+  s.num_waiting = scheduler_.num_waiting();
+  const BlockPool& pool = scheduler_.kv().pool();
+  s.num_kv_blocks = pool.num_blocks();
+  s.num_free_kv_blocks = pool.num_free();
+  s.num_used_kv_blocks = pool.num_used();
+  s.kv_usage = pool.num_blocks() ? static_cast<double>(pool.num_used()) / pool.num_blocks() : 0.0;
+  s.prefix_cache_queries = scheduler_.kv().num_queried_tokens();
+  s.prefix_cache_hits = scheduler_.kv().num_hit_tokens();
+  s.num_preemptions = scheduler_.num_preemptions();
+  return s;
+}
+
+}  // namespace peregrine::engine

@@ -1,0 +1,102 @@
+// EngineCore: one engine step at a time, on one thread: schedule, flatten and run the batch, sample, append
+// tokens, detokenize, check stops, free finished sequences and hand deltas to request callbacks. The public
+// Engine (engine.cpp) owns a core and drives it from its loop thread; tests drive it directly with a fake
+// model and codec.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/logits_processor.h"
+#include "engine/model_runner.h"
+#include "engine/request_state.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/text_codec.h"
+#include "model/model.h"
+#include "peregrine/engine.h"
+
+namespace peregrine::engine {
+
+// Resolved limits (Engine::create derives them from EngineConfig, the model and the measured memory).
+struct EngineCoreConfig {
+  int max_model_len = 4096;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  int num_blocks = 0;
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;
+  std::vector<int32_t> eos_token_ids;
+  int max_queued_requests = 4096;
+};
+
+class EngineCore {
+ public:
+  // The model must have its KV cache allocated with config.num_blocks blocks of config.block_size.
+  // backend may be null when the model does not need it kept alive (tests); it is destroyed after the model.
+  EngineCore(std::unique_ptr<ops::Backend> backend, std::unique_ptr<model::Model> model,
+             std::shared_ptr<const TextCodec> codec, const EngineCoreConfig& config, ModelInfo info);
+  ~EngineCore();
+
+  const EngineCoreConfig& config() const { return config_; }
+  int max_queued_requests() const { return config_.max_queued_requests; }
+  const ModelInfo& info() const { return info_; }
+  const TextCodec& codec() const { return *codec_; }
+  const SamplingParams& default_sampling_params() const { return default_params_; }
+  void set_default_sampling_params(const SamplingParams& p) { default_params_ = p; }
+  // Decremented when a request leaves the waiting queue (first scheduled, or ended before); may be null.
+  void set_queued_counter(std::atomic<int>* counter) { queued_counter_ = counter; }
+
+  // Checks a request against the model and limits (any thread). Throws Error(kInvalidArgument).
+  void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  // Loop thread only. `arrival` is seconds on this core's clock (now() when submitted).
+  void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
+                   OutputCallback callback, double arrival);
+  void abort_request(const std::string& id);
+  void abort_all(const std::string& reason);
+  bool has_unfinished() const { return !requests_.empty(); }
+  size_t num_requests() const { return requests_.size(); }
+  // Runs one step. Throws only on internal errors (the caller then fails every request with abort_all).
+  void step();
+
+  EngineStats stats() const;
+  const Scheduler& scheduler() const { return scheduler_; }
+  double now() const;
+
+ private:
+  void compute_prompt_logprobs(RequestState& req, const float* rows, int count, int first_position);
+  PositionLogprobs make_logprobs(const float* row, int32_t chosen, int top_k, double lse) const;
+  int32_t sample_token(SeqState& ss, RequestState& req, float* row);
+  void process_token(RequestState& req, SeqState& ss, int32_t token, double now);
+  void finish_seq(RequestState& req, SeqState& ss, FinishReason reason);
+  void emit(RequestState& req);
+  void release_queued(RequestState& req);
+
+  std::unique_ptr<ops::Backend> backend_;
+  std::unique_ptr<model::Model> model_;
+  std::shared_ptr<const TextCodec> codec_;
+  EngineCoreConfig config_;
+  ModelInfo info_;
+  SamplingParams default_params_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  Sampler sampler_;
+  LogitsEdits edits_;
+  std::vector<float> logits_;
+  std::vector<uint8_t> want_prompt_rows_;
+  LogitsRows rows_;
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  std::vector<RequestState*> touched_;
+  int64_t next_seq_id_ = 1;
+  uint64_t seed_counter_ = 0;
+  std::atomic<int>* queued_counter_ = nullptr;
+  std::chrono::steady_clock::time_point epoch_;
+  EngineStats stats_;
+};
+
+}  // namespace peregrine::engine

@@ -1,0 +1,178 @@
+// EngineCore's output side: appending a sampled token, detokenizing it, checking every stop condition
+// (eos, stop_token_ids, stop strings, max_tokens, the context end), and building the per-request deltas.
+// Stop strings: text that might be the start of a stop string is held back from streams until it is not.
+#include <algorithm>
+
+#include "core/status.h"
+#include "engine/engine_core.h"
+#include "engine/engine_stats.h"
+
+namespace peregrine::engine {
+namespace {
+
+// Length of the longest proper prefix of any stop string that text ends with.
+size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string>& stops) {
+  size_t best = 0;
+  for (const std::string& stop : stops) {
+    const size_t max_k = std::min(stop.size() - 1, text.size());
+    for (size_t k = max_k; k > best; --k) {
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+        best = k;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+// Finds the earliest stop string in text at or after `from`; returns npos when none.
+size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops, size_t& which) {
+  size_t best = std::string::npos;
+  for (size_t i = 0; i < stops.size(); ++i) {
+    const size_t pos = text.find(stops[i], from);
+    if (pos < best) {
+      best = pos;
+      which = i;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void EngineCore::finish_seq(RequestState& req, SeqState& ss, FinishReason reason) {
+  if (ss.finished()) return;
+  ss.finish_reason = reason;
+  scheduler_.finish(&ss.seq);
+  ++req.num_finished;
+  switch (reason) {
+    case FinishReason::kStop: ++stats_.requests_finished_stop; break;
+    case FinishReason::kLength: ++stats_.requests_finished_length; break;
+    case FinishReason::kAbort: ++stats_.requests_finished_abort; break;
+    case FinishReason::kNone: break;
+  }
+  if (!req.touched) {
+    req.touched = true;
+    touched_.push_back(&req);
+  }
+}
+
+void EngineCore::process_token(RequestState& req, SeqState& ss, int32_t token, double t_now) {
+  const SamplingParams& p = req.params;
+  Sequence& seq = ss.seq;
+  seq.token_ids.push_back(token);
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    ++ss.output_counts[token];
+  }
+  ++stats_.generation_tokens;
+  if (req.timings.first_token == 0.0) {
+    req.timings.first_token = t_now;
+    observe(stats_.ttft_seconds, t_now - req.timings.arrival);
+  }
+  if (ss.last_token_time > 0.0) observe(stats_.inter_token_seconds, t_now - ss.last_token_time);
+  ss.last_token_time = t_now;
+  if (!req.touched) {
+    req.touched = true;
+    touched_.push_back(&req);
+  }
+
+  const int num_output = seq.num_output_tokens();
+  const bool may_stop = num_output > p.min_tokens;
+  bool stopped_by_token = false;
+  if (may_stop && !p.ignore_eos &&
+      std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end()) {
+    stopped_by_token = true;
+  } else if (may_stop && std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
+    stopped_by_token = true;
+    ss.stop_token_id = token;
+  }
+  // A stop token's own text is left out unless include_stop_str_in_output.
+  if (!stopped_by_token || p.include_stop_str_in_output) {
+    const std::string delta = ss.detokenizer->push(token);
+    if (!delta.empty()) {
+      const size_t old_size = ss.text.size();
+      ss.text += delta;
+      if (may_stop && !p.stop.empty()) {
+        size_t longest = 0;
+        for (const auto& s : p.stop) longest = std::max(longest, s.size());
+        const size_t from = old_size >= longest - 1 ? old_size - (longest - 1) : 0;
+        size_t which = 0;
+        const size_t pos = find_stop(ss.text, from, p.stop, which);
+        if (pos != std::string::npos) {
+          ss.text.resize(pos + (p.include_stop_str_in_output ? p.stop[which].size() : 0));
+          ss.stop_string = p.stop[which];
+          finish_seq(req, ss, FinishReason::kStop);
+          return;
+        }
+      }
+    }
+  }
+  if (stopped_by_token) {
+    finish_seq(req, ss, FinishReason::kStop);
+  } else if (seq.num_tokens() >= req.max_total_tokens || seq.num_tokens() >= config_.max_model_len) {
+    finish_seq(req, ss, FinishReason::kLength);
+  }
+}
+
+void EngineCore::emit(RequestState& req) {
+  req.touched = false;
+  RequestOutput out;
+  out.request_id = req.id;
+  out.num_prompt_tokens = static_cast<int>(req.prompt.size());
+  out.num_cached_tokens = req.seqs[0]->seq.num_prefix_hit_tokens;
+  const bool all_finished = req.num_finished == static_cast<int>(req.seqs.size());
+  for (auto& ssp : req.seqs) {
+    SeqState& ss = *ssp;
+    if (ss.finish_reported) continue;
+    const size_t safe = ss.finished() || req.params.stop.empty()
+                            ? ss.text.size()
+                            : ss.text.size() - stop_prefix_suffix(ss.text, req.params.stop);
+    const bool has_text = safe > ss.text_sent;
+    if (!has_text && !ss.finished()) continue;
+    CompletionOutput c;
+    c.index = ss.seq.index;
+    c.text = ss.text.substr(ss.text_sent, safe - ss.text_sent);
+    ss.text_sent = safe;
+    const size_t num_output = static_cast<size_t>(ss.seq.num_output_tokens());
+    c.token_ids.assign(ss.seq.token_ids.begin() + ss.seq.num_prompt_tokens + static_cast<ptrdiff_t>(ss.tokens_sent),
+                       ss.seq.token_ids.end());
+    ss.tokens_sent = num_output;
+    c.logprobs = std::move(ss.pending_logprobs);
+    ss.pending_logprobs.clear();
+    c.cumulative_logprob = ss.cumulative_logprob;
+    c.finish_reason = ss.finish_reason;
+    c.stop_string = ss.stop_string;
+    c.stop_token_id = ss.stop_token_id;
+    c.num_output_tokens = static_cast<int>(num_output);
+    if (ss.finished()) ss.finish_reported = true;
+    out.outputs.push_back(std::move(c));
+  }
+  if (out.outputs.empty() && !all_finished) return;
+  if (!req.header_sent) {
+    out.prompt_token_ids = req.prompt;
+    out.prompt_logprobs = std::move(req.prompt_logprobs);
+    req.header_sent = true;
+  }
+  out.finished = all_finished;
+  out.error = req.error;
+  if (all_finished) {
+    req.timings.finished = now();
+    observe(stats_.e2e_seconds, req.timings.finished - req.timings.arrival);
+    release_queued(req);
+  }
+  out.timings = req.timings;
+  OutputCallback callback = all_finished ? std::move(req.callback) : req.callback;
+  if (all_finished) {
+    const std::string id = req.id;
+    requests_.erase(id);  // NOTE: req is gone from here on
+  }
+  if (callback) {
+    try {
+      callback(std::move(out));
+    } catch (...) {
+      // A callback must not throw; if one does, the engine keeps going for every other request.
+    }
+  }
+}
+
+}  // namespace peregrine::engine

@@ -1,0 +1,108 @@
+// SamplingParams::validate and EngineConfig::validate: range checks with messages naming the field, and the
+// names of finish reasons.
+#include <cmath>
+#include <string>
+
+#include "core/status.h"
+#include "peregrine/engine_config.h"
+#include "peregrine/outputs.h"
+#include "peregrine/sampling_params.h"
+
+namespace peregrine {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+
+std::string num(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "";
+}
+
+void SamplingParams::validate(int vocab_size) const {
+  if (n < 1 || n > kMaxN) fail("n must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
+  if (!std::isfinite(temperature) || temperature < 0.0f) fail("temperature must be >= 0, got " + num(temperature));
+  if (!std::isfinite(top_p) || top_p <= 0.0f || top_p > 1.0f) fail("top_p must be in (0, 1], got " + num(top_p));
+  if (top_k < -1) fail("top_k must be -1 (disable) or at least 1, got " + std::to_string(top_k));
+  if (!std::isfinite(min_p) || min_p < 0.0f || min_p > 1.0f) fail("min_p must be in [0, 1], got " + num(min_p));
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f) {
+    fail("repetition_penalty must be > 0, got " + num(repetition_penalty));
+  }
+  if (!std::isfinite(presence_penalty) || presence_penalty < -2.0f || presence_penalty > 2.0f) {
+    fail("presence_penalty must be in [-2, 2], got " + num(presence_penalty));
+  }
+  if (!std::isfinite(frequency_penalty) || frequency_penalty < -2.0f || frequency_penalty > 2.0f) {
+    fail("frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0 || token >= vocab_size) {
+      fail("logit_bias: token id " + std::to_string(token) + " is out of the vocabulary [0, " +
+           std::to_string(vocab_size) + ")");
+    }
+    if (!std::isfinite(bias) || bias < -100.0f || bias > 100.0f) {
+      fail("logit_bias: bias for token " + std::to_string(token) + " must be in [-100, 100], got " + num(bias));
+    }
+  }
+  if (stop.size() > static_cast<size_t>(kMaxStopStrings)) {
+    fail("stop: at most " + std::to_string(kMaxStopStrings) + " stop strings, got " + std::to_string(stop.size()));
+  }
+  for (const auto& s : stop) {
+    if (s.empty()) fail("stop: stop strings must not be empty");
+  }
+  for (int32_t t : stop_token_ids) {
+    if (t < 0 || t >= vocab_size) {
+      fail("stop_token_ids: token id " + std::to_string(t) + " is out of the vocabulary [0, " +
+           std::to_string(vocab_size) + ")");
+    }
+  }
+  if (min_tokens < 0) fail("min_tokens must be >= 0, got " + std::to_string(min_tokens));
+  if (max_tokens && *max_tokens < 1) fail("max_tokens must be at least 1, got " + std::to_string(*max_tokens));
+  if (max_tokens && min_tokens > *max_tokens) {
+    fail("min_tokens must be <= max_tokens, got min_tokens " + std::to_string(min_tokens) + " and max_tokens " +
+         std::to_string(*max_tokens));
+  }
+  if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) {
+    fail("logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(*logprobs));
+  }
+  if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
+    fail("prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+         std::to_string(*prompt_logprobs));
+  }
+}
+
+void EngineConfig::validate() const {
+  if (model.empty()) fail("model: a model folder is required");
+  if (max_model_len < 0) fail("max_model_len must be >= 0, got " + std::to_string(max_model_len));
+  if (max_num_seqs < 1) fail("max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
+  if (max_num_batched_tokens < 0) {
+    fail("max_num_batched_tokens must be >= 0, got " + std::to_string(max_num_batched_tokens));
+  }
+  if (block_size < 1 || block_size > 1024 || (block_size & (block_size - 1)) != 0) {
+    fail("block_size must be a power of two in [1, 1024], got " + std::to_string(block_size));
+  }
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    fail("gpu_memory_utilization must be in (0, 1], got " + num(gpu_memory_utilization));
+  }
+  if (num_kv_blocks_override < 0) fail("num_kv_blocks_override must be >= 0");
+  if (max_queued_requests < 1) fail("max_queued_requests must be >= 1, got " + std::to_string(max_queued_requests));
+  if (tensor_parallel_size != 1) {
+    fail("tensor_parallel_size " + std::to_string(tensor_parallel_size) +
+         " is not supported yet: Peregrine runs a model on one device (use 1)");
+  }
+  if (num_threads < 0) fail("num_threads must be >= 0, got " + std::to_string(num_threads));
+}
+
+}  // namespace peregrine
