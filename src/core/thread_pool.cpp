@@ -1,41 +1,83 @@
-// ThreadPool: workers sleep on a condition variable and wake per generation of work.
+// ThreadPool: workers spin on a generation counter for a short while, then sleep on it (futex-backed
+// std::atomic::wait); the submitter runs its own share, then spins and sleeps likewise until all are done.
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace peregrine {
+namespace {
+
+// How long a thread polls before it sleeps: long enough to bridge the gap between two ops of a decode step,
+// short enough not to burn a core between steps. Pools with more threads than cores never spin (a spinning
+// thread would hold the core the awaited one needs).
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+// Spin credit: a submitter's wait that the spin covered earns one, one that ran out costs kSpinPenalty. At zero
+// nobody spins (on a loaded machine a spinning thread uses up its time slice and then waits behind other
+// processes for milliseconds); every kProbeEvery-th task spins anyway to find out whether that has passed.
+constexpr int kMaxSpinCredit = 64;
+constexpr int kSpinPenalty = 8;
+constexpr uint32_t kProbeEvery = 32;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Polls done() for up to `budget`; true when it became true.
+template <class Done> bool spin_until(const Done& done, std::chrono::nanoseconds budget) {
+  if (budget.count() == 0) return done();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > budget) return false;
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_threads_ = num_threads;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  spin_budget_ = static_cast<unsigned>(num_threads_) <= cores ? kSpinTime : std::chrono::nanoseconds(0);
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
+std::chrono::nanoseconds ThreadPool::current_budget(uint32_t generation) const {
+  if (spin_credit_.load(std::memory_order_relaxed) > 0 || generation % kProbeEvery == 0) return spin_budget_;
+  return std::chrono::nanoseconds(0);
+}
+
 void ThreadPool::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    const std::function<void(int)>* task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      task = task_;
+    // NOTE: sleepers_ is raised before the last look at generation_, and the submitter bumps generation_
+    // before it reads sleepers_ (all seq_cst): either this worker sees the new generation or it is notified.
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; }, current_budget(seen))) {
+      sleepers_.fetch_add(1);
+      while (generation_.load() == seen) generation_.wait(seen);
+      sleepers_.fetch_sub(1);
     }
-    (*task)(index);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
-    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*task_)(index);
+    if (pending_.fetch_sub(1) == 1 && submitter_waiting_.load()) pending_.notify_one();
   }
 }
 
@@ -44,16 +86,23 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    task_ = &fn;
-    pending_ = static_cast<int>(workers_.size());
-    ++generation_;
-  }
-  wake_.notify_all();
+  task_ = &fn;
+  pending_.store(static_cast<int>(workers_.size()));
+  generation_.fetch_add(1);  // seq_cst: publishes task_ and pending_
+  if (sleepers_.load() > 0) generation_.notify_all();
   fn(0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  const std::chrono::nanoseconds budget = current_budget(generation_.load(std::memory_order_relaxed));
+  if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, budget)) {
+    if (budget.count() > 0 && spin_credit_.load(std::memory_order_relaxed) < kMaxSpinCredit)
+      spin_credit_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    if (budget.count() > 0)
+      spin_credit_.store(std::max(0, spin_credit_.load(std::memory_order_relaxed) - kSpinPenalty),
+                         std::memory_order_relaxed);
+    submitter_waiting_.store(true);
+    for (int left = pending_.load(); left != 0; left = pending_.load()) pending_.wait(left);
+    submitter_waiting_.store(false);
+  }
   task_ = nullptr;
 }
 

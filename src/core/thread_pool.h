@@ -1,13 +1,14 @@
 // A fixed pool of worker threads for data-parallel loops in CPU kernels.
 // parallel_for splits [0, n) into contiguous chunks, one per thread, and blocks until all finish.
-// NOTE: not re-entrant; a kernel running inside parallel_for must not call parallel_for again.
+// Workers spin briefly for the next task before sleeping (a decode step runs hundreds of short ops; a condvar
+// wake-up per op would cost tens of microseconds each). NOTE: not re-entrant; a kernel running inside
+// parallel_for must not call parallel_for again, and only one thread may submit work at a time.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -29,16 +30,18 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  std::chrono::nanoseconds current_budget(uint32_t generation) const;
 
   int num_threads_;
+  std::chrono::nanoseconds spin_budget_{0};  // how long a waiting thread polls before it sleeps
+  std::atomic<int> spin_credit_{16};         // see kMaxSpinCredit in thread_pool.cpp
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  const std::function<void(int)>* task_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  const std::function<void(int)>* task_ = nullptr;  // published by the release increment of generation_
+  std::atomic<uint32_t> generation_{0};  // bumped once per task; workers wait for it to change
+  std::atomic<int> pending_{0};          // workers still running the current task
+  std::atomic<int> sleepers_{0};         // workers blocked in generation_.wait (the submitter must notify)
+  std::atomic<bool> submitter_waiting_{false};  // the submitter blocked in pending_.wait
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace peregrine

@@ -1,6 +1,6 @@
-// Generic paged attention over the TU's `Simd`: one work item is (sequence, KV head, query rows); every query
-// head of the KV head is processed against each K/V tile while it is in L1, with an online softmax.
-// NOTE: include only from a kernels_<isa>.cpp.
+// Generic paged attention over the TU's `Simd`: an item is (sequence, query rows, key segments) over every
+// head; each K/V tile (one block: all KV heads of block_size tokens, contiguous) is read once per item and used
+// by every query head, with an online softmax per segment. NOTE: include only from a kernels_<isa>.cpp.
 #pragma once
 
 #include <cstdint>
@@ -9,145 +9,245 @@
 
 namespace {
 
-// dot(q, k) over hd elements: one accumulator, full vectors then a zero-padded tail, fixed hsum.
-template <class E> inline float dot_row(const float* q, const typename E::T* k, int64_t hd) {
-  V acc = Simd::zero();
-  int64_t d = 0;
-  for (; d + kLanes <= hd; d += kLanes) acc = Simd::fma(Simd::load(q + d), E::load(k + d), acc);
-  if (d < hd) acc = Simd::fma(load_partial<ElemF32>(q + d, hd - d), load_partial<E>(k + d, hd - d), acc);
-  return Simd::hsum(acc);
+// Softmax state of nr (row, head) pairs: running max m, running sum l, unnormalised output acc.
+struct SoftmaxState {
+  float* m;    // [nr]
+  float* l;    // [nr]
+  float* acc;  // [nr, hd_pad]
+};
+
+inline SoftmaxState state_at(float* base, int64_t nr) { return {base, base + nr, base + 2 * nr}; }
+inline int64_t pad16(int64_t hd) { return (hd + 15) / 16 * 16; }
+
+inline void reset_state(const SoftmaxState& s, int64_t nr, int64_t hd_pad) {
+  fill_f(s.m, nr, kNegInf);
+  fill_f(s.l, nr, 0.0f);
+  fill_f(s.acc, nr * hd_pad, 0.0f);
 }
 
-// The same computation for four keys at once (independent accumulators, bit-identical to dot_row).
-template <class E>
-inline void dot_rows4(const float* q, const typename E::T* k, int64_t stride, int64_t hd, float* out) {
-  V a0 = Simd::zero(), a1 = Simd::zero(), a2 = Simd::zero(), a3 = Simd::zero();
-  int64_t d = 0;
-  for (; d + kLanes <= hd; d += kLanes) {
-    V qv = Simd::load(q + d);
-    a0 = Simd::fma(qv, E::load(k + d), a0);
-    a1 = Simd::fma(qv, E::load(k + stride + d), a1);
-    a2 = Simd::fma(qv, E::load(k + 2 * stride + d), a2);
-    a3 = Simd::fma(qv, E::load(k + 3 * stride + d), a3);
+// dst ⊕= src for pair r (src non-empty). The only way states are combined, so every path folds alike.
+inline void merge_state(const SoftmaxState& dst, const SoftmaxState& src, int64_t r, int64_t hd_pad) {
+  float* da = dst.acc + r * hd_pad;
+  const float* sa = src.acc + r * hd_pad;
+  if (dst.m[r] == kNegInf) {
+    dst.m[r] = src.m[r];
+    dst.l[r] = src.l[r];
+    for (int64_t d = 0; d < hd_pad; d += kLanes) Simd::store(da + d, Simd::load(sa + d));
+    return;
   }
-  if (d < hd) {
-    V qv = load_partial<ElemF32>(q + d, hd - d);
-    a0 = Simd::fma(qv, load_partial<E>(k + d, hd - d), a0);
-    a1 = Simd::fma(qv, load_partial<E>(k + stride + d, hd - d), a1);
-    a2 = Simd::fma(qv, load_partial<E>(k + 2 * stride + d, hd - d), a2);
-    a3 = Simd::fma(qv, load_partial<E>(k + 3 * stride + d, hd - d), a3);
-  }
-  out[0] = Simd::hsum(a0);
-  out[1] = Simd::hsum(a1);
-  out[2] = Simd::hsum(a2);
-  out[3] = Simd::hsum(a3);
+  const float m = max_f(dst.m[r], src.m[r]);
+  const float a = exp_s(dst.m[r] - m), b = exp_s(src.m[r] - m);
+  dst.l[r] = dst.l[r] * a + src.l[r] * b;
+  dst.m[r] = m;
+  const V va = Simd::set1(a), vb = Simd::set1(b);
+  for (int64_t d = 0; d < hd_pad; d += kLanes)
+    Simd::store(da + d, Simd::fma(Simd::load(sa + d), vb, Simd::mul(Simd::load(da + d), va)));
 }
 
-// NOTE determinism: a query's result depends only on its own row, its position and the cache. Keys are
-// visited in tiles that follow the block table (tile t = positions [t*bs, (t+1)*bs)); within a tile only the
-// keys the query may see are touched, in ascending order, so neither the other rows of the item nor other
-// sequences change a bit of it.
+// out rows of the item from a final state.
+inline void write_out(const peregrine::cpu::AttentionArgs& a, const peregrine::cpu::AttentionItem& it,
+                      const SoftmaxState& s, int64_t hd_pad) {
+  const int64_t q_start = a.query_start_loc[it.seq];
+  for (int64_t i = 0; i < it.row_end - it.row_begin; ++i)
+    for (int64_t h = 0; h < a.hq; ++h) {
+      const int64_t r = i * a.hq + h;
+      float* out = a.out + ((q_start + it.row_begin + i) * a.hq + h) * a.hd;
+      const V inv = Simd::set1(1.0f / s.l[r]);
+      const float* acc = s.acc + r * hd_pad;
+      int64_t d = 0;
+      for (; d + kLanes <= a.hd; d += kLanes) Simd::store(out + d, Simd::mul(Simd::load(acc + d), inv));
+      if (d < a.hd) store_partial<ElemF32>(out + d, Simd::mul(Simd::load(acc + d), inv), a.hd - d);
+    }
+}
+
+// Scores of cnt keys (f32 rows kt + o * hd_pad, zero-padded) against q (zero-padded), times scale: eight keys
+// at a time (eight independent FMA chains) reduced through hsum4; a short last group repeats its last key, so
+// every score is reduced the same way.
+inline void score_keys(const float* q, const float* kt, int64_t cnt, int64_t hd_pad, float scale, float* scores) {
+  for (int64_t o = 0; o < cnt; o += 8) {
+    const float* k[8];
+    for (int j = 0; j < 8; ++j) k[j] = kt + min_i(o + j, cnt - 1) * hd_pad;
+    V a[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) a[j] = Simd::zero();
+    for (int64_t d = 0; d < hd_pad; d += kLanes) {
+      const V qv = Simd::load(q + d);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) a[j] = Simd::fma(qv, Simd::load(k[j] + d), a[j]);
+    }
+    float sums[8];
+    Simd::hsum4(a[0], a[1], a[2], a[3], sums);
+    Simd::hsum4(a[4], a[5], a[6], a[7], sums + 4);
+    for (int64_t j = 0; j < 8 && o + j < cnt; ++j) scores[o + j] = sums[j] * scale;
+  }
+}
+
+// acc[0 .. C lanes-chunks) = acc * factor + sum_o p_o * v_o, accumulators in registers.
+template <int C>
+inline void accumulate_values(float* acc, const float* vt, int64_t hd_pad, const float* p, int64_t cnt, V factor) {
+  V a[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) a[c] = Simd::mul(Simd::load(acc + c * kLanes), factor);
+  for (int64_t o = 0; o < cnt; ++o) {
+    const V po = Simd::set1(p[o]);
+    const float* v = vt + o * hd_pad;
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) a[c] = Simd::fma(po, Simd::load(v + c * kLanes), a[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) Simd::store(acc + c * kLanes, a[c]);
+}
+
+// Online-softmax update of pair r with the tile's keys kt[0..cnt) and values vt[0..cnt) (f32, hd_pad apart).
+// NOTE: the padded score lanes are -inf, so they add exp = 0 exactly to the fixed-order tile sum.
+inline void update_pair(const SoftmaxState& s, int64_t r, int64_t hd_pad, const float* q, const float* kt,
+                        const float* vt, int64_t cnt, float scale, float* scores, int64_t scores_pad) {
+  score_keys(q, kt, cnt, hd_pad, scale, scores);
+  for (int64_t o = cnt; o < scores_pad; ++o) scores[o] = kNegInf;
+  V vmax = Simd::load(scores);
+  for (int64_t o = kLanes; o < scores_pad; o += kLanes) vmax = Simd::max(vmax, Simd::load(scores + o));
+  const float new_max = max_f(s.m[r], Simd::hmax(vmax));
+  const float factor = exp_s(s.m[r] - new_max);  // 0 on the segment's first tile (m was -inf)
+  const V bmax = Simd::set1(new_max);
+  V vsum = Simd::zero();
+  for (int64_t o = 0; o < scores_pad; o += kLanes) {
+    const V e = exp_v(Simd::sub(Simd::load(scores + o), bmax));
+    vsum = Simd::add(vsum, e);
+    Simd::store(scores + o, e);
+  }
+  s.l[r] = s.l[r] * factor + Simd::hsum(vsum);
+  s.m[r] = new_max;
+  float* acc = s.acc + r * hd_pad;
+  const V vfactor = Simd::set1(factor);
+  for (int64_t d = 0; d < hd_pad; d += 8 * kLanes) {
+    switch (min_i(8, (hd_pad - d) / kLanes)) {
+      case 1: accumulate_values<1>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      case 2: accumulate_values<2>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      case 3: accumulate_values<3>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      case 4: accumulate_values<4>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      case 5: accumulate_values<5>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      case 6: accumulate_values<6>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      case 7: accumulate_values<7>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      default: accumulate_values<8>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+    }
+  }
+}
+
+// Tokens [lo, hi] of one block (cache dtype E; all KV heads, hd elements each, contiguous) as f32 rows laid out
+// [kv_head][token][hd_pad], zero-padded: read in memory order, and every later load is a full vector in scratch.
 template <class E>
-void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cpu::AttentionItem& it,
-                     float* scratch) {
+inline void load_block(const typename E::T* block, int64_t hkv, int64_t bs, int64_t lo, int64_t hi, int64_t hd,
+                       int64_t hd_pad, float* dst) {
+  for (int64_t o = lo; o <= hi; ++o)
+    for (int64_t h = 0; h < hkv; ++h) {
+      const typename E::T* row = block + (o * hkv + h) * hd;
+      float* out = dst + (h * bs + o) * hd_pad;
+      int64_t d = 0;
+      for (; d + kLanes <= hd; d += kLanes) Simd::store(out + d, E::load(row + d));
+      if (d < hd) Simd::store(out + d, load_partial<E>(row + d, hd - d)), d += kLanes;
+      for (; d < hd_pad; d += kLanes) Simd::store(out + d, Simd::zero());
+    }
+}
+
+// Asks for a whole block to be brought into cache (the next tile, while this one is computed).
+inline void prefetch_bytes(const void* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) Simd::prefetch(static_cast<const char*>(p) + b);
+}
+
+// NOTE determinism: a query's result depends only on its row, its position and the cache: tiles follow the
+// block table, segments are fixed runs of tiles, only the keys the query may see are touched (ascending), each
+// segment starts from an empty state and segments are merged left to right (merge_state).
+template <class E>
+void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cpu::AttentionItem& it, float* scratch,
+                     float* partial) {
   using T = typename E::T;
   const auto* k_cache = static_cast<const T*>(a.k_cache);
   const auto* v_cache = static_cast<const T*>(a.v_cache);
-  const int64_t group = a.hq / a.hkv, hd = a.hd, bs = a.block_size;
-  const int64_t hd_pad = (hd + kLanes - 1) / kLanes * kLanes;
+  const int64_t group = a.hq / a.hkv, hd = a.hd, bs = a.block_size, hd_pad = pad16(hd);
   const int64_t q_start = a.query_start_loc[it.seq];
   const int64_t q_len = a.query_start_loc[it.seq + 1] - q_start;
-  const int64_t seq_len = a.seq_lens[it.seq];
-  const int64_t rows = it.row_end - it.row_begin;
-  const int64_t nr = rows * group;
-  const int64_t kv_stride = a.hkv * hd;  // elements between consecutive token slots of one head
+  const int64_t rows = it.row_end - it.row_begin, nr = rows * a.hq;
+  const int64_t stride = a.hkv * hd;  // elements between consecutive token slots of one head
   const int64_t window = a.sliding_window;
-  
-  float* acc = scratch;                 // [nr, hd_pad]
-  float* row_max = acc + nr * hd_pad;   // [nr]
-  float* row_sum = row_max + nr;        // [nr]
-  float* scores = row_sum + nr;         // [bs rounded up to lanes]
-  fill_f(acc, nr * hd_pad, 0.0f);
-  fill_f(row_max, nr, kNegInf);
-  fill_f(row_sum, nr, 0.0f);
-  const int64_t bs_pad = (bs + kLanes - 1) / kLanes * kLanes;
-
-  const int64_t pos0 = seq_len - q_len + it.row_begin;  // position of the item's first row
+  const int64_t seg_tiles = peregrine::cpu::attention_segment_tiles(bs);
+  const int64_t pos0 = a.seq_lens[it.seq] - q_len + it.row_begin;  // position of the item's first row
   const int64_t pos_last = pos0 + rows - 1;
   const int64_t first_lo = window > 0 ? max_i(0, pos0 - window + 1) : 0;
+  const int64_t t_lo = first_lo / bs, t_hi = pos_last / bs;
   const int32_t* table = a.block_tables + it.seq * a.max_blocks;
 
-  for (int64_t t = first_lo / bs; t <= pos_last / bs; ++t) {
-    const int64_t block = table[t];
-    const T* kb = k_cache + (block * bs * a.hkv + it.kv_head) * hd;
-    const T* vb = v_cache + (block * bs * a.hkv + it.kv_head) * hd;
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t pos = pos0 + i;
-      const int64_t first = window > 0 ? max_i(0, pos - window + 1) : 0;
-      const int64_t j_lo = max_i(t * bs, first), j_hi = min_i(t * bs + bs - 1, pos);
-      if (j_lo > j_hi) continue;
-      const int64_t o_lo = j_lo - t * bs, cnt = j_hi - j_lo + 1;
-      const T* kt = kb + o_lo * kv_stride;
-      const T* vt = vb + o_lo * kv_stride;
-      for (int64_t h = 0; h < group; ++h) {
-        const int64_t r = i * group + h;
-        const float* q = a.q + ((q_start + it.row_begin + i) * a.hq + it.kv_head * group + h) * hd;
-        int64_t o = 0;
-        for (; o + 4 <= cnt; o += 4) dot_rows4<E>(q, kt + o * kv_stride, kv_stride, hd, scores + o);
-        for (; o < cnt; ++o) scores[o] = dot_row<E>(q, kt + o * kv_stride, hd);
-        float tile_max = kNegInf;
-        for (o = 0; o < cnt; ++o) {
-          scores[o] *= a.scale;
-          tile_max = max_f(tile_max, scores[o]);
-        }
-        for (o = cnt; o < bs_pad; ++o) scores[o] = kNegInf;
-        const float new_max = max_f(row_max[r], tile_max);
-        const float factor = exp_s(row_max[r] - new_max);  // 0 on the first tile (max was -inf)
-        const V vmax = Simd::set1(new_max);
-        for (o = 0; o < cnt; o += kLanes)
-          Simd::store(scores + o, exp_v(Simd::sub(Simd::load(scores + o), vmax)));
-        float sum = row_sum[r] * factor;
-        for (o = 0; o < cnt; ++o) sum += scores[o];
-        row_sum[r] = sum;
-        row_max[r] = new_max;
-        // acc = acc * factor + sum_o p_o * v_o, one pass per lane chunk of the head dimension.
-        float* acc_r = acc + r * hd_pad;
-        const V vfactor = Simd::set1(factor);
-        int64_t d = 0;
-        for (; d + kLanes <= hd; d += kLanes) {
-          V av = Simd::mul(Simd::load(acc_r + d), vfactor);
-          for (o = 0; o < cnt; ++o) av = Simd::fma(Simd::set1(scores[o]), E::load(vt + o * kv_stride + d), av);
-          Simd::store(acc_r + d, av);
-        }
-        if (d < hd) {
-          V av = Simd::mul(Simd::load(acc_r + d), vfactor);
-          for (o = 0; o < cnt; ++o)
-            av = Simd::fma(Simd::set1(scores[o]), load_partial<E>(vt + o * kv_stride + d, hd - d), av);
-          Simd::store(acc_r + d, av);
+  // Scratch: segment state, total state, q rows, K and V tiles, scores (see attention_scratch_floats).
+  const int64_t state_floats = nr * (hd_pad + 2);
+  const SoftmaxState seg = state_at(partial ? partial : scratch, nr);
+  const SoftmaxState total = state_at(scratch + state_floats, nr);
+  float* q_pad = scratch + 2 * state_floats;        // [nr, hd_pad]
+  float* k_tile = q_pad + nr * hd_pad;              // [hkv, bs, hd_pad]
+  float* v_tile = k_tile + a.hkv * bs * hd_pad;     // [hkv, bs, hd_pad]
+  float* scores = v_tile + a.hkv * bs * hd_pad;     // [bs rounded up to lanes]
+  const int64_t scores_pad = (bs + kLanes - 1) / kLanes * kLanes;
+  load_block<ElemF32>(a.q + (q_start + it.row_begin) * a.hq * hd, 1, nr, 0, nr - 1, hd, hd_pad, q_pad);
+  if (!partial) reset_state(total, nr, hd_pad);
+
+  for (int64_t g = it.seg_begin; g < it.seg_end; ++g) {
+    reset_state(seg, nr, hd_pad);
+    const int64_t t0 = max_i(g * seg_tiles, t_lo), t1 = min_i((g + 1) * seg_tiles - 1, t_hi);
+    for (int64_t t = t0; t <= t1; ++t) {
+      const int64_t block_elems = bs * stride;
+      const int64_t block_base = static_cast<int64_t>(table[t]) * block_elems;
+      // Keys of this tile that some row of the item sees.
+      const int64_t o_lo = max_i(t * bs, first_lo) - t * bs, o_hi = min_i(t * bs + bs - 1, pos_last) - t * bs;
+      load_block<E>(k_cache + block_base, a.hkv, bs, o_lo, o_hi, hd, hd_pad, k_tile);
+      load_block<E>(v_cache + block_base, a.hkv, bs, o_lo, o_hi, hd, hd_pad, v_tile);
+      if (t < t1) {
+        const int64_t next = static_cast<int64_t>(table[t + 1]) * block_elems;
+        prefetch_bytes(k_cache + next, block_elems * static_cast<int64_t>(sizeof(T)));
+        prefetch_bytes(v_cache + next, block_elems * static_cast<int64_t>(sizeof(T)));
+      }
+      for (int64_t kvh = 0; kvh < a.hkv; ++kvh) {
+        const float* kh = k_tile + kvh * bs * hd_pad;
+        const float* vh = v_tile + kvh * bs * hd_pad;
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t pos = pos0 + i;
+          const int64_t first = window > 0 ? max_i(0, pos - window + 1) : 0;
+          const int64_t j_lo = max_i(t * bs, first), j_hi = min_i(t * bs + bs - 1, pos);
+          if (j_lo > j_hi) continue;
+          const int64_t o = j_lo - t * bs;
+          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            const int64_t r = i * a.hq + h;
+            update_pair(seg, r, hd_pad, q_pad + r * hd_pad, kh + o * hd_pad, vh + o * hd_pad, j_hi - j_lo + 1,
+                        a.scale, scores, scores_pad);
+          }
         }
       }
     }
+    if (partial) return;  // one segment: its state is the result
+    for (int64_t r = 0; r < nr; ++r)
+      if (seg.m[r] != kNegInf) merge_state(total, seg, r, hd_pad);
   }
-
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t h = 0; h < group; ++h) {
-      const int64_t r = i * group + h;
-      float* out = a.out + ((q_start + it.row_begin + i) * a.hq + it.kv_head * group + h) * hd;
-      const V inv_sum = Simd::set1(1.0f / row_sum[r]);
-      const float* acc_r = acc + r * hd_pad;
-      int64_t d = 0;
-      for (; d + kLanes <= hd; d += kLanes) Simd::store(out + d, Simd::mul(Simd::load(acc_r + d), inv_sum));
-      if (d < hd) store_partial<ElemF32>(out + d, Simd::mul(Simd::load(acc_r + d), inv_sum), hd - d);
-    }
+  write_out(a, it, total, hd_pad);
 }
 
-void attention_kernel(const peregrine::cpu::AttentionArgs& a, const peregrine::cpu::AttentionItem& it,
-                      float* scratch) {
+void attention_kernel(const peregrine::cpu::AttentionArgs& a, const peregrine::cpu::AttentionItem& it, float* scratch,
+                      float* partial) {
   switch (a.cache_dtype) {
-    case peregrine::DType::kBF16: return attention_typed<ElemBF16>(a, it, scratch);
-    case peregrine::DType::kF16: return attention_typed<ElemF16>(a, it, scratch);
-    default: return attention_typed<ElemF32>(a, it, scratch);
+    case peregrine::DType::kBF16: return attention_typed<ElemBF16>(a, it, scratch, partial);
+    case peregrine::DType::kF16: return attention_typed<ElemF16>(a, it, scratch, partial);
+    default: return attention_typed<ElemF32>(a, it, scratch, partial);
   }
+}
+
+void attention_merge_kernel(const peregrine::cpu::AttentionArgs& a, const peregrine::cpu::AttentionItem& it,
+                            const float* partials, float* scratch) {
+  const int64_t nr = (it.row_end - it.row_begin) * a.hq, hd_pad = pad16(a.hd);
+  const int64_t state_floats = nr * (hd_pad + 2);
+  const SoftmaxState total = state_at(scratch, nr);
+  reset_state(total, nr, hd_pad);
+  for (int64_t g = it.seg_begin; g < it.seg_end; ++g) {
+    const SoftmaxState seg = state_at(const_cast<float*>(partials) + (g - it.seg_begin) * state_floats, nr);
+    for (int64_t r = 0; r < nr; ++r)
+      if (seg.m[r] != kNegInf) merge_state(total, seg, r, hd_pad);
+  }
+  write_out(a, it, total, hd_pad);
 }
 
 }  // namespace

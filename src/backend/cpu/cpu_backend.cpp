@@ -230,6 +230,7 @@ class CpuBackend final : public Backend {
   const KernelTable& k_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
+  std::vector<float> partials_;              // attention: per-segment softmax states of split items
 };
 
 void CpuBackend::validate_attention(const AttentionParams& p) const {
@@ -278,33 +279,77 @@ void CpuBackend::attention(const AttentionParams& p) {
   a.scale = p.scale;
   a.sliding_window = p.sliding_window;
 
-  // Work items: (sequence, KV head, a chunk of query rows). Chunks are small enough to feed every thread and
-  // to keep the item's accumulators in L1/L2; how rows are chunked never changes a row's result.
-  const int64_t num_seqs = p.seq_lens.dim(0), group = a.hq / a.hkv;
-  const int64_t max_rows = std::max<int64_t>(1, 64 / group);
+  // Items: (sequence, a chunk of query rows, all its key segments), every head at once so that each K/V block is
+  // read once and contiguously. When that leaves threads idle (few sequences, long contexts: decode), an item
+  // is split into one item per key segment whose partial states are merged afterwards. Neither the chunking nor
+  // the split changes a bit of any row (see attention_impl.h).
+  const int64_t num_seqs = p.seq_lens.dim(0);
+  const int64_t rows_per_item = std::max<int64_t>(1, 256 / a.hq);
+  const int64_t seg_keys = cpu::attention_segment_tiles(a.block_size) * a.block_size;
   std::vector<cpu::AttentionItem> items;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
-    for (int64_t r = 0; r < q_len; r += max_rows)
-      for (int64_t h = 0; h < a.hkv; ++h)
-        items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(h), static_cast<int32_t>(r),
-                         static_cast<int32_t>(std::min(q_len, r + max_rows))});
+    const int32_t segs = static_cast<int32_t>((a.seq_lens[s] + seg_keys - 1) / seg_keys);
+    for (int64_t r = 0; r < q_len; r += rows_per_item)
+      items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(r),
+                       static_cast<int32_t>(std::min(q_len, r + rows_per_item)), 0, segs});
   }
-  // Longest items first (the rows with the most keys), pulled dynamically by the threads.
-  std::stable_sort(items.begin(), items.end(), [&](const cpu::AttentionItem& x, const cpu::AttentionItem& y) {
-    return static_cast<int64_t>(a.seq_lens[x.seq]) * (x.row_end - x.row_begin) >
-           static_cast<int64_t>(a.seq_lens[y.seq]) * (y.row_end - y.row_begin);
-  });
-  const size_t scratch_floats = static_cast<size_t>(cpu::attention_scratch_floats(a, max_rows));
+  auto cost = [&](const cpu::AttentionItem& x) {
+    return static_cast<int64_t>(x.row_end - x.row_begin) * std::min<int64_t>(a.seq_lens[x.seq], (x.seg_end - x.seg_begin) * seg_keys);
+  };
+  const int threads = pool_.num_threads();
+  std::vector<cpu::AttentionItem> merges;  // split items, each merged from its segments' partial states
+  std::vector<int64_t> partial_offsets;    // per item: where its partial state goes, or -1
+  int64_t partial_floats = 0;
+  if (threads > 1 && static_cast<int64_t>(items.size()) < 2 * threads) {
+    std::vector<cpu::AttentionItem> split;
+    for (const cpu::AttentionItem& it : items) {
+      const int64_t state = cpu::attention_state_floats(a, it.row_end - it.row_begin);
+      if (it.seg_end - it.seg_begin < 2) {
+        split.push_back(it);
+        partial_offsets.push_back(-1);
+        continue;
+      }
+      merges.push_back(it);
+      for (int32_t g = it.seg_begin; g < it.seg_end; ++g) {
+        split.push_back({it.seq, it.row_begin, it.row_end, g, g + 1});
+        partial_offsets.push_back(partial_floats);
+        partial_floats += state;
+      }
+    }
+    items.swap(split);
+  } else {
+    partial_offsets.assign(items.size(), -1);
+  }
+  // Longest items first, pulled dynamically by the threads.
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return cost(items[x]) > cost(items[y]); });
+
+  const size_t scratch_floats = static_cast<size_t>(cpu::attention_scratch_floats(a, rows_per_item));
   for (auto& s : scratch_)
     if (s.size() < scratch_floats) s.resize(scratch_floats);
+  if (partials_.size() < static_cast<size_t>(partial_floats)) partials_.resize(static_cast<size_t>(partial_floats));
   std::atomic<size_t> next{0};
   auto work = [&](int thread) {
     float* scratch = scratch_[static_cast<size_t>(thread)].data();
-    for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) k_.attention(a, items[i], scratch);
+    for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) {
+      const size_t item = order[i];
+      const int64_t off = partial_offsets[item];
+      k_.attention(a, items[item], scratch, off < 0 ? nullptr : partials_.data() + off);
+    }
   };
-  if (items.size() <= 1) return work(0);
-  pool_.run_on_all(work);
+  if (items.size() <= 1) {
+    work(0);
+  } else {
+    pool_.run_on_all(work);
+  }
+  // Merge split items: their segments' partials were laid out one after another, in item order.
+  int64_t off = 0;
+  for (const cpu::AttentionItem& m : merges) {
+    k_.attention_merge(a, m, partials_.data() + off, scratch_[0].data());
+    off += (m.seg_end - m.seg_begin) * cpu::attention_state_floats(a, m.row_end - m.row_begin);
+  }
 }
 
 }  // namespace

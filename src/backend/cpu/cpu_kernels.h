@@ -37,19 +37,34 @@ struct AttentionArgs {
   int sliding_window = 0;
 };
 
-// One unit of attention work: the query rows [row_begin, row_end) (0-based within the sequence) of every
-// query head that reads KV head kv_head. K/V tiles are read once per item for all of those heads.
+// Keys are visited in segments of whole blocks, about kAttentionSegmentKeys long and aligned to positions.
+// NOTE determinism: a query's softmax state is built per segment (online over its tiles) and the segments'
+// states are merged left to right, always; so a long decode may be split over threads by segment (partial
+// states merged afterwards) and give the same bits as the same query inside a prefill chunk.
+constexpr int64_t kAttentionSegmentKeys = 256;
+static inline int64_t attention_segment_tiles(int64_t block_size) {
+  return block_size >= kAttentionSegmentKeys ? 1 : kAttentionSegmentKeys / block_size;
+}
+
+// One unit of attention work: query rows [row_begin, row_end) (0-based within the sequence) of every query
+// head, over key segments [seg_begin, seg_end). Each K/V tile is read once per item for all heads.
 struct AttentionItem {
   int32_t seq = 0;
-  int32_t kv_head = 0;
   int32_t row_begin = 0;
   int32_t row_end = 0;
+  int32_t seg_begin = 0;
+  int32_t seg_end = 0;
 };
 
-// Floats of scratch an attention item needs for `rows` query rows.
-inline int64_t attention_scratch_floats(const AttentionArgs& a, int64_t rows) {
-  int64_t r = rows * (a.hq / a.hkv);
-  return r * (a.hd + 16 + 2) + a.block_size + 16;  // head_dim and block_size padded to the widest lanes
+// NOTE: static (internal linkage): these are also used inside the ISA-flagged kernel TUs.
+// Floats of one softmax state (m, l, acc) for `rows` query rows of every head; head_dim padded to 16.
+static inline int64_t attention_state_floats(const AttentionArgs& a, int64_t rows) {
+  return rows * a.hq * ((a.hd + 15) / 16 * 16 + 2);
+}
+// Floats of scratch one attention item (or merge) needs for `rows` query rows.
+static inline int64_t attention_scratch_floats(const AttentionArgs& a, int64_t rows) {
+  const int64_t hd_pad = (a.hd + 15) / 16 * 16;
+  return 2 * attention_state_floats(a, rows) + rows * a.hq * hd_pad + 2 * a.hkv * a.block_size * hd_pad + a.block_size + 16;
 }
 
 struct KernelTable {
@@ -57,7 +72,13 @@ struct KernelTable {
   int lanes = 1;
   // Columns [n_begin, n_end) of rows [m_begin, m_end).
   void (*matmul)(const MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
-  void (*attention)(const AttentionArgs& a, const AttentionItem& item, float* scratch) = nullptr;
+  // Attention of one item. With partial null the item covers every segment its rows see and writes out;
+  // otherwise the item has exactly one segment and stores that segment's state (attention_state_floats) there.
+  void (*attention)(const AttentionArgs& a, const AttentionItem& item, float* scratch, float* partial) = nullptr;
+  // Merges the per-segment states of rows [row_begin, row_end) of item.seq, stored one after another for
+  // segments [seg_begin, seg_end), left to right, and writes out.
+  void (*attention_merge)(const AttentionArgs& a, const AttentionItem& item, const float* partials,
+                          float* scratch) = nullptr;
   // One row of h: with residual, residual += x first and the sum is normalised. out may alias x.
   void (*rms_norm_row)(const float* x, float* residual, const float* weight, float* out, int64_t h, float eps) = nullptr;
   // Rotate-half RoPE of one token's heads in place: x is [heads, head_dim]; cos/sin are [half].

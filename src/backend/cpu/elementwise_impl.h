@@ -110,6 +110,7 @@ peregrine::cpu::KernelTable make_kernel_table() {
   t.lanes = kLanes;
   t.matmul = matmul_kernel;
   t.attention = attention_kernel;
+  t.attention_merge = attention_merge_kernel;
   t.rms_norm_row = rms_norm_row_kernel;
   t.rope_token = rope_token_kernel;
   t.silu_mul = silu_mul_kernel;

@@ -65,6 +65,11 @@ struct Simd {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // Four sums at once, out[i] = sum of ai; each slot reduced in the same order, ((0+1)+(2+3)) + ((4+5)+(6+7)).
+  static void hsum4(V a0, V a1, V a2, V a3, float* out) {
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+  }
   static float hmax(V v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));

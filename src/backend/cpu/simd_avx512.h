@@ -72,6 +72,14 @@ struct Simd {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // Four sums at once, out[i] = sum of ai; each slot reduced in the same order (halves, then as AVX2).
+  static void hsum4(V a0, V a1, V a2, V a3, float* out) {
+    auto half = [](V v) {
+      return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    };
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(half(a0), half(a1)), _mm256_hadd_ps(half(a2), half(a3)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+  }
   static float hmax(V v) {
     __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));

@@ -97,6 +97,14 @@ struct Simd {
     for (int i = 0; i < 4; ++i) s[i] = v.v[i] + v.v[i + 4];
     return (s[0] + s[2]) + (s[1] + s[3]);
   }
+  // Four sums at once, each in the AVX2 hsum4 order: ((0+1)+(2+3)) + ((4+5)+(6+7)).
+  static void hsum4(V a0, V a1, V a2, V a3, float* out) {
+    const V* a[4] = {&a0, &a1, &a2, &a3};
+    for (int i = 0; i < 4; ++i) {
+      const float* x = a[i]->v;
+      out[i] = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+    }
+  }
   static float hmax(V v) {
     float m = v.v[0];
     for (int i = 1; i < 8; ++i) m = v.v[i] > m ? v.v[i] : m;

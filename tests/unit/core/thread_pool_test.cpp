@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -26,4 +28,15 @@ TEST(ThreadPool, RunOnAllGivesEachIndex) {
   std::vector<std::atomic<int>> seen(4);
   pool.run_on_all([&](int i) { seen[static_cast<size_t>(i)]++; });
   for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+}
+
+// Back-to-back tasks (workers spinning) and tasks after idle gaps (workers asleep) all run on every thread.
+TEST(ThreadPool, ManyTasksAcrossSpinAndSleep) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> total{0};
+  for (int round = 0; round < 2000; ++round) {
+    if (round % 500 == 499) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    pool.run_on_all([&](int i) { total += i + 1; });
+  }
+  EXPECT_EQ(total.load(), 2000 * (1 + 2 + 3));
 }

@@ -1,0 +1,176 @@
+// ops_bench: the CPU backend's matmul (decode GEMV and prefill GEMM) and paged decode attention on
+// Llama-3.2-1B shapes with bf16 weights, each reported against the DRAM bandwidth measured in the same run.
+// Weights are random; every benchmark cycles through enough copies that nothing is served from the L3 cache.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/cpu_features.h"
+#include "core/memory_bandwidth.h"
+
+namespace {
+
+using namespace peregrine;
+
+constexpr size_t kColdBytes = size_t{512} << 20;  // what each benchmark streams through, past any cache
+MemoryBandwidth g_bandwidth;
+
+ops::Backend& backend() {
+  static std::unique_ptr<ops::Backend> b = ops::make_cpu_backend(0);
+  return *b;
+}
+
+// Host buffer from the backend (huge-page aligned when large) filled with small random bf16 values.
+struct Bf16Buffer {
+  ops::DeviceBuffer buf;
+  explicit Bf16Buffer(size_t count, uint64_t seed) : buf(backend(), count * 2) {
+    auto* p = static_cast<uint16_t*>(buf.data());
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < count; ++i) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      p[i] = static_cast<uint16_t>((s & 0x8000) | (0x3c00u + (s & 0x7f)));  // ±[2^-7, 2^-6)
+    }
+  }
+};
+
+std::vector<float> random_f32(size_t count, uint64_t seed) {
+  std::vector<float> v(count);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 7;
+  for (float& f : v) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    f = static_cast<float>(static_cast<int64_t>(s % 2001) - 1000) * 1e-3f;
+  }
+  return v;
+}
+
+void report_bandwidth(benchmark::State& state, double bytes_per_iter) {
+  const double bytes = bytes_per_iter * static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["of_read_bw"] =
+      benchmark::Counter(bytes / 1e9 / g_bandwidth.read_gbs, benchmark::Counter::kIsRate);
+}
+
+// out[1, N] = x[1, K] · w[N, K]ᵀ with bf16 w: bytes of weights streamed per second.
+void BM_Gemv(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1);
+  const size_t w_bytes = static_cast<size_t>(n * k) * 2;
+  const size_t copies = std::max<size_t>(1, (kColdBytes + w_bytes - 1) / w_bytes);
+  std::vector<std::unique_ptr<Bf16Buffer>> w;
+  for (size_t c = 0; c < copies; ++c) w.push_back(std::make_unique<Bf16Buffer>(static_cast<size_t>(n * k), c + 1));
+  std::vector<float> x = random_f32(static_cast<size_t>(k), 3), out(static_cast<size_t>(n));
+  size_t c = 0;
+  for (auto _ : state) {
+    backend().matmul({TensorView(x.data(), DType::kF32, {1, k}), TensorView(w[c]->buf.data(), DType::kBF16, {n, k}),
+                      {}, TensorView(out.data(), DType::kF32, {1, n})});
+    c = (c + 1) % copies;
+    benchmark::DoNotOptimize(out.data());
+  }
+  report_bandwidth(state, static_cast<double>(w_bytes));
+}
+
+// One bs=1 decode step's matmuls of Llama-3.2-1B: 16 layers × (q, k, v, o, gate, up, down) + the tied lm_head,
+// 2.47 GB of bf16 weights, each distinct. tok/s is the rate this alone would allow.
+void BM_DecodeStepMatmuls(benchmark::State& state) {
+  struct Linear { int64_t n, k; };
+  const Linear layer[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}};
+  std::vector<std::unique_ptr<Bf16Buffer>> w;
+  std::vector<Linear> shapes;
+  for (int l = 0; l < 16; ++l)
+    for (const Linear& s : layer) {
+      shapes.push_back(s);
+      w.push_back(std::make_unique<Bf16Buffer>(static_cast<size_t>(s.n * s.k), shapes.size()));
+    }
+  shapes.push_back({128256, 2048});
+  w.push_back(std::make_unique<Bf16Buffer>(size_t{128256} * 2048, 999));
+  double bytes = 0;
+  for (const Linear& s : shapes) bytes += static_cast<double>(s.n * s.k) * 2;
+  std::vector<float> x = random_f32(8192, 5), out(128256);
+  for (auto _ : state) {
+    for (size_t i = 0; i < shapes.size(); ++i)
+      backend().matmul({TensorView(x.data(), DType::kF32, {1, shapes[i].k}),
+                        TensorView(w[i]->buf.data(), DType::kBF16, {shapes[i].n, shapes[i].k}), {},
+                        TensorView(out.data(), DType::kF32, {1, shapes[i].n})});
+    benchmark::DoNotOptimize(out.data());
+  }
+  report_bandwidth(state, bytes);
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+// Prefill GEMM, M tokens × bf16 weights: GFLOP/s.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Bf16Buffer w(static_cast<size_t>(n * k), 11);
+  std::vector<float> x = random_f32(static_cast<size_t>(m * k), 13), out(static_cast<size_t>(m * n));
+  for (auto _ : state) {
+    backend().matmul({TensorView(x.data(), DType::kF32, {m, k}), TensorView(w.buf.data(), DType::kBF16, {n, k}), {},
+                      TensorView(out.data(), DType::kF32, {m, n})});
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+
+// Decode attention of one sequence at context L (32 query heads, 8 KV heads, head_dim 64, bf16 paged cache with
+// block 16), cycling over 16 layers' caches: K/V bytes read per second.
+void BM_AttentionDecode(benchmark::State& state) {
+  const int64_t ctx = state.range(0), hq = 32, hkv = 8, hd = 64, bs = 16, layers = 16;
+  const int64_t blocks = (ctx + bs - 1) / bs;
+  std::vector<std::unique_ptr<Bf16Buffer>> kc, vc;
+  for (int64_t l = 0; l < layers; ++l) {
+    kc.push_back(std::make_unique<Bf16Buffer>(static_cast<size_t>(blocks * bs * hkv * hd), 2 * l + 1));
+    vc.push_back(std::make_unique<Bf16Buffer>(static_cast<size_t>(blocks * bs * hkv * hd), 2 * l + 2));
+  }
+  std::vector<int32_t> table(static_cast<size_t>(blocks));  // non-contiguous: blocks in reverse order
+  for (int64_t b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(blocks - 1 - b);
+  std::vector<int32_t> qsl{0, 1}, lens{static_cast<int32_t>(ctx)};
+  std::vector<float> q = random_f32(static_cast<size_t>(hq * hd), 17), out(static_cast<size_t>(hq * hd));
+  int64_t l = 0;
+  for (auto _ : state) {
+    ops::AttentionParams p;
+    p.q = TensorView(q.data(), DType::kF32, {1, hq, hd});
+    p.k_cache = TensorView(kc[static_cast<size_t>(l)]->buf.data(), DType::kBF16, {blocks, bs, hkv, hd});
+    p.v_cache = TensorView(vc[static_cast<size_t>(l)]->buf.data(), DType::kBF16, {blocks, bs, hkv, hd});
+    p.out = TensorView(out.data(), DType::kF32, {1, hq, hd});
+    p.query_start_loc = TensorView(qsl.data(), DType::kI32, {2});
+    p.seq_lens = TensorView(lens.data(), DType::kI32, {1});
+    p.block_tables = TensorView(table.data(), DType::kI32, {1, blocks});
+    p.scale = 0.125f;
+    p.max_query_len = 1;
+    p.max_seq_len = static_cast<int>(ctx);
+    backend().attention(p);
+    l = (l + 1) % layers;
+    benchmark::DoNotOptimize(out.data());
+  }
+  report_bandwidth(state, static_cast<double>(ctx * hkv * hd * 2 * 2));
+}
+
+}  // namespace
+
+BENCHMARK(BM_Gemv)->ArgNames({"N", "K"})
+    ->Args({2048, 2048})->Args({512, 2048})->Args({8192, 2048})->Args({2048, 8192})->Args({128256, 2048})
+    ->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeStepMatmuls)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_Gemm)->ArgNames({"M", "N", "K"})
+    ->Args({128, 2048, 2048})->Args({128, 8192, 2048})->Args({128, 2048, 8192})
+    ->Args({512, 2048, 2048})->Args({512, 8192, 2048})
+    ->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionDecode)->ArgNames({"ctx"})->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  g_bandwidth = measure_host_bandwidth(0);
+  std::printf("machine: %s; backend: %s\n", cpu_features().describe().c_str(), backend().name().c_str());
+  std::printf("measured DRAM bandwidth (all threads, 1 GiB buffers, best of 5): read %.1f GB/s, copy %.1f GB/s\n",
+              g_bandwidth.read_gbs, g_bandwidth.copy_gbs);
+  benchmark::AddCustomContext("dram_read_GBps", std::to_string(g_bandwidth.read_gbs));
+  benchmark::AddCustomContext("dram_copy_GBps", std::to_string(g_bandwidth.copy_gbs));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
