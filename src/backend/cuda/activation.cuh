@@ -1,0 +1,30 @@
+// Elementwise activation ops: SiLU-mul (ops.h SiluMulParams) and a bias add used after GEMMs whose
+// bias dtype cuBLASLt's epilogue cannot take.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace peregrine::cuda {
+
+struct SiluMulLaunch {
+  const void* gate;  // [n]
+  const void* up;    // [n]
+  void* out;         // [n], may alias gate
+  DType gate_dtype, up_dtype, out_dtype;
+  int64_t numel;
+};
+void launch_silu_mul(const SiluMulLaunch& p, cudaStream_t stream);
+
+struct AddBiasLaunch {
+  void* out;         // [M, N], out[m, n] += bias[n]
+  const void* bias;  // [N]
+  DType out_dtype, bias_dtype;
+  int64_t m, n;
+};
+void launch_add_bias(const AddBiasLaunch& p, cudaStream_t stream);
+
+}  // namespace peregrine::cuda

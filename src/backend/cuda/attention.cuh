@@ -1,0 +1,65 @@
+// Paged attention launchers (ops.h AttentionParams). Each sequence goes to exactly one kernel, chosen from
+// its own shape only (so a query's result never depends on the rest of the batch):
+//   decode  (q_len * group <= 16): split-K flash-decoding, a KV head's query heads packed into one
+//           16-row tensor-core tile, four warps splitting every 64-key tile, then a combine kernel;
+//   prefill (otherwise): FlashAttention-2 style 64-row tiles of packed (token, head) rows, causal/window
+//           masks, a chunk attending to its cached prefix;
+//   generic: any head_dim or dtype mix (f32 activations, f32 cache): one warp per (query, head), f32.
+// Split boundaries are fixed absolute key positions derived from the sequence alone.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace peregrine::cuda {
+
+struct AttentionLaunch {
+  const void* q;  // [T, Hq, D] act
+  void* out;      // [T, Hq, D] act
+  const void* k_cache;  // [num_blocks, block_size, Hkv, D]
+  const void* v_cache;
+  const int32_t* query_start_loc;  // [S + 1]
+  const int32_t* seq_lens;         // [S]
+  const int32_t* block_tables;     // [S, max_blocks_per_seq]
+  DType act, cache;
+  int num_seqs, num_q_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq;
+  int64_t num_tokens;
+  float scale;
+  int sliding_window, max_query_len, max_seq_len;
+  float* workspace;  // split-K partials, attention_workspace_bytes(...) bytes
+};
+
+// Bytes of device workspace launch_attention needs for these params (0 when none).
+size_t attention_workspace_bytes(const AttentionLaunch& p);
+void launch_attention(const AttentionLaunch& p, cudaStream_t stream);
+
+// Kernel-family launchers (attention_decode.cu, attention_prefill.cu, attention_generic.cu).
+bool attention_uses_tensor_cores(const AttentionLaunch& p);
+void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream);
+void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream);
+void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream);
+
+// Decode split policy, shared by host (grid and workspace sizing) and device (each sequence's own split).
+constexpr int kDecodeTileKeys = 64;
+constexpr int kDecodeMaxSplits = 64;
+constexpr int kDecodeMinTilesPerSplit = 4;
+constexpr int kDecodeMaxRows = 16;
+
+__host__ __device__ inline int decode_split_bound(int n_tiles) {
+  int s = (n_tiles + kDecodeMinTilesPerSplit - 1) / kDecodeMinTilesPerSplit;
+  return s < 1 ? 1 : (s > kDecodeMaxSplits ? kDecodeMaxSplits : s);
+}
+// Splits for a sequence with n_tiles KV tiles; every split gets tiles_per_split tiles (the last fewer).
+__host__ __device__ inline int decode_num_splits(int n_tiles, int* tiles_per_split) {
+  int bound = decode_split_bound(n_tiles);
+  int per = (n_tiles + bound - 1) / bound;
+  if (per < 1) per = 1;
+  *tiles_per_split = per;
+  return (n_tiles + per - 1) / per;
+}
+
+}  // namespace peregrine::cuda

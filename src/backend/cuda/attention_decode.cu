@@ -1,0 +1,303 @@
+// Split-K flash-decoding on tensor cores. A CTA takes (split, sequence, KV head): the KV head's query rows
+// (q_len * group <= 16, packed as token-major (token, head) rows) form one 16-row mma tile shared by four
+// warps; each 64-key tile streams through a 3-stage cp.async pipeline and each warp handles 16 of its
+// keys. Warps merge in shared memory; splits merge in decode_combine_kernel (fixed order: deterministic).
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+using namespace attn;
+
+template <int D> struct DecodeCfg {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 128;
+  static constexpr int kKeys = kDecodeTileKeys;  // per tile; 16 per warp
+  static constexpr int kStages = D <= 128 ? 3 : 2;
+  static constexpr bool kQInRegs = D <= 128;
+  static constexpr int kQBytes = kDecodeMaxRows * D * 2;
+  static constexpr int kTileBytes = kKeys * D * 2;
+  static constexpr int kSmem = kQBytes + kStages * 2 * kTileBytes;
+  static constexpr int kMergeBytes = (kWarps * kDecodeMaxRows * D + 2 * kWarps * kDecodeMaxRows) * 4;
+  static_assert(kMergeBytes <= kStages * 2 * kTileBytes, "merge scratch must fit in the pipeline buffers");
+};
+
+struct DecodeSeq {
+  int q0, q_len, rows, first_pos, kv_lo, kv_hi, tile_lo, n_tiles, num_splits, tiles_per_split;
+};
+
+// The sequence's decode geometry; rows == 0 when the sequence is not on the decode path.
+__device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s, int group) {
+  DecodeSeq d{};
+  d.q0 = p.query_start_loc[s];
+  d.q_len = p.query_start_loc[s + 1] - d.q0;
+  d.rows = d.q_len * group;
+  if (d.rows <= 0 || d.rows > kDecodeMaxRows) {
+    d.rows = 0;
+    return d;
+  }
+  const int len = p.seq_lens[s];
+  d.first_pos = len - d.q_len;
+  d.kv_lo = p.sliding_window > 0 ? max(0, d.first_pos - p.sliding_window + 1) : 0;
+  d.kv_hi = len;
+  d.tile_lo = d.kv_lo / kDecodeTileKeys;
+  d.n_tiles = (d.kv_hi + kDecodeTileKeys - 1) / kDecodeTileKeys - d.tile_lo;
+  d.num_splits = decode_num_splits(d.n_tiles, &d.tiles_per_split);
+  return d;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
+  using C = DecodeCfg<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int split = blockIdx.x, s = blockIdx.y, kvh = blockIdx.z;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const DecodeSeq d = decode_seq(p, s, group);
+  if (d.rows == 0 || split >= d.num_splits) return;
+  const int t_begin = d.tile_lo + split * d.tiles_per_split;
+  const int t_end = min(d.tile_lo + d.n_tiles, t_begin + d.tiles_per_split);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c4 = lane % 4;
+  const T* q = static_cast<const T*>(p.q);
+  const T* kc = static_cast<const T*>(p.k_cache);
+  const T* vc = static_cast<const T*>(p.v_cache);
+  const int32_t* table = p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq;
+  const uint32_t q_s = smem_addr(smem);
+  const uint32_t kv_s = q_s + C::kQBytes;
+
+  // Q rows: packed row r = (token r / group, head kvh * group + r % group); rows past d.rows are zero.
+  for (int id = threadIdx.x; id < kDecodeMaxRows * (D / 8); id += C::kThreads) {
+    const int r = id / (D / 8), chunk = id % (D / 8);
+    const bool valid = r < d.rows;
+    const T* src = q;
+    if (valid)
+      src = q + (static_cast<int64_t>(d.q0 + r / group) * p.num_q_heads + kvh * group + r % group) * D + chunk * 8;
+    cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
+  }
+#pragma unroll
+  for (int st = 0; st < C::kStages - 1; ++st) {
+    if (t_begin + st < t_end)
+      load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s + st * 2 * C::kTileBytes, kv_s + st * 2 * C::kTileBytes + C::kTileBytes,
+                                                kc, vc, table, p.block_size, p.num_kv_heads, kvh,
+                                                (t_begin + st) * C::kKeys, d.kv_lo, d.kv_hi);
+    cp_async_commit();
+  }
+
+  // This thread's two rows (g and g + 8) of the 16-row tile.
+  bool row_ok[2];
+  int row_pos[2], row_lo[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = g + 8 * i;
+    row_ok[i] = r < d.rows;
+    row_pos[i] = d.first_pos + r / group;
+    row_lo[i] = p.sliding_window > 0 ? row_pos[i] - p.sliding_window + 1 : 0;
+  }
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  uint32_t qf[C::kQInRegs ? D / 16 : 1][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int t = t_begin, it = 0; t < t_end; ++t, ++it) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();
+    if constexpr (C::kQInRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_s + swizzle<D>(lane % 16, kk * 16 + (lane / 16) * 8), qf[kk]);
+      }
+    }
+    {
+      const int next = t + C::kStages - 1;
+      const int st = (it + C::kStages - 1) % C::kStages;
+      if (next < t_end)
+        load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s + st * 2 * C::kTileBytes, kv_s + st * 2 * C::kTileBytes + C::kTileBytes,
+                                                  kc, vc, table, p.block_size, p.num_kv_heads, kvh, next * C::kKeys,
+                                                  d.kv_lo, d.kv_hi);
+      cp_async_commit();
+    }
+    const int st = it % C::kStages;
+    const uint32_t k_s = kv_s + st * 2 * C::kTileBytes, v_s = k_s + C::kTileBytes;
+
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      if constexpr (C::kQInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = qf[kk][i];
+      } else {
+        ldmatrix_x4(q_s + swizzle<D>(lane % 16, kk * 16 + (lane / 16) * 8), a);
+      }
+      uint32_t b[4];
+      ldmatrix_x4(k_s + swizzle<D>(warp * 16 + (lane % 8) + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8), b);
+      mma16816<T>(sc[0], a, b[0], b[1]);
+      mma16816<T>(sc[1], a, b[2], b[3]);
+    }
+    const int key_base = t * C::kKeys + warp * 16;
+    float s0[4], s1[4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = key_base + nt * 8 + c4 * 2 + e;
+        const bool v0 = row_ok[0] && key <= row_pos[0] && key >= row_lo[0];
+        const bool v1 = row_ok[1] && key <= row_pos[1] && key >= row_lo[1];
+        s0[nt * 2 + e] = v0 ? sc[nt][e] * scale_log2 : -INFINITY;
+        s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * scale_log2 : -INFINITY;
+      }
+    }
+    const float alpha0 = softmax_update(s0, m[0], l[0]);
+    const float alpha1 = softmax_update(s1, m[1], l[1]);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= alpha0;
+      o[i][1] *= alpha0;
+      o[i][2] *= alpha1;
+      o[i][3] *= alpha1;
+    }
+    const uint32_t pa[4] = {pack2<T>(s0[0], s0[1]), pack2<T>(s1[0], s1[1]), pack2<T>(s0[2], s0[3]),
+                            pack2<T>(s1[2], s1[3])};
+#pragma unroll
+    for (int dn = 0; dn < D / 16; ++dn) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(v_s + swizzle<D>(warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dn * 16 + (lane / 16) * 8), b);
+      mma16816<T>(o[2 * dn], pa, b[0], b[1]);
+      mma16816<T>(o[2 * dn + 1], pa, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the four warps (each saw a quarter of every tile) through shared memory.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  float* so = reinterpret_cast<float*>(smem + C::kQBytes);  // [warp][16][D]
+  float* sm = so + C::kWarps * kDecodeMaxRows * D;            // [warp][16]
+  float* sl = sm + C::kWarps * kDecodeMaxRows;                // [warp][16]
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    const int col = dn * 8 + c4 * 2;
+    so[(warp * 16 + g) * D + col] = o[dn][0];
+    so[(warp * 16 + g) * D + col + 1] = o[dn][1];
+    so[(warp * 16 + g + 8) * D + col] = o[dn][2];
+    so[(warp * 16 + g + 8) * D + col + 1] = o[dn][3];
+  }
+  if (c4 == 0) {
+    sm[warp * 16 + g] = m[0];
+    sm[warp * 16 + g + 8] = m[1];
+    sl[warp * 16 + g] = l[0];
+    sl[warp * 16 + g + 8] = l[1];
+  }
+  __syncthreads();
+
+  const int64_t part = ((static_cast<int64_t>(s) * p.num_kv_heads + kvh) * grid_splits + split) * rows_cap;
+  float* ws_o = p.workspace;
+  float* ws_lse = p.workspace + static_cast<int64_t>(p.num_seqs) * p.num_kv_heads * grid_splits * rows_cap * D;
+  for (int idx = threadIdx.x; idx < d.rows * D; idx += C::kThreads) {
+    const int r = idx / D, col = idx % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < C::kWarps; ++w) mx = fmaxf(mx, sm[w * 16 + r]);
+    float sum = 0.f, acc = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < C::kWarps; ++w) {
+        const float f = exp2f(sm[w * 16 + r] - mx);
+        sum += f * sl[w * 16 + r];
+        acc += f * so[(w * 16 + r) * D + col];
+      }
+    }
+    if (d.num_splits == 1) {
+      const int64_t token = d.q0 + r / group;
+      static_cast<T*>(p.out)[(token * p.num_q_heads + kvh * group + r % group) * D + col] = from_f32<T>(acc / sum);
+    } else {
+      ws_o[(part + r) * D + col] = sum > 0.f ? acc / sum : 0.f;
+      if (col == 0) ws_lse[part + r] = sum > 0.f ? mx + log2f(sum) : -INFINITY;
+    }
+  }
+}
+
+// Merges the splits of each decode-path (sequence, KV head): out = sum_i w_i O_i / sum_i w_i with
+// w_i = 2^(lse_i - max lse), splits in index order.
+template <typename T>
+__global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
+  __shared__ float weights[kDecodeMaxSplits];
+  const int s = blockIdx.x, kvh = blockIdx.y;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const DecodeSeq d = decode_seq(p, s, group);
+  if (d.rows == 0 || d.num_splits <= 1) return;
+  const int D = p.head_dim;
+  const int64_t part0 = (static_cast<int64_t>(s) * p.num_kv_heads + kvh) * grid_splits * rows_cap;
+  const float* ws_o = p.workspace;
+  const float* ws_lse = p.workspace + static_cast<int64_t>(p.num_seqs) * p.num_kv_heads * grid_splits * rows_cap * D;
+  for (int r = 0; r < d.rows; ++r) {
+    float mx = -INFINITY;
+    for (int i = 0; i < d.num_splits; ++i) mx = fmaxf(mx, ws_lse[part0 + i * rows_cap + r]);
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < d.num_splits) {
+      const float lse = ws_lse[part0 + threadIdx.x * rows_cap + r];
+      weights[threadIdx.x] = lse == -INFINITY ? 0.f : exp2f(lse - mx);
+    }
+    __syncthreads();
+    float total = 0.f;
+    for (int i = 0; i < d.num_splits; ++i) total += weights[i];
+    const int64_t token = d.q0 + r / group;
+    T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D;
+    for (int col = threadIdx.x; col < D; col += blockDim.x) {
+      float acc = 0.f;
+      for (int i = 0; i < d.num_splits; ++i) acc += weights[i] * ws_o[(part0 + i * rows_cap + r) * D + col];
+      out[col] = from_f32<T>(acc / total);
+    }
+  }
+}
+
+template <typename T, int D>
+void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
+  using C = DecodeCfg<D>;
+  static const bool attribute_set = [] {
+    PEREGRINE_CUDA_CHECK(
+        cudaFuncSetAttribute(decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  dim3 grid(static_cast<unsigned>(grid_splits), static_cast<unsigned>(p.num_seqs),
+            static_cast<unsigned>(p.num_kv_heads));
+  decode_kernel<T, D><<<grid, C::kThreads, C::kSmem, stream>>>(p, grid_splits, rows_cap);
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+  if (grid_splits > 1) {
+    dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+    decode_combine_kernel<T><<<cgrid, 128, 0, stream>>>(p, grid_splits, rows_cap);
+    PEREGRINE_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T>
+void launch_decode_dim(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: launch_decode_typed<T, 64>(p, grid_splits, rows_cap, stream); return;
+    case 128: launch_decode_typed<T, 128>(p, grid_splits, rows_cap, stream); return;
+    case 256: launch_decode_typed<T, 256>(p, grid_splits, rows_cap, stream); return;
+    default: throw Error(ErrorCode::kInternal, "attention decode: unsupported head_dim");
+  }
+}
+
+}  // namespace
+
+void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
+  if (p.act == DType::kBF16) {
+    launch_decode_dim<bf16>(p, grid_splits, rows_cap, stream);
+  } else {
+    launch_decode_dim<f16>(p, grid_splits, rows_cap, stream);
+  }
+}
+
+}  // namespace peregrine::cuda

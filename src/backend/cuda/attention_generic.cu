@@ -1,0 +1,82 @@
+// Generic paged attention: any head_dim up to 512 and any dtype mix (f32 activations or cache). One warp
+// per (query row, query head), f32 online softmax over the row's visible keys in order. Simple and slow:
+// the path for f32 parity runs and odd shapes, not for serving speed.
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+constexpr int kMaxPerLane = 16;  // head_dim <= 512
+constexpr int kWarpsPerBlock = 4;
+
+__global__ void __launch_bounds__(128) attention_generic_kernel(const AttentionLaunch p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (item >= p.num_tokens * p.num_q_heads) return;
+  const int64_t t = item / p.num_q_heads;
+  const int h = static_cast<int>(item % p.num_q_heads);
+  int lo = 0, hi = p.num_seqs - 1;  // the last sequence whose start is <= t
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.query_start_loc[mid] <= t) lo = mid; else hi = mid - 1;
+  }
+  const int s = lo;
+  const int q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
+  const int i = static_cast<int>(t - p.query_start_loc[s]);
+  const int pos = p.seq_lens[s] - q_len + i;
+  const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
+  const int kvh = h / (p.num_q_heads / p.num_kv_heads);
+  const int D = p.head_dim;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq;
+
+  float qv[kMaxPerLane], acc[kMaxPerLane];
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int d = lane + 32 * k;
+    qv[k] = d < D ? load_any(p.q, p.act, (t * p.num_q_heads + h) * D + d) : 0.f;
+    acc[k] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int j = first; j <= pos; ++j) {
+    const int64_t block = table[j / p.block_size];
+    const int64_t base = ((block * p.block_size + j % p.block_size) * p.num_kv_heads + kvh) * D;
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) dot += qv[k] * load_any(p.k_cache, p.cache, base + d);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    const float score = dot * p.scale;
+    const float m_new = fmaxf(m, score);
+    const float alpha = expf(m - m_new);
+    const float w = expf(score - m_new);
+    l = l * alpha + w;
+#pragma unroll
+    for (int k = 0; k < kMaxPerLane; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) acc[k] = acc[k] * alpha + w * load_any(p.v_cache, p.cache, base + d);
+    }
+    m = m_new;
+  }
+#pragma unroll
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int d = lane + 32 * k;
+    if (d < D) store_any(p.out, p.act, (t * p.num_q_heads + h) * D + d, acc[k] / l);
+  }
+}
+
+}  // namespace
+
+void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream) {
+  if (p.head_dim > 32 * kMaxPerLane)
+    throw Error(ErrorCode::kUnsupported, "attention: head_dim " + std::to_string(p.head_dim) + " > 512 on cuda");
+  const int64_t items = p.num_tokens * p.num_q_heads;
+  attention_generic_kernel<<<static_cast<unsigned>(ceil_div(items, kWarpsPerBlock)), 32 * kWarpsPerBlock, 0,
+                             stream>>>(p);
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace peregrine::cuda

@@ -1,0 +1,217 @@
+// FlashAttention-2 style prefill over the paged cache. A CTA takes 64 packed (token, head) query rows of one
+// (sequence, KV head) -- so a K/V tile serves the whole GQA group -- and walks the KV tiles its rows can see
+// (causal, sliding window, cached prefix), double-buffered with cp.async; each warp owns 16 rows.
+// Tiles sit at absolute key positions, so a row's result does not depend on which other rows share its CTA.
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+using namespace attn;
+
+template <int D> struct PrefillCfg {
+  static constexpr int kThreads = 128;
+  static constexpr int kRows = 64;
+  static constexpr int kKeys = D <= 128 ? 64 : 32;
+  static constexpr int kStages = 2;
+  static constexpr bool kQInRegs = D <= 128;
+  static constexpr int kQBytes = kRows * D * 2;
+  static constexpr int kTileBytes = kKeys * D * 2;
+  static constexpr int kSmem = kQBytes + kStages * 2 * kTileBytes;
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
+  using C = PrefillCfg<D>;
+  constexpr int kNt = C::kKeys / 8;  // n-tiles of scores per warp
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int s = blockIdx.y, kvh = blockIdx.z;
+  const int tile = gridDim.x - 1 - blockIdx.x;  // heaviest (last) row tiles first
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int q0 = p.query_start_loc[s];
+  const int q_len = p.query_start_loc[s + 1] - q0;
+  const int rows = q_len * group;
+  if (rows <= kDecodeMaxRows) return;  // decode path
+  const int r0 = tile * C::kRows;
+  if (r0 >= rows) return;
+  const int len = p.seq_lens[s];
+  const int first_pos = len - q_len;
+  const int i_first = r0 / group, i_last = min(rows - 1, r0 + C::kRows - 1) / group;
+  const int window = p.sliding_window;
+  const int kv_hi = first_pos + i_last + 1;
+  const int kv_lo = window > 0 ? max(0, first_pos + i_first - window + 1) : 0;
+  const int t_lo = kv_lo / C::kKeys, t_hi = (kv_hi + C::kKeys - 1) / C::kKeys;
+  // A tile is visible to every row when its keys lie in [lo of the last row, pos of the first row].
+  const int pos_min = first_pos + i_first;
+  const int lo_max = window > 0 ? first_pos + i_last - window + 1 : 0;
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c4 = lane % 4;
+  const T* q = static_cast<const T*>(p.q);
+  const T* kc = static_cast<const T*>(p.k_cache);
+  const T* vc = static_cast<const T*>(p.v_cache);
+  const int32_t* table = p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq;
+  const uint32_t q_s = smem_addr(smem);
+  const uint32_t kv_s = q_s + C::kQBytes;
+
+  for (int id = threadIdx.x; id < C::kRows * (D / 8); id += C::kThreads) {
+    const int r = id / (D / 8), chunk = id % (D / 8);
+    const int pr = r0 + r;
+    const bool valid = pr < rows;
+    const T* src = q;
+    if (valid)
+      src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
+    cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
+  }
+  load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s, kv_s + C::kTileBytes, kc, vc, table, p.block_size, p.num_kv_heads,
+                                            kvh, t_lo * C::kKeys, kv_lo, kv_hi);
+  cp_async_commit();
+
+  bool row_ok[2];
+  int row_pos[2], row_lo[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = r0 + warp * 16 + g + 8 * i;
+    row_ok[i] = pr < rows;
+    row_pos[i] = first_pos + pr / group;
+    row_lo[i] = window > 0 ? row_pos[i] - window + 1 : 0;
+  }
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  const int q_row = warp * 16 + lane % 16;  // ldmatrix row of this lane in the Q tile
+
+  uint32_t qf[C::kQInRegs ? D / 16 : 1][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if constexpr (C::kQInRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_s + swizzle<D>(q_row, kk * 16 + (lane / 16) * 8), qf[kk]);
+      }
+    }
+    if (t + 1 < t_hi) {
+      const uint32_t nk = kv_s + ((it + 1) % 2) * 2 * C::kTileBytes;
+      load_kv_tile<T, D, C::kKeys, C::kThreads>(nk, nk + C::kTileBytes, kc, vc, table, p.block_size, p.num_kv_heads,
+                                                kvh, (t + 1) * C::kKeys, kv_lo, kv_hi);
+    }
+    cp_async_commit();
+    const uint32_t k_s = kv_s + (it % 2) * 2 * C::kTileBytes, v_s = k_s + C::kTileBytes;
+
+    float sc[kNt][4];
+#pragma unroll
+    for (int i = 0; i < kNt; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      if constexpr (C::kQInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = qf[kk][i];
+      } else {
+        ldmatrix_x4(q_s + swizzle<D>(q_row, kk * 16 + (lane / 16) * 8), a);
+      }
+#pragma unroll
+      for (int np = 0; np < kNt / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(k_s + swizzle<D>(np * 16 + (lane % 8) + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8), b);
+        mma16816<T>(sc[2 * np], a, b[0], b[1]);
+        mma16816<T>(sc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    const int key0 = t * C::kKeys;
+    const bool full = key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min;
+    float s0[2 * kNt], s1[2 * kNt];
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = key0 + nt * 8 + c4 * 2 + e;
+        const bool v0 = full || (row_ok[0] && key <= row_pos[0] && key >= row_lo[0]);
+        const bool v1 = full || (row_ok[1] && key <= row_pos[1] && key >= row_lo[1]);
+        s0[nt * 2 + e] = v0 ? sc[nt][e] * scale_log2 : -INFINITY;
+        s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * scale_log2 : -INFINITY;
+      }
+    }
+    const float alpha0 = softmax_update(s0, m[0], l[0]);
+    const float alpha1 = softmax_update(s1, m[1], l[1]);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= alpha0;
+      o[i][1] *= alpha0;
+      o[i][2] *= alpha1;
+      o[i][3] *= alpha1;
+    }
+#pragma unroll
+    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
+      const uint32_t pa[4] = {pack2<T>(s0[4 * kc16], s0[4 * kc16 + 1]), pack2<T>(s1[4 * kc16], s1[4 * kc16 + 1]),
+                              pack2<T>(s0[4 * kc16 + 2], s0[4 * kc16 + 3]),
+                              pack2<T>(s1[4 * kc16 + 2], s1[4 * kc16 + 3])};
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(
+            v_s + swizzle<D>(kc16 * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dn * 16 + (lane / 16) * 8), b);
+        mma16816<T>(o[2 * dn], pa, b[0], b[1]);
+        mma16816<T>(o[2 * dn + 1], pa, b[2], b[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    if (!row_ok[i]) continue;
+    const int pr = r0 + warp * 16 + g + 8 * i;
+    const float inv = 1.0f / l[i];
+    T* out = static_cast<T*>(p.out) +
+             (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const uint32_t packed = pack2<T>(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+      *reinterpret_cast<uint32_t*>(out + dn * 8 + c4 * 2) = packed;
+    }
+  }
+}
+
+template <typename T, int D> void launch_prefill_typed(const AttentionLaunch& p, cudaStream_t stream) {
+  using C = PrefillCfg<D>;
+  static const bool attribute_set = [] {
+    PEREGRINE_CUDA_CHECK(
+        cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+  prefill_kernel<T, D><<<grid, C::kThreads, C::kSmem, stream>>>(p);
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T> void launch_prefill_dim(const AttentionLaunch& p, cudaStream_t stream) {
+  switch (p.head_dim) {
+    case 64: launch_prefill_typed<T, 64>(p, stream); return;
+    case 128: launch_prefill_typed<T, 128>(p, stream); return;
+    case 256: launch_prefill_typed<T, 256>(p, stream); return;
+    default: throw Error(ErrorCode::kInternal, "attention prefill: unsupported head_dim");
+  }
+}
+
+}  // namespace
+
+void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream) {
+  if (p.act == DType::kBF16) {
+    launch_prefill_dim<bf16>(p, stream);
+  } else {
+    launch_prefill_dim<f16>(p, stream);
+  }
+}
+
+}  // namespace peregrine::cuda

@@ -1,0 +1,382 @@
+// CudaBackendImpl: the op interface on one GPU. All work goes on one non-blocking stream; ops validate with
+// op_checks, then launch the kernels of this directory; invalid device-side inputs (token ids, slots) are
+// flagged in a device word that synchronize()/copy_to_host() turn into Error(kInvalidArgument).
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/activation.cuh"
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/embedding.cuh"
+#include "backend/cuda/gemm.cuh"
+#include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/kv_cache.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/rope.cuh"
+#include "core/status.h"
+#include "ops/op_checks.h"
+
+namespace peregrine::ops {
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+constexpr int kScratchSlots = 8;
+
+std::string describe_device_errors(int flags) {
+  std::string msg = "cuda: invalid input found on the device:";
+  if (flags & cuda::kErrEmbeddingTokenId) msg += " embedding token id out of range;";
+  if (flags & cuda::kErrKvSlot) msg += " kv_write slot out of range;";
+  if (flags & cuda::kErrGatherIndex) msg += " gather_rows index out of range;";
+  if (flags & cuda::kErrSampleToken) msg += " sampling penalty token id out of range;";
+  return msg;
+}
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  explicit CudaBackendImpl(int device) : device_(device) {
+    PEREGRINE_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    PEREGRINE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    name_ = std::string("cuda (") + prop.name + ")";
+    sm_count_ = prop.multiProcessorCount;
+    total_memory_ = prop.totalGlobalMem;
+    try {
+      PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int)));
+      PEREGRINE_CUDA_CHECK(cudaMemset(error_word_, 0, sizeof(int)));
+      PEREGRINE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(int)));
+      *error_host_ = 0;
+      PEREGRINE_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
+      gemm_ = std::make_unique<cuda::LtMatmul>();
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~CudaBackendImpl() override { release(); }
+
+  std::string name() const override { return name_; }
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  bool is_host() const override { return false; }
+  bool supports_activation(DType act) const override { return is_float_dtype(act); }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* ptr = nullptr;
+    cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      throw Error(err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal,
+                  "cuda: cannot allocate " + std::to_string(bytes) + " bytes (" + std::to_string(free_bytes) +
+                      " free): " + cudaGetErrorString(err));
+    }
+    return ptr;
+  }
+  void deallocate(void* ptr) override {
+    if (ptr) PEREGRINE_CUDA_CHECK(cudaFree(ptr));
+  }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: copy_from_host inside a graph capture; use "
+                                                              "copy_from_host_async from pinned memory");
+    PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    // Pageable sources are staged before the call returns; pinned ones are read later, so wait for them.
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+      PEREGRINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    (void)cudaGetLastError();
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    sync_and_check();
+  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes) PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes) PEREGRINE_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+  }
+  void synchronize() override { sync_and_check(); }
+  size_t free_memory() const override {
+    size_t free_bytes = 0, total = 0;
+    PEREGRINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+  }
+
+  void embedding(const EmbeddingParams& p) override {
+    check_embedding(p);
+    cuda::EmbeddingLaunch l{p.token_ids.as<const int32_t>(), p.table.data, p.out.data, p.table.dtype, p.out.dtype,
+                            p.token_ids.dim(0), p.table.dim(0), p.table.dim(1), error_word_};
+    cuda::launch_embedding(l, stream_);
+  }
+
+  void matmul(const MatmulParams& p) override {
+    check_matmul(p);
+    cuda::GemmLaunch l{p.x.data, p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.out.data,
+                       p.x.dtype, p.w.dtype, p.bias.dtype, p.out.dtype, p.x.dim(0), p.w.dim(0), p.x.dim(1)};
+    if (l.m == 0 || l.n == 0) return;
+    if (cuda::LtMatmul::supports(l) && gemm_->run(l, policy_, gemm_workspace_, kGemmWorkspaceBytes, stream_)) {
+      if (l.bias && !cuda::LtMatmul::fuses_bias(l)) {
+        cuda::AddBiasLaunch b{l.out, l.bias, l.out_dtype, l.bias_dtype, l.m, l.n};
+        cuda::launch_add_bias(b, stream_);
+      }
+    } else {
+      cuda::launch_gemm_generic(l, stream_);
+    }
+  }
+
+  void rms_norm(const RmsNormParams& p) override {
+    check_rms_norm(p);
+    cuda::RmsNormLaunch l{p.x.data, p.residual.empty() ? nullptr : p.residual.data, p.weight.data, p.out.data,
+                          p.x.dtype, p.weight.dtype, p.x.dim(0), p.x.dim(1), p.eps};
+    if (p.out.dtype != p.x.dtype)
+      throw Error(ErrorCode::kUnsupported, "rms_norm on cuda: out dtype must equal x dtype");
+    cuda::launch_rms_norm(l, stream_);
+  }
+
+  void rope(const RopeParams& p) override {
+    check_rope(p);
+    if (p.q.dtype != p.k.dtype) throw Error(ErrorCode::kUnsupported, "rope on cuda: q and k dtypes differ");
+    cuda::RopeLaunch l{p.q.data, p.k.data, p.positions.as<const int32_t>(), p.inv_freq.as<const float>(), p.q.dtype,
+                       p.q.dim(0), static_cast<int>(p.q.dim(1)), static_cast<int>(p.k.dim(1)),
+                       static_cast<int>(p.q.dim(2)), p.rotary_dim, p.attention_scaling};
+    cuda::launch_rope(l, stream_);
+  }
+
+  void silu_mul(const SiluMulParams& p) override {
+    check_silu_mul(p);
+    cuda::SiluMulLaunch l{p.gate.data, p.up.data, p.out.data, p.gate.dtype, p.up.dtype, p.out.dtype, p.gate.numel()};
+    cuda::launch_silu_mul(l, stream_);
+  }
+
+  void kv_write(const KvWriteParams& p) override {
+    check_kv_write(p);
+    if (p.k.dtype != p.v.dtype) throw Error(ErrorCode::kUnsupported, "kv_write on cuda: k and v dtypes differ");
+    cuda::KvWriteLaunch l{p.k.data, p.v.data, p.slot_mapping.as<const int32_t>(), p.k_cache.data, p.v_cache.data,
+                          p.k.dtype, p.k_cache.dtype, p.k.dim(0), p.k_cache.dim(0) * p.k_cache.dim(1),
+                          p.k.dim(1) * p.k.dim(2), error_word_};
+    cuda::launch_kv_write(l, stream_);
+  }
+
+  void attention(const AttentionParams& p) override {
+    check_attention(p);
+    if (p.out.dtype != p.q.dtype || p.v_cache.dtype != p.k_cache.dtype)
+      throw Error(ErrorCode::kUnsupported, "attention on cuda: out must match q and v_cache must match k_cache");
+    cuda::AttentionLaunch l{};
+    l.q = p.q.data;
+    l.out = p.out.data;
+    l.k_cache = p.k_cache.data;
+    l.v_cache = p.v_cache.data;
+    l.query_start_loc = p.query_start_loc.as<const int32_t>();
+    l.seq_lens = p.seq_lens.as<const int32_t>();
+    l.block_tables = p.block_tables.as<const int32_t>();
+    l.act = p.q.dtype;
+    l.cache = p.k_cache.dtype;
+    l.num_seqs = static_cast<int>(p.seq_lens.dim(0));
+    l.num_q_heads = static_cast<int>(p.q.dim(1));
+    l.num_kv_heads = static_cast<int>(p.k_cache.dim(2));
+    l.head_dim = static_cast<int>(p.q.dim(2));
+    l.block_size = static_cast<int>(p.k_cache.dim(1));
+    l.max_blocks_per_seq = static_cast<int>(p.block_tables.dim(1));
+    l.num_tokens = p.q.dim(0);
+    l.scale = p.scale;
+    l.sliding_window = p.sliding_window;
+    // NOTE: the hints bound the launch grids, so they must be true maxima; absent ones take safe bounds.
+    const int64_t seq_cap = static_cast<int64_t>(l.max_blocks_per_seq) * l.block_size;
+    l.max_query_len = static_cast<int>(p.max_query_len > 0 ? std::min<int64_t>(p.max_query_len, l.num_tokens)
+                                                           : l.num_tokens);
+    l.max_seq_len = static_cast<int>(p.max_seq_len > 0 ? std::min<int64_t>(p.max_seq_len, seq_cap) : seq_cap);
+    const size_t ws = cuda::attention_workspace_bytes(l);
+    l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
+    cuda::launch_attention(l, stream_);
+  }
+
+  void gather_rows(const GatherRowsParams& p) override {
+    check_gather_rows(p);
+    cuda::GatherRowsLaunch l{p.x.data, p.indices.as<const int32_t>(), p.out.data, p.x.dim(0), p.indices.dim(0),
+                             static_cast<int64_t>(dtype_bytes(p.x.dtype, static_cast<size_t>(p.x.dim(1)))),
+                             error_word_};
+    cuda::launch_gather_rows(l, stream_);
+  }
+
+  // CUDA services.
+  void* allocate_pinned(size_t bytes) override {
+    void* ptr = nullptr;
+    PEREGRINE_CUDA_CHECK(cudaHostAlloc(&ptr, bytes ? bytes : 1, cudaHostAllocPortable));
+    pinned_.insert(ptr);
+    return ptr;
+  }
+  void deallocate_pinned(void* ptr) override {
+    if (ptr == nullptr || pinned_.erase(ptr) == 0) return;
+    PEREGRINE_CUDA_CHECK(cudaFreeHost(ptr));
+  }
+  void copy_from_host_async(void* dst, const void* src, size_t bytes) override {
+    if (bytes) PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+
+  bool supports_graphs() const override { return true; }
+  int64_t capture_graph(const std::function<void()>& record) override {
+    if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: capture_graph called inside a capture");
+    PEREGRINE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    cudaGraph_t graph = nullptr;
+    try {
+      record();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      (void)cudaGetLastError();
+      if (graph) cudaGraphDestroy(graph);
+      capturing_ = false;
+      throw;
+    }
+    cudaError_t err = cudaStreamEndCapture(stream_, &graph);
+    capturing_ = false;
+    PEREGRINE_CUDA_CHECK(err);
+    cudaGraphExec_t exec = nullptr;
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    PEREGRINE_CUDA_CHECK(err);
+    int64_t id = next_graph_id_++;
+    graphs_[id] = exec;
+    return id;
+  }
+  void replay_graph(int64_t graph) override {
+    auto it = graphs_.find(graph);
+    if (it == graphs_.end()) throw Error(ErrorCode::kInvalidArgument, "cuda: unknown graph id");
+    PEREGRINE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  }
+  void destroy_graph(int64_t graph) override {
+    auto it = graphs_.find(graph);
+    if (it == graphs_.end()) return;
+    PEREGRINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraphExecDestroy(it->second);
+    graphs_.erase(it);
+  }
+
+  void set_matmul_policy(MatmulPolicy policy) override {
+    policy_ = policy == MatmulPolicy::kFastest ? cuda::LtPolicy::kFastest : cuda::LtPolicy::kBatchInvariant;
+  }
+  int multiprocessor_count() const override { return sm_count_; }
+  size_t total_memory() const override { return total_memory_; }
+  void* stream_handle() const override { return stream_; }
+  int* device_error_word() override { return error_word_; }
+
+  void* scratch(size_t bytes, int slot) override {
+    if (slot < 0 || slot >= kScratchSlots) throw Error(ErrorCode::kInvalidArgument, "cuda: scratch slot out of range");
+    Scratch& s = scratch_[slot];
+    if (bytes <= s.bytes) return s.ptr;
+    if (capturing_)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cuda: workspace must grow inside a graph capture; run the same step eagerly before capturing");
+    PEREGRINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Captured graphs may still point at the old buffer: keep it until the backend goes away.
+    if (s.ptr) {
+      if (graphs_.empty()) {
+        PEREGRINE_CUDA_CHECK(cudaFree(s.ptr));
+      } else {
+        retired_.push_back(s.ptr);
+      }
+    }
+    const size_t grown = std::max(bytes, s.bytes + s.bytes / 2);
+    const size_t rounded = (grown + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20);
+    s.ptr = nullptr;
+    s.bytes = 0;
+    s.ptr = allocate(rounded);
+    s.bytes = rounded;
+    return s.ptr;
+  }
+
+ private:
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+
+  void sync_and_check() {
+    if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: synchronize inside a graph capture");
+    PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(error_host_, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    PEREGRINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const int flags = *error_host_;
+    if (flags != 0) {
+      *error_host_ = 0;
+      PEREGRINE_CUDA_CHECK(cudaMemsetAsync(error_word_, 0, sizeof(int), stream_));
+      PEREGRINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      throw Error(ErrorCode::kInvalidArgument, describe_device_errors(flags));
+    }
+  }
+
+  void release() noexcept {
+    if (stream_) cudaStreamSynchronize(stream_);
+    for (auto& [id, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+    gemm_.reset();
+    for (Scratch& s : scratch_) {
+      if (s.ptr) cudaFree(s.ptr);
+      s = Scratch{};
+    }
+    for (void* p : retired_) cudaFree(p);
+    retired_.clear();
+    for (void* p : pinned_) cudaFreeHost(p);
+    pinned_.clear();
+    if (gemm_workspace_) cudaFree(gemm_workspace_);
+    gemm_workspace_ = nullptr;
+    if (error_word_) cudaFree(error_word_);
+    error_word_ = nullptr;
+    if (error_host_) cudaFreeHost(error_host_);
+    error_host_ = nullptr;
+    if (stream_) cudaStreamDestroy(stream_);
+    stream_ = nullptr;
+    (void)cudaGetLastError();
+  }
+
+  int device_;
+  std::string name_;
+  int sm_count_ = 0;
+  size_t total_memory_ = 0;
+  cudaStream_t stream_ = nullptr;
+  int* error_word_ = nullptr;
+  int* error_host_ = nullptr;
+  void* gemm_workspace_ = nullptr;
+  std::unique_ptr<cuda::LtMatmul> gemm_;
+  cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariant;
+  bool capturing_ = false;
+  std::map<int64_t, cudaGraphExec_t> graphs_;
+  int64_t next_graph_id_ = 1;
+  Scratch scratch_[kScratchSlots];
+  std::vector<void*> retired_;
+  std::set<void*> pinned_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) {
+  const int count = cuda_device_count();
+  if (device_index < 0 || device_index >= count)
+    throw Error(ErrorCode::kUnsupported, "cuda: device " + std::to_string(device_index) + " does not exist (" +
+                                             std::to_string(count) + " visible)");
+  return std::make_unique<CudaBackendImpl>(device_index);
+}
+
+CudaBackend* as_cuda_backend(Backend& backend) { return dynamic_cast<CudaBackend*>(&backend); }
+
+}  // namespace peregrine::ops

@@ -1,0 +1,49 @@
+// The CUDA backend (Hopper first): the op interface on one GPU, plus the CUDA-only services the GPU model
+// runner needs (pinned staging buffers, graph capture, matmul policy). Plain C++: includes no CUDA header,
+// so engine code may include it. Kernels live in the .cu files beside this one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ops/backend.h"
+
+namespace peregrine::ops {
+
+// Number of visible CUDA devices; 0 when there is none or the driver is missing (never throws).
+int cuda_device_count();
+
+// How matmul picks cuBLASLt algorithms.
+enum class MatmulPolicy {
+  // No split-K or other cross-CTA reductions: a row's result does not depend on M (ops.h contract).
+  kBatchInvariant,
+  // The heuristic's first choice per shape (may use split-K at small M; rows may differ across M).
+  kFastest,
+};
+
+// The CUDA backend implements Backend's optional services (pinned memory, copy_from_host_async, graphs; see
+// ops/backend.h) and adds these. NOTE on graphs: inside `record` only enqueue (no synchronize, copy_to_host
+// or copy_from_host); workspaces and matmul plans must exist from an eager run of the same ops, since
+// scratch cannot grow during a capture (Error(kInvalidArgument) if it would).
+class CudaBackend : public Backend {
+ public:
+  virtual void set_matmul_policy(MatmulPolicy policy) = 0;
+  virtual int multiprocessor_count() const = 0;
+  virtual size_t total_memory() const = 0;
+  // The cudaStream_t all work is enqueued on, as an opaque handle (for kernels outside this backend).
+  virtual void* stream_handle() const = 0;
+  // Device scratch owned by the backend, one buffer per slot (0..7), grown on demand but never inside a
+  // capture; valid until the next call with the same slot. Slots 0-2 serve attention and sampling.
+  virtual void* scratch(size_t bytes, int slot) = 0;
+  // The device word kernels flag invalid inputs in (checked and cleared at synchronize/copy_to_host).
+  virtual int* device_error_word() = 0;
+};
+
+// Creates the backend on device `device_index`; throws Error(kUnsupported) when it does not exist.
+std::unique_ptr<Backend> make_cuda_backend(int device_index);
+
+// The CUDA services of a backend, or nullptr when it is not the CUDA backend.
+CudaBackend* as_cuda_backend(Backend& backend);
+
+}  // namespace peregrine::ops

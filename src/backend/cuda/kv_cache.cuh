@@ -1,0 +1,25 @@
+// Paged KV write (ops.h KvWriteParams): row t of k/v goes to cache slot slot_mapping[t]; -1 skips the row.
+// Any float activation dtype into an f32/bf16/f16 cache.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace peregrine::cuda {
+
+struct KvWriteLaunch {
+  const void* k;                // [T, row] act
+  const void* v;                // [T, row] act
+  const int32_t* slot_mapping;  // [T]
+  void* k_cache;                // [num_slots, row]
+  void* v_cache;                // [num_slots, row]
+  DType act, cache;
+  int64_t num_tokens, num_slots, row;  // row = num_kv_heads * head_dim
+  int* error_flags;
+};
+void launch_kv_write(const KvWriteLaunch& p, cudaStream_t stream);
+
+}  // namespace peregrine::cuda

@@ -1,0 +1,99 @@
+// RMSNorm kernel: each row is handled by `tpr` threads (a warp up to a whole block); two passes over the
+// row (the second hits L1/L2), the residual sum rounded to the activation dtype before the statistics.
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/norm.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T, typename TW>
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int tpr, bool vec) {
+  __shared__ float partial[kThreads / 32];
+  const int rows_per_block = kThreads / tpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const bool active = row < p.rows;
+  const int64_t h = p.hidden;
+  const T* x = static_cast<const T*>(p.x) + row * h;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
+  T* out = static_cast<T*>(p.out) + row * h;
+  const TW* w = static_cast<const TW*>(p.weight);
+
+  float ss = 0.f;
+  if (active) {
+    if (vec) {
+      for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+        float v[8];
+        load8(x + i, v);
+        if (res) {
+          float r[8];
+          load8(res + i, r);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[e] = to_f32(from_f32<T>(v[e] + r[e]));
+          store8(res + i, v);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+      }
+    } else {
+      for (int64_t i = lane; i < h; i += tpr) {
+        float v = to_f32(x[i]);
+        if (res) {
+          T sum = from_f32<T>(v + to_f32(res[i]));
+          res[i] = sum;
+          v = to_f32(sum);
+        }
+        ss += v * v;
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (tpr > 32) {
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+    __syncthreads();
+    const int first = (threadIdx.x / tpr) * (tpr / 32);
+    ss = 0.f;
+    for (int i = 0; i < tpr / 32; ++i) ss += partial[first + i];
+  }
+  if (!active) return;
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + p.eps);
+  const T* src = res ? res : x;
+  if (vec) {
+    for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+      float v[8], wv[8];
+      load8(src + i, v);
+      load8(w + i, wv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * wv[e];
+      store8(out + i, v);
+    }
+  } else {
+    for (int64_t i = lane; i < h; i += tpr) out[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
+  }
+}
+
+}  // namespace
+
+void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  bool vec = p.hidden % 8 == 0 && aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
+             (p.residual == nullptr || aligned16(p.residual));
+  int64_t per_thread_units = vec ? p.hidden / 8 : p.hidden;
+  int tpr = 32;
+  while (tpr < kThreads && tpr * 4 < per_thread_units) tpr *= 2;
+  int rows_per_block = kThreads / tpr;
+  unsigned blocks = static_cast<unsigned>(ceil_div(p.rows, rows_per_block));
+  dispatch_float(p.act, [&](auto at) {
+    using T = typename decltype(at)::type;
+    dispatch_float(p.weight_dtype, [&](auto wt) {
+      using TW = typename decltype(wt)::type;
+      rms_norm_kernel<T, TW><<<blocks, kThreads, 0, stream>>>(p, tpr, vec);
+    });
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace peregrine::cuda

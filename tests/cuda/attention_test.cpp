@@ -1,0 +1,221 @@
+// CUDA vs ref paged attention: ragged batches mixing decodes, chunks over a cached prefix and whole
+// prefills; block tables with holes (unused blocks and padding poisoned with NaN, -1 entries); GQA ratios
+// 1, 3, 4, 8; head_dim 64/128/256; bf16, f16, f32 and mixed dtypes; sliding windows; contexts 1 to 32K;
+// and determinism: a sequence's output is bitwise identical alone and inside any batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test_util.h"
+
+namespace peregrine::cuda_test {
+namespace {
+
+struct Seq {
+  int q_len, seq_len;
+};
+
+struct AttnCase {
+  std::vector<Seq> seqs;
+  int hq = 8, hkv = 2, hd = 128, block_size = 16;
+  DType act = DType::kBF16, cache = DType::kBF16;
+  int window = 0;
+};
+
+// Host-side inputs of one attention call; tables use a shuffled block pool with unused (NaN) blocks.
+struct AttnInputs {
+  HostTensor q, k_cache, v_cache, qsl, lens, tables;
+  int max_query_len = 0, max_seq_len = 0;
+};
+
+AttnInputs make_inputs(const AttnCase& c, std::mt19937& rng) {
+  AttnInputs in;
+  const int num_seqs = static_cast<int>(c.seqs.size());
+  int total_blocks = 0, max_blocks = 1, tokens = 0;
+  for (const Seq& s : c.seqs) {
+    const int nb = (s.seq_len + c.block_size - 1) / c.block_size;
+    total_blocks += nb;
+    max_blocks = std::max(max_blocks, nb + 1);  // one padding entry per row at least
+    tokens += s.q_len;
+    in.max_query_len = std::max(in.max_query_len, s.q_len);
+    in.max_seq_len = std::max(in.max_seq_len, s.seq_len);
+  }
+  const int pool = total_blocks + total_blocks / 4 + 3;  // holes: blocks no sequence owns
+  std::vector<int32_t> perm(pool);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+
+  in.q = random_tensor(c.act, {tokens, c.hq, c.hd}, rng);
+  in.k_cache = HostTensor(c.cache, {pool, c.block_size, c.hkv, c.hd});
+  in.v_cache = HostTensor(c.cache, {pool, c.block_size, c.hkv, c.hd});
+  in.k_cache.poison();
+  in.v_cache.poison();
+  in.tables = HostTensor(DType::kI32, {num_seqs, max_blocks});
+  std::vector<int32_t> qsl(num_seqs + 1, 0), lens(num_seqs);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  const int64_t row = static_cast<int64_t>(c.hkv) * c.hd;
+  int next = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const Seq& sq = c.seqs[s];
+    qsl[s + 1] = qsl[s] + sq.q_len;
+    lens[s] = sq.seq_len;
+    const int nb = (sq.seq_len + c.block_size - 1) / c.block_size;
+    // With a window, blocks wholly before the first visible key may be freed: mark them -1.
+    const int first_pos = sq.seq_len - sq.q_len;
+    const int first_key = c.window > 0 ? std::max(0, first_pos - c.window + 1) : 0;
+    for (int b = 0; b < max_blocks; ++b) {
+      int32_t id = -1;
+      if (b < nb && (b + 1) * c.block_size > first_key) id = perm[next];
+      if (b < nb) ++next;
+      in.tables.set(static_cast<int64_t>(s) * max_blocks + b, id);
+      if (id < 0) continue;
+      for (int off = 0; off < c.block_size; ++off) {
+        if (b * c.block_size + off >= sq.seq_len) break;  // the tail of the last block stays NaN
+        const int64_t base = (static_cast<int64_t>(id) * c.block_size + off) * row;
+        for (int64_t i = 0; i < row; ++i) {
+          in.k_cache.set(base + i, dist(rng));
+          in.v_cache.set(base + i, dist(rng));
+        }
+      }
+    }
+  }
+  in.qsl = int_tensor(qsl);
+  in.lens = int_tensor(lens);
+  return in;
+}
+
+HostTensor run_ref(const AttnCase& c, const AttnInputs& in) {
+  HostTensor out(c.act, in.q.shape);
+  ops::AttentionParams p{in.q.view(), in.k_cache.view(), in.v_cache.view(), out.view(), in.qsl.view(),
+                         in.lens.view(), in.tables.view(), 1.0f / std::sqrt(static_cast<float>(c.hd)), c.window,
+                         in.max_query_len, in.max_seq_len};
+  ref().attention(p);
+  return out;
+}
+
+HostTensor run_gpu(const AttnCase& c, const AttnInputs& in) {
+  DeviceTensor q(in.q), kc(in.k_cache), vc(in.v_cache), qsl(in.qsl), lens(in.lens), tables(in.tables);
+  DeviceTensor out(HostTensor(c.act, in.q.shape));
+  out.poison();
+  ops::AttentionParams p{q.view(), kc.view(), vc.view(), out.view(), qsl.view(), lens.view(), tables.view(),
+                         1.0f / std::sqrt(static_cast<float>(c.hd)), c.window, in.max_query_len, in.max_seq_len};
+  gpu().attention(p);
+  return out.to_host();
+}
+
+void check_case(const AttnCase& c, uint32_t seed, const char* what) {
+  std::mt19937 rng(seed);
+  AttnInputs in = make_inputs(c, rng);
+  HostTensor want = run_ref(c, in);
+  HostTensor got = run_gpu(c, in);
+  EXPECT_TRUE(all_close(got, want)) << what << ": " << dtype_name(c.act) << "/" << dtype_name(c.cache) << " hq "
+                                    << c.hq << " hkv " << c.hkv << " hd " << c.hd << " window " << c.window;
+}
+
+const std::vector<Seq> kMixed = {{1, 1},   {1, 37},   {1, 1000}, {5, 300}, {4, 4},
+                                 {64, 64}, {100, 531}, {3, 2000}, {17, 17}, {1, 4097}};
+
+TEST(CudaAttention, MixedBatchBf16Gqa4) {
+  AttnCase c;
+  c.seqs = kMixed;
+  check_case(c, 21, "mixed");
+}
+
+TEST(CudaAttention, GqaRatiosAndHeadDims) {
+  struct Shape { int hq, hkv, hd; };
+  for (Shape s : {Shape{4, 4, 64}, Shape{16, 2, 128}, Shape{6, 2, 64}, Shape{4, 1, 256}, Shape{8, 8, 128},
+                  Shape{32, 2, 64}}) {
+    AttnCase c;
+    c.seqs = kMixed;
+    c.hq = s.hq;
+    c.hkv = s.hkv;
+    c.hd = s.hd;
+    check_case(c, 22 + s.hq + s.hd, "gqa/head_dim");
+  }
+}
+
+TEST(CudaAttention, OtherDtypesAndBlockSizes) {
+  AttnCase c;
+  c.seqs = kMixed;
+  c.act = c.cache = DType::kF16;
+  check_case(c, 31, "f16");
+  c.act = c.cache = DType::kF32;
+  check_case(c, 32, "f32 (generic)");
+  c.act = DType::kBF16;
+  c.cache = DType::kF32;
+  check_case(c, 33, "bf16 act, f32 cache (generic)");
+  c.act = c.cache = DType::kBF16;
+  c.block_size = 32;
+  check_case(c, 34, "block 32");
+  c.block_size = 1;
+  c.seqs = {{1, 70}, {20, 90}};
+  check_case(c, 35, "block 1");
+  c.block_size = 16;
+  c.hd = 96;  // not a tensor-core head_dim: generic
+  check_case(c, 36, "head_dim 96");
+}
+
+TEST(CudaAttention, SlidingWindow) {
+  for (int window : {1, 64, 200}) {
+    AttnCase c;
+    c.seqs = {{1, 500}, {50, 300}, {200, 200}, {2, 70}, {1, 3000}, {4, 129}};
+    c.window = window;
+    check_case(c, 40 + window, "window");
+  }
+}
+
+TEST(CudaAttention, LongContextsTo32K) {
+  AttnCase c;  // few heads: the ref is O(context) per row and head
+  c.hq = 4;
+  c.hkv = 1;
+  c.seqs = {{1, 32768}, {16, 32768}, {4, 32768}, {1, 8191}, {1, 16385}};
+  check_case(c, 51, "32K");
+  c.seqs.clear();
+  for (int len = 1; len <= 32768; len *= 2) c.seqs.push_back({1, len});
+  c.seqs.push_back({1, 12345});
+  check_case(c, 52, "contexts 1..32K");
+  c.hq = 8;  // GQA 8
+  c.seqs = {{1, 20000}, {2, 9000}, {33, 5000}};
+  check_case(c, 53, "GQA 8 long");
+}
+
+// The same sequences alone and inside bigger, differently ordered batches must give identical bits.
+TEST(CudaAttention, ResultDoesNotDependOnBatch) {
+  for (int hd : {128, 64}) {
+    AttnCase target;
+    target.hd = hd;
+    target.seqs = {{1, 5000}, {70, 700}, {3, 900}};
+    AttnCase big = target;
+    big.seqs = {{9, 9}, {1, 30000}, {1, 5000}, {300, 4000}, {70, 700}, {2, 2}, {3, 900}};
+    std::mt19937 rng(61);
+    AttnInputs in = make_inputs(big, rng);
+    HostTensor batch_out = run_gpu(big, in);
+    const int64_t row_bytes = static_cast<int64_t>(big.hq) * hd * 2;
+    const int32_t* qsl = reinterpret_cast<const int32_t*>(in.qsl.bytes.data());
+    // Each target sequence alone: slice its q, lens and table row out of the big inputs.
+    for (int s : {2, 4, 6}) {
+      const Seq& sq = big.seqs[s];
+      AttnCase one = big;
+      one.seqs = {sq};
+      AttnInputs alone = in;
+      alone.q = HostTensor(big.act, {sq.q_len, big.hq, hd});
+      std::memcpy(alone.q.bytes.data(), in.q.bytes.data() + qsl[s] * row_bytes, sq.q_len * row_bytes);
+      alone.qsl = int_tensor({0, sq.q_len});
+      alone.lens = int_tensor({sq.seq_len});
+      const int64_t mb = in.tables.shape[1];
+      alone.tables = HostTensor(DType::kI32, {1, mb});
+      std::memcpy(alone.tables.bytes.data(), in.tables.bytes.data() + s * mb * 4, mb * 4);
+      alone.max_query_len = sq.q_len;
+      alone.max_seq_len = sq.seq_len;
+      HostTensor one_out = run_gpu(one, alone);
+      const bool same = std::memcmp(one_out.bytes.data(), batch_out.bytes.data() + qsl[s] * row_bytes,
+                                    sq.q_len * row_bytes) == 0;
+      EXPECT_TRUE(same) << "sequence " << s << " (q_len " << sq.q_len << ", len " << sq.seq_len << ", hd " << hd
+                        << ") differs alone vs in batch";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace peregrine::cuda_test

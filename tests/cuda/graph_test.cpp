@@ -1,0 +1,98 @@
+// CUDA graph capture and pinned staging (CudaBackend services): a decode-like step (pinned inputs copied
+// in, rms_norm, matmul, rope, kv_write, attention) captured once and replayed with new inputs must equal
+// the same step run eagerly; forbidden calls inside a capture throw and leave the backend usable.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/status.h"
+#include "cuda_test_util.h"
+
+namespace peregrine::cuda_test {
+namespace {
+
+TEST(CudaGraph, ReplayEqualsEagerWithNewInputs) {
+  ops::CudaBackend& cuda = gpu_services();
+  std::mt19937 rng(81);
+  const int batch = 4, hidden = 256, hq = 4, hkv = 1, hd = 64, bs = 16, max_blocks = 64;
+  const int num_blocks = batch * max_blocks;
+  HostTensor w_norm = random_tensor(DType::kBF16, {hidden}, rng);
+  HostTensor w_q = random_tensor(DType::kBF16, {hq * hd, hidden}, rng, 0.06);
+  HostTensor w_kv = random_tensor(DType::kBF16, {hkv * hd, hidden}, rng, 0.06);
+  HostTensor inv_freq(DType::kF32, {hd / 2});
+  for (int i = 0; i < hd / 2; ++i) inv_freq.set(i, std::pow(10000.0, -2.0 * i / hd));
+  DeviceTensor d_wn(w_norm), d_wq(w_q), d_wkv(w_kv), d_if(inv_freq);
+  DeviceTensor kc(random_tensor(DType::kBF16, {num_blocks, bs, hkv, hd}, rng));
+  DeviceTensor vc(random_tensor(DType::kBF16, {num_blocks, bs, hkv, hd}, rng));
+  std::vector<int32_t> table(batch * max_blocks);
+  for (int i = 0; i < batch * max_blocks; ++i) table[i] = (i * 37) % num_blocks;  // a permutation
+  DeviceTensor d_table(int_tensor(table));
+
+  // Per-step inputs: x [B, hidden] bf16, then positions, slots, seq_lens, qsl as i32, staged in pinned memory.
+  const size_t x_bytes = batch * hidden * 2, ints = 4 * batch + 1;
+  char* pinned = static_cast<char*>(cuda.allocate_pinned(x_bytes + ints * 4));
+  DeviceBuffer d_inputs(gpu(), x_bytes + ints * 4);
+  auto view_at = [&](size_t off, DType t, std::initializer_list<int64_t> dims) {
+    return TensorView(static_cast<char*>(d_inputs.data()) + off, t, dims);
+  };
+  TensorView x = view_at(0, DType::kBF16, {batch, hidden});
+  TensorView pos = view_at(x_bytes, DType::kI32, {batch});
+  TensorView slots = view_at(x_bytes + 4 * batch, DType::kI32, {batch});
+  TensorView lens = view_at(x_bytes + 8 * batch, DType::kI32, {batch});
+  TensorView qsl = view_at(x_bytes + 12 * batch, DType::kI32, {batch + 1});
+  DeviceTensor h(HostTensor(DType::kBF16, {batch, hidden})), q(HostTensor(DType::kBF16, {batch, hq, hd}));
+  DeviceTensor kv(HostTensor(DType::kBF16, {batch, hkv, hd})), out(HostTensor(DType::kBF16, {batch, hq, hd}));
+
+  auto fill_inputs = [&](int step) {
+    HostTensor xs = random_tensor(DType::kBF16, {batch, hidden}, rng);
+    std::memcpy(pinned, xs.bytes.data(), x_bytes);
+    int32_t* iv = reinterpret_cast<int32_t*>(pinned + x_bytes);
+    for (int b = 0; b < batch; ++b) {
+      const int len = 100 + 37 * b + 150 * step;  // grows each step, up to ~ max_blocks * bs
+      iv[b] = len - 1;                                                    // position
+      iv[batch + b] = table[b * max_blocks + (len - 1) / bs] * bs + (len - 1) % bs;  // slot
+      iv[2 * batch + b] = len;                                            // seq_len
+      iv[3 * batch + b] = b;                                              // query_start_loc
+    }
+    iv[4 * batch] = batch;
+  };
+  auto step = [&] {
+    cuda.copy_from_host_async(d_inputs.data(), pinned, x_bytes + ints * 4);
+    gpu().rms_norm({x, TensorView(), d_wn.view(), h.view(), 1e-5f});
+    gpu().matmul({h.view(), d_wq.view(), TensorView(), q.view().reshaped({batch, hq * hd})});
+    gpu().matmul({h.view(), d_wkv.view(), TensorView(), kv.view().reshaped({batch, hkv * hd})});
+    gpu().rope({q.view(), kv.view(), pos, d_if.view(), 1.0f, hd});
+    gpu().kv_write({kv.view(), kv.view(), slots, kc.view(), vc.view()});
+    gpu().attention({q.view(), kc.view(), vc.view(), out.view(), qsl, lens, d_table.view(), 0.125f, 0, 1,
+                     max_blocks * bs});
+  };
+
+  fill_inputs(0);
+  step();  // eager warm-up: plans and workspaces exist before capture
+  gpu().synchronize();
+  const int64_t graph = cuda.capture_graph(step);
+  for (int s = 1; s <= 3; ++s) {
+    fill_inputs(s);
+    DeviceTensor kc_copy(kc.to_host()), vc_copy(vc.to_host());
+    step();  // eager on the current inputs
+    HostTensor eager = out.to_host();
+    // Restore the caches, then replay the graph on the same inputs.
+    gpu().copy_on_device(kc.buffer.data(), kc_copy.buffer.data(), kc.buffer.bytes());
+    gpu().copy_on_device(vc.buffer.data(), vc_copy.buffer.data(), vc.buffer.bytes());
+    out.poison();
+    cuda.replay_graph(graph);
+    HostTensor replayed = out.to_host();
+    EXPECT_TRUE(bitwise_equal(eager, replayed)) << "step " << s;
+  }
+  cuda.destroy_graph(graph);
+
+  // Calls that cannot be captured throw, and the backend stays usable.
+  EXPECT_THROW(cuda.capture_graph([&] { gpu().synchronize(); }), Error);
+  EXPECT_THROW(cuda.capture_graph([&] { gpu().copy_from_host(d_inputs.data(), pinned, 16); }), Error);
+  step();
+  EXPECT_NO_THROW(gpu().synchronize());
+  cuda.deallocate_pinned(pinned);
+}
+
+}  // namespace
+}  // namespace peregrine::cuda_test

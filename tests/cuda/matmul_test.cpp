@@ -1,0 +1,96 @@
+// CUDA vs ref matmul: cuBLASLt dtypes (bf16, f16, f32), the generic kernel for mixed dtypes, fused and
+// separate bias; and the ops.h contract that a row's result does not depend on M (batch invariance).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "cuda_test_util.h"
+
+namespace peregrine::cuda_test {
+namespace {
+
+struct MatmulCase {
+  DType x, w, out;
+  int64_t m, n, k;
+  bool bias;
+  DType bias_t;
+};
+
+void run_matmul_case(const MatmulCase& c, std::mt19937& rng) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.k));
+  HostTensor x = random_tensor(c.x, {c.m, c.k}, rng), w = random_tensor(c.w, {c.n, c.k}, rng, scale);
+  HostTensor bias = c.bias ? random_tensor(c.bias_t, {c.n}, rng) : HostTensor();
+  HostTensor want(c.out, {c.m, c.n});
+  ref().matmul({x.view(), w.view(), c.bias ? bias.view() : TensorView(), want.view()});
+  DeviceTensor d_x(x), d_w(w), d_out(want);
+  DeviceTensor d_bias = c.bias ? DeviceTensor(bias) : DeviceTensor();
+  d_out.poison();
+  gpu().matmul({d_x.view(), d_w.view(), c.bias ? d_bias.view() : TensorView(), d_out.view()});
+  EXPECT_TRUE(all_close(d_out.to_host(), want))
+      << dtype_name(c.x) << "/" << dtype_name(c.w) << "/" << dtype_name(c.out) << " M " << c.m << " N " << c.n
+      << " K " << c.k << (c.bias ? " bias" : "");
+}
+
+TEST(CudaMatmul, CublasLtDtypesAndShapes) {
+  std::mt19937 rng(11);
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF32})
+    for (int64_t m : {1, 3, 64, 257})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{384, 384}, {1000, 64}, {8, 1024}})
+        run_matmul_case({t, t, t, m, n, k, false, t}, rng);
+}
+
+TEST(CudaMatmul, BiasFusedAndSeparate) {
+  std::mt19937 rng(12);
+  run_matmul_case({DType::kBF16, DType::kBF16, DType::kBF16, 17, 256, 128, true, DType::kBF16}, rng);
+  run_matmul_case({DType::kBF16, DType::kBF16, DType::kBF16, 17, 256, 128, true, DType::kF32}, rng);
+  run_matmul_case({DType::kF32, DType::kF32, DType::kF32, 5, 96, 200, true, DType::kF32}, rng);
+  run_matmul_case({DType::kF16, DType::kF16, DType::kF16, 2, 64, 64, true, DType::kBF16}, rng);
+}
+
+TEST(CudaMatmul, GenericKernelForMixedDtypes) {
+  std::mt19937 rng(13);
+  run_matmul_case({DType::kF32, DType::kBF16, DType::kF32, 7, 130, 300, false, DType::kF32}, rng);
+  run_matmul_case({DType::kF32, DType::kF16, DType::kF32, 65, 64, 64, true, DType::kBF16}, rng);
+  run_matmul_case({DType::kBF16, DType::kF32, DType::kBF16, 3, 70, 33, false, DType::kF32}, rng);
+  run_matmul_case({DType::kF32, DType::kBF16, DType::kF32, 1, 4096, 4096, false, DType::kF32}, rng);
+}
+
+// Rows computed inside batches of M rows must equal (bitwise) the same rows of the largest batch.
+int count_variant_ms(ops::MatmulPolicy policy, int64_t n, int64_t k, std::mt19937& rng) {
+  gpu_services().set_matmul_policy(policy);
+  const std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+  const int64_t max_m = ms.back();
+  HostTensor x = random_tensor(DType::kBF16, {max_m, k}, rng);
+  HostTensor w = random_tensor(DType::kBF16, {n, k}, rng, 1.0 / std::sqrt(static_cast<double>(k)));
+  DeviceTensor d_x(x), d_w(w), d_full(HostTensor(DType::kBF16, {max_m, n}));
+  gpu().matmul({d_x.view(), d_w.view(), TensorView(), d_full.view()});
+  HostTensor full = d_full.to_host();
+  int variants = 0;
+  std::string report;
+  for (int64_t m : ms) {
+    DeviceTensor d_out(HostTensor(DType::kBF16, {m, n}));
+    gpu().matmul({d_x.view().slice_rows(0, m), d_w.view(), TensorView(), d_out.view()});
+    HostTensor got = d_out.to_host();
+    const bool same = std::equal(got.bytes.begin(), got.bytes.end(), full.bytes.begin());
+    if (!same) {
+      ++variants;
+      report += " M=" + std::to_string(m);
+    }
+  }
+  std::printf("  matmul [%ld x %ld] policy %s: rows differing from M=%ld at:%s\n", static_cast<long>(n),
+              static_cast<long>(k), policy == ops::MatmulPolicy::kFastest ? "fastest" : "batch-invariant",
+              static_cast<long>(max_m), report.empty() ? " none" : report.c_str());
+  gpu_services().set_matmul_policy(ops::MatmulPolicy::kBatchInvariant);
+  return variants;
+}
+
+TEST(CudaMatmul, RowsDoNotDependOnBatchSize) {
+  std::mt19937 rng(14);
+  count_variant_ms(ops::MatmulPolicy::kFastest, 4096, 4096, rng);  // informative only
+  EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariant, 4096, 4096, rng), 0);
+  EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariant, 6144, 4096, rng), 0);
+  EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariant, 4096, 14336, rng), 0);
+}
+
+}  // namespace
+}  // namespace peregrine::cuda_test

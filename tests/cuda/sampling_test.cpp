@@ -1,0 +1,215 @@
+// GPU sampling (cuda_sampling.h): greedy ties, penalties against a host model, logprobs, reproducible
+// seeds, top-k/top-p/min-p kept sets, and empirical frequencies of many seeded draws against softmax.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "backend/cuda/cuda_sampling.h"
+#include "cuda_test_util.h"
+
+namespace peregrine::cuda_test {
+namespace {
+
+HostTensor f32_tensor(const std::vector<float>& v) {
+  HostTensor h(DType::kF32, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) h.set(static_cast<int64_t>(i), v[i]);
+  return h;
+}
+HostTensor i64_tensor(const std::vector<int64_t>& v) {
+  HostTensor h(DType::kI64, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) h.set(static_cast<int64_t>(i), static_cast<double>(v[i]));
+  return h;
+}
+
+// Draws B tokens from the same logits row repeated, with per-row seeds; returns the tokens.
+std::vector<int32_t> draw(const std::vector<float>& logits_row, int batch, float temperature, int top_k,
+                          float top_p, float min_p, int64_t offset = 0) {
+  const int64_t vocab = static_cast<int64_t>(logits_row.size());
+  HostTensor logits(DType::kF32, {batch, vocab});
+  for (int b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < vocab; ++i) logits.set(b * vocab + i, logits_row[i]);
+  std::vector<int64_t> seeds(batch), offsets(batch, offset);
+  for (int b = 0; b < batch; ++b) seeds[b] = 1000003LL * b + 17;
+  DeviceTensor d_logits(logits), d_t(f32_tensor(std::vector<float>(batch, temperature)));
+  DeviceTensor d_k(int_tensor(std::vector<int32_t>(batch, top_k)));
+  DeviceTensor d_p(f32_tensor(std::vector<float>(batch, top_p))), d_m(f32_tensor(std::vector<float>(batch, min_p)));
+  DeviceTensor d_seeds(i64_tensor(seeds)), d_offsets(i64_tensor(offsets));
+  DeviceTensor d_out(HostTensor(DType::kI32, {batch}));
+  ops::CudaSampleParams p;
+  p.logits = d_logits.view();
+  p.temperature = d_t.view();
+  p.top_k = d_k.view();
+  p.top_p = d_p.view();
+  p.min_p = d_m.view();
+  p.seeds = d_seeds.view();
+  p.offsets = d_offsets.view();
+  p.out_tokens = d_out.view();
+  ops::cuda_sample(gpu(), p);
+  HostTensor out = d_out.to_host();
+  std::vector<int32_t> tokens(batch);
+  for (int b = 0; b < batch; ++b) tokens[b] = static_cast<int32_t>(out.get(b));
+  return tokens;
+}
+
+std::vector<double> softmax(const std::vector<float>& z, float t) {
+  double mx = *std::max_element(z.begin(), z.end());
+  std::vector<double> p(z.size());
+  double sum = 0;
+  for (size_t i = 0; i < z.size(); ++i) sum += (p[i] = std::exp((z[i] - mx) / t));
+  for (double& v : p) v /= sum;
+  return p;
+}
+
+// Empirical frequencies of `tokens` within 5 sigma (+0.005) of `probs`; tokens with p = 0 must not appear.
+void expect_frequencies(const std::vector<int32_t>& tokens, const std::vector<double>& probs) {
+  std::vector<double> count(probs.size(), 0);
+  for (int32_t t : tokens) {
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, static_cast<int32_t>(probs.size()));
+    count[t] += 1;
+  }
+  const double n = static_cast<double>(tokens.size());
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] == 0) {
+      EXPECT_EQ(count[i], 0) << "token " << i << " must be filtered";
+      continue;
+    }
+    const double sigma = std::sqrt(probs[i] * (1 - probs[i]) / n);
+    EXPECT_NEAR(count[i] / n, probs[i], 5 * sigma + 0.005) << "token " << i;
+  }
+}
+
+const std::vector<float> kRow = {1.0f, 2.0f, 0.5f, 3.0f, -1.0f, 0.0f, 2.5f, -3.0f};
+
+TEST(CudaSampling, TemperatureMatchesSoftmax) {
+  expect_frequencies(draw(kRow, 20000, 1.0f, 0, 1.0f, 0.0f), softmax(kRow, 1.0f));
+  expect_frequencies(draw(kRow, 20000, 0.5f, 0, 1.0f, 0.0f), softmax(kRow, 0.5f));
+}
+
+TEST(CudaSampling, TopKTopPMinPKeepTheRightSets) {
+  std::vector<double> p = softmax(kRow, 1.0f);
+  // top-k 3: tokens 3, 6, 1.
+  std::vector<double> k3(p.size(), 0);
+  for (int i : {3, 6, 1}) k3[i] = p[i];
+  double s = k3[3] + k3[6] + k3[1];
+  for (double& v : k3) v /= s;
+  expect_frequencies(draw(kRow, 20000, 1.0f, 3, 1.0f, 0.0f), k3);
+  // top-p 0.6: sorted probs 3 (0.43), 6 (0.26) reach 0.6 -> {3, 6}.
+  std::vector<double> p6(p.size(), 0);
+  p6[3] = p[3] / (p[3] + p[6]);
+  p6[6] = p[6] / (p[3] + p[6]);
+  expect_frequencies(draw(kRow, 20000, 1.0f, 0, 0.6f, 0.0f), p6);
+  // min-p 0.3: keep p >= 0.3 * p_max -> logits >= 3 + ln 0.3 = 1.796 -> {3, 6, 1}.
+  expect_frequencies(draw(kRow, 20000, 1.0f, 0, 1.0f, 0.3f), k3);
+}
+
+TEST(CudaSampling, SeedsAreReproducibleAndOffsetsMatter) {
+  std::vector<float> flat(1000, 0.0f);  // uniform: draws spread widely
+  auto a = draw(flat, 64, 1.0f, 0, 1.0f, 0.0f, 5), b = draw(flat, 64, 1.0f, 0, 1.0f, 0.0f, 5);
+  auto c = draw(flat, 64, 1.0f, 0, 1.0f, 0.0f, 6);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(CudaSampling, GreedyPenaltiesAndLogprobs) {
+  std::mt19937 rng(71);
+  const int batch = 16, vocab = 5000;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    HostTensor logits = random_tensor(t, {batch, vocab}, rng, 3.0);
+    logits.set(3 * vocab + 10, 20.0);  // a tie at the max in row 3: the lower id wins
+    logits.set(3 * vocab + 20, 20.0);
+    std::vector<float> temp(batch, 0.0f), rep(batch), pres(batch), freq(batch);
+    std::vector<int32_t> prompt, prompt_off{0}, output, output_off{0};
+    for (int b = 0; b < batch; ++b) {
+      rep[b] = b % 2 ? 1.3f : 1.0f;
+      pres[b] = b % 3 == 0 ? 0.5f : 0.0f;
+      freq[b] = b % 4 == 1 ? 0.7f : 0.0f;
+      for (int i = 0; i < 50; ++i) prompt.push_back(static_cast<int32_t>(rng() % 200));
+      prompt_off.push_back(static_cast<int32_t>(prompt.size()));
+      for (int i = 0; i < 30; ++i) output.push_back(static_cast<int32_t>(rng() % 100));
+      output_off.push_back(static_cast<int32_t>(output.size()));
+    }
+    DeviceTensor d_logits(logits), d_t(f32_tensor(temp)), d_rep(f32_tensor(rep)), d_pres(f32_tensor(pres));
+    DeviceTensor d_freq(f32_tensor(freq)), d_prompt(int_tensor(prompt)), d_poff(int_tensor(prompt_off));
+    DeviceTensor d_output(int_tensor(output)), d_ooff(int_tensor(output_off));
+    DeviceTensor d_out(HostTensor(DType::kI32, {batch})), d_lp(HostTensor(DType::kF32, {batch}));
+    ops::CudaSampleParams p;
+    p.logits = d_logits.view();
+    p.temperature = d_t.view();
+    p.repetition_penalty = d_rep.view();
+    p.presence_penalty = d_pres.view();
+    p.frequency_penalty = d_freq.view();
+    p.prompt_tokens = d_prompt.view();
+    p.prompt_offsets = d_poff.view();
+    p.output_tokens = d_output.view();
+    p.output_offsets = d_ooff.view();
+    p.out_tokens = d_out.view();
+    p.out_logprobs = d_lp.view();
+    ops::cuda_sample(gpu(), p);
+    HostTensor tokens = d_out.to_host(), logprobs = d_lp.to_host();
+    for (int b = 0; b < batch; ++b) {
+      std::map<int, int> out_count;
+      std::vector<bool> seen(vocab, false);
+      for (int i = prompt_off[b]; i < prompt_off[b + 1]; ++i) seen[prompt[i]] = true;
+      for (int i = output_off[b]; i < output_off[b + 1]; ++i) {
+        seen[output[i]] = true;
+        ++out_count[output[i]];
+      }
+      int best = -1;
+      float best_z = -INFINITY;
+      double mx = -INFINITY, sum = 0;
+      for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits.get(b * vocab + i));
+      for (int i = 0; i < vocab; ++i) {
+        const float raw = static_cast<float>(logits.get(b * vocab + i));
+        sum += std::exp(raw - mx);
+        float z = raw;
+        const int n = out_count.count(i) ? out_count[i] : 0;
+        if (seen[i] && rep[b] != 1.0f) z = z > 0 ? z / rep[b] : z * rep[b];
+        z -= freq[b] * static_cast<float>(n) + (n > 0 ? pres[b] : 0.0f);
+        if (z > best_z) {
+          best_z = z;
+          best = i;
+        }
+      }
+      EXPECT_EQ(static_cast<int>(tokens.get(b)), best) << dtype_name(t) << " row " << b;
+      const double want_lp = logits.get(b * vocab + best) - mx - std::log(sum);
+      EXPECT_NEAR(logprobs.get(b), want_lp, 1e-4 * std::max(1.0, std::fabs(want_lp))) << "row " << b;
+    }
+  }
+}
+
+TEST(CudaSampling, LargeVocabTopKTopPStayInTheKeptSet) {
+  std::mt19937 rng(72);
+  const int64_t vocab = 128256;
+  HostTensor row = random_tensor(DType::kF32, {vocab}, rng, 2.0);
+  std::vector<float> z(vocab);
+  for (int64_t i = 0; i < vocab; ++i) z[i] = static_cast<float>(row.get(i));
+  std::vector<float> sorted = z;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  // top-k 50 then top-p 0.9 of the renormalised top 50.
+  const float kth = sorted[49];
+  std::vector<double> p(sorted.begin(), sorted.begin() + 50);
+  double total = 0;
+  for (double& v : p) total += (v = std::exp(v - sorted[0]));
+  double acc = 0;
+  float threshold = sorted[49];
+  for (int i = 0; i < 50; ++i) {
+    acc += p[i];
+    if (acc >= 0.9 * total) {
+      threshold = sorted[i];
+      break;
+    }
+  }
+  auto tokens = draw(z, 256, 1.0f, 50, 0.9f, 0.0f);
+  for (int32_t t : tokens) {
+    ASSERT_GE(t, 0);
+    EXPECT_GE(z[t], threshold) << "token " << t << " outside the top-p set (k-th value " << kth << ")";
+  }
+  auto greedy = draw(z, 2, 0.0f, 0, 1.0f, 0.0f);
+  EXPECT_EQ(z[greedy[0]], sorted[0]);
+}
+
+}  // namespace
+}  // namespace peregrine::cuda_test
