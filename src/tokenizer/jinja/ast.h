@@ -47,6 +47,7 @@ using NodePtr = std::unique_ptr<Node>;
 struct Node {
   NodeKind kind;
   uint32_t offset = 0;  // where the node starts in the template source
+  uint32_t height = 1;  // 1 + the height of the tallest child expression (bounded by the parser)
   std::string name;     // names, operators, filter and test names
   Value literal;
   bool negate = false;

@@ -358,24 +358,24 @@ class RangeFunction : public Callable {
 class NamespaceFunction : public Callable {
  public:
   Value call(Interpreter&, CallArgs& args, const ScopePtr&) override {
-    auto ns = std::make_shared<Namespace>();
+    Namespace ns;
     if (args.positional.size() > 1) throw_eval("namespace() takes at most one positional argument");
     if (args.positional.size() == 1) {
       const Value& source = args.positional[0];
       if (source.is_dict()) {
-        for (const auto& [key, value] : source.as_dict()->entries()) ns->attributes.set(key, value);
+        for (const auto& [key, value] : source.as_dict()->entries()) ns.attributes.set(key, value);
       } else if (source.is_list()) {
         for (const Value& pair : *source.as_list()) {
           if (!pair.is_list() || pair.as_list()->size() != 2 || !(*pair.as_list())[0].is_string()) {
             throw_eval("namespace() expects a dict or a list of [key, value] pairs");
           }
-          ns->attributes.set((*pair.as_list())[0].as_string(), (*pair.as_list())[1]);
+          ns.attributes.set((*pair.as_list())[0].as_string(), (*pair.as_list())[1]);
         }
       } else {
         throw_eval("namespace() expects a dict or a list of [key, value] pairs");
       }
     }
-    for (const auto& [key, value] : args.keyword) ns->attributes.set(key, value);
+    for (const auto& [key, value] : args.keyword) ns.attributes.set(key, value);
     return Value::name_space(std::move(ns));
   }
 };

@@ -54,6 +54,13 @@ void Interpreter::tick() {
   }
 }
 
+void Interpreter::enter() {
+  if (++depth_ > kMaxEvalDepth) {
+    --depth_;
+    throw_eval("template evaluation nested deeper than " + std::to_string(kMaxEvalDepth) + " levels");
+  }
+}
+
 void Interpreter::check_size(size_t size) const {
   if (size > options_.max_output_bytes) {
     throw_eval("template output exceeds the limit of " + std::to_string(options_.max_output_bytes) + " bytes");
@@ -82,6 +89,8 @@ Interpreter::Flow Interpreter::exec_block(const std::vector<NodePtr>& body, cons
 Interpreter::Flow Interpreter::exec(const Node& node, const ScopePtr& scope, std::string& out) {
   try {
     tick();
+    enter();
+    DepthExit exit{depth_};
     switch (node.kind) {
       case NodeKind::kText: append(out, node.literal.as_string()); return Flow::kNormal;
       case NodeKind::kIf: {
@@ -307,6 +316,8 @@ CallArgs Interpreter::eval_arguments(const std::vector<NodePtr>& nodes, size_t f
 Value Interpreter::eval(const Node& node, const ScopePtr& scope) {
   try {
     tick();
+    enter();
+    DepthExit exit{depth_};
     return eval_node(node, scope);
   } catch (const EvalError& e) {
     throw Error(e.code, "chat template: " + map_.describe(node.offset) + ": " + e.message);

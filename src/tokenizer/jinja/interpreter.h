@@ -25,6 +25,10 @@ struct RenderOptions {
   std::optional<std::tm> now;              // the clock of strftime_now; the local time when unset
 };
 
+// Nested evaluation (expression depth x statement depth x macro calls) beyond this is an error, which keeps the
+// interpreter's recursion well inside a thread's stack.
+constexpr int kMaxEvalDepth = 1000;
+
 struct Scope {
   std::unordered_map<std::string, Value> vars;
   ScopePtr parent;
@@ -65,11 +69,17 @@ class Interpreter {
   Value eval_slice(const Node& node, const ScopePtr& scope);
   CallArgs eval_arguments(const std::vector<NodePtr>& nodes, size_t first, const ScopePtr& scope);
   void tick();
+  void enter();  // depth accounting for eval/exec; pair with a DepthExit
+  struct DepthExit {
+    int& depth;
+    ~DepthExit() { --depth; }
+  };
 
   const SourceMap& map_;
   const RenderOptions& options_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  int depth_ = 0;  // nested eval/exec calls, bounded by kMaxEvalDepth
 };
 
 // Binary operators other than and/or, with @huggingface/jinja's rules (see interpreter_ops.cpp).

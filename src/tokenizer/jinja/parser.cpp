@@ -1,6 +1,7 @@
 // The Jinja parser (see parser.h): a recursive-descent parser over the lexer's tokens with a depth limit.
 #include "tokenizer/jinja/parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <initializer_list>
@@ -74,6 +75,19 @@ class Parser {
     next();
   }
   NodePtr make(NodeKind kind, uint32_t offset) { return std::make_unique<Node>(kind, offset); }
+
+  // Computes the height of an expression node from its children and enforces kMaxExpressionHeight.
+  NodePtr seal(NodePtr node) {
+    uint32_t tallest = 0;
+    for (const NodePtr& child : node->children) {
+      if (child) tallest = std::max(tallest, child->height);
+    }
+    node->height = tallest + 1;
+    if (node->height > kMaxExpressionHeight) {
+      fail(node->offset, "expression nested deeper than " + std::to_string(kMaxExpressionHeight) + " levels");
+    }
+    return node;
+  }
 
   // ---- statements ----
 
@@ -338,7 +352,7 @@ class Parser {
     } else {
       ternary->children.push_back(nullptr);
     }
-    return ternary;
+    return seal(std::move(ternary));
   }
 
   // expr or expr, expr, ... (a tuple)
@@ -359,7 +373,7 @@ class Parser {
     node->name = std::move(op);
     node->children.push_back(std::move(left));
     node->children.push_back(std::move(right));
-    return node;
+    return seal(std::move(node));
   }
 
   NodePtr parse_or() {
@@ -381,12 +395,16 @@ class Parser {
   }
 
   NodePtr parse_not() {
-    DepthGuard guard(*this);
-    if (!at_name("not")) return parse_compare();
-    NodePtr node = make(NodeKind::kUnary, next().offset);
-    node->name = "not";
-    node->children.push_back(parse_not());
-    return node;
+    std::vector<uint32_t> nots;
+    while (at_name("not")) nots.push_back(next().offset);
+    NodePtr operand = parse_compare();
+    for (auto it = nots.rbegin(); it != nots.rend(); ++it) {
+      NodePtr node = make(NodeKind::kUnary, *it);
+      node->name = "not";
+      node->children.push_back(std::move(operand));
+      operand = seal(std::move(node));
+    }
+    return operand;
   }
 
   NodePtr parse_compare() {
@@ -455,7 +473,7 @@ class Parser {
       } else if (starts_test_argument()) {
         test->children.push_back(parse_postfix());
       }
-      operand = std::move(test);
+      operand = seal(std::move(test));
     }
     return operand;
   }
@@ -467,7 +485,7 @@ class Parser {
     filter->name = name.value;
     filter->children.push_back(std::move(operand));
     if (at(TokenType::kOpenParen)) parse_call_arguments(filter->children);
-    return filter;
+    return seal(std::move(filter));
   }
 
   NodePtr parse_filter() {
@@ -480,15 +498,16 @@ class Parser {
   }
 
   NodePtr parse_unary() {
-    DepthGuard guard(*this);
-    if (at_operator("-") || at_operator("+")) {
-      const Token& op = next();
-      NodePtr node = make(NodeKind::kUnary, op.offset);
-      node->name = op.value;
-      node->children.push_back(parse_unary());
-      return node;
+    std::vector<const Token*> signs;
+    while (at_operator("-") || at_operator("+")) signs.push_back(&next());
+    NodePtr operand = parse_postfix();
+    for (auto it = signs.rbegin(); it != signs.rend(); ++it) {
+      NodePtr node = make(NodeKind::kUnary, (*it)->offset);
+      node->name = (*it)->value;
+      node->children.push_back(std::move(operand));
+      operand = seal(std::move(node));
     }
-    return parse_postfix();
+    return operand;
   }
 
   // (args) of a call, filter or test, appended to out.
@@ -517,7 +536,10 @@ class Parser {
         if (saw_keyword) fail(offset, "a positional argument follows a keyword argument");
         arg = parse_expression();
       }
-      out.push_back(std::move(arg));
+      out.push_back(arg->kind == NodeKind::kKeywordArg || arg->kind == NodeKind::kSpread ||
+                            arg->kind == NodeKind::kKeywordSpread
+                        ? seal(std::move(arg))
+                        : std::move(arg));
       if (!at(TokenType::kComma)) break;
       next();
     }
@@ -573,15 +595,15 @@ class Parser {
         NodePtr member = make(NodeKind::kMember, t.offset);
         member->children.push_back(std::move(expr));
         member->children.push_back(std::move(key_node));
-        expr = std::move(member);
+        expr = seal(std::move(member));
       } else if (t.type == TokenType::kOpenBracket) {
         next();
-        expr = parse_subscript(std::move(expr), t.offset);
+        expr = seal(parse_subscript(std::move(expr), t.offset));
       } else if (t.type == TokenType::kOpenParen) {
-        NodePtr call = make(NodeKind::kCall, t.offset);
+        NodePtr call = make(NodeKind::kCall, expr->offset);
         call->children.push_back(std::move(expr));
         parse_call_arguments(call->children);
-        expr = std::move(call);
+        expr = seal(std::move(call));
       } else {
         return expr;
       }
@@ -645,7 +667,7 @@ class Parser {
           tuple->children.push_back(parse_expression());
         }
         expect(TokenType::kCloseParen, "')'");
-        return tuple;
+        return seal(std::move(tuple));
       }
       case TokenType::kOpenBracket: {
         next();
@@ -656,7 +678,7 @@ class Parser {
           next();
         }
         expect(TokenType::kCloseBracket, "']'");
-        return list;
+        return seal(std::move(list));
       }
       case TokenType::kOpenBrace: {
         next();
@@ -669,7 +691,7 @@ class Parser {
           next();
         }
         expect(TokenType::kCloseBrace, "'}'");
-        return dict;
+        return seal(std::move(dict));
       }
       default: fail(t.offset, "expected an expression, found " + describe_token(t));
     }

@@ -10,8 +10,11 @@
 
 namespace peregrine::jinja {
 
-// Nesting deeper than this (parentheses, blocks, unary chains) is an error rather than a stack overflow.
+// Nesting deeper than this (parentheses, brackets, blocks) is an error rather than a stack overflow.
 constexpr int kMaxParseDepth = 128;
+// Expression trees taller than this (e.g. a chain of thousands of `+` or filters) are an error too: the
+// interpreter evaluates them recursively.
+constexpr uint32_t kMaxExpressionHeight = 256;
 
 // Throws peregrine::Error: kInvalidArgument for syntax errors, kUnsupported for Jinja features we do not
 // implement (include, extends, raw, ...); both name the line and column.

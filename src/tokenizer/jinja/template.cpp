@@ -28,12 +28,14 @@ Template::Template(std::string source) {
 const std::string& Template::source() const { return compiled_->source; }
 
 std::string Template::render(const nlohmann::ordered_json& context, const RenderOptions& options) const {
-  if (!context.is_object()) throw Error(ErrorCode::kInvalidArgument, "chat template: the context must be a JSON object");
+  if (!context.is_object() && !context.is_null()) throw Error(ErrorCode::kInvalidArgument, "chat template: the context must be a JSON object");
   auto globals = std::make_shared<Scope>();
   install_globals(*globals, options.now);
   auto scope = std::make_shared<Scope>(globals);
   try {
-    for (auto it = context.begin(); it != context.end(); ++it) scope->vars[it.key()] = value_from_json(it.value());
+    if (context.is_object()) {
+      for (auto it = context.begin(); it != context.end(); ++it) scope->vars[it.key()] = value_from_json(it.value());
+    }
   } catch (const EvalError& e) {
     throw Error(e.code, "chat template input: " + e.message);
   }

@@ -18,7 +18,7 @@ class Template {
   // line and column of the problem. Templates larger than kMaxTemplateBytes are rejected.
   explicit Template(std::string source);
 
-  // Renders with the variables of `context` (a JSON object) plus the globals range, namespace,
+  // Renders with the variables of `context` (a JSON object, or null for none) plus the globals range, namespace,
   // raise_exception and strftime_now. Thread-safe: a Template may be rendered concurrently.
   // Throws peregrine::Error naming the line and column of the failing expression.
   std::string render(const nlohmann::ordered_json& context, const RenderOptions& options = {}) const;

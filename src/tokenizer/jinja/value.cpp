@@ -9,6 +9,24 @@
 
 namespace peregrine::jinja {
 
+namespace detail {
+
+void deferred_delete(void* object, void (*destroy)(void*)) {
+  thread_local std::vector<std::pair<void*, void (*)(void*)>> pending;
+  thread_local bool draining = false;
+  pending.emplace_back(object, destroy);
+  if (draining) return;
+  draining = true;
+  while (!pending.empty()) {
+    const auto [p, d] = pending.back();
+    pending.pop_back();
+    d(p);  // may queue more containers; they are freed by this loop, not recursively
+  }
+  draining = false;
+}
+
+}  // namespace detail
+
 const Value* Dict::find(std::string_view key) const {
   const auto it = index_.find(std::string(key));
   return it == index_.end() ? nullptr : &entries_[it->second].second;

@@ -65,6 +65,24 @@ class Callable {
   virtual Value call(Interpreter& interpreter, CallArgs& args, const ScopePtr& caller_scope) = 0;
 };
 
+namespace detail {
+// Frees a container without recursion: a container released while another is being freed is queued, so a
+// list nested a million levels deep is freed in a loop instead of a million nested destructor calls.
+void deferred_delete(void* object, void (*destroy)(void*));
+template <typename T>
+struct DeferredDeleter {
+  void operator()(T* p) const {
+    deferred_delete(p, [](void* q) { delete static_cast<T*>(q); });
+  }
+};
+}  // namespace detail
+
+// Allocates a List, Dict or Namespace; all containers must be created through this (see deferred_delete).
+template <typename T, typename... Args>
+std::shared_ptr<T> make_container(Args&&... args) {
+  return std::shared_ptr<T>(new T(std::forward<Args>(args)...), detail::DeferredDeleter<T>{});
+}
+
 struct NoneTag {
   bool operator==(const NoneTag&) const = default;
 };
@@ -79,11 +97,9 @@ class Value {
   static Value integer(int64_t v) { return Value(Storage(v)); }
   static Value floating(double v) { return Value(Storage(v)); }
   static Value string(std::string v) { return Value(Storage(std::move(v))); }
-  static Value list(List items) { return Value(Storage(std::make_shared<List>(std::move(items)))); }
-  static Value list(std::shared_ptr<List> items) { return Value(Storage(std::move(items))); }
-  static Value dict(Dict d) { return Value(Storage(std::make_shared<Dict>(std::move(d)))); }
-  static Value dict(std::shared_ptr<Dict> d) { return Value(Storage(std::move(d))); }
-  static Value name_space(std::shared_ptr<Namespace> ns) { return Value(Storage(std::move(ns))); }
+  static Value list(List items) { return Value(Storage(make_container<List>(std::move(items)))); }
+  static Value dict(Dict d) { return Value(Storage(make_container<Dict>(std::move(d)))); }
+  static Value name_space(Namespace ns) { return Value(Storage(make_container<Namespace>(std::move(ns)))); }
   static Value function(std::shared_ptr<Callable> fn) { return Value(Storage(std::move(fn))); }
 
   Kind kind() const { return static_cast<Kind>(storage_.index()); }
