@@ -107,10 +107,10 @@ void EngineCore::process_token(RequestState& req, SeqState& ss, int32_t token, d
       }
     }
   }
-  if (stopped_by_token) {
-    finish_seq(req, ss, FinishReason::kStop);
-  } else if (seq.num_tokens() >= req.max_total_tokens || seq.num_tokens() >= config_.max_model_len) {
-    finish_seq(req, ss, FinishReason::kLength);
+  const bool at_length = seq.num_tokens() >= req.max_total_tokens || seq.num_tokens() >= config_.max_model_len;
+  if (stopped_by_token || at_length) {
+    ss.text += ss.detokenizer->flush();  // whatever the detokenizer still held back
+    finish_seq(req, ss, stopped_by_token ? FinishReason::kStop : FinishReason::kLength);
   }
 }
 

@@ -20,6 +20,8 @@ class IncrementalDetokenizer {
  public:
   virtual ~IncrementalDetokenizer() = default;
   virtual std::string push(int32_t token) = 0;
+  // Text still held back when the sequence ends (an incomplete UTF-8 sequence becomes U+FFFD).
+  virtual std::string flush() { return {}; }
 };
 
 class TextCodec {

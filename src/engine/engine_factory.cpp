@@ -1,0 +1,165 @@
+// Engine::create: loads the model and tokenizer, sizes the KV cache from the memory the device has left after
+// the weights and a warm-up forward, resolves the limits (max_model_len, token budget) and starts the engine.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "core/status.h"
+#include "engine/device_setup.h"
+#include "engine/engine_core.h"
+#include "engine/tokenizer_codec.h"
+#include "io/hf_config.h"
+#include "model/model.h"
+#include "peregrine/engine.h"
+
+namespace peregrine {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+// Host backends: the KV cache takes at most this much (and a quarter of the free RAM) unless told otherwise.
+constexpr size_t kHostKvCap = size_t{4} << 30;
+
+// Sampling defaults from generation_config.json, as vLLM's --generation-config auto does.
+SamplingParams defaults_from(const EngineConfig& config) {
+  SamplingParams p;
+  if (config.generation_config == "vllm") return p;
+  const std::filesystem::path dir = config.generation_config == "auto" ? config.model : config.generation_config;
+  if (config.generation_config != "auto" && !std::filesystem::exists(dir / "generation_config.json")) {
+    throw Error(ErrorCode::kNotFound, "--generation-config: no generation_config.json in " + dir.string());
+  }
+  const io::GenerationConfig g = io::load_generation_config(dir);
+  if (g.temperature) p.temperature = static_cast<float>(*g.temperature);
+  if (g.top_p) p.top_p = static_cast<float>(*g.top_p);
+  if (g.top_k) p.top_k = static_cast<int>(*g.top_k);
+  if (g.repetition_penalty) p.repetition_penalty = static_cast<float>(*g.repetition_penalty);
+  if (g.max_new_tokens) p.max_tokens = static_cast<int>(*g.max_new_tokens);
+  return p;
+}
+
+std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
+  config.validate();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::filesystem::path model_dir = config.model;
+  if (!std::filesystem::is_directory(model_dir)) {
+    throw Error(ErrorCode::kNotFound, "model folder " + model_dir.string() + " does not exist");
+  }
+  io::ModelConfig model_config = io::load_model_config(model_dir);
+  const engine::DeviceChoice choice = engine::resolve_device(config.device, config.dtype, model_config.torch_dtype);
+  auto backend = engine::create_backend(choice, config.num_threads);
+  const bool on_gpu = choice.kind == ops::DeviceKind::kCuda;
+
+  // Limits that shape the model's workspaces.
+  int max_model_len = static_cast<int>(model_config.max_position_embeddings);
+  if (config.max_model_len > 0) {
+    if (config.max_model_len > max_model_len) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--max-model-len " + std::to_string(config.max_model_len) + " exceeds the model's " +
+                      "max_position_embeddings (" + std::to_string(max_model_len) + ") in config.json");
+    }
+    max_model_len = config.max_model_len;
+  }
+  const int budget = config.max_num_batched_tokens > 0 ? config.max_num_batched_tokens : (on_gpu ? 8192 : 2048);
+
+  auto codec = std::make_shared<engine::TokenizerCodec>(
+      config.tokenizer.empty() ? model_dir : std::filesystem::path(config.tokenizer), model_dir, config.chat_template);
+  const SamplingParams defaults = defaults_from(config);
+
+  model::ModelOptions options;
+  options.activation_dtype = choice.activation_dtype;
+  options.max_num_batched_tokens = budget;
+  options.max_num_seqs = config.max_num_seqs;
+  auto model = model::load_model(model_dir, *backend, options);
+
+  // Warm up with a small cache (first-use allocations happen now), then size the real one from what is left.
+  model->allocate_kv_cache({1, config.block_size, choice.kv_dtype});
+  {
+    model::ForwardBatch warm;
+    warm.token_ids = {0};
+    warm.positions = {0};
+    warm.slot_mapping = {0};
+    warm.query_start_loc = {0, 1};
+    warm.seq_lens = {1};
+    warm.block_tables = {0};
+    warm.max_blocks_per_seq = 1;
+    warm.logits_indices = {0};
+    std::vector<float> logits;
+    model->forward(warm, logits);
+    backend->synchronize();
+  }
+  const size_t block_bytes = model->kv_bytes_per_token(choice.kv_dtype) * static_cast<size_t>(config.block_size);
+  size_t num_blocks = 0;
+  if (config.num_kv_blocks_override > 0) {
+    num_blocks = static_cast<size_t>(config.num_kv_blocks_override);
+  } else {
+    size_t kv_bytes = config.kv_cache_memory_bytes;
+    if (kv_bytes == 0) {
+      const size_t free = backend->free_memory();
+      kv_bytes = static_cast<size_t>(static_cast<double>(free) * config.gpu_memory_utilization);
+      if (!backend->is_host() || on_gpu) {
+        kv_bytes = kv_bytes > 512 * kMiB ? kv_bytes - 512 * kMiB : kv_bytes / 2;  // room for activations
+      } else {
+        kv_bytes = std::min({kv_bytes, free / 4, kHostKvCap});
+      }
+      // Never more than every sequence at full length could use.
+      const size_t useful = (static_cast<size_t>(max_model_len) / config.block_size + 1) *
+                            static_cast<size_t>(config.max_num_seqs) * block_bytes;
+      kv_bytes = std::min(kv_bytes, useful);
+    }
+    num_blocks = kv_bytes / block_bytes;
+  }
+  const int64_t capacity = static_cast<int64_t>(num_blocks) * config.block_size;
+  if (capacity < max_model_len) {
+    if (config.max_model_len > 0 || capacity < config.block_size * 4) {
+      throw Error(ErrorCode::kResourceExhausted,
+                  "the KV cache holds only " + std::to_string(capacity) + " tokens (" + std::to_string(num_blocks) +
+                      " blocks), fewer than max_model_len " + std::to_string(max_model_len) +
+                      "; raise --gpu-memory-utilization or lower --max-model-len");
+    }
+    max_model_len = static_cast<int>(capacity);
+  }
+  model->allocate_kv_cache({static_cast<int>(num_blocks), config.block_size, choice.kv_dtype});
+
+  engine::EngineCoreConfig core_config;
+  core_config.max_model_len = max_model_len;
+  core_config.max_num_seqs = config.max_num_seqs;
+  core_config.max_num_batched_tokens = budget;
+  core_config.block_size = config.block_size;
+  core_config.num_blocks = static_cast<int>(num_blocks);
+  core_config.enable_prefix_caching = config.enable_prefix_caching;
+  core_config.seed = config.seed;
+  core_config.max_queued_requests = config.max_queued_requests;
+  core_config.eos_token_ids = model_config.eos_token_ids;
+  for (int32_t id : codec->tokenizer().eos_ids()) {
+    if (std::find(core_config.eos_token_ids.begin(), core_config.eos_token_ids.end(), id) ==
+        core_config.eos_token_ids.end()) {
+      core_config.eos_token_ids.push_back(id);
+    }
+  }
+
+  ModelInfo info;
+  info.model_path = model_dir.string();
+  info.architecture = model_config.architecture_name;
+  info.backend = backend->name();
+  info.dtype = dtype_label(choice.activation_dtype);
+  info.vocab_size = static_cast<int>(model_config.vocab_size);
+  info.max_model_len = max_model_len;
+  info.block_size = config.block_size;
+  info.num_kv_blocks = static_cast<int>(num_blocks);
+  info.kv_capacity_tokens = capacity;
+  info.weight_bytes = model->weight_bytes();
+  info.kv_cache_bytes = num_blocks * block_bytes;
+  info.eos_token_ids = core_config.eos_token_ids;
+  info.has_chat_template = codec->has_chat_template();
+  info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  auto core = std::make_unique<engine::EngineCore>(std::move(backend), std::move(model), std::move(codec),
+                                                   core_config, std::move(info));
+  core->set_default_sampling_params(defaults);
+  return std::make_unique<Engine>(std::move(core));
+}
+
+}  // namespace peregrine

@@ -1,0 +1,76 @@
+// TokenizerCodec: adapter from src/tokenizer to the engine's TextCodec (see tokenizer_codec.h).
+#include "engine/tokenizer_codec.h"
+
+#include "core/status.h"
+
+namespace peregrine::engine {
+namespace {
+
+class StreamingAdapter : public IncrementalDetokenizer {
+ public:
+  StreamingAdapter(const tokenizer::Tokenizer& tok, const tokenizer::DecodeOptions& options,
+                   std::span<const int32_t> prompt)
+      : detok_(tok, options, prompt) {}
+  std::string push(int32_t token) override { return detok_.push(token); }
+  std::string flush() override { return detok_.flush(); }
+
+ private:
+  tokenizer::StreamingDetokenizer detok_;
+};
+
+}  // namespace
+
+TokenizerCodec::TokenizerCodec(const std::filesystem::path& tokenizer_dir, const std::filesystem::path& model_dir,
+                               const std::string& chat_template_override)
+    : tokenizer_(tokenizer::Tokenizer::load(tokenizer_dir)) {
+  try {
+    chat_template_ = load_chat_template(model_dir, chat_template_override);
+  } catch (const Error& e) {
+    // No template in the folder is normal for base models; a bad --chat-template is not.
+    if (!chat_template_override.empty() || e.code() != ErrorCode::kNotFound) throw;
+    chat_template_error_ = e.message();
+  }
+}
+
+std::vector<int32_t> TokenizerCodec::encode(std::string_view text, bool add_special_tokens) const {
+  return tokenizer_->encode(text, add_special_tokens);
+}
+
+std::string TokenizerCodec::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  return tokenizer_->decode(ids, skip_special_tokens);
+}
+
+std::string TokenizerCodec::token_text(int32_t id) const {
+  const int32_t one[1] = {id};
+  return tokenizer_->decode(std::span<const int32_t>(one, 1), false);
+}
+
+std::unique_ptr<IncrementalDetokenizer> TokenizerCodec::make_detokenizer(std::span<const int32_t> prompt,
+                                                                         bool skip_special_tokens,
+                                                                         bool spaces_between_special_tokens) const {
+  tokenizer::DecodeOptions options;
+  options.skip_special_tokens = skip_special_tokens;
+  options.spaces_between_special_tokens = spaces_between_special_tokens;
+  // Only the prompt's tail matters for how the first output token is spelled (leading spaces, merges).
+  constexpr size_t kContext = 8;
+  if (prompt.size() > kContext) prompt = prompt.subspan(prompt.size() - kContext);
+  return std::make_unique<StreamingAdapter>(*tokenizer_, options, prompt);
+}
+
+std::string TokenizerCodec::apply_chat_template(const nlohmann::ordered_json& messages,
+                                                const ChatTemplateOptions& options) const {
+  if (!chat_template_) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "this model has no chat template (" + chat_template_error_ +
+                    "); start the server with --chat-template or use /v1/completions");
+  }
+  ChatRenderOptions render;
+  render.add_generation_prompt = options.add_generation_prompt;
+  if (options.tools && !options.tools->is_null()) render.tools = *options.tools;
+  if (options.chat_template_kwargs && options.chat_template_kwargs->is_object()) {
+    render.extra_kwargs = *options.chat_template_kwargs;
+  }
+  return render_chat(*chat_template_, messages, render);
+}
+
+}  // namespace peregrine::engine
