@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <cstdio>
 #include <queue>
 
@@ -37,6 +38,30 @@ struct WordCache {
     ids.clear();
   }
 };
+// A small direct-mapped cache in front of everything: short words seen recently -> their ids. It stays in L2,
+// so a repeated word costs one hash and one compare instead of misses in the large vocabulary/cache tables.
+struct FrontCache {
+  static constexpr size_t kEntries = 4096;
+  static constexpr size_t kMaxBytes = 30;
+  static constexpr size_t kMaxIds = 8;
+  struct Entry {
+    uint8_t len = 0xFF;  // 0xFF: empty
+    uint8_t num_ids = 0;
+    char bytes[kMaxBytes];
+    int32_t ids[kMaxIds];
+  };
+  uint64_t owner = 0;
+  std::vector<Entry> entries = std::vector<Entry>(kEntries);
+};
+FrontCache& front_cache(uint64_t owner) {
+  thread_local FrontCache cache;
+  if (cache.owner != owner) {
+    std::fill(cache.entries.begin(), cache.entries.end(), FrontCache::Entry{});
+    cache.owner = owner;
+  }
+  return cache;
+}
+
 WordCache& thread_cache(uint64_t owner) {
   thread_local WordCache cache;
   if (cache.owner != owner || cache.index.size() >= kMaxCacheEntries) cache.reset(owner);
@@ -67,7 +92,7 @@ BpeModel::BpeModel(const nlohmann::json& model, TokenizerJsonParts& parts, bool 
     max_id = std::max(max_id, e.id);
   }
   tokens_.assign(static_cast<size_t>(max_id + 1), ArenaString{0, 0xFFFFFFFFu});
-  vocab_.reserve(parts.vocab.size());
+  vocab_.reserve(parts.vocab.size(), parts.arena.size());
   std::string scratch;
   for (const auto& e : parts.vocab) {
     tokens_[e.id] = e.token;
@@ -199,6 +224,26 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
 }
 
 void BpeModel::tokenize_chunk(std::string_view word, std::vector<int32_t>& out) const {
+  FrontCache::Entry* front = nullptr;
+  if (word.size() <= FrontCache::kMaxBytes) {
+    FrontCache& fc = front_cache(instance_id_);
+    front = &fc.entries[hash_bytes(word.data(), word.size()) & (FrontCache::kEntries - 1)];
+    if (front->len == word.size() && std::memcmp(front->bytes, word.data(), word.size()) == 0) {
+      out.insert(out.end(), front->ids, front->ids + front->num_ids);
+      return;
+    }
+  }
+  size_t first = out.size();
+  tokenize_uncached(word, out);
+  if (front && out.size() - first <= FrontCache::kMaxIds) {
+    front->len = static_cast<uint8_t>(word.size());
+    front->num_ids = static_cast<uint8_t>(out.size() - first);
+    std::memcpy(front->bytes, word.data(), word.size());
+    std::copy(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), front->ids);
+  }
+}
+
+void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     int32_t id = lookup(word);
     if (id >= 0) {

@@ -48,6 +48,7 @@ class BpeModel {
     return v == StringIdMap::kMissing ? -1 : static_cast<int32_t>(v);
   }
   void tokenize_chunk(std::string_view word, std::vector<int32_t>& out) const;
+  void tokenize_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void word_to_symbols(std::string_view word, std::vector<int32_t>& syms) const;
   void merge_small(std::vector<int32_t>& syms) const;
   void merge_large(std::vector<int32_t>& syms) const;

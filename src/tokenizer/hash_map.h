@@ -48,10 +48,11 @@ class StringIdMap {
  public:
   static constexpr uint32_t kMissing = 0xFFFFFFFFu;
 
-  void reserve(size_t n) {
+  void reserve(size_t n, size_t key_bytes = 0) {
     size_t cap = 16;
     while (cap < n * 2) cap <<= 1;
     if (cap > slots_.size()) rehash(cap);
+    arena_.reserve(key_bytes);
   }
   size_t size() const { return size_; }
   void clear() {
