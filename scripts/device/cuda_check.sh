@@ -9,7 +9,7 @@ mkdir -p "$out"
 build=build/device-cuda
 jobs=$(nproc)
 
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 start=$(date +%s)
 # The CUDA targets need none of the tokenizer's libraries; when the machine lacks ICU, a stub .pc file lets
 # the whole project configure (only the tokenizer would fail to build, and it is not built here).
@@ -20,8 +20,8 @@ if ! pkg-config --exists icu-uc 2>/dev/null; then
 fi
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPEREGRINE_CUDA=ON -DPEREGRINE_BUILD_TESTS=ON \
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCMAKE_CUDA_ARCHITECTURES="90a-real;90-virtual" \
-  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; echo "CONFIGURE FAILED"; exit 1; }
-cmake --build "$build" -j"$jobs" --target cuda_ops_tests cuda_ops_bench >"$out/build.log" 2>&1 ||
+  >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "CONFIGURE FAILED"; exit 1; }
+cmake --build "$build" -j"$jobs" --target cuda_ops_tests cuda_ops_bench >>"$out/build.log" 2>&1 ||
   { grep -E "error|FAILED" "$out/build.log" | head -40; echo "BUILD FAILED"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 
@@ -43,9 +43,15 @@ filter+=':CudaSampling.GreedyPenaltiesAndLogprobs:CudaSampling.SeedsAreReproduci
 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/cuda/cuda_ops_tests" \
   --gtest_filter="$filter" >"$out/memcheck.log" 2>&1 || memcheck_rc=$?
 
+racecheck_rc=0
+timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/cuda/cuda_ops_tests" \
+  --gtest_filter='CudaAttention.MixedBatchBf16Gqa4:CudaAttention.SlidingWindow' >"$out/racecheck.log" 2>&1 ||
+  racecheck_rc=$?
+
 echo "== summary =="
-echo "tests: rc=$tests_rc ($(grep -c '^\[       OK' "$out/tests.log") ok, $(grep -c '^\[  FAILED  \] Cuda' "$out/tests.log") failed)"
+echo "tests: rc=$tests_rc; $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$out/tests.log" | tr '\n' ' ')"
 echo "memcheck (small op tests): rc=$memcheck_rc; $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+echo "racecheck (attention): rc=$racecheck_rc; $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck.log" | tail -1)"
 echo "bench: rc=$bench_rc"
 cat "$out/bench.md" 2>/dev/null
 grep -E "^torch" "$out/torch.log" || tail -5 "$out/torch.log"

@@ -148,6 +148,8 @@ TEST(CudaAttention, OtherDtypesAndBlockSizes) {
   c.act = c.cache = DType::kBF16;
   c.block_size = 32;
   check_case(c, 34, "block 32");
+  c.block_size = 24;  // not a power of two: the division path of the paged loads
+  check_case(c, 37, "block 24");
   c.block_size = 1;
   c.seqs = {{1, 70}, {20, 90}};
   check_case(c, 35, "block 1");

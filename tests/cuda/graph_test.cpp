@@ -27,6 +27,7 @@ TEST(CudaGraph, ReplayEqualsEagerWithNewInputs) {
   std::vector<int32_t> table(batch * max_blocks);
   for (int i = 0; i < batch * max_blocks; ++i) table[i] = (i * 37) % num_blocks;  // a permutation
   DeviceTensor d_table(int_tensor(table));
+  d_table.shape = {batch, max_blocks};
 
   // Per-step inputs: x [B, hidden] bf16, then positions, slots, seq_lens, qsl as i32, staged in pinned memory.
   const size_t x_bytes = batch * hidden * 2, ints = 4 * batch + 1;

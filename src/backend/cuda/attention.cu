@@ -39,8 +39,12 @@ size_t attention_workspace_bytes(const AttentionLaunch& p) {
          sizeof(float);
 }
 
-void launch_attention(const AttentionLaunch& p, cudaStream_t stream) {
-  if (p.num_tokens == 0 || p.num_seqs == 0) return;
+void launch_attention(const AttentionLaunch& params, cudaStream_t stream) {
+  if (params.num_tokens == 0 || params.num_seqs == 0) return;
+  AttentionLaunch p = params;
+  p.block_shift = -1;
+  for (int s = 0; s < 31; ++s)
+    if ((1 << s) == p.block_size) p.block_shift = s;
   if (!attention_uses_tensor_cores(p)) {
     launch_attention_generic(p, stream);
     return;

@@ -30,6 +30,7 @@ struct AttentionLaunch {
   int64_t num_tokens;
   float scale;
   int sliding_window, max_query_len, max_seq_len;
+  int block_shift;   // log2(block_size) when a power of two, else -1 (set by launch_attention)
   float* workspace;  // split-K partials, attention_workspace_bytes(...) bytes
 };
 

@@ -63,9 +63,13 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   const T* q = static_cast<const T*>(p.q);
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
-  const int32_t* table = p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq;
+  const PagedKv kv{p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq, p.block_size, p.block_shift,
+                   static_cast<int64_t>(p.num_kv_heads) * D, static_cast<int64_t>(kvh) * D};
   const uint32_t q_s = smem_addr(smem);
   const uint32_t kv_s = q_s + C::kQBytes;
+  // A tile is visible to every row when its keys lie in [lo of the last row, pos of the first row].
+  const int pos_min = d.first_pos;
+  const int lo_max = p.sliding_window > 0 ? d.first_pos + (d.rows - 1) / group - p.sliding_window + 1 : 0;
 
   // Q rows: packed row r = (token r / group, head kvh * group + r % group); rows past d.rows are zero.
   for (int id = threadIdx.x; id < kDecodeMaxRows * (D / 8); id += C::kThreads) {
@@ -80,8 +84,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   for (int st = 0; st < C::kStages - 1; ++st) {
     if (t_begin + st < t_end)
       load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s + st * 2 * C::kTileBytes, kv_s + st * 2 * C::kTileBytes + C::kTileBytes,
-                                                kc, vc, table, p.block_size, p.num_kv_heads, kvh,
-                                                (t_begin + st) * C::kKeys, d.kv_lo, d.kv_hi);
+                                                kc, vc, kv, (t_begin + st) * C::kKeys, d.kv_lo, d.kv_hi);
     cp_async_commit();
   }
 
@@ -117,8 +120,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
       const int st = (it + C::kStages - 1) % C::kStages;
       if (next < t_end)
         load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s + st * 2 * C::kTileBytes, kv_s + st * 2 * C::kTileBytes + C::kTileBytes,
-                                                  kc, vc, table, p.block_size, p.num_kv_heads, kvh, next * C::kKeys,
-                                                  d.kv_lo, d.kv_hi);
+                                                  kc, vc, kv, next * C::kKeys, d.kv_lo, d.kv_hi);
       cp_async_commit();
     }
     const int st = it % C::kStages;
@@ -140,27 +142,22 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
       mma16816<T>(sc[1], a, b[2], b[3]);
     }
     const int key_base = t * C::kKeys + warp * 16;
+    const bool full = t * C::kKeys >= lo_max && t * C::kKeys + C::kKeys - 1 <= pos_min;
     float s0[4], s1[4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int key = key_base + nt * 8 + c4 * 2 + e;
-        const bool v0 = row_ok[0] && key <= row_pos[0] && key >= row_lo[0];
-        const bool v1 = row_ok[1] && key <= row_pos[1] && key >= row_lo[1];
+        const bool v0 = full || (row_ok[0] && key <= row_pos[0] && key >= row_lo[0]);
+        const bool v1 = full || (row_ok[1] && key <= row_pos[1] && key >= row_lo[1]);
         s0[nt * 2 + e] = v0 ? sc[nt][e] * scale_log2 : -INFINITY;
         s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * scale_log2 : -INFINITY;
       }
     }
     const float alpha0 = softmax_update(s0, m[0], l[0]);
     const float alpha1 = softmax_update(s1, m[1], l[1]);
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= alpha0;
-      o[i][1] *= alpha0;
-      o[i][2] *= alpha1;
-      o[i][3] *= alpha1;
-    }
+    rescale_rows(o, alpha0, alpha1);
     const uint32_t pa[4] = {pack2<T>(s0[0], s0[1]), pack2<T>(s1[0], s1[1]), pack2<T>(s0[2], s0[3]),
                             pack2<T>(s1[2], s1[3])};
 #pragma unroll

@@ -71,12 +71,21 @@ template <int D> __device__ __forceinline__ uint32_t swizzle(int row, int col) {
   return static_cast<uint32_t>(row * D * 2 + ((((col >> 3) ^ (row & 7))) << 4));
 }
 
-// Loads keys [tile_start, tile_start + kKeys) of KV head kvh into swizzled K and V tiles. Keys outside
-// [lo, hi) are zero-filled and never read (their block-table entries may be holes).
+// Where a KV head's rows live in the paged cache: key j sits in slot table[j / block_size] * block_size +
+// j % block_size, at element slot * row_stride + head_offset (shift/mask when block_size is a power of 2).
+struct PagedKv {
+  const int32_t* table;  // this sequence's block-table row
+  int block_size;
+  int block_shift;       // log2(block_size), or -1
+  int64_t row_stride;    // num_kv_heads * D
+  int64_t head_offset;   // kvh * D
+};
+
+// Loads keys [tile_start, tile_start + kKeys) into swizzled K and V tiles. Keys outside [lo, hi) are
+// zero-filled and never read (their block-table entries may be holes).
 template <typename T, int D, int kKeys, int kThreads>
 __device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, const T* k_cache, const T* v_cache,
-                                             const int32_t* table, int block_size, int num_kv_heads, int kvh,
-                                             int tile_start, int lo, int hi) {
+                                             const PagedKv& kv, int tile_start, int lo, int hi) {
   constexpr int kChunksPerRow = D / 8;
   constexpr int kChunks = kKeys * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
@@ -88,12 +97,34 @@ __device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, c
     const bool valid = key >= lo && key < hi;
     int64_t offset = 0;
     if (valid) {
-      const int64_t block = __ldg(table + key / block_size);
-      offset = ((block * block_size + key % block_size) * num_kv_heads + kvh) * static_cast<int64_t>(D) + chunk * 8;
+      int block_index, in_block;
+      if (kv.block_shift >= 0) {
+        block_index = key >> kv.block_shift;
+        in_block = key & (kv.block_size - 1);
+      } else {
+        block_index = key / kv.block_size;
+        in_block = key % kv.block_size;
+      }
+      const int64_t slot = static_cast<int64_t>(__ldg(kv.table + block_index)) * kv.block_size + in_block;
+      offset = slot * kv.row_stride + kv.head_offset + chunk * 8;
     }
     const uint32_t dst = swizzle<D>(row, chunk * 8);
     cp_async16(k_smem + dst, k_cache + offset, valid);
     cp_async16(v_smem + dst, v_cache + offset, valid);
+  }
+}
+
+// Multiplies the accumulators by the rows' softmax rescale factors, skipped (bit-identical) when every
+// factor in the warp is 1, i.e. no row's running max moved -- the common case once a row has seen keys.
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&o)[N][4], float alpha0, float alpha1) {
+  if (!__any_sync(0xffffffffu, alpha0 != 1.f || alpha1 != 1.f)) return;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    o[i][0] *= alpha0;
+    o[i][1] *= alpha0;
+    o[i][2] *= alpha1;
+    o[i][3] *= alpha1;
   }
 }
 

@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
   const T* q = static_cast<const T*>(p.q);
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
-  const int32_t* table = p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq;
+  const PagedKv kv{p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq, p.block_size, p.block_shift,
+                   static_cast<int64_t>(p.num_kv_heads) * D, static_cast<int64_t>(kvh) * D};
   const uint32_t q_s = smem_addr(smem);
   const uint32_t kv_s = q_s + C::kQBytes;
 
@@ -64,8 +65,7 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
       src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
     cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
   }
-  load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s, kv_s + C::kTileBytes, kc, vc, table, p.block_size, p.num_kv_heads,
-                                            kvh, t_lo * C::kKeys, kv_lo, kv_hi);
+  load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s, kv_s + C::kTileBytes, kc, vc, kv, t_lo * C::kKeys, kv_lo, kv_hi);
   cp_async_commit();
 
   bool row_ok[2];
@@ -97,8 +97,7 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
     }
     if (t + 1 < t_hi) {
       const uint32_t nk = kv_s + ((it + 1) % 2) * 2 * C::kTileBytes;
-      load_kv_tile<T, D, C::kKeys, C::kThreads>(nk, nk + C::kTileBytes, kc, vc, table, p.block_size, p.num_kv_heads,
-                                                kvh, (t + 1) * C::kKeys, kv_lo, kv_hi);
+      load_kv_tile<T, D, C::kKeys, C::kThreads>(nk, nk + C::kTileBytes, kc, vc, kv, (t + 1) * C::kKeys, kv_lo, kv_hi);
     }
     cp_async_commit();
     const uint32_t k_s = kv_s + (it % 2) * 2 * C::kTileBytes, v_s = k_s + C::kTileBytes;
@@ -139,13 +138,7 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
     }
     const float alpha0 = softmax_update(s0, m[0], l[0]);
     const float alpha1 = softmax_update(s1, m[1], l[1]);
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= alpha0;
-      o[i][1] *= alpha0;
-      o[i][2] *= alpha1;
-      o[i][3] *= alpha1;
-    }
+    rescale_rows(o, alpha0, alpha1);
 #pragma unroll
     for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
       const uint32_t pa[4] = {pack2<T>(s0[4 * kc16], s0[4 * kc16 + 1]), pack2<T>(s1[4 * kc16], s1[4 * kc16 + 1]),
