@@ -57,6 +57,7 @@ class LlamaModel final : public Model {
   const KvCacheSpec& kv_cache_spec() const override { return kv_spec_; }
 
   void forward(const ForwardBatch& b, std::vector<float>& logits) override;
+  void warm_up() override;
 
  private:
   void allocate_workspace();
@@ -291,6 +292,32 @@ void LlamaModel::forward(const ForwardBatch& b, std::vector<float>& logits) {
       convert_to_f32(options_.activation_dtype, logits_host_.data(), dst, static_cast<size_t>(n * vocab));
     }
   }
+}
+
+void LlamaModel::warm_up() {
+  std::vector<float> logits;
+  // One prefill of the full token budget (slots -1: the KV cache is not written), then each decode bucket.
+  auto dummy = [&](int seqs, int tokens_per_seq) {
+    ForwardBatch b;
+    b.max_blocks_per_seq = (tokens_per_seq + kv_spec_.block_size - 1) / kv_spec_.block_size;
+    b.query_start_loc.push_back(0);
+    for (int i = 0; i < seqs; ++i) {
+      for (int p = 0; p < tokens_per_seq; ++p) {
+        b.token_ids.push_back(0);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(-1);
+      }
+      b.query_start_loc.push_back(b.num_tokens());
+      b.seq_lens.push_back(tokens_per_seq);
+      for (int j = 0; j < b.max_blocks_per_seq; ++j) b.block_tables.push_back(0);
+      b.logits_indices.push_back(b.num_tokens() - 1);
+    }
+    return b;
+  };
+  const int prefill = std::min<int64_t>(max_tokens_, static_cast<int64_t>(max_blocks_per_seq_) * kv_spec_.block_size);
+  if (static_cast<int64_t>(prefill) <= static_cast<int64_t>(kv_spec_.num_blocks) * kv_spec_.block_size) forward(dummy(1, prefill), logits);
+  for (int seqs = 1; seqs <= std::min(max_seqs_, 256); seqs *= 2) forward(dummy(seqs, 1), logits);
+  backend_.synchronize();
 }
 
 // Every layer plus the first chunk of logits rows, on the inputs already on the device. Enqueues ops only

@@ -66,6 +66,9 @@ class Model {
   virtual const KvCacheSpec& kv_cache_spec() const = 0;
   // Runs one step. logits is resized to [R * vocab] f32 on the host. Throws Error on bad input.
   virtual void forward(const ForwardBatch& batch, std::vector<float>& logits) = 0;
+  // Runs a largest-prefill step and every decode bucket once (capturing decode graphs where the backend has
+  // them), so the first real requests pay no first-use costs. Needs an allocated KV cache; writes no KV.
+  virtual void warm_up() {}
 };
 
 // Loads a Hugging Face folder (config.json, safetensors) onto the backend. Throws Error naming the file
