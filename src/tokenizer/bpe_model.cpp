@@ -18,7 +18,7 @@ namespace {
 constexpr uint32_t kNoRank = 0xFFFFFFFFu;
 constexpr uint32_t kMetaspace = 0x2581;
 constexpr std::string_view kMetaspaceUtf8 = "\xE2\x96\x81";
-constexpr size_t kMaxCachedWordBytes = 256;
+constexpr size_t kMaxCachedWordBytes = 2048;
 constexpr size_t kMaxCacheEntries = 1 << 18;
 constexpr size_t kSmallWord = 96;  // up to this many symbols, merge by scanning a rank array
 
@@ -41,7 +41,7 @@ struct WordCache {
 // A small direct-mapped cache in front of everything: short words seen recently -> their ids. It stays in L2,
 // so a repeated word costs one hash and one compare instead of misses in the large vocabulary/cache tables.
 struct FrontCache {
-  static constexpr size_t kEntries = 4096;
+  static constexpr size_t kEntries = 16384;
   static constexpr size_t kMaxBytes = 30;
   static constexpr size_t kMaxIds = 8;
   struct Entry {

@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/fast_split.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
@@ -140,13 +141,34 @@ class SequencePreTokenizer final : public PreTokenizer {
 class SplitPreTokenizer final : public PreTokenizer {
  public:
   SplitPreTokenizer(Pattern pattern, SplitBehavior behavior, bool invert)
-      : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
-  void pre_tokenize(PreTokens& pt) const override { split_spans(pt, pattern_, behavior_, invert_); }
+      : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {
+    if (behavior_ == SplitBehavior::kIsolated && !invert_) fast_ = fast_split_kind(pattern_.regex_source());
+  }
+  void pre_tokenize(PreTokens& pt) const override {
+    if (fast_ == FastSplitKind::kNone) {
+      split_spans(pt, pattern_, behavior_, invert_);
+      return;
+    }
+    // Isolated split with a hand-written matcher: matches tile the text, each becomes a span.
+    std::vector<Span> out;
+    out.reserve(pt.spans.size() + pt.text.size() / 4);
+    for (const Span& span : pt.spans) {
+      std::string_view text = pt.view(span);
+      for (size_t pos = 0; pos < text.size();) {
+        size_t len = fast_split_match(fast_, text, pos);
+        out.push_back(Span{span.begin + static_cast<uint32_t>(pos), span.begin + static_cast<uint32_t>(pos + len),
+                           span.at_origin && pos == 0});
+        pos += len;
+      }
+    }
+    pt.spans.swap(out);
+  }
 
  private:
   Pattern pattern_;
   SplitBehavior behavior_;
   bool invert_;
+  FastSplitKind fast_ = FastSplitKind::kNone;
 };
 
 constexpr const char* kGpt2Pattern =

@@ -58,6 +58,8 @@ class Pattern {
   bool find(std::string_view text, size_t start, size_t& b, size_t& e) const;
   bool is_literal() const { return regex_ == nullptr; }
   const std::string& literal_text() const { return literal_; }
+  // The Oniguruma source of a regex pattern ("" for a literal).
+  std::string_view regex_source() const { return regex_ ? std::string_view(regex_->source()) : std::string_view(); }
 
  private:
   static size_t next_char_len(std::string_view text, size_t i);

@@ -1,9 +1,13 @@
 // Unit tests of the tokenizer's components, each on a small tokenizer.json built in code.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <random>
+
 #include "core/status.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/fast_split.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
@@ -322,6 +326,50 @@ TEST(Unicode, LossyDecoderMatchesOneShot) {
     d.finish(out);
     EXPECT_EQ(out, expected) << "cut " << cut;
   }
+}
+
+}  // namespace
+}  // namespace peregrine::tokenizer
+
+// --- Fast pre-tokenizer matchers agree with PCRE2 ------------------------------------------------------------
+
+namespace peregrine::tokenizer {
+namespace {
+
+std::vector<std::string> split_with(const std::string& pattern, const std::string& text, bool force_regex) {
+  PreTokens pt{text, {Span{0, static_cast<uint32_t>(text.size()), true}}};
+  if (force_regex) {
+    split_spans(pt, Pattern::regex(pattern), SplitBehavior::kIsolated, false);
+  } else {
+    auto pre = make_pre_tokenizer({{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}});
+    pre->pre_tokenize(pt);
+  }
+  std::vector<std::string> out;
+  for (const Span& s : pt.spans) out.emplace_back(pt.view(s));
+  return out;
+}
+
+TEST(FastSplit, MatchesPcre2OnRandomText) {
+  const std::string llama3 = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const std::string qwen2 = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  ASSERT_NE(fast_split_kind(llama3), FastSplitKind::kNone);
+  ASSERT_NE(fast_split_kind(qwen2), FastSplitKind::kNone);
+  const std::vector<std::string> pool = {
+      "a", "Z", "s", "S", "t", "T", "r", "e", "E", "v", "m", "l", "L", "d", "'", "'", " ", " ", " ", "\t", "\n", "\r",
+      "\v", "\f", "1", "9", "0", ".", ",", "!", "(", "_", "-", "\xC5\xBF" /* ſ */, "\xC3\xA9", "\xCC\x81" /* combining */,
+      "\xE4\xBD\xA0", "\xE3\x80\x80" /* ideographic space */, "\xC2\xA0", "\xC2\x85", "\xE2\x80\xA8", "\xE2\x80\x8B",
+      "\xD9\xA3" /* Arabic-Indic 3 */, "\xE2\x85\xAB" /* Roman numeral */, "\xF0\x9F\x98\x80", "\xE2\x80\x8D", "\xEF\xBC\x91"};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 4000; ++round) {
+    std::string text;
+    int len = 1 + static_cast<int>(rng() % 24);
+    for (int k = 0; k < len; ++k) text += pool[rng() % pool.size()];
+    for (const auto* p : {&llama3, &qwen2})
+      ASSERT_EQ(split_with(*p, text, false), split_with(*p, text, true)) << nlohmann::json(text).dump();
+  }
+  std::ifstream f(std::string(PEREGRINE_SOURCE_DIR) + "/tests/data/tokenizer_corpus.json");
+  for (const auto& text : nlohmann::json::parse(f).get<std::vector<std::string>>())
+    for (const auto* p : {&llama3, &qwen2}) ASSERT_EQ(split_with(*p, text, false), split_with(*p, text, true)) << text;
 }
 
 }  // namespace
