@@ -9,6 +9,7 @@
 #include "engine/simple_generate.h"
 #include "io/hf_config.h"
 #include "model/model.h"
+#include "ops/backend.h"
 #include "test_fixtures.h"
 
 using namespace peregrine;
@@ -34,17 +35,21 @@ std::vector<engine::SimpleGenerateResult> run(const std::filesystem::path& dir, 
   return engine::simple_generate(*model, prompts, go, budget);
 }
 
-TEST(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
+class Determinism : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
   PEREGRINE_REQUIRE_SHARED(shared);
+  const std::string device = GetParam();
+  if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
   const auto dir = shared / "models" / "pycoder-tiny";
   std::ifstream in(shared / "models" / "pycoder-tiny.reference.json");
   auto ref = nlohmann::json::parse(in);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 12; ++i) prompts.push_back(ref["cases"][i]["prompt_ids"].get<std::vector<int32_t>>());
-  auto together = run(dir, "cpu", prompts, 512);
-  auto chunked = run(dir, "cpu", prompts, 7);
+  auto together = run(dir, device, prompts, 512);
+  auto chunked = run(dir, device, prompts, 7);
   for (size_t i = 0; i < prompts.size(); i += 5) {
-    auto alone = run(dir, "cpu", {prompts[i]}, 512);
+    auto alone = run(dir, device, {prompts[i]}, 512);
     for (const auto* other : {&together[i], &chunked[i]}) {
       ASSERT_EQ(other->token_ids, alone[0].token_ids) << "prompt " << i;
       for (size_t s = 0; s < alone[0].samples.size(); ++s)
@@ -52,5 +57,7 @@ TEST(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Determinism, ::testing::Values("cpu", "cuda"));
 
 }  // namespace

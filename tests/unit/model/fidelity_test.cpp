@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/device_setup.h"
+#include "ops/backend.h"
 #include "engine/simple_generate.h"
 #include "io/hf_config.h"
 #include "model/model.h"
@@ -57,6 +58,7 @@ TEST_P(Fidelity, MatchesTransformers) {
   PEREGRINE_REQUIRE_SHARED(shared);
   const FidelityCase& fc = GetParam();
   max_error_seen = 0;
+  if (fc.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
   const fs::path dir = shared / "models" / fc.name;
   const fs::path ref_path = shared / "models" / fc.reference;
   if (!fs::exists(ref_path)) GTEST_SKIP() << ref_path << " absent";
@@ -138,7 +140,14 @@ INSTANTIATE_TEST_SUITE_P(
                       FidelityCase{"arch/qwen2-bias", "arch/qwen2-bias/reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/qwen3-qknorm", "arch/qwen3-qknorm/reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/mistral-swa", "arch/mistral-swa/reference.json", "cpu", "auto", 1e-3},
-                      FidelityCase{"arch/llama3-rope", "arch/llama3-rope/reference.json", "ref", "auto", 1e-3}),
+                      FidelityCase{"arch/llama3-rope", "arch/llama3-rope/reference.json", "ref", "auto", 1e-3},
+                      // GPU (run on the device; skipped without one): the bf16 path and the fp32 path.
+                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cuda", "auto", 2e-2},
+                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cuda", "float32", 1e-3},
+                      FidelityCase{"pycoder-draft", "pycoder-draft.reference.json", "cuda", "auto", 2e-2},
+                      FidelityCase{"arch/qwen3-qknorm", "arch/qwen3-qknorm/reference.json", "cuda", "float32", 1e-3},
+                      FidelityCase{"arch/mistral-swa", "arch/mistral-swa/reference.json", "cuda", "float32", 1e-3},
+                      FidelityCase{"arch/llama-yarn", "arch/llama-yarn/reference.json", "cuda", "float32", 1e-3}),
     case_name);
 
 }  // namespace
