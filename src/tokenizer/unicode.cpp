@@ -1,12 +1,10 @@
 // UTF-8 helpers and ICU-backed Unicode normalization for the tokenizer.
 #include "tokenizer/unicode.h"
 
-#ifdef PEREGRINE_HAVE_ICU
 #include <unicode/bytestream.h>
 #include <unicode/casemap.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
-#endif
 
 #include <cstdio>
 #include <cstring>
@@ -164,7 +162,6 @@ bool is_ascii(std::string_view s) {
     if (static_cast<unsigned char>(c) >= 0x80) return false;
   return true;
 }
-#ifdef PEREGRINE_HAVE_ICU
 const icu::Normalizer2* normalizer_for(NormalForm form) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
@@ -178,34 +175,8 @@ const icu::Normalizer2* normalizer_for(NormalForm form) {
     throw Error(ErrorCode::kInternal, std::string("ICU normalizer unavailable: ") + u_errorName(status));
   return n;
 }
-#endif
 }  // namespace
 
-#ifndef PEREGRINE_HAVE_ICU
-// Built without ICU (e.g. a machine without libicu-dev): ASCII passes through; anything else is refused clearly.
-[[noreturn]] static void no_icu(const char* what) {
-  throw Error(ErrorCode::kUnsupported, std::string(what) + " of non-ASCII text needs ICU, which this build lacks");
-}
-bool is_unicode_normalized(std::string_view s, NormalForm) {
-  if (is_ascii(s)) return true;
-  no_icu("Unicode normalization");
-}
-std::string unicode_normalize(std::string_view s, NormalForm) {
-  if (is_ascii(s)) return std::string(s);
-  no_icu("Unicode normalization");
-}
-std::string unicode_lowercase(std::string_view s) {
-  if (!is_ascii(s)) no_icu("Lowercasing");
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
-std::string remove_nonspacing_marks(std::string_view s) {
-  if (!is_ascii(s)) no_icu("Stripping accents");
-  return std::string(s);
-}
-#else
 bool is_unicode_normalized(std::string_view s, NormalForm form) {
   if (is_ascii(s)) return true;
   UErrorCode status = U_ZERO_ERROR;
@@ -255,7 +226,5 @@ std::string remove_nonspacing_marks(std::string_view s) {
   }
   return out;
 }
-
-#endif  // PEREGRINE_HAVE_ICU
 
 }  // namespace peregrine::tokenizer
