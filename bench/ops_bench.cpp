@@ -3,10 +3,13 @@
 // Weights are random; every benchmark cycles through enough copies that nothing is served from the L3 cache.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -19,9 +22,11 @@ using namespace peregrine;
 
 constexpr size_t kColdBytes = size_t{512} << 20;  // what each benchmark streams through, past any cache
 MemoryBandwidth g_bandwidth;
+int g_threads = 0;                    // --threads=N (0: one per core)
+ops::CpuIsa g_isa = ops::CpuIsa::kAuto;  // --isa=scalar|avx2|avx512
 
 ops::Backend& backend() {
-  static std::unique_ptr<ops::Backend> b = ops::make_cpu_backend(0);
+  static std::unique_ptr<ops::Backend> b = ops::make_cpu_backend(g_threads, g_isa);
   return *b;
 }
 
@@ -48,11 +53,18 @@ std::vector<float> random_f32(size_t count, uint64_t seed) {
   return v;
 }
 
-void report_bandwidth(benchmark::State& state, double bytes_per_iter) {
-  const double bytes = bytes_per_iter * static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
-  state.counters["of_read_bw"] =
-      benchmark::Counter(bytes / 1e9 / g_bandwidth.read_gbs, benchmark::Counter::kIsRate);
+// Wall time of the benchmark loop (the counters below are per second of it).
+struct LoopTimer {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+
+// GB/s of bytes streamed and its ratio to the measured DRAM read and copy bandwidths.
+void report_bandwidth(benchmark::State& state, double bytes_per_iter, const LoopTimer& timer) {
+  const double gbs = bytes_per_iter * static_cast<double>(state.iterations()) / timer.seconds() / 1e9;
+  state.counters["GB/s"] = gbs;
+  state.counters["x_read_bw"] = gbs / g_bandwidth.read_gbs;
+  state.counters["x_copy_bw"] = gbs / g_bandwidth.copy_gbs;
 }
 
 // out[1, N] = x[1, K] · w[N, K]ᵀ with bf16 w: bytes of weights streamed per second.
@@ -64,13 +76,14 @@ void BM_Gemv(benchmark::State& state) {
   for (size_t c = 0; c < copies; ++c) w.push_back(std::make_unique<Bf16Buffer>(static_cast<size_t>(n * k), c + 1));
   std::vector<float> x = random_f32(static_cast<size_t>(k), 3), out(static_cast<size_t>(n));
   size_t c = 0;
+  LoopTimer timer;
   for (auto _ : state) {
     backend().matmul({TensorView(x.data(), DType::kF32, {1, k}), TensorView(w[c]->buf.data(), DType::kBF16, {n, k}),
                       {}, TensorView(out.data(), DType::kF32, {1, n})});
     c = (c + 1) % copies;
     benchmark::DoNotOptimize(out.data());
   }
-  report_bandwidth(state, static_cast<double>(w_bytes));
+  report_bandwidth(state, static_cast<double>(w_bytes), timer);
 }
 
 // One bs=1 decode step's matmuls of Llama-3.2-1B: 16 layers × (q, k, v, o, gate, up, down) + the tied lm_head,
@@ -90,6 +103,7 @@ void BM_DecodeStepMatmuls(benchmark::State& state) {
   double bytes = 0;
   for (const Linear& s : shapes) bytes += static_cast<double>(s.n * s.k) * 2;
   std::vector<float> x = random_f32(8192, 5), out(128256);
+  LoopTimer timer;
   for (auto _ : state) {
     for (size_t i = 0; i < shapes.size(); ++i)
       backend().matmul({TensorView(x.data(), DType::kF32, {1, shapes[i].k}),
@@ -97,8 +111,8 @@ void BM_DecodeStepMatmuls(benchmark::State& state) {
                         TensorView(out.data(), DType::kF32, {1, shapes[i].n})});
     benchmark::DoNotOptimize(out.data());
   }
-  report_bandwidth(state, bytes);
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  report_bandwidth(state, bytes, timer);
+  state.counters["tok/s"] = static_cast<double>(state.iterations()) / timer.seconds();
 }
 
 // Prefill GEMM, M tokens × bf16 weights: GFLOP/s.
@@ -106,14 +120,14 @@ void BM_Gemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   Bf16Buffer w(static_cast<size_t>(n * k), 11);
   std::vector<float> x = random_f32(static_cast<size_t>(m * k), 13), out(static_cast<size_t>(m * n));
+  LoopTimer timer;
   for (auto _ : state) {
     backend().matmul({TensorView(x.data(), DType::kF32, {m, k}), TensorView(w.buf.data(), DType::kBF16, {n, k}), {},
                       TensorView(out.data(), DType::kF32, {m, n})});
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / 1e9,
-                         benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = 2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) /
+                              timer.seconds() / 1e9;
 }
 
 // Decode attention of one sequence at context L (32 query heads, 8 KV heads, head_dim 64, bf16 paged cache with
@@ -131,6 +145,7 @@ void BM_AttentionDecode(benchmark::State& state) {
   std::vector<int32_t> qsl{0, 1}, lens{static_cast<int32_t>(ctx)};
   std::vector<float> q = random_f32(static_cast<size_t>(hq * hd), 17), out(static_cast<size_t>(hq * hd));
   int64_t l = 0;
+  LoopTimer timer;
   for (auto _ : state) {
     ops::AttentionParams p;
     p.q = TensorView(q.data(), DType::kF32, {1, hq, hd});
@@ -147,7 +162,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     l = (l + 1) % layers;
     benchmark::DoNotOptimize(out.data());
   }
-  report_bandwidth(state, static_cast<double>(ctx * hkv * hd * 2 * 2));
+  report_bandwidth(state, static_cast<double>(ctx * hkv * hd * 2 * 2), timer);
 }
 
 }  // namespace
@@ -163,11 +178,29 @@ BENCHMARK(BM_Gemm)->ArgNames({"M", "N", "K"})
 BENCHMARK(BM_AttentionDecode)->ArgNames({"ctx"})->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
+  // Our own flags first (--threads=N, --isa=NAME); the rest goes to Google Benchmark.
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      g_threads = std::atoi(argv[i] + 10);
+    } else if (std::strncmp(argv[i], "--isa=", 6) == 0) {
+      const std::string isa = argv[i] + 6;
+      g_isa = isa == "scalar" ? ops::CpuIsa::kScalar
+              : isa == "avx2" ? ops::CpuIsa::kAvx2
+              : isa == "avx512" ? ops::CpuIsa::kAvx512
+                                : ops::CpuIsa::kAuto;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
   benchmark::Initialize(&argc, argv);
-  g_bandwidth = measure_host_bandwidth(0);
-  std::printf("machine: %s; backend: %s\n", cpu_features().describe().c_str(), backend().name().c_str());
-  std::printf("measured DRAM bandwidth (all threads, 1 GiB buffers, best of 5): read %.1f GB/s, copy %.1f GB/s\n",
-              g_bandwidth.read_gbs, g_bandwidth.copy_gbs);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const int threads = g_threads > 0 ? g_threads : static_cast<int>(std::thread::hardware_concurrency());
+  g_bandwidth = measure_host_bandwidth(threads);
+  std::printf("cpu: %s; backend: %s\n", cpu_features().describe().c_str(), backend().name().c_str());
+  std::printf("measured DRAM bandwidth (%d threads, 1 GiB buffers, best of 5): read %.1f GB/s, copy %.1f GB/s\n",
+              threads, g_bandwidth.read_gbs, g_bandwidth.copy_gbs);
   benchmark::AddCustomContext("dram_read_GBps", std::to_string(g_bandwidth.read_gbs));
   benchmark::AddCustomContext("dram_copy_GBps", std::to_string(g_bandwidth.copy_gbs));
   benchmark::RunSpecifiedBenchmarks();

@@ -60,25 +60,36 @@ inline void write_out(const peregrine::cpu::AttentionArgs& a, const peregrine::c
     }
 }
 
-// Scores of cnt keys (f32 rows kt + o * hd_pad, zero-padded) against q (zero-padded), times scale: eight keys
-// at a time (eight independent FMA chains) reduced through hsum4; a short last group repeats its last key, so
-// every score is reduced the same way.
+// Scores of eight keys k[0..8) against q (both f32, zero-padded to hd_pad), times scale: eight independent FMA
+// chains reduced through hsum8, so every score is reduced the same way wherever it sits.
+inline void score8(const float* q, const float* const* k, int64_t hd_pad, float scale, float* out) {
+  V a[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) a[j] = Simd::zero();
+#pragma GCC unroll 2
+  for (int64_t d = 0; d < hd_pad; d += kLanes) {
+    const V qv = Simd::load(q + d);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) a[j] = Simd::fma(qv, Simd::load(k[j] + d), a[j]);
+  }
+  float sums[8];
+  Simd::hsum8(a, sums);
+  for (int j = 0; j < 8; ++j) out[j] = sums[j] * scale;
+}
+
+// Scores of cnt keys (rows kt + o * hd_pad); a short last group repeats its last key.
 inline void score_keys(const float* q, const float* kt, int64_t cnt, int64_t hd_pad, float scale, float* scores) {
-  for (int64_t o = 0; o < cnt; o += 8) {
-    const float* k[8];
+  const float* k[8];
+  int64_t o = 0;
+  for (; o + 8 <= cnt; o += 8) {
+    for (int j = 0; j < 8; ++j) k[j] = kt + (o + j) * hd_pad;
+    score8(q, k, hd_pad, scale, scores + o);
+  }
+  if (o < cnt) {
+    float tail[8];
     for (int j = 0; j < 8; ++j) k[j] = kt + min_i(o + j, cnt - 1) * hd_pad;
-    V a[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) a[j] = Simd::zero();
-    for (int64_t d = 0; d < hd_pad; d += kLanes) {
-      const V qv = Simd::load(q + d);
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) a[j] = Simd::fma(qv, Simd::load(k[j] + d), a[j]);
-    }
-    float sums[8];
-    Simd::hsum4(a[0], a[1], a[2], a[3], sums);
-    Simd::hsum4(a[4], a[5], a[6], a[7], sums + 4);
-    for (int64_t j = 0; j < 8 && o + j < cnt; ++j) scores[o + j] = sums[j] * scale;
+    score8(q, k, hd_pad, scale, tail);
+    for (int64_t j = 0; o + j < cnt; ++j) scores[o + j] = tail[j];
   }
 }
 
@@ -133,25 +144,42 @@ inline void update_pair(const SoftmaxState& s, int64_t r, int64_t hd_pad, const 
   }
 }
 
-// Tokens [lo, hi] of one block (cache dtype E; all KV heads, hd elements each, contiguous) as f32 rows laid out
-// [kv_head][token][hd_pad], zero-padded: read in memory order, and every later load is a full vector in scratch.
+// Keys [lo, hi] of tile t (positions first_key + o) of one KV head as f32 rows hd_pad apart, zero-padded, so
+// that every later load is a full vector inside scratch.
 template <class E>
-inline void load_block(const typename E::T* block, int64_t hkv, int64_t bs, int64_t lo, int64_t hi, int64_t hd,
-                       int64_t hd_pad, float* dst) {
-  for (int64_t o = lo; o <= hi; ++o)
-    for (int64_t h = 0; h < hkv; ++h) {
-      const typename E::T* row = block + (o * hkv + h) * hd;
-      float* out = dst + (h * bs + o) * hd_pad;
+inline void load_tile(const typename E::T* cache, const int32_t* table, int64_t bs, int64_t hkv, int64_t kv_head,
+                      int64_t hd, int64_t hd_pad, int64_t first_key, int64_t lo, int64_t hi, float* dst) {
+  const int64_t slot_elems = hkv * hd;
+  for (int64_t j = first_key + lo; j <= first_key + hi;) {
+    const int64_t block = j / bs, end = min_i(first_key + hi, block * bs + bs - 1);
+    const typename E::T* row = cache + (static_cast<int64_t>(table[block]) * bs + j % bs) * slot_elems + kv_head * hd;
+    float* out = dst + (j - first_key) * hd_pad;
+    if (hd % (2 * kLanes) == 0) {  // the common head sizes (64, 128): whole vectors, no padding
+      for (; j <= end; ++j, row += slot_elems, out += hd_pad)
+        for (int64_t d = 0; d < hd; d += 2 * kLanes) {
+          Simd::store(out + d, E::load(row + d));
+          Simd::store(out + d + kLanes, E::load(row + d + kLanes));
+        }
+      continue;
+    }
+    for (; j <= end; ++j, row += slot_elems, out += hd_pad) {
       int64_t d = 0;
       for (; d + kLanes <= hd; d += kLanes) Simd::store(out + d, E::load(row + d));
       if (d < hd) Simd::store(out + d, load_partial<E>(row + d, hd - d)), d += kLanes;
       for (; d < hd_pad; d += kLanes) Simd::store(out + d, Simd::zero());
     }
+  }
 }
 
-// Asks for a whole block to be brought into cache (the next tile, while this one is computed).
-inline void prefetch_bytes(const void* p, int64_t bytes) {
-  for (int64_t b = 0; b < bytes; b += 64) Simd::prefetch(static_cast<const char*>(p) + b);
+// Asks for the blocks holding keys [lo, hi] to be brought into cache (the next tile, while this one is computed).
+template <class T>
+inline void prefetch_keys(const T* cache, const int32_t* table, int64_t bs, int64_t row_elems, int64_t lo, int64_t hi) {
+  const int64_t bytes = row_elems * static_cast<int64_t>(sizeof(T));
+  for (int64_t b = lo / bs; b <= hi / bs; ++b) {
+    const char* base = reinterpret_cast<const char*>(cache + static_cast<int64_t>(table[b]) * bs * row_elems);
+    const int64_t from = (b == lo / bs ? lo % bs : 0) * bytes, to = ((b == hi / bs ? hi % bs : bs - 1) + 1) * bytes;
+    for (int64_t off = from; off < to; off += 64) Simd::prefetch(base + off);
+  }
 }
 
 // NOTE determinism: a query's result depends only on its row, its position and the cache: tiles follow the
@@ -169,52 +197,55 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
   const int64_t rows = it.row_end - it.row_begin, nr = rows * a.hq;
   const int64_t stride = a.hkv * hd;  // elements between consecutive token slots of one head
   const int64_t window = a.sliding_window;
-  const int64_t seg_tiles = peregrine::cpu::attention_segment_tiles(bs);
+  const int64_t tile = peregrine::cpu::attention_tile_keys(bs);
+  const int64_t seg_tiles = peregrine::cpu::attention_segment_keys(bs) / tile;
   const int64_t pos0 = a.seq_lens[it.seq] - q_len + it.row_begin;  // position of the item's first row
   const int64_t pos_last = pos0 + rows - 1;
   const int64_t first_lo = window > 0 ? max_i(0, pos0 - window + 1) : 0;
-  const int64_t t_lo = first_lo / bs, t_hi = pos_last / bs;
+  const int64_t t_lo = first_lo / tile, t_hi = pos_last / tile;
   const int32_t* table = a.block_tables + it.seq * a.max_blocks;
 
   // Scratch: segment state, total state, q rows, K and V tiles, scores (see attention_scratch_floats).
   const int64_t state_floats = nr * (hd_pad + 2);
   const SoftmaxState seg = state_at(partial ? partial : scratch, nr);
   const SoftmaxState total = state_at(scratch + state_floats, nr);
-  float* q_pad = scratch + 2 * state_floats;        // [nr, hd_pad]
-  float* k_tile = q_pad + nr * hd_pad;              // [hkv, bs, hd_pad]
-  float* v_tile = k_tile + a.hkv * bs * hd_pad;     // [hkv, bs, hd_pad]
-  float* scores = v_tile + a.hkv * bs * hd_pad;     // [bs rounded up to lanes]
-  const int64_t scores_pad = (bs + kLanes - 1) / kLanes * kLanes;
-  load_block<ElemF32>(a.q + (q_start + it.row_begin) * a.hq * hd, 1, nr, 0, nr - 1, hd, hd_pad, q_pad);
+  float* q_pad = scratch + 2 * state_floats;  // [nr, hd_pad]
+  float* k_tile = q_pad + nr * hd_pad;        // [tile, hd_pad]
+  float* v_tile = k_tile + tile * hd_pad;     // [tile, hd_pad]
+  float* scores = v_tile + tile * hd_pad;     // [tile rounded up to lanes]
+  const int64_t scores_pad = (tile + kLanes - 1) / kLanes * kLanes;
+  for (int64_t r = 0; r < nr; ++r) {
+    const float* q = a.q + (q_start + it.row_begin) * a.hq * hd + r * hd;
+    int64_t d = 0;
+    for (; d + kLanes <= hd; d += kLanes) Simd::store(q_pad + r * hd_pad + d, Simd::load(q + d));
+    if (d < hd) Simd::store(q_pad + r * hd_pad + d, load_partial<ElemF32>(q + d, hd - d)), d += kLanes;
+    for (; d < hd_pad; d += kLanes) Simd::store(q_pad + r * hd_pad + d, Simd::zero());
+  }
   if (!partial) reset_state(total, nr, hd_pad);
 
   for (int64_t g = it.seg_begin; g < it.seg_end; ++g) {
     reset_state(seg, nr, hd_pad);
     const int64_t t0 = max_i(g * seg_tiles, t_lo), t1 = min_i((g + 1) * seg_tiles - 1, t_hi);
     for (int64_t t = t0; t <= t1; ++t) {
-      const int64_t block_elems = bs * stride;
-      const int64_t block_base = static_cast<int64_t>(table[t]) * block_elems;
-      // Keys of this tile that some row of the item sees.
-      const int64_t o_lo = max_i(t * bs, first_lo) - t * bs, o_hi = min_i(t * bs + bs - 1, pos_last) - t * bs;
-      load_block<E>(k_cache + block_base, a.hkv, bs, o_lo, o_hi, hd, hd_pad, k_tile);
-      load_block<E>(v_cache + block_base, a.hkv, bs, o_lo, o_hi, hd, hd_pad, v_tile);
+      // Keys of this tile that some row of the item sees, and the next tile's, to prefetch.
+      const int64_t o_lo = max_i(t * tile, first_lo) - t * tile, o_hi = min_i(t * tile + tile - 1, pos_last) - t * tile;
       if (t < t1) {
-        const int64_t next = static_cast<int64_t>(table[t + 1]) * block_elems;
-        prefetch_bytes(k_cache + next, block_elems * static_cast<int64_t>(sizeof(T)));
-        prefetch_bytes(v_cache + next, block_elems * static_cast<int64_t>(sizeof(T)));
+        const int64_t next_hi = min_i((t + 2) * tile - 1, pos_last);
+        prefetch_keys(k_cache, table, bs, stride, (t + 1) * tile, next_hi);
+        prefetch_keys(v_cache, table, bs, stride, (t + 1) * tile, next_hi);
       }
       for (int64_t kvh = 0; kvh < a.hkv; ++kvh) {
-        const float* kh = k_tile + kvh * bs * hd_pad;
-        const float* vh = v_tile + kvh * bs * hd_pad;
+        load_tile<E>(k_cache, table, bs, a.hkv, kvh, hd, hd_pad, t * tile, o_lo, o_hi, k_tile);
+        load_tile<E>(v_cache, table, bs, a.hkv, kvh, hd, hd_pad, t * tile, o_lo, o_hi, v_tile);
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t pos = pos0 + i;
           const int64_t first = window > 0 ? max_i(0, pos - window + 1) : 0;
-          const int64_t j_lo = max_i(t * bs, first), j_hi = min_i(t * bs + bs - 1, pos);
+          const int64_t j_lo = max_i(t * tile, first), j_hi = min_i(t * tile + tile - 1, pos);
           if (j_lo > j_hi) continue;
-          const int64_t o = j_lo - t * bs;
+          const int64_t o = j_lo - t * tile;
           for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
             const int64_t r = i * a.hq + h;
-            update_pair(seg, r, hd_pad, q_pad + r * hd_pad, kh + o * hd_pad, vh + o * hd_pad, j_hi - j_lo + 1,
+            update_pair(seg, r, hd_pad, q_pad + r * hd_pad, k_tile + o * hd_pad, v_tile + o * hd_pad, j_hi - j_lo + 1,
                         a.scale, scores, scores_pad);
           }
         }

@@ -285,7 +285,7 @@ void CpuBackend::attention(const AttentionParams& p) {
   // the split changes a bit of any row (see attention_impl.h).
   const int64_t num_seqs = p.seq_lens.dim(0);
   const int64_t rows_per_item = std::max<int64_t>(1, 256 / a.hq);
-  const int64_t seg_keys = cpu::attention_segment_tiles(a.block_size) * a.block_size;
+  const int64_t seg_keys = cpu::attention_segment_keys(a.block_size);
   std::vector<cpu::AttentionItem> items;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];

@@ -37,13 +37,20 @@ struct AttentionArgs {
   int sliding_window = 0;
 };
 
-// Keys are visited in segments of whole blocks, about kAttentionSegmentKeys long and aligned to positions.
+// Keys are visited in tiles of whole blocks (about kAttentionTileKeys, one online-softmax step each) and tiles
+// are grouped in segments (about kAttentionSegmentKeys); both are aligned to positions.
 // NOTE determinism: a query's softmax state is built per segment (online over its tiles) and the segments'
 // states are merged left to right, always; so a long decode may be split over threads by segment (partial
 // states merged afterwards) and give the same bits as the same query inside a prefill chunk.
+constexpr int64_t kAttentionTileKeys = 64;
 constexpr int64_t kAttentionSegmentKeys = 256;
-static inline int64_t attention_segment_tiles(int64_t block_size) {
-  return block_size >= kAttentionSegmentKeys ? 1 : kAttentionSegmentKeys / block_size;
+// NOTE: static (internal linkage): these are also used inside the ISA-flagged kernel TUs.
+static inline int64_t attention_tile_keys(int64_t block_size) {
+  return block_size >= kAttentionTileKeys ? block_size : kAttentionTileKeys / block_size * block_size;
+}
+static inline int64_t attention_segment_keys(int64_t block_size) {
+  const int64_t tile = attention_tile_keys(block_size);
+  return tile >= kAttentionSegmentKeys ? tile : kAttentionSegmentKeys / tile * tile;
 }
 
 // One unit of attention work: query rows [row_begin, row_end) (0-based within the sequence) of every query
@@ -56,7 +63,6 @@ struct AttentionItem {
   int32_t seg_end = 0;
 };
 
-// NOTE: static (internal linkage): these are also used inside the ISA-flagged kernel TUs.
 // Floats of one softmax state (m, l, acc) for `rows` query rows of every head; head_dim padded to 16.
 static inline int64_t attention_state_floats(const AttentionArgs& a, int64_t rows) {
   return rows * a.hq * ((a.hd + 15) / 16 * 16 + 2);
@@ -64,7 +70,8 @@ static inline int64_t attention_state_floats(const AttentionArgs& a, int64_t row
 // Floats of scratch one attention item (or merge) needs for `rows` query rows.
 static inline int64_t attention_scratch_floats(const AttentionArgs& a, int64_t rows) {
   const int64_t hd_pad = (a.hd + 15) / 16 * 16;
-  return 2 * attention_state_floats(a, rows) + rows * a.hq * hd_pad + 2 * a.hkv * a.block_size * hd_pad + a.block_size + 16;
+  const int64_t tile = attention_tile_keys(a.block_size);
+  return 2 * attention_state_floats(a, rows) + rows * a.hq * hd_pad + 2 * tile * hd_pad + tile + 16;
 }
 
 struct KernelTable {

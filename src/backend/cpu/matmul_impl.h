@@ -22,14 +22,20 @@ void matmul_tile(const float* x, const typename E::T* w, int64_t k, const float*
   const int64_t k_main = k - k % kLanes;
   int64_t kk = 0;
   for (; kk < k_main; kk += kLanes) {
-    V wv[NR];
+    if constexpr (MR == 1) {  // GEMV: one weight vector live at a time, so NR accumulators fit in registers
+      const V xv = Simd::load(x + kk);
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) wv[j] = E::load(w + j * k + kk);
+      for (int j = 0; j < NR; ++j) acc[0][j] = Simd::fma(xv, E::load(w + j * k + kk), acc[0][j]);
+    } else {
+      V wv[NR];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      V xv = Simd::load(x + i * k + kk);
+      for (int j = 0; j < NR; ++j) wv[j] = E::load(w + j * k + kk);
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) acc[i][j] = Simd::fma(xv, wv[j], acc[i][j]);
+      for (int i = 0; i < MR; ++i) {
+        const V xv = Simd::load(x + i * k + kk);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) acc[i][j] = Simd::fma(xv, wv[j], acc[i][j]);
+      }
     }
   }
   if (kk < k) {

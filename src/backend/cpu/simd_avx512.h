@@ -80,6 +80,11 @@ struct Simd {
     __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(half(a0), half(a1)), _mm256_hadd_ps(half(a2), half(a3)));
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
   }
+  // Eight sums at once, out[i] = sum of a[i], each slot in the hsum4 order.
+  static void hsum8(const V* a, float* out) {
+    hsum4(a[0], a[1], a[2], a[3], out);
+    hsum4(a[4], a[5], a[6], a[7], out + 4);
+  }
   static float hmax(V v) {
     __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v),
                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));

@@ -105,6 +105,10 @@ struct Simd {
       out[i] = ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
     }
   }
+  static void hsum8(const V* a, float* out) {
+    hsum4(a[0], a[1], a[2], a[3], out);
+    hsum4(a[4], a[5], a[6], a[7], out + 4);
+  }
   static float hmax(V v) {
     float m = v.v[0];
     for (int i = 1; i < 8; ++i) m = v.v[i] > m ? v.v[i] : m;

@@ -130,38 +130,51 @@ TEST_P(CpuAttention, LongDecodeContext) {
 }
 
 // A query's bits depend neither on the other sequences of the batch, nor on how many rows its own sequence has
-// this step (one prefill chunk vs one decode per row), nor on the thread count.
+// this step (one prefill chunk vs one decode per row), nor on the thread count, nor on whether its keys were
+// split over threads by segment (a lone long decode is; a chunk in a big batch is not).
 TEST_P(CpuAttention, QueryResultIndependentOfBatchAndChunking) {
   std::mt19937 rng(77);
-  for (int window : {0, 11}) {
-    const int64_t hq = 12, hkv = 4, hd = 64, prefix = 40, chunk = 24;
+  for (int window : {0, 300}) {
+    const int64_t hq = 12, hkv = 4, hd = 64, prefix = 600, chunk = 24;  // 600+ keys: three segments
     AttnCase c{hq, hkv, hd, 16, window, DType::kBF16, {{7, 30}, {prefix, chunk}, {90, 1}}};
     PagedBatch batch(c, rng);
     const int64_t row = hq * hd, first_row = 30;  // sequence 1's rows start after sequence 0's 30
     Buffer mixed = poisoned(DType::kF32, batch.tokens * row);
     make(2)->attention(batch.params(mixed));
 
-    // The same rows, each as its own decode sequence (seq_len = prefix + i + 1) sharing sequence 1's table.
-    PagedBatch decodes = batch;
-    decodes.c.seqs.clear();
-    std::vector<int32_t> qsl{0}, lens, tables;
-    for (int64_t i = 0; i < chunk; ++i) {
-      decodes.c.seqs.push_back({prefix + i, 1});
-      qsl.push_back(static_cast<int32_t>(i + 1));
-      lens.push_back(static_cast<int32_t>(prefix + i + 1));
-      tables.insert(tables.end(), batch.tables.i32() + batch.max_blocks, batch.tables.i32() + 2 * batch.max_blocks);
-    }
-    decodes.tokens = chunk;
-    decodes.qsl = int_buffer(qsl);
-    decodes.lens = int_buffer(lens);
-    decodes.tables = int_buffer(tables);
-    decodes.q = Buffer(DType::kF32, chunk * row);
-    std::memcpy(decodes.q.data(), batch.q.f32() + first_row * row, static_cast<size_t>(chunk * row) * 4);
+    // Rows [begin, begin + count) of sequence 1, each as its own decode sequence (seq_len = prefix + i + 1)
+    // sharing sequence 1's block table.
+    auto as_decodes = [&](int64_t begin, int64_t count) {
+      PagedBatch d = batch;
+      d.c.seqs.clear();
+      std::vector<int32_t> qsl{0}, lens, tables;
+      for (int64_t i = begin; i < begin + count; ++i) {
+        d.c.seqs.push_back({prefix + i, 1});
+        qsl.push_back(static_cast<int32_t>(i - begin + 1));
+        lens.push_back(static_cast<int32_t>(prefix + i + 1));
+        tables.insert(tables.end(), batch.tables.i32() + batch.max_blocks, batch.tables.i32() + 2 * batch.max_blocks);
+      }
+      d.tokens = count;
+      d.qsl = int_buffer(qsl);
+      d.lens = int_buffer(lens);
+      d.tables = int_buffer(tables);
+      d.q = Buffer(DType::kF32, count * row);
+      std::memcpy(d.q.data(), batch.q.f32() + (first_row + begin) * row, static_cast<size_t>(count * row) * 4);
+      return d;
+    };
     for (int threads : {1, 3}) {
-      Buffer alone = poisoned(DType::kF32, chunk * row);
-      make(threads)->attention(decodes.params(alone));
-      EXPECT_EQ(std::memcmp(alone.data(), mixed.f32() + first_row * row, static_cast<size_t>(chunk * row) * 4), 0)
+      PagedBatch decodes = as_decodes(0, chunk);
+      Buffer all = poisoned(DType::kF32, chunk * row);
+      make(threads)->attention(decodes.params(all));
+      EXPECT_EQ(std::memcmp(all.data(), mixed.f32() + first_row * row, static_cast<size_t>(chunk * row) * 4), 0)
           << "window " << window << " threads " << threads;
+      for (int64_t i : {int64_t{0}, int64_t{13}, chunk - 1}) {  // alone: split over threads by segment
+        PagedBatch one = as_decodes(i, 1);
+        Buffer out = poisoned(DType::kF32, row);
+        make(threads)->attention(one.params(out));
+        EXPECT_EQ(std::memcmp(out.data(), mixed.f32() + (first_row + i) * row, static_cast<size_t>(row) * 4), 0)
+            << "lone decode of row " << i << ", window " << window << " threads " << threads;
+      }
     }
   }
 }
