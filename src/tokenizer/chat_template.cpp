@@ -52,7 +52,8 @@ ChatTemplate::Named compile(const std::string& name, std::string source, const s
 }
 
 bool looks_like_template(std::string_view text) {
-  return text.find("{{") != std::string_view::npos || text.find("{%") != std::string_view::npos;
+  return text.find("{{") != std::string_view::npos || text.find("{%") != std::string_view::npos ||
+         text.find("{#") != std::string_view::npos;
 }
 
 }  // namespace

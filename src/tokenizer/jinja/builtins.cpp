@@ -48,8 +48,8 @@ int compare_values(const Value& a, const Value& b, bool case_sensitive) {
     return x < y ? -1 : x > y ? 1 : 0;
   }
   if (a.is_string() && b.is_string()) {
-    const std::string x = case_sensitive ? a.as_string() : ascii_lower(a.as_string());
-    const std::string y = case_sensitive ? b.as_string() : ascii_lower(b.as_string());
+    const std::string x = case_sensitive ? a.as_string() : to_lower(a.as_string());
+    const std::string y = case_sensitive ? b.as_string() : to_lower(b.as_string());
     return x < y ? -1 : x > y ? 1 : 0;
   }
   throw_eval("cannot compare " + std::string(a.type_name()) + " with " + std::string(b.type_name()));
@@ -71,8 +71,8 @@ bool apply_test(Interpreter& interpreter, std::string_view name, const Value& v,
   if (name == "iterable") return v.is_list() || v.is_string();  // as @huggingface/jinja: a dict is not
   if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string();
   if (name == "callable") return v.is_function();
-  if (name == "lower") return v.is_string() && ascii_lower(v.as_string()) == v.as_string();
-  if (name == "upper") return v.is_string() && ascii_upper(v.as_string()) == v.as_string();
+  if (name == "lower") return v.is_string() && to_lower(v.as_string()) == v.as_string();
+  if (name == "upper") return v.is_string() && to_upper(v.as_string()) == v.as_string();
   if (name == "odd" || name == "even") {
     if (!v.is_int()) throw_eval("the '" + std::string(name) + "' test needs an integer, not " +
                                 std::string(v.type_name()));
@@ -210,8 +210,8 @@ Value BoundMethod::call(Interpreter& interpreter, CallArgs& args, const ScopePtr
 Value BoundMethod::call_string_method(Interpreter& interpreter, CallArgs& args) {
   const std::string& s = receiver_.as_string();
   // NOTE: strip/lstrip/rstrip ignore their argument, as in @huggingface/jinja (they trim all whitespace).
-  if (name_ == "upper") return Value::string(ascii_upper(s));
-  if (name_ == "lower") return Value::string(ascii_lower(s));
+  if (name_ == "upper") return Value::string(to_upper(s));
+  if (name_ == "lower") return Value::string(to_lower(s));
   if (name_ == "strip") return Value::string(std::string(js_trim(s)));
   if (name_ == "lstrip") return Value::string(std::string(js_trim_start(s)));
   if (name_ == "rstrip") return Value::string(std::string(js_trim_end(s)));
@@ -357,25 +357,25 @@ class RangeFunction : public Callable {
 
 class NamespaceFunction : public Callable {
  public:
-  Value call(Interpreter&, CallArgs& args, const ScopePtr&) override {
-    Namespace ns;
+  Value call(Interpreter& interpreter, CallArgs& args, const ScopePtr&) override {
+    std::shared_ptr<Namespace> ns = interpreter.make_namespace();
     if (args.positional.size() > 1) throw_eval("namespace() takes at most one positional argument");
     if (args.positional.size() == 1) {
       const Value& source = args.positional[0];
       if (source.is_dict()) {
-        for (const auto& [key, value] : source.as_dict()->entries()) ns.attributes.set(key, value);
+        for (const auto& [key, value] : source.as_dict()->entries()) ns->attributes.set(key, value);
       } else if (source.is_list()) {
         for (const Value& pair : *source.as_list()) {
           if (!pair.is_list() || pair.as_list()->size() != 2 || !(*pair.as_list())[0].is_string()) {
             throw_eval("namespace() expects a dict or a list of [key, value] pairs");
           }
-          ns.attributes.set((*pair.as_list())[0].as_string(), (*pair.as_list())[1]);
+          ns->attributes.set((*pair.as_list())[0].as_string(), (*pair.as_list())[1]);
         }
       } else {
         throw_eval("namespace() expects a dict or a list of [key, value] pairs");
       }
     }
-    for (const auto& [key, value] : args.keyword) ns.attributes.set(key, value);
+    for (const auto& [key, value] : args.keyword) ns->attributes.set(key, value);
     return Value::name_space(std::move(ns));
   }
 };

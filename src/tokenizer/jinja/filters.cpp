@@ -492,8 +492,8 @@ Value apply_filter(Interpreter& interpreter, std::string_view name, const Value&
     if (operand.is_none()) return Value::string("None");
     return Value::string(to_display_string(operand));
   }
-  if (name == "upper") return Value::string(ascii_upper(soft_string(name, operand)));
-  if (name == "lower") return Value::string(ascii_lower(soft_string(name, operand)));
+  if (name == "upper") return Value::string(to_upper(soft_string(name, operand)));
+  if (name == "lower") return Value::string(to_lower(soft_string(name, operand)));
   if (name == "title") return Value::string(js_title(soft_string(name, operand)));
   if (name == "capitalize") return Value::string(js_capitalize(soft_string(name, operand)));
   if (name == "trim") {

@@ -48,6 +48,18 @@ class CallerFunction : public Callable {
 
 }  // namespace
 
+Interpreter::~Interpreter() {
+  std::vector<Dict> attributes;
+  attributes.reserve(namespaces_.size());
+  for (const auto& ns : namespaces_) attributes.push_back(std::move(ns->attributes));
+  // `attributes` is destroyed here, while namespaces_ still keeps every namespace alive.
+}
+
+std::shared_ptr<Namespace> Interpreter::make_namespace() {
+  namespaces_.push_back(make_container<Namespace>());
+  return namespaces_.back();
+}
+
 void Interpreter::tick() {
   if (++steps_ > options_.max_steps) {
     throw_eval("template evaluation exceeded " + std::to_string(options_.max_steps) + " steps");

@@ -39,6 +39,13 @@ struct Scope {
 class Interpreter {
  public:
   Interpreter(const SourceMap& map, const RenderOptions& options) : map_(map), options_(options) {}
+  // Clears every namespace created during the render: a namespace is the only mutable value, so it is the only
+  // way to build a reference cycle ({% set ns.self = ns %}), which would otherwise leak.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  std::shared_ptr<Namespace> make_namespace();
 
   // Renders a template body. Throws peregrine::Error naming the line and column of the failing expression.
   std::string render(const std::vector<NodePtr>& body, const ScopePtr& scope);
@@ -80,6 +87,7 @@ class Interpreter {
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   int depth_ = 0;  // nested eval/exec calls, bounded by kMaxEvalDepth
+  std::vector<std::shared_ptr<Namespace>> namespaces_;
 };
 
 // Binary operators other than and/or, with @huggingface/jinja's rules (see interpreter_ops.cpp).

@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <limits>
 
+#include <unicode/locid.h>
+#include <unicode/unistr.h>
+
 namespace peregrine::jinja {
 
 char32_t next_code_point(std::string_view s, size_t& i) {
@@ -156,21 +159,34 @@ std::string_view strip_chars(std::string_view s, std::string_view chars, bool le
   return s.substr(begin, end - begin);
 }
 
-std::string ascii_upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+namespace {
+
+std::string map_case(std::string_view s, bool upper) {
+  bool ascii = true;
+  for (char c : s) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) {  // fast path, identical to the full mapping for ASCII
+    std::string out(s);
+    for (char& c : out) {
+      if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+      if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    return out;
   }
+  icu::UnicodeString text = icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
+  if (upper) {
+    text.toUpper(icu::Locale::getRoot());
+  } else {
+    text.toLower(icu::Locale::getRoot());
+  }
+  std::string out;
+  text.toUTF8String(out);
   return out;
 }
 
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
+}  // namespace
+
+std::string to_upper(std::string_view s) { return map_case(s, true); }
+std::string to_lower(std::string_view s) { return map_case(s, false); }
 
 namespace {
 bool is_word_byte(char c) {
@@ -190,9 +206,11 @@ std::string js_title(std::string_view s) {
 }
 
 std::string js_capitalize(std::string_view s) {
-  std::string out(s);
-  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 'a' + 'A');
-  return out;
+  if (s.empty()) return std::string();
+  size_t i = 0;
+  const char32_t first = next_code_point(s, i);
+  if (first >= 0x10000) return std::string(s);
+  return to_upper(s.substr(0, i)) + std::string(s.substr(i));
 }
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to, int64_t count) {

@@ -30,13 +30,15 @@ std::string_view js_trim_end(std::string_view s);
 // Python's str.strip(chars) family: removes any of the code points in chars from the chosen ends.
 std::string_view strip_chars(std::string_view s, std::string_view chars, bool left, bool right);
 
-// Case mapping is ASCII-only (see docs/architecture/jinja.md); other code points pass through unchanged.
-std::string ascii_upper(std::string_view s);
-std::string ascii_lower(std::string_view s);
+// Full Unicode case mapping of the root locale (ICU), which is what JavaScript's toUpperCase/toLowerCase do
+// ("ß" upper-cases to "SS", a final sigma lower-cases to "ς").
+std::string to_upper(std::string_view s);
+std::string to_lower(std::string_view s);
 // JavaScript /\b\w/g upper-casing (what @huggingface/jinja's title does): the first word character after a
 // non-word character, where word characters are [A-Za-z0-9_].
 std::string js_title(std::string_view s);
-// First character upper-cased, the rest unchanged (@huggingface/jinja's capitalize).
+// First character upper-cased, the rest unchanged (@huggingface/jinja's capitalize; a character outside the
+// Basic Multilingual Plane stays as it is, since JavaScript's charAt returns half of it).
 std::string js_capitalize(std::string_view s);
 // Python's str.replace(old, new, count); an empty `old` inserts `new` between code points.
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to, int64_t count);

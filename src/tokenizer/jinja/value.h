@@ -33,37 +33,10 @@ struct Scope;
 using ScopePtr = std::shared_ptr<Scope>;
 using List = std::vector<Value>;
 
-// A dict with insertion-ordered keys; setting an existing key keeps its position (like a JavaScript Map).
-class Dict {
- public:
-  const Value* find(std::string_view key) const;
-  void set(std::string key, Value value);
-  size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
-  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
-
- private:
-  std::vector<std::pair<std::string, Value>> entries_;
-  std::unordered_map<std::string, size_t> index_;
-};
-
-struct Namespace {
-  Dict attributes;
-};
-
-struct CallArgs {
-  std::vector<Value> positional;
-  std::vector<std::pair<std::string, Value>> keyword;
-  const Value* find_keyword(std::string_view name) const;
-};
-
-// Something callable from a template: a macro, a builtin global or a bound method.
-// NOTE: call() may throw EvalError (see interpreter.h); the interpreter adds the source position.
-class Callable {
- public:
-  virtual ~Callable() = default;
-  virtual Value call(Interpreter& interpreter, CallArgs& args, const ScopePtr& caller_scope) = 0;
-};
+class Dict;
+struct Namespace;
+struct CallArgs;
+class Callable;
 
 namespace detail {
 // Frees a container without recursion: a container released while another is being freed is queued, so a
@@ -98,8 +71,8 @@ class Value {
   static Value floating(double v) { return Value(Storage(v)); }
   static Value string(std::string v) { return Value(Storage(std::move(v))); }
   static Value list(List items) { return Value(Storage(make_container<List>(std::move(items)))); }
-  static Value dict(Dict d) { return Value(Storage(make_container<Dict>(std::move(d)))); }
-  static Value name_space(Namespace ns) { return Value(Storage(make_container<Namespace>(std::move(ns)))); }
+  static Value dict(Dict d);  // defined below, once Dict is complete
+  static Value name_space(std::shared_ptr<Namespace> ns) { return Value(Storage(std::move(ns))); }
   static Value function(std::shared_ptr<Callable> fn) { return Value(Storage(std::move(fn))); }
 
   Kind kind() const { return static_cast<Kind>(storage_.index()); }
@@ -136,6 +109,40 @@ class Value {
   explicit Value(Storage s) : storage_(std::move(s)) {}
   Storage storage_;
 };
+
+// A dict with insertion-ordered keys; setting an existing key keeps its position (like a JavaScript Map).
+class Dict {
+ public:
+  const Value* find(std::string_view key) const;
+  void set(std::string key, Value value);
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+struct Namespace {
+  Dict attributes;
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+  const Value* find_keyword(std::string_view name) const;
+};
+
+// Something callable from a template: a macro, a builtin global or a bound method.
+// NOTE: call() may throw EvalError (see interpreter.h); the interpreter adds the source position.
+class Callable {
+ public:
+  virtual ~Callable() = default;
+  virtual Value call(Interpreter& interpreter, CallArgs& args, const ScopePtr& caller_scope) = 0;
+};
+
+inline Value Value::dict(Dict d) { return Value(Storage(make_container<Dict>(std::move(d)))); }
 
 // Converts template input (messages, tools, kwargs) to values. Numbers follow JavaScript: an integral float
 // such as 2.0 becomes the integer 2; object keys that look like array indices come first, in ascending order.

@@ -215,6 +215,14 @@ TEST(JinjaLimits, DeeplyNestedValuesAreFreedWithoutRecursion) {
   EXPECT_NE(e.message().find("nested deeper"), std::string::npos) << e.message();
 }
 
+TEST(JinjaLimits, NamespaceCyclesAreHarmless) {
+  // A namespace holding itself: printing it hits the JSON depth limit; the cycle is broken after the render
+  // (a leak checker would report it otherwise, see tests/fuzz).
+  Error e = render_error("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}");
+  EXPECT_NE(e.message().find("nested too deeply"), std::string::npos) << e.message();
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns.self.self is defined }}"), "true");
+}
+
 TEST(JinjaLimits, LongExpressionChainsAreRejectedAtParseTime) {
   std::string chain = "{{ 1";
   for (int i = 0; i < 5000; ++i) chain += " + 1";
