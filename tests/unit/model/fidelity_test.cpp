@@ -61,7 +61,7 @@ TEST_P(Fidelity, MatchesTransformers) {
   if (fc.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
   const fs::path dir = shared / "models" / fc.name;
   const fs::path ref_path = shared / "models" / fc.reference;
-  if (!fs::exists(ref_path)) GTEST_SKIP() << ref_path << " absent";
+  if (!fs::exists(ref_path) || !fs::exists(dir / "config.json")) GTEST_SKIP() << ref_path << " or " << dir << " absent";
   std::ifstream in(ref_path);
   const json ref = json::parse(in);
   const json& cases = ref["cases"];
