@@ -39,6 +39,12 @@ void check(bool ok) {
 
 }  // namespace
 
+// Load the tokenizers before fuzzing starts (loading is slow under ASan and must not count as a timeout).
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  tokenizers();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   auto& all = tokenizers();

@@ -9,6 +9,7 @@
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/decoders.h"
+#include "tokenizer/hash_map.h"
 #include "tokenizer/json_reader.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/normalizers.h"
@@ -170,12 +171,14 @@ void Tokenizer::apply_config(std::string_view tokenizer_config_json, std::string
   for (const auto& a : added_tokens_) max_id = std::max(max_id, a.id);
   added_index_by_id_.assign(static_cast<size_t>(max_id + 1), -1);
   special_by_id_.assign(static_cast<size_t>(max_id + 1), false);
+  added_by_content_ = std::make_unique<StringIdMap>();
   std::vector<std::string> raw_patterns, norm_patterns;
   std::vector<int32_t> raw_idx, norm_idx;
   for (size_t i = 0; i < added_tokens_.size(); ++i) {
     AddedToken& a = added_tokens_[i];
     if (a.id < 0) throw Error(ErrorCode::kFormatError, "tokenizer.json: negative added token id");
     added_index_by_id_[a.id] = static_cast<int32_t>(i);
+    if (added_by_content_->get(a.content) == StringIdMap::kMissing) added_by_content_->set(a.content, static_cast<uint32_t>(i));
     if (a.special) special_by_id_[a.id] = true;
     if (a.normalized && normalizer_) {
       std::string content = a.content;
@@ -388,8 +391,10 @@ std::string Tokenizer::decode_raw(std::span<const int32_t> ids, bool skip_specia
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(added_index_by_id_.size()); }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
-  for (const auto& a : added_tokens_)
-    if (a.content == token) return a.id;
+  if (added_by_content_) {
+    uint32_t i = added_by_content_->get(token);
+    if (i != StringIdMap::kMissing) return added_tokens_[i].id;
+  }
   return model_->token_to_id(token);
 }
 

@@ -23,6 +23,7 @@ class BpeModel;
 class PostProcessor;
 class Decoder;
 class AddedTokenMatcher;
+class StringIdMap;
 struct AddedToken;
 struct PiecewiseDecoder;
 
@@ -89,6 +90,7 @@ class Tokenizer {
   std::unique_ptr<PiecewiseDecoder> piecewise_;
   std::vector<AddedToken> added_tokens_;
   std::vector<int32_t> added_index_by_id_;  // id -> index into added_tokens_, or -1
+  std::unique_ptr<StringIdMap> added_by_content_;  // content -> index into added_tokens_
   std::vector<bool> special_by_id_;
   std::unique_ptr<AddedTokenMatcher> raw_matcher_, normalized_matcher_;
 
