@@ -1,8 +1,9 @@
 // cuda_ops_bench: measures the two ceilings first (HBM copy bandwidth, cuBLASLt bf16 matmul at 8192^3),
 // then, in the same run and against them: decode attention (Llama-3-8B heads) at 8K/32K/128K for bs 1 and 8,
-// causal prefill attention at 8K, and Llama-3-8B GEMM shapes at M=1 (weight GB/s) and M=8192 (TFLOP/s).
-// Inputs rotate through buffer sets larger than L2; timings are medians of CUDA-graph replays.
-// Usage: cuda_ops_bench [output.md]
+// causal prefill attention at 8K, and Llama-3-8B GEMM shapes at M=1 (weight GB/s) and M=8192 (TFLOP/s) under
+// each matmul policy, plus a sweep of pinned split-K counts. Inputs rotate through buffer sets larger than L2;
+// timings are medians of CUDA-graph replays.
+// Usage: cuda_ops_bench [--gemm-only] [output.md]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -114,33 +115,36 @@ Bandwidth measure_bandwidth(Bench& b) {
   return bw;
 }
 
-double measure_matmul_tflops(Bench& b, int64_t m, int64_t n, int64_t k, ops::MatmulPolicy policy) {
-  b.cuda().set_matmul_policy(policy);
-  DeviceBuffer x = b.random_buffer(DType::kBF16, m * k), w = b.random_buffer(DType::kBF16, n * k, 0.02f);
-  DeviceBuffer out(b.be(), m * n * 2);
-  const double ms = b.time_calls(5, [&](int) {
-    b.be().matmul({x.view(DType::kBF16, {m, k}), w.view(DType::kBF16, {n, k}), TensorView(),
-                   out.view(DType::kBF16, {m, n})});
-  });
-  b.cuda().set_matmul_policy(ops::MatmulPolicy::kBatchInvariant);
-  return 2.0 * m * n * k / (ms * 1e-3) / 1e12;
-}
+constexpr ops::MatmulPolicy kDefaultPolicy = ops::MatmulPolicy::kBatchInvariantSplitK;
 
-// Weight GB/s of x[1, K] * w[N, K]^T, rotating through enough weight copies to defeat L2.
-double measure_gemv_gbps(Bench& b, int64_t n, int64_t k, ops::MatmulPolicy policy) {
+// Milliseconds per x[m, K] * w[N, K]^T. Small m rotates through weight copies to defeat L2. rows > 0 issues it
+// as ceil(m / rows) matmuls of `rows` rows (what the backend's own chunking of split-K partials does).
+double time_matmul(Bench& b, int64_t m, int64_t n, int64_t k, ops::MatmulPolicy policy, std::string* plan = nullptr,
+                   int64_t rows = 0) {
   b.cuda().set_matmul_policy(policy);
   const size_t wbytes = static_cast<size_t>(n * k * 2);
-  const int sets = sets_for(wbytes);
+  const int sets = m <= 256 ? sets_for(wbytes) : 1;
   std::vector<DeviceBuffer> ws;
   for (int s = 0; s < sets; ++s) ws.push_back(b.random_buffer(DType::kBF16, n * k, 0.02f));
-  DeviceBuffer x = b.random_buffer(DType::kBF16, k), out(b.be(), n * 2);
-  const int calls = sets * std::max(1, 24 / sets);
+  DeviceBuffer x = b.random_buffer(DType::kBF16, m * k), out(b.be(), m * n * 2);
+  if (rows <= 0) rows = m;
+  const int calls = sets > 1 ? sets * std::max(1, 24 / sets) : 5;
   const double ms = b.time_calls(calls, [&](int i) {
-    b.be().matmul({x.view(DType::kBF16, {1, k}), ws[i % sets].view(DType::kBF16, {n, k}), TensorView(),
-                   out.view(DType::kBF16, {1, n})});
+    for (int64_t r = 0; r < m; r += rows) {
+      const int64_t c = std::min(rows, m - r);
+      b.be().matmul({x.view(DType::kBF16, {m, k}).slice_rows(r, c), ws[i % sets].view(DType::kBF16, {n, k}),
+                     TensorView(), out.view(DType::kBF16, {m, n}).slice_rows(r, c)});
+    }
   });
-  b.cuda().set_matmul_policy(ops::MatmulPolicy::kBatchInvariant);
-  return wbytes / (ms * 1e-3) / 1e9;
+  if (plan) *plan = b.cuda().describe_last_matmul();
+  b.cuda().set_matmul_policy(kDefaultPolicy);
+  return ms;
+}
+
+double tflops_of(int64_t m, int64_t n, int64_t k, double ms) { return 2.0 * m * n * k / (ms * 1e-3) / 1e12; }
+
+double measure_matmul_tflops(Bench& b, int64_t m, int64_t n, int64_t k, ops::MatmulPolicy policy) {
+  return tflops_of(m, n, k, time_matmul(b, m, n, k, policy));
 }
 
 struct AttnSetup {
@@ -195,6 +199,71 @@ ops::AttentionParams attention_params(AttnSetup& a, int set) {
           a.ctx};
 }
 
+// The split count in a describe_last_matmul() string.
+std::string split_count(const std::string& plan) {
+  const size_t at = plan.find(" splits ");
+  return at == std::string::npos ? "?" : plan.substr(at + 8, plan.find(' ', at + 8) - at - 8);
+}
+
+// Llama-3-8B GEMM shapes (as the model runs them: q, k, v, o, gate, up, down, lm_head) under the three policies
+// at M = 1, 32 (weight GB/s vs the read ceiling), 256 and 8192 (TFLOP/s vs the matmul peak); then a sweep of
+// pinned split counts, with M = 8192 also issued in row chunks of 512, 1024 and 2048.
+void add_gemm_rows(Bench& b, std::vector<Row>& rows, double read_tbps, double peak) {
+  struct Shape { const char* name; int64_t n, k; };
+  const Shape shapes[] = {{"q_proj/o_proj", 4096, 4096}, {"k_proj/v_proj", 1024, 4096},
+                          {"gate/up_proj", 14336, 4096}, {"down_proj", 4096, 14336},
+                          {"lm_head", 128256, 4096},     {"qkv fused", 6144, 4096}};
+  const ops::MatmulPolicy policies[] = {ops::MatmulPolicy::kBatchInvariantSplitK,
+                                        ops::MatmulPolicy::kBatchInvariant, ops::MatmulPolicy::kFastest};
+  for (const Shape& sh : shapes) {
+    const std::string dims = std::string(sh.name) + " [" + std::to_string(sh.n) + "x" + std::to_string(sh.k) + "]";
+    std::string plan1, plan_big, splits;
+    for (int64_t m : {1, 32, 256, 8192}) {
+      double v[3];
+      for (int i = 0; i < 3; ++i) {
+        std::string* plan = i > 0 ? nullptr : m == 1 ? &plan1 : m == 8192 ? &plan_big : nullptr;
+        const double ms = time_matmul(b, m, sh.n, sh.k, policies[i], plan);
+        v[i] = m <= 32 ? static_cast<double>(sh.n) * sh.k * 2 / (ms * 1e-3) / 1e9 : tflops_of(m, sh.n, sh.k, ms);
+      }
+      if (m == 1) splits = split_count(plan1);
+      const bool bw = m <= 32;
+      const double ceiling = bw ? read_tbps * 1e3 : peak;
+      rows.push_back({"GEMM M=" + std::to_string(m) + " " + dims + " (S=" + splits +
+                          "): split-K invariant / invariant / fastest",
+                      fmt("%.0f", v[0]) + fmt(" / %.0f", v[1]) + fmt(bw ? " / %.0f GB/s" : " / %.0f TFLOP/s", v[2]),
+                      fmt("%.0f%%", 100 * v[0] / ceiling) + fmt(" / %.0f%%", 100 * v[1] / ceiling) +
+                          fmt(bw ? " / %.0f%% of read BW" : " / %.0f%% of peak", 100 * v[2] / ceiling)});
+    }
+    std::printf("  %s default plans: M=1 %s; M=8192 %s\n", dims.c_str(), plan1.c_str(), plan_big.c_str());
+    std::fflush(stdout);
+  }
+  struct Sweep { const char* name; int64_t n, k; std::vector<int> splits; };
+  const Sweep sweeps[] = {{"q_proj/o_proj", 4096, 4096, {1, 2, 4}},
+                          {"k_proj/v_proj", 1024, 4096, {1, 2, 4, 8}},
+                          {"down_proj", 4096, 14336, {1, 2, 4}}};
+  for (const Sweep& sw : sweeps) {
+    for (int splits : sw.splits) {
+      b.cuda().set_matmul_splits(sw.n, sw.k, splits);
+      std::string plan;
+      const double ms1 = time_matmul(b, 1, sw.n, sw.k, kDefaultPolicy, &plan);
+      const double gbps = static_cast<double>(sw.n) * sw.k * 2 / (ms1 * 1e-3) / 1e9;
+      std::string chunked;
+      for (int64_t r : {0, 512, 1024, 2048}) {
+        const double ms = time_matmul(b, 8192, sw.n, sw.k, kDefaultPolicy, nullptr, r);
+        chunked += fmt(r ? " / %.0f" : "%.0f", tflops_of(8192, sw.n, sw.k, ms));
+      }
+      std::printf("  sweep %s S=%d: M=1 %s\n", sw.name, splits, plan.c_str());
+      rows.push_back({std::string("sweep ") + sw.name + " [" + std::to_string(sw.n) + "x" + std::to_string(sw.k) +
+                          "] S=" + std::to_string(splits) + ": M=1 GB/s; M=8192 TFLOP/s in one call (backend chunks) / "
+                          "in 512 / 1024 / 2048-row calls",
+                      fmt("%.0f GB/s; ", gbps) + chunked + " TFLOP/s",
+                      fmt("%.0f%% of read BW", 100 * gbps / 1e3 / read_tbps)});
+      std::fflush(stdout);
+    }
+    b.cuda().set_matmul_splits(sw.n, sw.k, 0);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,6 +271,15 @@ int main(int argc, char** argv) {
     if (ops::cuda_device_count() == 0) {
       std::printf("cuda_ops_bench: no CUDA device\n");
       return 0;
+    }
+    bool gemm_only = false;
+    const char* out_path = nullptr;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--gemm-only") {
+        gemm_only = true;
+      } else {
+        out_path = argv[i];
+      }
     }
     Bench b;
     std::mt19937 rng(7);
@@ -217,7 +295,8 @@ int main(int argc, char** argv) {
     rows.push_back({"cuBLASLt bf16 matmul 8192^3", fmt("%.0f TFLOP/s", peak), "ceiling"});
     std::fflush(stdout);
 
-    for (int ctx : {8192, 32768, 131072})
+    for (int ctx : {8192, 32768, 131072}) {
+      if (gemm_only) break;
       for (int bs : {1, 8}) {
         const size_t kv_bytes = static_cast<size_t>(bs) * ctx * kHkv * kHd * 2 * 2;
         const int sets = sets_for(kv_bytes);
@@ -234,8 +313,9 @@ int main(int argc, char** argv) {
                             fmt("%.0f%% of read BW", 100 * tbps / read_tbps)});
         std::fflush(stdout);
       }
+    }
 
-    {
+    if (!gemm_only) {
       const int s = 8192;
       AttnSetup a = make_attention(b, 1, s, s, 1, rng);
       ops::AttentionParams p = attention_params(a, 0);
@@ -247,29 +327,13 @@ int main(int argc, char** argv) {
                       fmt("%.0f%% of matmul peak; ", 100 * tflops / peak) + fmt("%.0f%% of cuDNN's 579", 100 * tflops / 579)});
     }
 
-    struct Shape { const char* name; int64_t n, k; };
-    const Shape shapes[] = {{"qkv_proj", 6144, 4096}, {"o_proj", 4096, 4096}, {"gate_up_proj", 28672, 4096},
-                            {"down_proj", 4096, 14336}, {"lm_head", 128256, 4096}};
-    for (const Shape& sh : shapes) {
-      const double inv = measure_gemv_gbps(b, sh.n, sh.k, ops::MatmulPolicy::kBatchInvariant);
-      const double fast = measure_gemv_gbps(b, sh.n, sh.k, ops::MatmulPolicy::kFastest);
-      rows.push_back({std::string("GEMM M=1 ") + sh.name + " [" + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
-                          "] invariant / fastest",
-                      fmt("%.0f", inv) + fmt(" / %.0f GB/s", fast),
-                      fmt("%.0f%%", 100 * inv / 1e3 / read_tbps) + fmt(" / %.0f%% of read BW", 100 * fast / 1e3 / read_tbps)});
-      const double big_inv = measure_matmul_tflops(b, 8192, sh.n, sh.k, ops::MatmulPolicy::kBatchInvariant);
-      const double big_fast = measure_matmul_tflops(b, 8192, sh.n, sh.k, ops::MatmulPolicy::kFastest);
-      rows.push_back({std::string("GEMM M=8192 ") + sh.name + " invariant / fastest",
-                      fmt("%.0f", big_inv) + fmt(" / %.0f TFLOP/s", big_fast),
-                      fmt("%.0f%%", 100 * big_inv / peak) + fmt(" / %.0f%% of peak", 100 * big_fast / peak)});
-      std::fflush(stdout);
-    }
+    add_gemm_rows(b, rows, read_tbps, peak);
 
     std::string table = "| measurement | figure | versus |\n| --- | --- | --- |\n";
     for (const Row& r : rows) table += "| " + r.what + " | " + r.value + " | " + r.versus + " |\n";
     std::printf("\n%s", table.c_str());
-    if (argc > 1) {
-      if (FILE* f = std::fopen(argv[1], "w")) {
+    if (out_path) {
+      if (FILE* f = std::fopen(out_path, "w")) {
         std::fprintf(f, "device: %s\n\n%s", b.be().name().c_str(), table.c_str());
         std::fclose(f);
       }

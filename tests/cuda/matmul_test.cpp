@@ -77,10 +77,12 @@ int count_variant_ms(ops::MatmulPolicy policy, int64_t n, int64_t k, std::mt1993
       report += " M=" + std::to_string(m);
     }
   }
+  const char* name = policy == ops::MatmulPolicy::kFastest          ? "fastest"
+                     : policy == ops::MatmulPolicy::kBatchInvariant ? "batch-invariant"
+                                                                    : "batch-invariant split-K";
   std::printf("  matmul [%ld x %ld] policy %s: rows differing from M=%ld at:%s\n", static_cast<long>(n),
-              static_cast<long>(k), policy == ops::MatmulPolicy::kFastest ? "fastest" : "batch-invariant",
-              static_cast<long>(max_m), report.empty() ? " none" : report.c_str());
-  gpu_services().set_matmul_policy(ops::MatmulPolicy::kBatchInvariant);
+              static_cast<long>(k), name, static_cast<long>(max_m), report.empty() ? " none" : report.c_str());
+  gpu_services().set_matmul_policy(ops::MatmulPolicy::kBatchInvariantSplitK);
   return variants;
 }
 
@@ -90,6 +92,8 @@ TEST(CudaMatmul, RowsDoNotDependOnBatchSize) {
   EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariant, 4096, 4096, rng), 0);
   EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariant, 6144, 4096, rng), 0);
   EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariant, 4096, 14336, rng), 0);
+  EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariantSplitK, 4096, 4096, rng), 0);
+  EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariantSplitK, 4096, 14336, rng), 0);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 constexpr int kScratchSlots = 8;
+constexpr int kGemmScratchSlot = 7;  // split-K partials beyond kGemmWorkspaceBytes (large M)
 
 std::string describe_device_errors(int flags) {
   std::string msg = "cuda: invalid input found on the device:";
@@ -55,7 +56,7 @@ class CudaBackendImpl final : public CudaBackend {
       PEREGRINE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(int)));
       *error_host_ = 0;
       PEREGRINE_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
-      gemm_ = std::make_unique<cuda::LtMatmul>();
+      gemm_ = std::make_unique<cuda::LtMatmul>(sm_count_, kGemmWorkspaceBytes);
     } catch (...) {
       release();
       throw;
@@ -126,7 +127,7 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::GemmLaunch l{p.x.data, p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.out.data,
                        p.x.dtype, p.w.dtype, p.bias.dtype, p.out.dtype, p.x.dim(0), p.w.dim(0), p.x.dim(1)};
     if (l.m == 0 || l.n == 0) return;
-    if (cuda::LtMatmul::supports(l) && gemm_->run(l, policy_, gemm_workspace_, kGemmWorkspaceBytes, stream_)) {
+    if (cuda::LtMatmul::supports(l) && run_lt_matmul(l)) {
       if (l.bias && !cuda::LtMatmul::fuses_bias(l)) {
         cuda::AddBiasLaunch b{l.out, l.bias, l.out_dtype, l.bias_dtype, l.m, l.n};
         cuda::launch_add_bias(b, stream_);
@@ -265,8 +266,14 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void set_matmul_policy(MatmulPolicy policy) override {
-    policy_ = policy == MatmulPolicy::kFastest ? cuda::LtPolicy::kFastest : cuda::LtPolicy::kBatchInvariant;
+    switch (policy) {
+      case MatmulPolicy::kBatchInvariantSplitK: policy_ = cuda::LtPolicy::kBatchInvariantSplitK; break;
+      case MatmulPolicy::kBatchInvariant: policy_ = cuda::LtPolicy::kBatchInvariant; break;
+      case MatmulPolicy::kFastest: policy_ = cuda::LtPolicy::kFastest; break;
+    }
   }
+  void set_matmul_splits(int64_t n, int64_t k, int splits) override { gemm_->pin_splits(n, k, splits); }
+  std::string describe_last_matmul() const override { return gemm_->describe_last_plan(); }
   int multiprocessor_count() const override { return sm_count_; }
   size_t total_memory() const override { return total_memory_; }
   void* stream_handle() const override { return stream_; }
@@ -302,6 +309,15 @@ class CudaBackendImpl final : public CudaBackend {
     void* ptr = nullptr;
     size_t bytes = 0;
   };
+
+  // Split-K plans at large M need more than the fixed workspace: they take a scratch slot (never grown
+  // inside a capture, so run such shapes eagerly first).
+  bool run_lt_matmul(const cuda::GemmLaunch& l) {
+    const size_t need = gemm_->workspace_bytes(l, policy_);
+    if (need <= kGemmWorkspaceBytes) return gemm_->run(l, policy_, gemm_workspace_, kGemmWorkspaceBytes, stream_);
+    void* ws = scratch(need, kGemmScratchSlot);
+    return gemm_->run(l, policy_, ws, scratch_[kGemmScratchSlot].bytes, stream_);
+  }
 
   void sync_and_check() {
     if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: synchronize inside a graph capture");
@@ -349,7 +365,7 @@ class CudaBackendImpl final : public CudaBackend {
   int* error_host_ = nullptr;
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;
-  cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariant;
+  cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;
   bool capturing_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;
   int64_t next_graph_id_ = 1;

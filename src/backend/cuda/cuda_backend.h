@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "ops/backend.h"
 
@@ -16,7 +17,10 @@ int cuda_device_count();
 
 // How matmul picks cuBLASLt algorithms.
 enum class MatmulPolicy {
-  // No split-K or other cross-CTA reductions: a row's result does not depend on M (ops.h contract).
+  // The default. One split-K count per weight shape [N, K], the same for every M, with a fixed-order f32
+  // reduction out of place: a row's result does not depend on M (ops.h contract), and small M stays fast.
+  kBatchInvariantSplitK,
+  // No split-K or other cross-CTA reductions: batch-invariant too, but slow at small M for small N.
   kBatchInvariant,
   // The heuristic's first choice per shape (may use split-K at small M; rows may differ across M).
   kFastest,
@@ -29,12 +33,17 @@ enum class MatmulPolicy {
 class CudaBackend : public Backend {
  public:
   virtual void set_matmul_policy(MatmulPolicy policy) = 0;
+  // Pins the split-K count kBatchInvariantSplitK uses for weight shape [n, k] (0: back to the built-in rule).
+  // Rows are batch-invariant only among matmuls run with the same count; for tests and tuning.
+  virtual void set_matmul_splits(int64_t n, int64_t k, int splits) = 0;
+  // The cuBLASLt configuration of the last matmul (algo, tile, splits, reduction scheme), for tests and benches.
+  virtual std::string describe_last_matmul() const = 0;
   virtual int multiprocessor_count() const = 0;
   virtual size_t total_memory() const = 0;
   // The cudaStream_t all work is enqueued on, as an opaque handle (for kernels outside this backend).
   virtual void* stream_handle() const = 0;
   // Device scratch owned by the backend, one buffer per slot (0..7), grown on demand but never inside a
-  // capture; valid until the next call with the same slot. Slots 0-2 serve attention and sampling.
+  // capture; valid until the next call with the same slot. Slots 0-2 serve attention and sampling, 7 matmul.
   virtual void* scratch(size_t bytes, int slot) = 0;
   // The device word kernels flag invalid inputs in (checked and cleared at synchronize/copy_to_host).
   virtual int* device_error_word() = 0;
