@@ -1,5 +1,5 @@
-// ThreadPool: workers spin on a generation counter for a short while, then sleep on it (futex-backed
-// std::atomic::wait); the submitter runs its own share, then spins and sleeps likewise until all are done.
+// ThreadPool: workers spin on a generation counter for a short while, then sleep on a condition variable; the
+// submitter runs its own share, then spins and sleeps likewise until all are done.
 #include "core/thread_pool.h"
 
 #include <algorithm>
@@ -16,12 +16,19 @@ namespace {
 // short enough not to burn a core between steps. Pools with more threads than cores never spin (a spinning
 // thread would hold the core the awaited one needs).
 constexpr auto kSpinTime = std::chrono::microseconds(50);
-// Spin credit: a submitter's wait that the spin covered earns one, one that ran out costs kSpinPenalty. At zero
-// nobody spins (on a loaded machine a spinning thread uses up its time slice and then waits behind other
-// processes for milliseconds); every kProbeEvery-th task spins anyway to find out whether that has passed.
+// Spin credit: a submitter's wait that the spin covered earns one; a spinning worker that picks a task up more
+// than kLatePickup after it was posted was preempted while it spun, and that costs kSpinPenalty (on a loaded
+// machine a spinning thread uses up its time slice and then waits behind other processes for milliseconds).
+// At zero nobody spins; every kProbeEvery-th task then grants one credit to find out whether that has passed.
 constexpr int kMaxSpinCredit = 64;
-constexpr int kSpinPenalty = 8;
-constexpr uint32_t kProbeEvery = 32;
+constexpr int kSpinPenalty = 16;
+constexpr uint32_t kProbeEvery = 64;
+constexpr auto kLatePickup = std::chrono::microseconds(20);
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -55,29 +62,40 @@ ThreadPool::ThreadPool(int num_threads) {
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   generation_.fetch_add(1);
-  generation_.notify_all();
+  { std::lock_guard<std::mutex> lock(mutex_); }  // a worker between its last check and its wait has reached the wait
+  wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-std::chrono::nanoseconds ThreadPool::current_budget(uint32_t generation) const {
-  if (spin_credit_.load(std::memory_order_relaxed) > 0 || generation % kProbeEvery == 0) return spin_budget_;
-  return std::chrono::nanoseconds(0);
+std::chrono::nanoseconds ThreadPool::current_budget() const {
+  return spin_credit_.load(std::memory_order_relaxed) > 0 ? spin_budget_ : std::chrono::nanoseconds(0);
 }
 
 void ThreadPool::worker_loop(int index) {
   uint32_t seen = 0;
   for (;;) {
-    // NOTE: sleepers_ is raised before the last look at generation_, and the submitter bumps generation_
-    // before it reads sleepers_ (all seq_cst): either this worker sees the new generation or it is notified.
-    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; }, current_budget(seen))) {
+    // NOTE: sleepers_ is raised (under the mutex) before the last look at generation_, and the submitter bumps
+    // generation_ before it reads sleepers_ (all seq_cst), then notifies under the mutex: either this worker sees
+    // the new generation or it is waiting when the notification comes.
+    if (spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; }, current_budget())) {
+      if (now_ns() - posted_ns_.load(std::memory_order_relaxed) > kLatePickup.count() * 1000) {
+        int credit = spin_credit_.load(std::memory_order_relaxed);
+        while (credit > 0 && !spin_credit_.compare_exchange_weak(credit, std::max(0, credit - kSpinPenalty))) {
+        }
+      }
+    } else {
+      std::unique_lock<std::mutex> lock(mutex_);
       sleepers_.fetch_add(1);
-      while (generation_.load() == seen) generation_.wait(seen);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
       sleepers_.fetch_sub(1);
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
     (*task_)(index);
-    if (pending_.fetch_sub(1) == 1 && submitter_waiting_.load()) pending_.notify_one();
+    if (pending_.fetch_sub(1) == 1 && submitter_waiting_.load()) {
+      { std::lock_guard<std::mutex> lock(mutex_); }  // see run_on_all
+      done_.notify_one();
+    }
   }
 }
 
@@ -86,21 +104,26 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
+  if (spin_credit_.load(std::memory_order_relaxed) == 0 && ++probe_counter_ % kProbeEvery == 0)
+    spin_credit_.store(1, std::memory_order_relaxed);
   task_ = &fn;
   pending_.store(static_cast<int>(workers_.size()));
+  posted_ns_.store(now_ns(), std::memory_order_relaxed);
   generation_.fetch_add(1);  // seq_cst: publishes task_ and pending_
-  if (sleepers_.load() > 0) generation_.notify_all();
+  if (sleepers_.load() > 0) {
+    // Taking the mutex once makes sure a worker that saw the old generation under it is already waiting.
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
+  }
   fn(0);
-  const std::chrono::nanoseconds budget = current_budget(generation_.load(std::memory_order_relaxed));
+  const std::chrono::nanoseconds budget = current_budget();
   if (spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; }, budget)) {
     if (budget.count() > 0 && spin_credit_.load(std::memory_order_relaxed) < kMaxSpinCredit)
       spin_credit_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    if (budget.count() > 0)
-      spin_credit_.store(std::max(0, spin_credit_.load(std::memory_order_relaxed) - kSpinPenalty),
-                         std::memory_order_relaxed);
+    std::unique_lock<std::mutex> lock(mutex_);
     submitter_waiting_.store(true);
-    for (int left = pending_.load(); left != 0; left = pending_.load()) pending_.wait(left);
+    done_.wait(lock, [&] { return pending_.load() == 0; });
     submitter_waiting_.store(false);
   }
   task_ = nullptr;

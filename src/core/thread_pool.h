@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -30,17 +32,22 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
-  std::chrono::nanoseconds current_budget(uint32_t generation) const;
+  std::chrono::nanoseconds current_budget() const;
 
   int num_threads_;
   std::chrono::nanoseconds spin_budget_{0};  // how long a waiting thread polls before it sleeps
   std::atomic<int> spin_credit_{16};         // see kMaxSpinCredit in thread_pool.cpp
+  uint32_t probe_counter_ = 0;               // submitter only
+  std::atomic<int64_t> posted_ns_{0};        // when the current task was posted (steady clock)
   std::vector<std::thread> workers_;
   const std::function<void(int)>* task_ = nullptr;  // published by the release increment of generation_
   std::atomic<uint32_t> generation_{0};  // bumped once per task; workers wait for it to change
   std::atomic<int> pending_{0};          // workers still running the current task
-  std::atomic<int> sleepers_{0};         // workers blocked in generation_.wait (the submitter must notify)
-  std::atomic<bool> submitter_waiting_{false};  // the submitter blocked in pending_.wait
+  std::atomic<int> sleepers_{0};         // workers asleep on wake_ (the submitter must notify)
+  std::atomic<bool> submitter_waiting_{false};  // the submitter asleep on done_
+  std::mutex mutex_;                     // guards the sleeping only; the spinning path takes no lock
+  std::condition_variable wake_;
+  std::condition_variable done_;
   std::atomic<bool> stop_{false};
 };
 

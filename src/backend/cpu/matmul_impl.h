@@ -87,8 +87,11 @@ void matmul_typed(const peregrine::cpu::MatmulArgs& a, int64_t m0, int64_t m1, i
     }
     return;
   }
-  // Prefill GEMM: a panel of kBlockN weight rows stays in L2 while every row tile of x passes over it.
-  const int64_t block_n = Simd::kGemmNr * 16;
+  // Prefill GEMM: a panel of weight rows (at most ~256 KiB, so it stays in L2 next to an x row tile) is reused
+  // by every row tile of x.
+  constexpr int64_t kPanelBytes = int64_t{256} << 10;
+  const int64_t panel_rows = kPanelBytes / (k * static_cast<int64_t>(sizeof(typename E::T)));
+  const int64_t block_n = max_i(Simd::kGemmNr, min_i(16 * Simd::kGemmNr, panel_rows / Simd::kGemmNr * Simd::kGemmNr));
   for (int64_t jb = n0; jb < n1; jb += block_n) {
     const int64_t jb_end = min_i(n1, jb + block_n);
     for (int64_t i = m0; i < m1; i += Simd::kGemmMr) {
