@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   peregrine::cli::register_tokenize(app);
   peregrine::cli::register_chat_template(app);
   peregrine::cli::register_bench(app);
+  peregrine::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,12 +16,14 @@ namespace peregrine {
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
-// Host backends: the KV cache takes at most this much (and a quarter of the free RAM) unless told otherwise.
-constexpr size_t kHostKvCap = size_t{4} << 30;
+// Host backends: the KV cache takes at most this much (and a quarter of the free RAM) unless told otherwise;
+// zeroing more would slow startup for little gain on a CPU.
+constexpr size_t kHostKvCap = size_t{1} << 30;
 
 // Sampling defaults from generation_config.json, as vLLM's --generation-config auto does.
 SamplingParams defaults_from(const EngineConfig& config) {
   SamplingParams p;
+  p.max_tokens = std::nullopt;  // each endpoint has its own default unless max_new_tokens is given
   if (config.generation_config == "vllm") return p;
   const std::filesystem::path dir = config.generation_config == "auto" ? config.model : config.generation_config;
   if (config.generation_config != "auto" && !std::filesystem::exists(dir / "generation_config.json")) {

@@ -1,0 +1,185 @@
+// The generation endpoints: /v1/completions (prompt as string, list of strings, token ids or lists of them)
+// and /v1/chat/completions (messages with string or text-part content, the chat template, tools). Both parse
+// and validate on the I/O thread, then hand a GenerationJob to the engine.
+#include <chrono>
+
+#include "server/errors.h"
+#include "server/generation_job.h"
+#include "server/openai_server.h"
+
+namespace peregrine::server {
+namespace {
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string at(const std::string& field, size_t i) { return field + "[" + std::to_string(i) + "]"; }
+
+bool is_token_list(const Json& v) {
+  if (!v.is_array() || v.empty()) return false;
+  for (const Json& e : v) {
+    if (!e.is_number_integer() && !e.is_number_unsigned()) return false;
+  }
+  return true;
+}
+
+std::vector<int32_t> to_ids(const Json& v, const std::string& field, int vocab) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const Json& e : v) {
+    const int64_t id = e.get<int64_t>();
+    if (id < 0 || id >= vocab) {
+      throw_bad_field(field, "token id " + std::to_string(id) + " is out of the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+// Chat messages with text-part content flattened to strings (what chat templates expect).
+Json normalize_messages(const Json& messages) {
+  if (!messages.is_array()) throw_bad_field("messages", "expected a list of messages");
+  if (messages.empty()) throw_bad_field("messages", "at least one message is required");
+  if (messages.size() > 100000) throw_bad_field("messages", "too many messages");
+  Json out = Json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    const std::string name = at("messages", i);
+    if (!m.is_object()) throw_bad_field(name, "each message must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) throw_bad_field(name + ".role", "a string role is required");
+    Json msg = m;
+    auto content = m.find("content");
+    if (content != m.end() && content->is_array()) {
+      std::string text;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const Json& part = (*content)[j];
+        const std::string pname = at(name + ".content", j);
+        if (!part.is_object()) throw_bad_field(pname, "each content part must be an object");
+        auto type = part.find("type");
+        if (type == part.end() || !type->is_string()) throw_bad_field(pname + ".type", "a string type is required");
+        if (*type != "text") {
+          throw_bad_field(pname + ".type", "content type '" + type->get<std::string>() + "' is not supported (text only)");
+        }
+        auto t = part.find("text");
+        if (t == part.end() || !t->is_string()) throw_bad_field(pname + ".text", "a string text is required");
+        if (!text.empty()) text += "\n";
+        text += t->get<std::string>();
+      }
+      msg["content"] = text;
+    } else if (content != m.end() && !content->is_string() && !content->is_null()) {
+      throw_bad_field(name + ".content", "expected a string, a list of content parts or null");
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string OpenAiServer::render_messages(const Fields& f, bool default_add_generation_prompt) const {
+  const Json* messages = f.get("messages");
+  if (!messages) throw_bad_field("messages", "a list of messages is required");
+  const Json normalized = normalize_messages(*messages);
+  ChatTemplateOptions options;
+  options.add_generation_prompt = f.boolean("add_generation_prompt").value_or(default_add_generation_prompt);
+  if (f.boolean("continue_final_message").value_or(false)) {
+    throw_bad_field("continue_final_message", "is not supported");
+  }
+  const Json* tools = f.get("tools");
+  if (tools && !tools->is_array()) throw_bad_field("tools", "expected a list of tools");
+  options.tools = tools;
+  const Json* kwargs = f.get("chat_template_kwargs");
+  if (kwargs && !kwargs->is_object()) throw_bad_field("chat_template_kwargs", "expected an object");
+  options.chat_template_kwargs = kwargs;
+  if (f.get("chat_template")) throw_bad_field("chat_template", "per-request templates are not supported; use --chat-template");
+  return engine_.apply_chat_template(normalized, options);
+}
+
+void OpenAiServer::handle_completions(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel) {
+  const Json body = parse_json_body(request);
+  Fields f(body);
+  check_model(f, options_.served_model_names);
+  if (f.get("suffix")) throw_bad_field("suffix", "is not supported");
+  ParsedSampling sampling = parse_sampling(f, engine_.default_sampling_params(), Endpoint::kCompletions);
+  const bool add_special = f.boolean("add_special_tokens").value_or(true);
+  const int vocab = engine_.info().vocab_size;
+
+  const Json* prompt = f.get("prompt");
+  if (!prompt) throw_bad_field("prompt", "a prompt is required");
+  std::vector<JobPrompt> prompts;
+  auto add_text = [&](const std::string& text) {
+    JobPrompt p;
+    p.token_ids = engine_.tokenize(text, add_special);
+    p.echo_text = text;
+    prompts.push_back(std::move(p));
+  };
+  auto add_ids = [&](const Json& v, const std::string& field) {
+    JobPrompt p;
+    p.token_ids = to_ids(v, field, vocab);
+    if (sampling.echo) p.echo_text = engine_.detokenize(p.token_ids, true);
+    prompts.push_back(std::move(p));
+  };
+  if (prompt->is_string()) {
+    add_text(prompt->get<std::string>());
+  } else if (is_token_list(*prompt)) {
+    add_ids(*prompt, "prompt");
+  } else if (prompt->is_array() && !prompt->empty()) {
+    if (prompt->size() > static_cast<size_t>(options_.max_prompts_per_request)) {
+      throw_bad_field("prompt", "at most " + std::to_string(options_.max_prompts_per_request) + " prompts per request");
+    }
+    for (size_t i = 0; i < prompt->size(); ++i) {
+      const Json& e = (*prompt)[i];
+      if (e.is_string()) add_text(e.get<std::string>());
+      else if (is_token_list(e)) add_ids(e, at("prompt", i));
+      else throw_bad_field(at("prompt", i), "expected a string or a non-empty list of token ids");
+    }
+  } else {
+    throw_bad_field("prompt", "expected a string, a list of strings, or (lists of) token ids");
+  }
+  if (prompts.size() * static_cast<size_t>(sampling.params.n) > 4096) {
+    throw_bad_field("n", "prompts times n must not exceed 4096");
+  }
+  JobOptions options;
+  options.endpoint = Endpoint::kCompletions;
+  options.id = new_id("cmpl-");
+  options.model = f.string("model").value_or(options_.served_model_names.front());
+  options.created = unix_now();
+  options.sampling = std::move(sampling);
+  auto job = std::make_shared<GenerationJob>(engine_, channel, std::move(options), std::move(prompts));
+  job->start();
+}
+
+void OpenAiServer::handle_chat(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel) {
+  const Json body = parse_json_body(request);
+  Fields f(body);
+  check_model(f, options_.served_model_names);
+  ParsedSampling sampling = parse_sampling(f, engine_.default_sampling_params(), Endpoint::kChat);
+  if (const Json* rf = f.get("response_format")) {
+    if (!rf->is_object() || rf->value("type", std::string()) != "text") {
+      throw_bad_field("response_format", "only {\"type\": \"text\"} is supported");
+    }
+  }
+  if (const Json* tc = f.get("tool_choice")) {
+    if (!tc->is_string() || (*tc != "none" && *tc != "auto")) {
+      throw_bad_field("tool_choice", "only \"none\" and \"auto\" are supported");
+    }
+  }
+  const std::string text = render_messages(f, true);
+  JobPrompt prompt;
+  prompt.token_ids = engine_.tokenize(text, f.boolean("add_special_tokens").value_or(false));
+  JobOptions options;
+  options.endpoint = Endpoint::kChat;
+  options.id = new_id("chatcmpl-");
+  options.model = f.string("model").value_or(options_.served_model_names.front());
+  options.created = unix_now();
+  sampling.echo = false;
+  options.sampling = std::move(sampling);
+  std::vector<JobPrompt> prompts;
+  prompts.push_back(std::move(prompt));
+  auto job = std::make_shared<GenerationJob>(engine_, channel, std::move(options), std::move(prompts));
+  job->start();
+}
+
+}  // namespace peregrine::server

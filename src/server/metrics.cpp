@@ -1,0 +1,120 @@
+// /metrics: Prometheus text exposition of the engine's counters under vLLM's metric names (so existing
+// dashboards work), plus Peregrine's own (KV blocks, step time split, HTTP counters).
+#include <cstdio>
+#include <string>
+
+#include "server/openai_server.h"
+
+namespace peregrine::server {
+namespace {
+
+class Writer {
+ public:
+  explicit Writer(std::string model) : labels_("model_name=\"" + escape(model) + "\"") {}
+
+  void gauge(const char* name, const char* help, double value) { metric(name, help, "gauge", value); }
+  void counter(const char* name, const char* help, double value) { metric(name, help, "counter", value); }
+  void counter_by(const char* name, const char* help, const char* label,
+                  std::initializer_list<std::pair<const char*, double>> values) {
+    header(name, help, "counter");
+    for (const auto& [v, x] : values) line(std::string(name), std::string(label) + "=\"" + v + "\"", x);
+  }
+  void histogram(const char* name, const char* help, const Histogram& h) {
+    header(name, help, "histogram");
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      line(std::string(name) + "_bucket", "le=\"" + num(h.bounds[i]) + "\"", static_cast<double>(cum));
+    }
+    line(std::string(name) + "_bucket", "le=\"+Inf\"", static_cast<double>(h.count));
+    line(std::string(name) + "_sum", "", h.sum);
+    line(std::string(name) + "_count", "", static_cast<double>(h.count));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  static std::string escape(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '\\' || c == '"') o += '\\';
+      if (c == '\n') {
+        o += "\\n";
+        continue;
+      }
+      o += c;
+    }
+    return o;
+  }
+  static std::string num(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    return buf;
+  }
+  void header(const char* name, const char* help, const char* type) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += " ";
+    out_ += help;
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += " ";
+    out_ += type;
+    out_ += "\n";
+  }
+  void metric(const char* name, const char* help, const char* type, double value) {
+    header(name, help, type);
+    line(name, "", value);
+  }
+  void line(const std::string& name, const std::string& extra_label, double value) {
+    out_ += name + "{" + labels_ + (extra_label.empty() ? "" : "," + extra_label) + "} " + num(value) + "\n";
+  }
+
+  std::string labels_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string OpenAiServer::metrics_text() const {
+  const EngineStats s = engine_.stats();
+  Writer w(options_.served_model_names.front());
+  w.gauge("vllm:num_requests_running", "Sequences in model execution batches.", s.num_running);
+  w.gauge("vllm:num_requests_waiting", "Sequences waiting to be processed.", s.num_waiting);
+  w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
+  w.gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (older name). 1 means 100 percent usage.", s.kv_usage);
+  w.counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in prompt tokens.",
+            static_cast<double>(s.prefix_cache_queries));
+  w.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in prompt tokens.",
+            static_cast<double>(s.prefix_cache_hits));
+  w.gauge("peregrine:prefix_cache_hit_rate", "Prefix cache hits over queries since start.",
+          s.prefix_cache_queries ? static_cast<double>(s.prefix_cache_hits) / static_cast<double>(s.prefix_cache_queries)
+                                 : 0.0);
+  w.counter("vllm:prompt_tokens_total", "Prefill tokens processed.", static_cast<double>(s.prompt_tokens));
+  w.counter("vllm:generation_tokens_total", "Generation tokens processed.", static_cast<double>(s.generation_tokens));
+  w.counter("vllm:num_preemptions_total", "Cumulative preemptions.", static_cast<double>(s.num_preemptions));
+  w.counter_by("vllm:request_success_total", "Finished sequences by finish reason.", "finished_reason",
+               {{"stop", static_cast<double>(s.requests_finished_stop)},
+                {"length", static_cast<double>(s.requests_finished_length)},
+                {"abort", static_cast<double>(s.requests_finished_abort)}});
+  w.histogram("vllm:time_to_first_token_seconds", "Time to first token in seconds.", s.ttft_seconds);
+  w.histogram("vllm:inter_token_latency_seconds", "Time between output tokens in seconds.", s.inter_token_seconds);
+  w.histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds.", s.e2e_seconds);
+  w.gauge("peregrine:kv_blocks_total", "KV cache blocks.", s.num_kv_blocks);
+  w.gauge("peregrine:kv_blocks_used", "KV cache blocks held by requests.", s.num_used_kv_blocks);
+  w.gauge("peregrine:kv_blocks_free", "KV cache blocks free (including cached prefixes).", s.num_free_kv_blocks);
+  w.counter("peregrine:engine_steps_total", "Engine steps run.", static_cast<double>(s.num_steps));
+  w.counter_by("peregrine:engine_step_seconds_total", "Engine loop time by phase.", "phase",
+               {{"schedule", s.step_schedule_seconds},
+                {"prepare", s.step_prepare_seconds},
+                {"forward", s.step_forward_seconds},
+                {"sample", s.step_sample_seconds},
+                {"update", s.step_update_seconds}});
+  w.counter("peregrine:http_requests_total", "HTTP requests received.", static_cast<double>(http_requests_.load()));
+  w.counter("peregrine:http_client_errors_total", "HTTP 4xx responses.", static_cast<double>(http_errors_4xx_.load()));
+  w.counter("peregrine:http_server_errors_total", "HTTP 5xx responses.", static_cast<double>(http_errors_5xx_.load()));
+  w.counter("peregrine:http_rejected_total", "Requests refused with 503 (queue full or shutting down).",
+            static_cast<double>(http_rejected_503_.load()));
+  return w.take();
+}
+
+}  // namespace peregrine::server

@@ -1,0 +1,57 @@
+// OpenAiServer: the OpenAI/vLLM-compatible HTTP API over a peregrine::Engine: routing, API-key checks, error
+// bodies, and the endpoints (/v1/completions, /v1/chat/completions, /v1/models, /tokenize, /detokenize,
+// /health, /version, /metrics). The HTTP transport is HttpServer; the engine is reached only through its
+// public API.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "peregrine/engine.h"
+#include "server/http_server.h"
+#include "server/request_parsing.h"
+
+namespace peregrine::server {
+
+struct ServerOptions {
+  std::vector<std::string> served_model_names;  // the first is reported; any is accepted as `model`
+  std::string api_key;                          // empty = no authentication
+  int max_prompts_per_request = 1024;
+};
+
+class OpenAiServer {
+ public:
+  OpenAiServer(Engine& engine, ServerOptions options);
+
+  // The HttpServer handler.
+  void handle(HttpRequest&& request, std::shared_ptr<ResponseChannel> channel);
+  // Prometheus text for /metrics.
+  std::string metrics_text() const;
+
+ private:
+  void route(HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void handle_completions(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void handle_chat(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void handle_tokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void handle_detokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void handle_models(const std::shared_ptr<ResponseChannel>& channel);
+  // Renders a chat request's messages with the chat template (400 naming the field on bad messages).
+  std::string render_messages(const Fields& fields, bool default_add_generation_prompt) const;
+  std::string new_id(const char* prefix);
+
+  Engine& engine_;
+  ServerOptions options_;
+  int64_t start_time_ = 0;
+  std::atomic<uint64_t> id_counter_{0};
+  uint64_t id_salt_ = 0;
+  // HTTP counters for /metrics.
+  std::atomic<uint64_t> http_requests_{0};
+  std::atomic<uint64_t> http_errors_4xx_{0};
+  std::atomic<uint64_t> http_errors_5xx_{0};
+  std::atomic<uint64_t> http_rejected_503_{0};
+};
+
+}  // namespace peregrine::server

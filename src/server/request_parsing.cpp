@@ -1,0 +1,227 @@
+// Typed request-field parsing and the shared sampling fields (see request_parsing.h).
+#include "server/request_parsing.h"
+
+#include <cmath>
+
+#include "server/errors.h"
+
+namespace peregrine::server {
+namespace {
+
+std::string type_name(const Json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+std::string fmt(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Json parse_json_body(const HttpRequest& request) {
+  if (request.body.empty()) throw HttpError(400, "the request body is empty; expected a JSON object");
+  // NOTE: copying, dumping and rendering JSON recurse, so nesting is bounded while parsing.
+  constexpr int kMaxDepth = 64;
+  Json::parser_callback_t limit_depth = [](int depth, nlohmann::json::parse_event_t, Json&) {
+    if (depth > kMaxDepth) {
+      throw HttpError(400, "the request body nests JSON deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    return true;
+  };
+  Json body = Json::parse(request.body, limit_depth, /*allow_exceptions=*/false);
+  if (body.is_discarded()) throw HttpError(400, "the request body is not valid JSON");
+  if (!body.is_object()) throw HttpError(400, "the request body must be a JSON object, got " + type_name(body));
+  return body;
+}
+
+const Json* Fields::get(const char* name) const {
+  auto it = object_.find(name);
+  if (it == object_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> Fields::number(const char* name, double lo, double hi) const {
+  const Json* v = get(name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw_bad_field(name, "expected a number, got " + type_name(*v));
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    throw_bad_field(name, "must be in [" + fmt(lo) + ", " + fmt(hi) + "], got " + fmt(d));
+  }
+  return d;
+}
+
+std::optional<int64_t> Fields::integer(const char* name, int64_t lo, int64_t hi) const {
+  const Json* v = get(name);
+  if (!v) return std::nullopt;
+  int64_t i = 0;
+  if (v->is_number_integer()) {
+    i = v->get<int64_t>();
+  } else if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) throw_bad_field(name, "integer out of range");
+    i = static_cast<int64_t>(u);
+  } else if (v->is_number_float() && std::isfinite(v->get<double>()) && std::floor(v->get<double>()) == v->get<double>() &&
+             std::fabs(v->get<double>()) < 9.0e15) {
+    i = static_cast<int64_t>(v->get<double>());  // 3.0 is accepted as 3, like pydantic
+  } else {
+    throw_bad_field(name, "expected an integer, got " + type_name(*v));
+  }
+  if (i < lo || i > hi) {
+    throw_bad_field(name, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(i));
+  }
+  return i;
+}
+
+std::optional<bool> Fields::boolean(const char* name) const {
+  const Json* v = get(name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw_bad_field(name, "expected a boolean, got " + type_name(*v));
+  return v->get<bool>();
+}
+
+std::optional<std::string> Fields::string(const char* name) const {
+  const Json* v = get(name);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) throw_bad_field(name, "expected a string, got " + type_name(*v));
+  return v->get<std::string>();
+}
+
+std::vector<std::string> Fields::strings(const char* name, size_t max_count) const {
+  std::vector<std::string> out;
+  const Json* v = get(name);
+  if (!v) return out;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > max_count) throw_bad_field(name, "at most " + std::to_string(max_count) + " entries allowed");
+    for (const Json& e : *v) {
+      if (!e.is_string()) throw_bad_field(name, "expected strings in the list, got " + type_name(e));
+      out.push_back(e.get<std::string>());
+    }
+  } else {
+    throw_bad_field(name, "expected a string or a list of strings, got " + type_name(*v));
+  }
+  for (const auto& s : out) {
+    if (s.empty()) throw_bad_field(name, "empty strings are not allowed");
+  }
+  return out;
+}
+
+std::vector<int32_t> Fields::int_list(const char* name, size_t max_count) const {
+  std::vector<int32_t> out;
+  const Json* v = get(name);
+  if (!v) return out;
+  if (!v->is_array()) throw_bad_field(name, "expected a list of integers, got " + type_name(*v));
+  if (v->size() > max_count) throw_bad_field(name, "at most " + std::to_string(max_count) + " entries allowed");
+  for (const Json& e : *v) {
+    if (!e.is_number_integer() && !e.is_number_unsigned()) {
+      throw_bad_field(name, "expected integers in the list, got " + type_name(e));
+    }
+    const int64_t i = e.get<int64_t>();
+    if (i < 0 || i > INT32_MAX) throw_bad_field(name, "token id " + std::to_string(i) + " is out of range");
+    out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
+void check_model(const Fields& fields, const std::vector<std::string>& served_names) {
+  const auto model = fields.string("model");
+  if (!model) return;
+  for (const auto& name : served_names) {
+    if (*model == name) return;
+  }
+  throw HttpError(404, "The model `" + *model + "` does not exist.", std::string("model"));
+}
+
+ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, Endpoint endpoint) {
+  ParsedSampling out;
+  SamplingParams& p = out.params;
+  p = defaults;
+  // Completions default to 16 tokens (OpenAI); chat to the rest of the context, unless generation_config says.
+  p.max_tokens = endpoint == Endpoint::kCompletions ? defaults.max_tokens.value_or(16) : defaults.max_tokens;
+  constexpr int64_t kMaxTokens = int64_t{1} << 30;
+  std::optional<int64_t> max_tokens = f.integer("max_tokens", 1, kMaxTokens);
+  if (endpoint == Endpoint::kChat) {
+    if (auto mct = f.integer("max_completion_tokens", 1, kMaxTokens)) max_tokens = mct;
+  }
+  if (max_tokens) {
+    p.max_tokens = static_cast<int>(*max_tokens);
+    out.max_tokens_given = true;
+  }
+  if (auto v = f.integer("n", 1, SamplingParams::kMaxN)) p.n = static_cast<int>(*v);
+  if (auto best_of = f.integer("best_of", 1, SamplingParams::kMaxN); best_of && *best_of != p.n) {
+    throw_bad_field("best_of", "only best_of equal to n is supported");
+  }
+  if (auto v = f.number("temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
+  if (auto v = f.number("top_p", 0.0, 1.0)) {
+    if (*v <= 0.0) throw_bad_field("top_p", "must be in (0, 1], got 0");
+    p.top_p = static_cast<float>(*v);
+  }
+  if (auto v = f.integer("top_k", -1, INT32_MAX)) p.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.number("frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.number("repetition_penalty", 1e-6, 1e6)) p.repetition_penalty = static_cast<float>(*v);
+  if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) p.seed = static_cast<uint64_t>(*v);
+  if (const Json* bias = f.get("logit_bias")) {
+    if (!bias->is_object()) throw_bad_field("logit_bias", "expected an object of token id -> bias");
+    if (bias->size() > 4096) throw_bad_field("logit_bias", "at most 4096 entries allowed");
+    for (auto it = bias->begin(); it != bias->end(); ++it) {
+      const std::string& key = it.key();
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX) {
+        throw_bad_field("logit_bias", "keys must be token ids, got '" + key + "'");
+      }
+      if (!it.value().is_number() || !std::isfinite(it.value().get<double>())) {
+        throw_bad_field("logit_bias", "the bias of token " + key + " must be a number");
+      }
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+    }
+  }
+  p.stop = f.strings("stop", SamplingParams::kMaxStopStrings);
+  p.stop_token_ids = f.int_list("stop_token_ids", 1024);
+  if (auto v = f.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
+  if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
+  if (auto v = f.integer("min_tokens", 0, kMaxTokens)) p.min_tokens = static_cast<int>(*v);
+  if (auto v = f.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+  if (auto v = f.boolean("spaces_between_special_tokens")) p.spaces_between_special_tokens = *v;
+  if (auto v = f.integer("prompt_logprobs", 0, SamplingParams::kMaxLogprobs)) p.prompt_logprobs = static_cast<int>(*v);
+
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto v = f.integer("logprobs", 0, SamplingParams::kMaxLogprobs)) out.top_logprobs = static_cast<int>(*v);
+    if (auto v = f.boolean("echo")) out.echo = *v;
+    if (out.echo && out.top_logprobs >= 0 && !p.prompt_logprobs) p.prompt_logprobs = out.top_logprobs;
+  } else {
+    const bool logprobs = f.boolean("logprobs").value_or(false);
+    const auto top = f.integer("top_logprobs", 0, SamplingParams::kMaxLogprobs);
+    if (top && !logprobs) throw_bad_field("top_logprobs", "requires logprobs to be true");
+    if (logprobs) out.top_logprobs = static_cast<int>(top.value_or(0));
+  }
+  if (out.top_logprobs >= 0) p.logprobs = out.top_logprobs;
+
+  out.stream = f.boolean("stream").value_or(false);
+  if (const Json* so = f.get("stream_options")) {
+    if (!out.stream) throw_bad_field("stream_options", "only allowed when stream is true");
+    if (!so->is_object()) throw_bad_field("stream_options", "expected an object");
+    Fields sf(*so);
+    out.include_usage = sf.boolean("include_usage").value_or(false);
+    (void)sf.boolean("continuous_usage_stats");
+  }
+  if (p.min_tokens > 0 && p.max_tokens && p.min_tokens > *p.max_tokens) {
+    throw_bad_field("min_tokens", "must be <= max_tokens");
+  }
+  return out;
+}
+
+}  // namespace peregrine::server

@@ -1,0 +1,58 @@
+// Parsing OpenAI/vLLM request bodies: typed field readers whose errors name the field (400), and the sampling
+// fields shared by /v1/completions and /v1/chat/completions turned into peregrine::SamplingParams.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "peregrine/sampling_params.h"
+#include "server/http_server.h"
+
+namespace peregrine::server {
+
+using Json = nlohmann::ordered_json;
+
+// The request body as a JSON object; 400 when it is not valid JSON or not an object.
+Json parse_json_body(const HttpRequest& request);
+
+// Typed access to optional fields of a JSON object. Absent and null fields read as nullopt; a field of the wrong
+// type or out of range throws HttpError(400) with the field as `param`.
+class Fields {
+ public:
+  explicit Fields(const Json& object) : object_(object) {}
+  const Json& object() const { return object_; }
+  const Json* get(const char* name) const;
+  std::optional<double> number(const char* name, double lo, double hi) const;
+  std::optional<int64_t> integer(const char* name, int64_t lo, int64_t hi) const;
+  std::optional<bool> boolean(const char* name) const;
+  std::optional<std::string> string(const char* name) const;
+  // A string or a list of strings (stop).
+  std::vector<std::string> strings(const char* name, size_t max_count) const;
+  std::vector<int32_t> int_list(const char* name, size_t max_count) const;
+
+ private:
+  const Json& object_;
+};
+
+// Which endpoint is parsing, for the fields that differ (max_tokens names and defaults, logprobs shape).
+enum class Endpoint { kCompletions, kChat };
+
+struct ParsedSampling {
+  SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;
+  int top_logprobs = -1;  // completions: logprobs; chat: top_logprobs when logprobs is true; -1 = none
+  bool max_tokens_given = false;
+};
+
+// Reads the sampling fields on top of the engine's defaults (generation_config.json).
+ParsedSampling parse_sampling(const Fields& fields, const SamplingParams& defaults, Endpoint endpoint);
+
+// Checks `model` against the served names: 404 "The model `x` does not exist." when it is not one of them.
+void check_model(const Fields& fields, const std::vector<std::string>& served_names);
+
+}  // namespace peregrine::server
