@@ -167,7 +167,8 @@ void EngineCore::abort_all(const std::string& reason) {
   touched_.clear();
 }
 
-PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int top_k, double lse) const {
+PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int top_k, double lse,
+                                           std::span<const int32_t> context) {
   const int vocab = runner_.vocab_size();
   PositionLogprobs lp;
   lp.chosen.token_id = chosen;
@@ -175,13 +176,17 @@ PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int
   int rank = 1;
   for (int i = 0; i < vocab; ++i) rank += row[i] > row[chosen] ? 1 : 0;
   lp.chosen.rank = rank;
-  lp.chosen.text = codec_->token_text(chosen);
+  text_ids_.assign(1, chosen);
   if (top_k > 0) {
     auto top = Sampler::top_logprobs(row, vocab, top_k, lse);
     for (size_t r = 0; r < top.size(); ++r) {
-      lp.top.push_back({top[r].first, top[r].second, static_cast<int32_t>(r + 1), codec_->token_text(top[r].first)});
+      lp.top.push_back({top[r].first, top[r].second, static_cast<int32_t>(r + 1), {}});
+      text_ids_.push_back(top[r].first);
     }
   }
+  codec_->token_texts_after(context, text_ids_, text_out_);
+  lp.chosen.text = std::move(text_out_[0]);
+  for (size_t r = 0; r < lp.top.size(); ++r) lp.top[r].text = std::move(text_out_[r + 1]);
   return lp;
 }
 
@@ -201,7 +206,8 @@ void EngineCore::compute_prompt_logprobs(RequestState& req, const float* rows, i
     if (target >= prompt_len) break;
     const float* row = rows + static_cast<size_t>(r) * vocab;
     req.prompt_logprobs.push_back(make_logprobs(row, req.prompt[static_cast<size_t>(target)], k,
-                                                Sampler::log_sum_exp(row, vocab)));
+                                                Sampler::log_sum_exp(row, vocab),
+                                                std::span<const int32_t>(req.prompt).first(static_cast<size_t>(target))));
   }
   if (static_cast<int>(req.prompt_logprobs.size()) >= prompt_len) req.prompt_logprobs_done = true;
 }
@@ -221,7 +227,7 @@ int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row) {
   if (edit) edits_.restore(row);
   if (p.logprobs) {
     const double lse = Sampler::log_sum_exp(row, vocab);
-    PositionLogprobs lp = make_logprobs(row, token, *p.logprobs, lse);
+    PositionLogprobs lp = make_logprobs(row, token, *p.logprobs, lse, ss.seq.token_ids);
     ss.cumulative_logprob += lp.chosen.logprob;
     ss.pending_logprobs.push_back(std::move(lp));
   }

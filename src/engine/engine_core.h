@@ -70,7 +70,8 @@ class EngineCore {
 
  private:
   void compute_prompt_logprobs(RequestState& req, const float* rows, int count, int first_position);
-  PositionLogprobs make_logprobs(const float* row, int32_t chosen, int top_k, double lse) const;
+  PositionLogprobs make_logprobs(const float* row, int32_t chosen, int top_k, double lse,
+                                 std::span<const int32_t> context);
   int32_t sample_token(SeqState& ss, RequestState& req, float* row);
   void process_token(RequestState& req, SeqState& ss, int32_t token, double now);
   void finish_seq(RequestState& req, SeqState& ss, FinishReason reason);
@@ -88,6 +89,8 @@ class EngineCore {
   Sampler sampler_;
   LogitsEdits edits_;
   std::vector<float> logits_;
+  std::vector<int32_t> text_ids_;        // scratch for logprob token texts
+  std::vector<std::string> text_out_;
   std::vector<uint8_t> want_prompt_rows_;
   LogitsRows rows_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;

@@ -29,8 +29,16 @@ class TextCodec {
   virtual ~TextCodec() = default;
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
-  // One token decoded alone, special tokens included (logprobs).
+  // One token decoded alone, special tokens included.
   virtual std::string token_text(int32_t id) const = 0;
+  // The text each of `ids` adds after `context` (the tokens before it), special tokens included: what
+  // logprobs report, so that leading spaces survive. The default ignores the context.
+  virtual void token_texts_after(std::span<const int32_t> context, std::span<const int32_t> ids,
+                                 std::vector<std::string>& out) const {
+    (void)context;
+    out.clear();
+    for (int32_t id : ids) out.push_back(token_text(id));
+  }
   // A detokenizer for the output that follows `prompt` (its last tokens give leading-space context).
   virtual std::unique_ptr<IncrementalDetokenizer> make_detokenizer(std::span<const int32_t> prompt,
                                                                    bool skip_special_tokens,

@@ -45,6 +45,26 @@ std::string TokenizerCodec::token_text(int32_t id) const {
   return tokenizer_->decode(std::span<const int32_t>(one, 1), false);
 }
 
+void TokenizerCodec::token_texts_after(std::span<const int32_t> context, std::span<const int32_t> ids,
+                                       std::vector<std::string>& out) const {
+  out.clear();
+  // A few tokens of context decide spacing (SentencePiece's leading "▁", byte-level merges).
+  constexpr size_t kContext = 4;
+  if (context.size() > kContext) context = context.subspan(context.size() - kContext);
+  std::vector<int32_t> buf(context.begin(), context.end());
+  const std::string before = tokenizer_->decode(buf, false);
+  buf.push_back(0);
+  for (int32_t id : ids) {
+    buf.back() = id;
+    std::string after = tokenizer_->decode(buf, false);
+    if (!context.empty() && after.compare(0, before.size(), before) == 0) {
+      out.push_back(after.substr(before.size()));
+    } else {
+      out.push_back(token_text(id));
+    }
+  }
+}
+
 std::unique_ptr<IncrementalDetokenizer> TokenizerCodec::make_detokenizer(std::span<const int32_t> prompt,
                                                                          bool skip_special_tokens,
                                                                          bool spaces_between_special_tokens) const {

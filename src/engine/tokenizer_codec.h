@@ -24,6 +24,8 @@ class TokenizerCodec : public TextCodec {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
   std::string token_text(int32_t id) const override;
+  void token_texts_after(std::span<const int32_t> context, std::span<const int32_t> ids,
+                         std::vector<std::string>& out) const override;
   std::unique_ptr<IncrementalDetokenizer> make_detokenizer(std::span<const int32_t> prompt, bool skip_special_tokens,
                                                            bool spaces_between_special_tokens) const override;
   bool has_chat_template() const override { return chat_template_.has_value(); }

@@ -1,0 +1,128 @@
+// End-to-end: a table of malformed and hostile requests against `peregrine serve`. Each must get the right HTTP
+// status and an OpenAI-shaped error body ({"error": {message, type, param, code}}); the server stays healthy.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { startServer, postJson, request, CHAT_TEMPLATE } from './server_helpers.mjs';
+
+let server;
+const MODEL = 'pycoder-tiny';
+
+before(async () => {
+  server = await startServer(['--served-model-name', MODEL, '--chat-template', CHAT_TEMPLATE,
+    '--max-request-body-bytes', '65536']);
+});
+
+after(async () => {
+  const { code } = await server.stop();
+  assert.equal(code, 0, server.log());
+});
+
+const C = '/v1/completions';
+const CHAT = '/v1/chat/completions';
+const ok = { model: MODEL, prompt: 'x = 1', max_tokens: 2 };
+const chat = { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 };
+
+// [name, path, body (object or raw string), status, param (or undefined to skip), message pattern]
+const cases = [
+  ['invalid JSON', C, '{"prompt": ', 400, null, /not valid JSON/],
+  ['JSON array body', C, '[1, 2]', 400, null, /JSON object/],
+  ['empty body', C, '', 400, null, /empty/],
+  ['JSON number body', C, '42', 400, null, /JSON object/],
+  ['missing prompt', C, { model: MODEL }, 400, 'prompt', /prompt/],
+  ['prompt is a number', C, { ...ok, prompt: 42 }, 400, 'prompt', /prompt/],
+  ['prompt is an empty list', C, { ...ok, prompt: [] }, 400, 'prompt', /prompt/],
+  ['prompt list of empty lists', C, { ...ok, prompt: [[]] }, 400, 'prompt[0]', /prompt\[0\]/],
+  ['prompt mixes strings and ids', C, { ...ok, prompt: ['a', 5] }, 400, 'prompt[1]', /prompt\[1\]/],
+  ['token id beyond the vocabulary', C, { ...ok, prompt: [1, 99999999] }, 400, 'prompt', /vocabulary/],
+  ['negative token id', C, { ...ok, prompt: [1, -3] }, 400, 'prompt', /vocabulary/],
+  ['max_tokens is a string', C, { ...ok, max_tokens: 'ten' }, 400, 'max_tokens', /max_tokens: expected an integer/],
+  ['max_tokens is zero', C, { ...ok, max_tokens: 0 }, 400, 'max_tokens', /max_tokens/],
+  ['max_tokens negative', C, { ...ok, max_tokens: -5 }, 400, 'max_tokens', /max_tokens/],
+  ['max_tokens beyond the context', C, { ...ok, max_tokens: 5000 }, 400, null, /maximum context length is 1024/],
+  ['prompt longer than max-model-len', C, { ...ok, prompt: Array(1100).fill(100) }, 400, null, /maximum context length/],
+  ['temperature is a string', C, { ...ok, temperature: 'hot' }, 400, 'temperature', /temperature/],
+  ['temperature negative', C, { ...ok, temperature: -1 }, 400, 'temperature', /temperature/],
+  ['temperature too high', C, { ...ok, temperature: 3 }, 400, 'temperature', /temperature/],
+  ['top_p zero', C, { ...ok, top_p: 0 }, 400, 'top_p', /top_p/],
+  ['top_p above one', C, { ...ok, top_p: 1.5 }, 400, 'top_p', /top_p/],
+  ['n zero', C, { ...ok, n: 0 }, 400, 'n', /\bn\b/],
+  ['n huge', C, { ...ok, n: 100000 }, 400, 'n', /\bn\b/],
+  ['stop is a number', C, { ...ok, stop: 5 }, 400, 'stop', /stop/],
+  ['stop has an empty string', C, { ...ok, stop: [''] }, 400, 'stop', /stop/],
+  ['logprobs too many', C, { ...ok, logprobs: 100 }, 400, 'logprobs', /logprobs/],
+  ['logit_bias with a non-id key', C, { ...ok, logit_bias: { abc: 1 } }, 400, 'logit_bias', /logit_bias/],
+  ['logit_bias with a string value', C, { ...ok, logit_bias: { 5: 'x' } }, 400, 'logit_bias', /logit_bias/],
+  ['logit_bias id beyond the vocabulary', C, { ...ok, logit_bias: { 999999: 1 } }, 400, null, /logit_bias/],
+  ['stream is a string', C, { ...ok, stream: 'yes' }, 400, 'stream', /stream/],
+  ['stream_options without stream', C, { ...ok, stream_options: { include_usage: true } }, 400, 'stream_options', /stream_options/],
+  ['seed is a string', C, { ...ok, seed: 'abc' }, 400, 'seed', /seed/],
+  ['suffix unsupported', C, { ...ok, suffix: 'x' }, 400, 'suffix', /suffix/],
+  ['unknown model', C, { ...ok, model: 'gpt-9' }, 404, 'model', /The model `gpt-9` does not exist/],
+  ['deeply nested JSON', C, '{"prompt":' + '['.repeat(5000) + ']'.repeat(5000) + '}', 400, null, /deeper/],
+  ['invalid UTF-8 in the body', C, Buffer.concat([Buffer.from('{"prompt":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]), 400, null, /JSON/],
+  ['chat without messages', CHAT, { model: MODEL }, 400, 'messages', /messages/],
+  ['chat with empty messages', CHAT, { ...chat, messages: [] }, 400, 'messages', /messages/],
+  ['chat messages is a string', CHAT, { ...chat, messages: 'hi' }, 400, 'messages', /messages/],
+  ['chat message without role', CHAT, { ...chat, messages: [{ content: 'hi' }] }, 400, 'messages[0].role', /role/],
+  ['chat message content is a number', CHAT, { ...chat, messages: [{ role: 'user', content: 7 }] }, 400, 'messages[0].content', /content/],
+  ['chat image content part', CHAT, { ...chat, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 400, 'messages[0].content[0].type', /image_url/],
+  ['chat top_logprobs without logprobs', CHAT, { ...chat, top_logprobs: 2 }, 400, 'top_logprobs', /top_logprobs/],
+  ['chat max_completion_tokens negative', CHAT, { ...chat, max_completion_tokens: -1 }, 400, 'max_completion_tokens', /max_completion_tokens/],
+  ['chat tools not a list', CHAT, { ...chat, tools: 'calc' }, 400, 'tools', /tools/],
+  ['chat json response_format', CHAT, { ...chat, response_format: { type: 'json_object' } }, 400, 'response_format', /response_format/],
+  ['tokenize without prompt', '/tokenize', { model: MODEL }, 400, 'prompt', /prompt/],
+  ['detokenize with strings', '/detokenize', { tokens: ['a'] }, 400, 'tokens', /tokens/],
+  ['detokenize beyond the vocabulary', '/detokenize', { tokens: [99999999] }, 400, 'tokens', /vocabulary/],
+  ['body over the size limit', C, JSON.stringify({ ...ok, prompt: 'x'.repeat(100000) }), 413, null, /exceeds the limit/],
+];
+
+function checkError(res, status, param, pattern, name) {
+  assert.equal(res.status, status, `${name}: status (body ${res.body})`);
+  const body = JSON.parse(res.body);
+  assert.equal(typeof body.error, 'object', `${name}: error object`);
+  assert.equal(typeof body.error.message, 'string');
+  assert.equal(typeof body.error.type, 'string');
+  assert.equal(body.error.code, status);
+  assert.ok('param' in body.error);
+  if (param !== undefined && param !== null) assert.equal(body.error.param, param, `${name}: param`);
+  assert.match(body.error.message, pattern, `${name}: message`);
+}
+
+test(`${cases.length} malformed requests get the right status and an OpenAI error body`, async () => {
+  assert.ok(cases.length >= 30);
+  for (const [name, path, body, status, param, pattern] of cases) {
+    const raw = typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body);
+    const res = await request(server.port, 'POST', path, { body: raw, headers: { 'Content-Type': 'application/json' } });
+    checkError(res, status, param, pattern, name);
+  }
+});
+
+test('wrong methods, unknown routes and broken HTTP', async () => {
+  checkError(await request(server.port, 'GET', C), 405, null, /not allowed/, 'GET completions');
+  checkError(await request(server.port, 'POST', '/v1/nope', { body: '{}' }), 404, null, /no route/, 'unknown route');
+  checkError(await request(server.port, 'GET', '/v1/models', { headers: { 'X-Big': 'a'.repeat(70000) } }), 431, null,
+    /headers exceed/, 'huge header');
+  // Garbage instead of HTTP, and a connection that sends half a request and leaves.
+  const garbage = await new Promise((resolve) => {
+    const sock = net.connect(server.port, '127.0.0.1', () => sock.write('GARBAGE\r\n\r\n'));
+    let data = '';
+    sock.on('data', (d) => { data += d; });
+    sock.on('close', () => resolve(data));
+    sock.on('error', () => resolve(data));
+  });
+  assert.match(garbage, /^HTTP\/1\.1 400/);
+  await new Promise((resolve) => {
+    const sock = net.connect(server.port, '127.0.0.1', () => {
+      sock.write('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"pro');
+      setTimeout(() => { sock.destroy(); resolve(); }, 50);
+    });
+  });
+});
+
+test('the server is healthy afterwards and still generates', async () => {
+  assert.equal((await request(server.port, 'GET', '/health')).status, 200);
+  const res = await postJson(server.port, C, { ...ok, max_tokens: 4, temperature: 0 });
+  assert.equal(res.status, 200);
+  assert.equal(JSON.parse(res.body).usage.completion_tokens, 4);
+});
