@@ -85,7 +85,7 @@ class LlamaModel final : public Model {
   ops::DeviceBuffer attn_;      // [T, nq*hd]
   ops::DeviceBuffer gate_, up_; // [T, intermediate]
   ops::DeviceBuffer selected_;  // [R_max, hidden]
-  ops::DeviceBuffer logits_;    // [R_max, vocab]
+  ops::DeviceBuffer logits_;    // [R_max, vocab] f32
   ops::DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   // Per-step int32 inputs at fixed offsets (so graphs replay on them): see InputLayout.
   struct InputLayout {
@@ -96,7 +96,6 @@ class LlamaModel final : public Model {
   int max_blocks_per_seq_ = 0; // block-table row stride
   ops::DeviceBuffer inputs_;   // [layout_.total] int32 on the device
   int32_t* staging_ = nullptr; // [layout_.total] int32, pinned host memory
-  std::vector<std::byte> logits_host_;
   // Decode graphs, keyed by padded batch size (0 = not captured yet, -1 = eager run done, capture next).
   std::vector<int64_t> graphs_;
   std::vector<int> graph_state_;
@@ -131,7 +130,8 @@ void LlamaModel::allocate_workspace() {
   gate_ = rows(t, c.intermediate_size);
   up_ = rows(t, c.intermediate_size);
   selected_ = rows(static_cast<size_t>(max_logit_rows_), c.hidden_size);
-  logits_ = rows(static_cast<size_t>(max_logit_rows_), c.vocab_size);
+  // Logits are f32 whatever the activation dtype: rounding them to bf16 would cost ~1e-2 in logprobs.
+  logits_ = ops::DeviceBuffer(backend_, sizeof(float) * static_cast<size_t>(max_logit_rows_) * c.vocab_size);
   inv_freq_ = ops::DeviceBuffer(backend_, sizeof(float) * static_cast<size_t>(c.rotary_dim() / 2));
   // Block tables last, so a step copies only the rows it uses.
   size_t off = 0;
@@ -278,19 +278,11 @@ void LlamaModel::forward(const ForwardBatch& b, std::vector<float>& logits) {
       // Rows past the first chunk (prompt logprobs of long prefills) are computed here, eagerly.
       const TensorView normed(normed_.data(), options_.activation_dtype, {t, c.hidden_size});
       const TensorView idx(static_cast<int32_t*>(inputs_.data()) + layout_.logits + begin, DType::kI32, {n});
-      const TensorView sel = act(selected_, n, c.hidden_size), out = act(logits_, n, vocab);
+      const TensorView sel = act(selected_, n, c.hidden_size), out(logits_.data(), DType::kF32, {n, vocab});
       backend_.gather_rows({normed, idx, sel});
       backend_.matmul({sel, weights_.lm_head, {}, out});
     }
-    float* dst = logits.data() + begin * vocab;
-    const size_t bytes = dtype_bytes(options_.activation_dtype, static_cast<size_t>(n * vocab));
-    if (options_.activation_dtype == DType::kF32) {
-      backend_.copy_to_host(dst, logits_.data(), bytes);
-    } else {
-      logits_host_.resize(bytes);
-      backend_.copy_to_host(logits_host_.data(), logits_.data(), bytes);
-      convert_to_f32(options_.activation_dtype, logits_host_.data(), dst, static_cast<size_t>(n * vocab));
-    }
+    backend_.copy_to_host(logits.data() + begin * vocab, logits_.data(), sizeof(float) * static_cast<size_t>(n * vocab));
   }
 }
 
@@ -385,7 +377,7 @@ void LlamaModel::run_compute(const StepShape& shape) {
   const int64_t n = std::min<int64_t>(max_logit_rows_, shape.rows);
   if (n > 0) {
     const TensorView idx = ints(layout_.logits, {n});
-    const TensorView sel = act(selected_, n, h), out = act(logits_, n, c.vocab_size);
+    const TensorView sel = act(selected_, n, h), out(logits_.data(), DType::kF32, {n, c.vocab_size});
     backend_.gather_rows({normed, idx, sel});
     backend_.matmul({sel, weights_.lm_head, {}, out});
   }

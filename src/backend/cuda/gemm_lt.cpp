@@ -89,7 +89,7 @@ size_t LtMatmul::KeyHash::operator()(const Key& k) const {
   size_t h = static_cast<size_t>(k.m) * 0x9E3779B97F4A7C15ull;
   h ^= static_cast<size_t>(k.n) * 0xC2B2AE3D27D4EB4Full + (h << 6);
   h ^= static_cast<size_t>(k.k) * 0x165667B19E3779F9ull + (h >> 2);
-  h ^= (static_cast<size_t>(k.dtype) << 3) | (static_cast<size_t>(k.bias) << 1);
+  h ^= (static_cast<size_t>(k.dtype) << 3) | (static_cast<size_t>(k.bias) << 1) | (static_cast<size_t>(k.out_dtype) << 9);
   h ^= (static_cast<size_t>(k.policy) << 8) ^ (static_cast<size_t>(k.splits) << 20);
   h ^= static_cast<size_t>(k.alignment) << 12;
   return h;
@@ -111,7 +111,9 @@ LtMatmul::~LtMatmul() {
 }
 
 bool LtMatmul::supports(const GemmLaunch& p) {
-  return is_float(p.x_dtype) && p.x_dtype == p.w_dtype && p.w_dtype == p.out_dtype && p.m > 0 && p.n > 0 && p.k > 0;
+  // Same dtype throughout, or half-precision inputs with an f32 output (the LM head's logits).
+  const bool out_ok = p.out_dtype == p.x_dtype || p.out_dtype == DType::kF32;
+  return is_float(p.x_dtype) && p.x_dtype == p.w_dtype && out_ok && p.m > 0 && p.n > 0 && p.k > 0;
 }
 
 bool LtMatmul::fuses_bias(const GemmLaunch& p) {
@@ -219,17 +221,17 @@ bool LtMatmul::choose_from_heuristic(Plan& plan, LtPolicy policy, int splits, si
 // Last resort for split-K: every algorithm id, tile and stage count that accepts the split count. Without
 // timings, prefer the configuration whose wave count is the smallest at or above one (else the largest).
 bool LtMatmul::choose_by_enumeration(Plan& plan, const GemmLaunch& p, int splits, size_t workspace_limit) {
-  const cudaDataType_t dt = cuda_type(p.x_dtype);
+  const cudaDataType_t dt = cuda_type(p.x_dtype), ct = cuda_type(p.out_dtype);
   int ids[256];
   int num_ids = 0;
-  if (cublasLtMatmulAlgoGetIds(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, dt, dt, dt, dt, 256, ids, &num_ids) !=
+  if (cublasLtMatmulAlgoGetIds(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, dt, dt, ct, ct, 256, ids, &num_ids) !=
       CUBLAS_STATUS_SUCCESS)
     return false;
   bool have = false;
   float best_waves = 0;
   for (int i = 0; i < num_ids; ++i) {
     cublasLtMatmulAlgo_t base{};
-    if (cublasLtMatmulAlgoInit(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, dt, dt, dt, dt, ids[i], &base) !=
+    if (cublasLtMatmulAlgoInit(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, dt, dt, ct, ct, ids[i], &base) !=
         CUBLAS_STATUS_SUCCESS)
       continue;
     const std::vector<uint32_t> all_stages = cap_ids(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
@@ -261,7 +263,7 @@ bool LtMatmul::choose_by_enumeration(Plan& plan, const GemmLaunch& p, int splits
 
 void LtMatmul::build_plan(Plan& plan, const GemmLaunch& p, LtPolicy policy, int splits, size_t workspace_limit) {
   const bool bias = fuses_bias(p);
-  const cudaDataType_t dt = cuda_type(p.x_dtype);
+  const cudaDataType_t dt = cuda_type(p.x_dtype), ct = cuda_type(p.out_dtype);
   check_cublas(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
@@ -272,7 +274,7 @@ void LtMatmul::build_plan(Plan& plan, const GemmLaunch& p, LtPolicy policy, int 
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)),
                  "set EPILOGUE");
-    check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt, sizeof(dt)),
+    check_cublas(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ct, sizeof(ct)),
                  "set BIAS_DATA_TYPE");
     const void* bias_ptr = p.bias;  // a valid pointer for the heuristic; reset on every run
     check_cublas(
@@ -282,7 +284,7 @@ void LtMatmul::build_plan(Plan& plan, const GemmLaunch& p, LtPolicy policy, int 
   const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n), k = static_cast<uint64_t>(p.k);
   check_cublas(cublasLtMatrixLayoutCreate(&plan.a, dt, k, n, static_cast<int64_t>(k)), "layout A");
   check_cublas(cublasLtMatrixLayoutCreate(&plan.b, dt, k, m, static_cast<int64_t>(k)), "layout B");
-  check_cublas(cublasLtMatrixLayoutCreate(&plan.c, dt, n, m, static_cast<int64_t>(n)), "layout C");
+  check_cublas(cublasLtMatrixLayoutCreate(&plan.c, ct, n, m, static_cast<int64_t>(n)), "layout C");
   const int alignment = std::min({alignment_of(p.x), alignment_of(p.w), alignment_of(p.out)});
   if (choose_from_heuristic(plan, policy, splits, workspace_limit, alignment)) return;
   if (policy == LtPolicy::kBatchInvariantSplitK && splits > 1) choose_by_enumeration(plan, p, splits, workspace_limit);
@@ -291,7 +293,7 @@ void LtMatmul::build_plan(Plan& plan, const GemmLaunch& p, LtPolicy policy, int 
 LtMatmul::Plan& LtMatmul::plan_for(const GemmLaunch& p, LtPolicy policy) {
   const int splits = policy == LtPolicy::kBatchInvariantSplitK ? splits_for(p.n, p.k) : 0;
   const int alignment = std::min({alignment_of(p.x), alignment_of(p.w), alignment_of(p.out)});
-  Key key{p.m, p.n, p.k, p.x_dtype, fuses_bias(p), policy, splits, alignment};
+  Key key{p.m, p.n, p.k, p.x_dtype, p.out_dtype, fuses_bias(p), policy, splits, alignment};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   size_t limit = base_workspace_;

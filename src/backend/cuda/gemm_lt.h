@@ -60,6 +60,7 @@ class LtMatmul {
   struct Key {
     int64_t m, n, k;
     DType dtype;
+    DType out_dtype;  // dtype, or f32 for half-precision inputs with f32 output (logits)
     bool bias;
     LtPolicy policy;
     int splits;     // kBatchInvariantSplitK only; 0 otherwise
