@@ -1,0 +1,123 @@
+// Tests of the Sampler: greedy and its ties, seeded reproducibility, the sampled distribution against softmax,
+// top-k / top-p / min-p truncation, and logprobs equal to log_softmax of the raw logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "engine/sampler.h"
+
+using namespace peregrine::engine;
+
+namespace {
+
+std::vector<float> random_logits(int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> v(static_cast<size_t>(vocab));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<double> softmax(const std::vector<float>& logits, double temperature) {
+  double m = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < logits.size(); ++i) sum += p[i] = std::exp((logits[i] - m) / temperature);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+TEST(Sampler, GreedyPicksTheArgmaxAndBreaksTiesByLowerId) {
+  Sampler s;
+  SamplerRng rng(1);
+  std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f};
+  SamplerParams p;
+  p.temperature = 0;
+  EXPECT_EQ(s.sample(logits.data(), 4, p, rng).token, 1);
+  p.temperature = 1;
+  p.top_k = 1;
+  EXPECT_EQ(s.sample(logits.data(), 4, p, rng).token, 1);
+}
+
+TEST(Sampler, SeededStreamsRepeat) {
+  Sampler s;
+  auto logits = random_logits(1000, 7);
+  SamplerParams p;
+  p.temperature = 0.9f;
+  SamplerRng a(42), b(42), c(43);
+  std::vector<int> ta, tb, tc;
+  for (int i = 0; i < 50; ++i) {
+    ta.push_back(s.sample(logits.data(), 1000, p, a).token);
+    tb.push_back(s.sample(logits.data(), 1000, p, b).token);
+    tc.push_back(s.sample(logits.data(), 1000, p, c).token);
+  }
+  EXPECT_EQ(ta, tb);
+  EXPECT_NE(ta, tc);
+}
+
+TEST(Sampler, FrequenciesFollowTemperatureSoftmax) {
+  Sampler s;
+  auto logits = random_logits(8, 3);
+  SamplerParams p;
+  p.temperature = 0.7f;
+  SamplerRng rng(5);
+  const int draws = 40000;
+  std::vector<int> counts(8);
+  for (int i = 0; i < draws; ++i) counts[static_cast<size_t>(s.sample(logits.data(), 8, p, rng).token)]++;
+  auto expected = softmax(logits, 0.7);
+  for (int i = 0; i < 8; ++i) {
+    double sd = std::sqrt(expected[i] * (1 - expected[i]) / draws);
+    EXPECT_NEAR(counts[i] / static_cast<double>(draws), expected[i], 5 * sd + 1e-4) << "token " << i;
+  }
+}
+
+TEST(Sampler, TopKTopPMinPKeepOnlyTheirSets) {
+  Sampler s;
+  std::vector<float> logits = {2.0f, 1.0f, 0.0f, -1.0f, -2.0f, 1.5f};
+  auto probs = softmax(logits, 1.0);  // order: 0 (0.39), 5, 1, 2, 3, 4
+  SamplerRng rng(9);
+  auto seen = [&](SamplerParams p) {
+    std::map<int, int> c;
+    for (int i = 0; i < 3000; ++i) c[s.sample(logits.data(), 6, p, rng).token]++;
+    return c;
+  };
+  SamplerParams k;
+  k.top_k = 2;
+  auto ck = seen(k);
+  EXPECT_EQ(ck.size(), 2u);
+  EXPECT_TRUE(ck.count(0) && ck.count(5));
+  SamplerParams tp;
+  tp.top_p = static_cast<float>(probs[0] + probs[5] - 1e-3);  // the first two reach p
+  auto cp = seen(tp);
+  EXPECT_EQ(cp.size(), 2u);
+  SamplerParams mp;
+  mp.min_p = static_cast<float>(probs[1] / probs[0] - 1e-3);  // keeps 0, 5, 1
+  auto cm = seen(mp);
+  EXPECT_EQ(cm.size(), 3u);
+  EXPECT_TRUE(cm.count(1));
+}
+
+TEST(Sampler, LogprobsAreLogSoftmaxOfRawLogits) {
+  Sampler s;
+  auto logits = random_logits(500, 11);
+  SamplerParams p;
+  p.temperature = 0;
+  p.num_logprobs = 5;
+  SamplerRng rng(1);
+  SampledToken t = s.sample(logits.data(), 500, p, rng);
+  auto probs = softmax(logits, 1.0);
+  EXPECT_NEAR(t.logprob, std::log(probs[static_cast<size_t>(t.token)]), 1e-5);
+  ASSERT_EQ(t.top_logprobs.size(), 5u);
+  EXPECT_EQ(t.top_logprobs[0].first, t.token);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_NEAR(t.top_logprobs[i].second, std::log(probs[static_cast<size_t>(t.top_logprobs[i].first)]), 1e-5);
+    if (i) {
+      EXPECT_GE(t.top_logprobs[i - 1].second, t.top_logprobs[i].second);
+    }
+  }
+}
+
+}  // namespace
