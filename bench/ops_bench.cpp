@@ -23,8 +23,8 @@ namespace {
 using namespace peregrine;
 
 constexpr size_t kColdBytes = size_t{512} << 20;  // what each benchmark streams through, past any cache
-MemoryBandwidth g_bandwidth;  // read_gbs: the best of a one-stream and an eight-stream read per thread
-int g_threads = 0;                    // --threads=N (0: one per core)
+MemoryBandwidth g_bandwidth;             // read_gbs: the best of a one-stream and an eight-stream read per thread
+int g_threads = 0;                       // --threads=N (0: one per core)
 ops::CpuIsa g_isa = ops::CpuIsa::kAuto;  // --isa=scalar|avx2|avx512
 
 ops::Backend& backend() {
@@ -76,9 +76,10 @@ double measure_multistream_read_gbs(int threads) {
           for (int s = 0; s < 8; ++s) {
             const auto* p = reinterpret_cast<const __m128i*>(base + s * stream + off);
             acc[s] = _mm_add_epi64(acc[s], _mm_add_epi64(_mm_add_epi64(_mm_load_si128(p), _mm_load_si128(p + 1)),
-                                                          _mm_add_epi64(_mm_load_si128(p + 2), _mm_load_si128(p + 3))));
+                                                         _mm_add_epi64(_mm_load_si128(p + 2), _mm_load_si128(p + 3))));
           }
-        for (int s = 0; s < 8; ++s) sink[static_cast<size_t>(t) * 8] += static_cast<uint64_t>(_mm_cvtsi128_si64(acc[s]));
+        for (int s = 0; s < 8; ++s)
+          sink[static_cast<size_t>(t) * 8] += static_cast<uint64_t>(_mm_cvtsi128_si64(acc[s]));
       });
     for (auto& th : pool) th.join();
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -112,8 +113,10 @@ void BM_Gemv(benchmark::State& state) {
   size_t c = 0;
   LoopTimer timer;
   for (auto _ : state) {
-    backend().matmul({TensorView(x.data(), DType::kF32, {1, k}), TensorView(w[c]->buf.data(), DType::kBF16, {n, k}),
-                      {}, TensorView(out.data(), DType::kF32, {1, n})});
+    backend().matmul({TensorView(x.data(), DType::kF32, {1, k}),
+                      TensorView(w[c]->buf.data(), DType::kBF16, {n, k}),
+                      {},
+                      TensorView(out.data(), DType::kF32, {1, n})});
     c = (c + 1) % copies;
     benchmark::DoNotOptimize(out.data());
   }
@@ -123,8 +126,11 @@ void BM_Gemv(benchmark::State& state) {
 // One bs=1 decode step's matmuls of Llama-3.2-1B: 16 layers × (q, k, v, o, gate, up, down) + the tied lm_head,
 // 2.47 GB of bf16 weights, each distinct. tok/s is the rate this alone would allow.
 void BM_DecodeStepMatmuls(benchmark::State& state) {
-  struct Linear { int64_t n, k; };
-  const Linear layer[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}};
+  struct Linear {
+    int64_t n, k;
+  };
+  const Linear layer[] = {{2048, 2048}, {512, 2048},  {512, 2048}, {2048, 2048},
+                          {8192, 2048}, {8192, 2048}, {2048, 8192}};
   std::vector<std::unique_ptr<Bf16Buffer>> w;
   std::vector<Linear> shapes;
   for (int l = 0; l < 16; ++l)
@@ -141,7 +147,8 @@ void BM_DecodeStepMatmuls(benchmark::State& state) {
   for (auto _ : state) {
     for (size_t i = 0; i < shapes.size(); ++i)
       backend().matmul({TensorView(x.data(), DType::kF32, {1, shapes[i].k}),
-                        TensorView(w[i]->buf.data(), DType::kBF16, {shapes[i].n, shapes[i].k}), {},
+                        TensorView(w[i]->buf.data(), DType::kBF16, {shapes[i].n, shapes[i].k}),
+                        {},
                         TensorView(out.data(), DType::kF32, {1, shapes[i].n})});
     benchmark::DoNotOptimize(out.data());
   }
@@ -156,12 +163,14 @@ void BM_Gemm(benchmark::State& state) {
   std::vector<float> x = random_f32(static_cast<size_t>(m * k), 13), out(static_cast<size_t>(m * n));
   LoopTimer timer;
   for (auto _ : state) {
-    backend().matmul({TensorView(x.data(), DType::kF32, {m, k}), TensorView(w.buf.data(), DType::kBF16, {n, k}), {},
+    backend().matmul({TensorView(x.data(), DType::kF32, {m, k}),
+                      TensorView(w.buf.data(), DType::kBF16, {n, k}),
+                      {},
                       TensorView(out.data(), DType::kF32, {m, n})});
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["GFLOP/s"] = 2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) /
-                              timer.seconds() / 1e9;
+  state.counters["GFLOP/s"] =
+      2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / timer.seconds() / 1e9;
 }
 
 // Decode attention of one sequence at context L (32 query heads, 8 KV heads, head_dim 64, bf16 paged cache with
@@ -201,14 +210,25 @@ void BM_AttentionDecode(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_Gemv)->ArgNames({"N", "K"})
-    ->Args({2048, 2048})->Args({512, 2048})->Args({8192, 2048})->Args({2048, 8192})->Args({128256, 2048})
-    ->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Gemv)
+    ->ArgNames({"N", "K"})
+    ->Args({2048, 2048})
+    ->Args({512, 2048})
+    ->Args({8192, 2048})
+    ->Args({2048, 8192})
+    ->Args({128256, 2048})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeStepMatmuls)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK(BM_Gemm)->ArgNames({"M", "N", "K"})
-    ->Args({128, 2048, 2048})->Args({128, 8192, 2048})->Args({128, 2048, 8192})
-    ->Args({512, 2048, 2048})->Args({512, 8192, 2048})
-    ->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gemm)
+    ->ArgNames({"M", "N", "K"})
+    ->Args({128, 2048, 2048})
+    ->Args({128, 8192, 2048})
+    ->Args({128, 2048, 8192})
+    ->Args({512, 2048, 2048})
+    ->Args({512, 8192, 2048})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionDecode)->ArgNames({"ctx"})->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
@@ -219,8 +239,8 @@ int main(int argc, char** argv) {
       g_threads = std::atoi(argv[i] + 10);
     } else if (std::strncmp(argv[i], "--isa=", 6) == 0) {
       const std::string isa = argv[i] + 6;
-      g_isa = isa == "scalar" ? ops::CpuIsa::kScalar
-              : isa == "avx2" ? ops::CpuIsa::kAvx2
+      g_isa = isa == "scalar"   ? ops::CpuIsa::kScalar
+              : isa == "avx2"   ? ops::CpuIsa::kAvx2
               : isa == "avx512" ? ops::CpuIsa::kAvx512
                                 : ops::CpuIsa::kAuto;
     } else {
@@ -236,9 +256,10 @@ int main(int argc, char** argv) {
   const double multi_stream_read = measure_multistream_read_gbs(threads);
   g_bandwidth.read_gbs = std::max(one_stream_read, multi_stream_read);
   std::printf("cpu: %s; backend: %s\n", cpu_features().describe().c_str(), backend().name().c_str());
-  std::printf("measured DRAM bandwidth (%d threads, 1 GiB buffers, best of 5): read %.1f GB/s (one stream per "
-              "thread %.1f, eight streams %.1f), copy %.1f GB/s (bytes read + written)\n",
-              threads, g_bandwidth.read_gbs, one_stream_read, multi_stream_read, g_bandwidth.copy_gbs);
+  std::printf(
+      "measured DRAM bandwidth (%d threads, 1 GiB buffers, best of 5): read %.1f GB/s (one stream per "
+      "thread %.1f, eight streams %.1f), copy %.1f GB/s (bytes read + written)\n",
+      threads, g_bandwidth.read_gbs, one_stream_read, multi_stream_read, g_bandwidth.copy_gbs);
   std::printf("x_read_bw / x_copy_bw: the benchmark's GB/s over those two figures\n");
   benchmark::AddCustomContext("dram_read_GBps", std::to_string(g_bandwidth.read_gbs));
   benchmark::AddCustomContext("dram_copy_GBps", std::to_string(g_bandwidth.copy_gbs));

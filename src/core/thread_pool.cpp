@@ -39,7 +39,8 @@ inline void cpu_relax() {
 }
 
 // Polls done() for up to `budget`; true when it became true.
-template <class Done> bool spin_until(const Done& done, std::chrono::nanoseconds budget) {
+template <class Done>
+bool spin_until(const Done& done, std::chrono::nanoseconds budget) {
   if (budget.count() == 0) return done();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0;; ++i) {

@@ -41,11 +41,11 @@ class ThreadPool {
   std::atomic<int64_t> posted_ns_{0};        // when the current task was posted (steady clock)
   std::vector<std::thread> workers_;
   const std::function<void(int)>* task_ = nullptr;  // published by the release increment of generation_
-  std::atomic<uint32_t> generation_{0};  // bumped once per task; workers wait for it to change
-  std::atomic<int> pending_{0};          // workers still running the current task
-  std::atomic<int> sleepers_{0};         // workers asleep on wake_ (the submitter must notify)
-  std::atomic<bool> submitter_waiting_{false};  // the submitter asleep on done_
-  std::mutex mutex_;                     // guards the sleeping only; the spinning path takes no lock
+  std::atomic<uint32_t> generation_{0};             // bumped once per task; workers wait for it to change
+  std::atomic<int> pending_{0};                     // workers still running the current task
+  std::atomic<int> sleepers_{0};                    // workers asleep on wake_ (the submitter must notify)
+  std::atomic<bool> submitter_waiting_{false};      // the submitter asleep on done_
+  std::mutex mutex_;                                // guards the sleeping only; the spinning path takes no lock
   std::condition_variable wake_;
   std::condition_variable done_;
   std::atomic<bool> stop_{false};

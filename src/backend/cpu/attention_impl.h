@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/simd_common.h"
 
 namespace {
 
@@ -16,8 +17,12 @@ struct SoftmaxState {
   float* acc;  // [nr, hd_pad]
 };
 
-inline SoftmaxState state_at(float* base, int64_t nr) { return {base, base + nr, base + 2 * nr}; }
-inline int64_t pad16(int64_t hd) { return (hd + 15) / 16 * 16; }
+inline SoftmaxState state_at(float* base, int64_t nr) {
+  return {base, base + nr, base + 2 * nr};
+}
+inline int64_t pad16(int64_t hd) {
+  return (hd + 15) / 16 * 16;
+}
 
 inline void reset_state(const SoftmaxState& s, int64_t nr, int64_t hd_pad) {
   fill_f(s.m, nr, kNegInf);
@@ -132,14 +137,30 @@ inline void update_pair(const SoftmaxState& s, int64_t r, int64_t hd_pad, const 
   const V vfactor = Simd::set1(factor);
   for (int64_t d = 0; d < hd_pad; d += 8 * kLanes) {
     switch (min_i(8, (hd_pad - d) / kLanes)) {
-      case 1: accumulate_values<1>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
-      case 2: accumulate_values<2>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
-      case 3: accumulate_values<3>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
-      case 4: accumulate_values<4>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
-      case 5: accumulate_values<5>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
-      case 6: accumulate_values<6>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
-      case 7: accumulate_values<7>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
-      default: accumulate_values<8>(acc + d, vt + d, hd_pad, scores, cnt, vfactor); break;
+      case 1:
+        accumulate_values<1>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
+      case 2:
+        accumulate_values<2>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
+      case 3:
+        accumulate_values<3>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
+      case 4:
+        accumulate_values<4>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
+      case 5:
+        accumulate_values<5>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
+      case 6:
+        accumulate_values<6>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
+      case 7:
+        accumulate_values<7>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
+      default:
+        accumulate_values<8>(acc + d, vt + d, hd_pad, scores, cnt, vfactor);
+        break;
     }
   }
 }
@@ -261,9 +282,12 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
 void attention_kernel(const peregrine::cpu::AttentionArgs& a, const peregrine::cpu::AttentionItem& it, float* scratch,
                       float* partial) {
   switch (a.cache_dtype) {
-    case peregrine::DType::kBF16: return attention_typed<ElemBF16>(a, it, scratch, partial);
-    case peregrine::DType::kF16: return attention_typed<ElemF16>(a, it, scratch, partial);
-    default: return attention_typed<ElemF32>(a, it, scratch, partial);
+    case peregrine::DType::kBF16:
+      return attention_typed<ElemBF16>(a, it, scratch, partial);
+    case peregrine::DType::kF16:
+      return attention_typed<ElemF16>(a, it, scratch, partial);
+    default:
+      return attention_typed<ElemF32>(a, it, scratch, partial);
   }
 }
 

@@ -28,7 +28,9 @@ using cpu::KernelTable;
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr int64_t kParallelElems = 16384;  // below this many elements an elementwise op stays on one thread
 
-[[noreturn]] void fail(const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw Error(ErrorCode::kInvalidArgument, what);
+}
 
 void require_f32(const TensorView& t, const char* op, const char* field) {
   if (t.dtype != DType::kF32)
@@ -39,8 +41,10 @@ void require_f32(const TensorView& t, const char* op, const char* field) {
 const KernelTable* table_for(CpuIsa isa) {
   const CpuFeatures& f = cpu_features();
   switch (isa) {
-    case CpuIsa::kScalar: return &cpu::scalar_kernels();
-    case CpuIsa::kAvx2: return f.avx2 && f.fma && f.f16c ? cpu::avx2_kernels() : nullptr;
+    case CpuIsa::kScalar:
+      return &cpu::scalar_kernels();
+    case CpuIsa::kAvx2:
+      return f.avx2 && f.fma && f.f16c ? cpu::avx2_kernels() : nullptr;
     case CpuIsa::kAvx512:
       return f.avx512f && f.avx512bw && f.avx2 && f.fma && f.f16c ? cpu::avx512_kernels() : nullptr;
     case CpuIsa::kAuto:
@@ -126,7 +130,8 @@ class CpuBackend final : public Backend {
     const int threads = pool_.num_threads();
     constexpr int64_t kGrainN = 16;
     if (a.m == 1 || a.n >= threads * 4 * kGrainN) {
-      pool_.parallel_for(a.n, [&](int64_t n0, int64_t n1) { k_.matmul(a, 0, a.m, n0, n1); }, kGrainN);
+      pool_.parallel_for(
+          a.n, [&](int64_t n0, int64_t n1) { k_.matmul(a, 0, a.m, n0, n1); }, kGrainN);
     } else {
       pool_.parallel_for(a.m, [&](int64_t m0, int64_t m1) { k_.matmul(a, m0, m1, 0, a.n); });
     }
@@ -155,19 +160,22 @@ class CpuBackend final : public Backend {
     const int64_t hq = p.q.dim(1), hkv = p.k.dim(1);
     const int32_t* positions = p.positions.as<const int32_t>();
     const float* inv_freq = p.inv_freq.as<const float>();
-    pool_.parallel_for(tokens, [&](int64_t t0, int64_t t1) {
-      std::vector<float> cs(static_cast<size_t>(2 * half));
-      for (int64_t t = t0; t < t1; ++t) {
-        const float pos = static_cast<float>(positions[t]);
-        for (int64_t i = 0; i < half; ++i) {
-          const double angle = pos * inv_freq[i];  // the f32 product, as Hugging Face computes it
-          cs[i] = static_cast<float>(std::cos(angle) * p.attention_scaling);
-          cs[half + i] = static_cast<float>(std::sin(angle) * p.attention_scaling);
-        }
-        k_.rope_token(p.q.as<float>() + t * hq * hd, hq, hd, cs.data(), cs.data() + half, half);
-        k_.rope_token(p.k.as<float>() + t * hkv * hd, hkv, hd, cs.data(), cs.data() + half, half);
-      }
-    }, std::max<int64_t>(1, 64 / std::max<int64_t>(1, hq)));
+    pool_.parallel_for(
+        tokens,
+        [&](int64_t t0, int64_t t1) {
+          std::vector<float> cs(static_cast<size_t>(2 * half));
+          for (int64_t t = t0; t < t1; ++t) {
+            const float pos = static_cast<float>(positions[t]);
+            for (int64_t i = 0; i < half; ++i) {
+              const double angle = pos * inv_freq[i];  // the f32 product, as Hugging Face computes it
+              cs[i] = static_cast<float>(std::cos(angle) * p.attention_scaling);
+              cs[half + i] = static_cast<float>(std::sin(angle) * p.attention_scaling);
+            }
+            k_.rope_token(p.q.as<float>() + t * hq * hd, hq, hd, cs.data(), cs.data() + half, half);
+            k_.rope_token(p.k.as<float>() + t * hkv * hd, hkv, hd, cs.data(), cs.data() + half, half);
+          }
+        },
+        std::max<int64_t>(1, 64 / std::max<int64_t>(1, hq)));
   }
 
   void silu_mul(const SiluMulParams& p) override {
@@ -180,7 +188,8 @@ class CpuBackend final : public Backend {
     const float* u = p.up.as<const float>();
     float* out = p.out.as<float>();
     if (n < kParallelElems) return k_.silu_mul(g, u, out, n);
-    pool_.parallel_for(n, [&](int64_t i0, int64_t i1) { k_.silu_mul(g + i0, u + i0, out + i0, i1 - i0); }, 1024);
+    pool_.parallel_for(
+        n, [&](int64_t i0, int64_t i1) { k_.silu_mul(g + i0, u + i0, out + i0, i1 - i0); }, 1024);
   }
 
   void kv_write(const KvWriteParams& p) override {
@@ -196,8 +205,10 @@ class CpuBackend final : public Backend {
     const size_t row_bytes = dtype_bytes(p.k_cache.dtype, static_cast<size_t>(row));
     parallel_rows(tokens, 2 * row, [&](int64_t t) {
       if (slot[t] < 0) return;
-      k_.from_f32(p.k_cache.dtype, p.k.as<const float>() + t * row, static_cast<char*>(p.k_cache.data) + slot[t] * row_bytes, row);
-      k_.from_f32(p.v_cache.dtype, p.v.as<const float>() + t * row, static_cast<char*>(p.v_cache.data) + slot[t] * row_bytes, row);
+      k_.from_f32(p.k_cache.dtype, p.k.as<const float>() + t * row,
+                  static_cast<char*>(p.k_cache.data) + slot[t] * row_bytes, row);
+      k_.from_f32(p.v_cache.dtype, p.v.as<const float>() + t * row,
+                  static_cast<char*>(p.v_cache.data) + slot[t] * row_bytes, row);
     });
   }
 
@@ -210,14 +221,15 @@ class CpuBackend final : public Backend {
     const int32_t* idx = p.indices.as<const int32_t>();
     for (int64_t r = 0; r < rows; ++r) {
       if (idx[r] < 0 || idx[r] >= p.x.dim(0)) fail("gather_rows: index " + std::to_string(idx[r]) + " out of range");
-      std::memcpy(static_cast<char*>(p.out.data) + r * row_bytes, static_cast<const char*>(p.x.data) + idx[r] * row_bytes,
-                  row_bytes);
+      std::memcpy(static_cast<char*>(p.out.data) + r * row_bytes,
+                  static_cast<const char*>(p.x.data) + idx[r] * row_bytes, row_bytes);
     }
   }
 
  private:
   // fn(row) for every row in [0, rows), on several threads when the op is big enough to pay for it.
-  template <class Fn> void parallel_rows(int64_t rows, int64_t elems_per_row, const Fn& fn) {
+  template <class Fn>
+  void parallel_rows(int64_t rows, int64_t elems_per_row, const Fn& fn) {
     auto run = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) fn(r);
     };
@@ -295,7 +307,8 @@ void CpuBackend::attention(const AttentionParams& p) {
                        static_cast<int32_t>(std::min(q_len, r + rows_per_item)), 0, segs});
   }
   auto cost = [&](const cpu::AttentionItem& x) {
-    return static_cast<int64_t>(x.row_end - x.row_begin) * std::min<int64_t>(a.seq_lens[x.seq], (x.seg_end - x.seg_begin) * seg_keys);
+    return static_cast<int64_t>(x.row_end - x.row_begin) *
+           std::min<int64_t>(a.seq_lens[x.seq], (x.seg_end - x.seg_begin) * seg_keys);
   };
   const int threads = pool_.num_threads();
   std::vector<cpu::AttentionItem> merges;  // split items, each merged from its segments' partial states
@@ -354,13 +367,15 @@ void CpuBackend::attention(const AttentionParams& p) {
 
 }  // namespace
 
-bool cpu_isa_available(CpuIsa isa) { return table_for(isa) != nullptr; }
+bool cpu_isa_available(CpuIsa isa) {
+  return table_for(isa) != nullptr;
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
   const KernelTable* table = table_for(isa);
   if (!table)
-    throw Error(ErrorCode::kUnsupported,
-                "cpu backend: the requested kernel set is not available on this CPU (" + cpu_features().describe() + ")");
+    throw Error(ErrorCode::kUnsupported, "cpu backend: the requested kernel set is not available on this CPU (" +
+                                             cpu_features().describe() + ")");
   return std::make_unique<CpuBackend>(num_threads, *table);
 }
 

@@ -14,21 +14,21 @@ namespace peregrine::cpu {
 // steps of the lane count, a zero-padded tail step, then a fixed horizontal sum, then + bias) whatever
 // the tile shape, the row count M or the range split, so a row's result never depends on the batch.
 struct MatmulArgs {
-  const float* x = nullptr;    // [M, K] f32
-  const void* w = nullptr;     // [N, K] f32/bf16/f16
+  const float* x = nullptr;  // [M, K] f32
+  const void* w = nullptr;   // [N, K] f32/bf16/f16
   DType w_dtype = DType::kF32;
-  const float* bias = nullptr; // [N] f32, or null
-  float* out = nullptr;        // [M, N] f32
+  const float* bias = nullptr;  // [N] f32, or null
+  float* out = nullptr;         // [M, N] f32
   int64_t m = 0, k = 0, n = 0;
 };
 
 // Paged attention (semantics in ops/ops.h, AttentionParams), f32 queries and outputs.
 struct AttentionArgs {
-  const float* q = nullptr;    // [T, hq, hd]
+  const float* q = nullptr;       // [T, hq, hd]
   const void* k_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
   const void* v_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
   DType cache_dtype = DType::kF32;
-  float* out = nullptr;        // [T, hq, hd]
+  float* out = nullptr;                      // [T, hq, hd]
   const int32_t* query_start_loc = nullptr;  // [S + 1]
   const int32_t* seq_lens = nullptr;         // [S]
   const int32_t* block_tables = nullptr;     // [S, max_blocks]
@@ -87,7 +87,8 @@ struct KernelTable {
   void (*attention_merge)(const AttentionArgs& a, const AttentionItem& item, const float* partials,
                           float* scratch) = nullptr;
   // One row of h: with residual, residual += x first and the sum is normalised. out may alias x.
-  void (*rms_norm_row)(const float* x, float* residual, const float* weight, float* out, int64_t h, float eps) = nullptr;
+  void (*rms_norm_row)(const float* x, float* residual, const float* weight, float* out, int64_t h,
+                       float eps) = nullptr;
   // Rotate-half RoPE of one token's heads in place: x is [heads, head_dim]; cos/sin are [half].
   void (*rope_token)(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin,
                      int64_t half) = nullptr;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cpu/simd_common.h"
 #include "core/dtype.h"
 
 namespace {
@@ -13,7 +14,8 @@ void rms_norm_row_kernel(const float* x, float* residual, const float* weight, f
   const float* src = x;
   int64_t d = 0;
   if (residual) {
-    for (; d + kLanes <= h; d += kLanes) Simd::store(residual + d, Simd::add(Simd::load(residual + d), Simd::load(x + d)));
+    for (; d + kLanes <= h; d += kLanes)
+      Simd::store(residual + d, Simd::add(Simd::load(residual + d), Simd::load(x + d)));
     if (d < h)
       store_partial<ElemF32>(residual + d,
                              Simd::add(load_partial<ElemF32>(residual + d, h - d), load_partial<ElemF32>(x + d, h - d)),
@@ -36,7 +38,8 @@ void rms_norm_row_kernel(const float* x, float* residual, const float* weight, f
     Simd::store(out + d, Simd::mul(Simd::mul(Simd::load(src + d), inv), Simd::load(weight + d)));
   if (d < h)
     store_partial<ElemF32>(
-        out + d, Simd::mul(Simd::mul(load_partial<ElemF32>(src + d, h - d), inv), load_partial<ElemF32>(weight + d, h - d)),
+        out + d,
+        Simd::mul(Simd::mul(load_partial<ElemF32>(src + d, h - d), inv), load_partial<ElemF32>(weight + d, h - d)),
         h - d);
 }
 
@@ -62,7 +65,8 @@ inline void rope_pair(float* a_ptr, float* b_ptr, const float* cos, const float*
 void rope_token_kernel(float* x, int64_t heads, int64_t head_dim, const float* cos, const float* sin, int64_t half) {
   for (int64_t h = 0; h < heads; ++h) {
     float* base = x + h * head_dim;
-    for (int64_t i = 0; i < half; i += kLanes) rope_pair(base + i, base + half + i, cos + i, sin + i, min_i(kLanes, half - i));
+    for (int64_t i = 0; i < half; i += kLanes)
+      rope_pair(base + i, base + half + i, cos + i, sin + i, min_i(kLanes, half - i));
   }
 }
 
@@ -75,11 +79,12 @@ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) 
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) Simd::store(out + i, silu_mul_v(Simd::load(gate + i), Simd::load(up + i)));
   if (i < n)
-    store_partial<ElemF32>(out + i, silu_mul_v(load_partial<ElemF32>(gate + i, n - i), load_partial<ElemF32>(up + i, n - i)),
-                           n - i);
+    store_partial<ElemF32>(
+        out + i, silu_mul_v(load_partial<ElemF32>(gate + i, n - i), load_partial<ElemF32>(up + i, n - i)), n - i);
 }
 
-template <class From, class To> void convert_row(const void* src, void* dst, int64_t n) {
+template <class From, class To>
+void convert_row(const void* src, void* dst, int64_t n) {
   const auto* s = static_cast<const typename From::T*>(src);
   auto* d = static_cast<typename To::T*>(dst);
   int64_t i = 0;
@@ -89,34 +94,24 @@ template <class From, class To> void convert_row(const void* src, void* dst, int
 
 void to_f32_kernel(peregrine::DType t, const void* src, float* dst, int64_t n) {
   switch (t) {
-    case peregrine::DType::kBF16: return convert_row<ElemBF16, ElemF32>(src, dst, n);
-    case peregrine::DType::kF16: return convert_row<ElemF16, ElemF32>(src, dst, n);
-    default: return convert_row<ElemF32, ElemF32>(src, dst, n);
+    case peregrine::DType::kBF16:
+      return convert_row<ElemBF16, ElemF32>(src, dst, n);
+    case peregrine::DType::kF16:
+      return convert_row<ElemF16, ElemF32>(src, dst, n);
+    default:
+      return convert_row<ElemF32, ElemF32>(src, dst, n);
   }
 }
 
 void from_f32_kernel(peregrine::DType t, const float* src, void* dst, int64_t n) {
   switch (t) {
-    case peregrine::DType::kBF16: return convert_row<ElemF32, ElemBF16>(src, dst, n);
-    case peregrine::DType::kF16: return convert_row<ElemF32, ElemF16>(src, dst, n);
-    default: return convert_row<ElemF32, ElemF32>(src, dst, n);
+    case peregrine::DType::kBF16:
+      return convert_row<ElemF32, ElemBF16>(src, dst, n);
+    case peregrine::DType::kF16:
+      return convert_row<ElemF32, ElemF16>(src, dst, n);
+    default:
+      return convert_row<ElemF32, ElemF32>(src, dst, n);
   }
-}
-
-// The table of this TU's kernels.
-peregrine::cpu::KernelTable make_kernel_table() {
-  peregrine::cpu::KernelTable t;
-  t.name = Simd::kName;
-  t.lanes = kLanes;
-  t.matmul = matmul_kernel;
-  t.attention = attention_kernel;
-  t.attention_merge = attention_merge_kernel;
-  t.rms_norm_row = rms_norm_row_kernel;
-  t.rope_token = rope_token_kernel;
-  t.silu_mul = silu_mul_kernel;
-  t.to_f32 = to_f32_kernel;
-  t.from_f32 = from_f32_kernel;
-  return t;
 }
 
 }  // namespace

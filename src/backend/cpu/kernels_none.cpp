@@ -3,7 +3,11 @@
 
 namespace peregrine::cpu {
 
-const KernelTable* avx2_kernels() { return nullptr; }
-const KernelTable* avx512_kernels() { return nullptr; }
+const KernelTable* avx2_kernels() {
+  return nullptr;
+}
+const KernelTable* avx512_kernels() {
+  return nullptr;
+}
 
 }  // namespace peregrine::cpu

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/simd_common.h"
 
 namespace {
 
@@ -67,8 +68,8 @@ void matmul_tile_n(int nr, const float* x, const typename E::T* w, int64_t k, co
 
 // Calls matmul_tile<E, mr, nr> for run-time mr in [1, MR], nr in [1, NR].
 template <class E, int MR, int NR>
-void matmul_tile_mn(int mr, int nr, const float* x, const typename E::T* w, int64_t k, const float* bias,
-                    float* out, int64_t ldo) {
+void matmul_tile_mn(int mr, int nr, const float* x, const typename E::T* w, int64_t k, const float* bias, float* out,
+                    int64_t ldo) {
   if (mr == MR) return matmul_tile_n<E, MR, NR>(nr, x, w, k, bias, out, ldo);
   if constexpr (MR > 1) return matmul_tile_mn<E, MR - 1, NR>(mr, nr, x, w, k, bias, out, ldo);
 }
@@ -108,9 +109,12 @@ void matmul_typed(const peregrine::cpu::MatmulArgs& a, int64_t m0, int64_t m1, i
 void matmul_kernel(const peregrine::cpu::MatmulArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m0 >= m1 || n0 >= n1) return;
   switch (a.w_dtype) {
-    case peregrine::DType::kBF16: return matmul_typed<ElemBF16>(a, m0, m1, n0, n1);
-    case peregrine::DType::kF16: return matmul_typed<ElemF16>(a, m0, m1, n0, n1);
-    default: return matmul_typed<ElemF32>(a, m0, m1, n0, n1);
+    case peregrine::DType::kBF16:
+      return matmul_typed<ElemBF16>(a, m0, m1, n0, n1);
+    case peregrine::DType::kF16:
+      return matmul_typed<ElemF16>(a, m0, m1, n0, n1);
+    default:
+      return matmul_typed<ElemF32>(a, m0, m1, n0, n1);
   }
 }
 

@@ -15,9 +15,15 @@ constexpr float kNegInf = -__builtin_inff();
 
 // NOTE: kernels use these instead of std::min/std::max/std::fill: a std template instantiated here could be
 // emitted with this TU's ISA flags and picked by the linker for baseline code (an illegal instruction on older CPUs).
-inline int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max_i(int64_t a, int64_t b) { return a > b ? a : b; }
-inline float max_f(float a, float b) { return a > b ? a : b; }
+inline int64_t min_i(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+inline int64_t max_i(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
+inline float max_f(float a, float b) {
+  return a > b ? a : b;
+}
 inline void fill_f(float* p, int64_t n, float v) {
   for (int64_t i = 0; i < n; ++i) p[i] = v;
 }
@@ -40,12 +46,14 @@ struct ElemF16 {
 };
 
 // The first n (< kLanes) elements of p, the other lanes zero.
-template <class E> inline V load_partial(const typename E::T* p, int64_t n) {
+template <class E>
+inline V load_partial(const typename E::T* p, int64_t n) {
   typename E::T tmp[kLanes] = {};
   std::memcpy(tmp, p, static_cast<size_t>(n) * sizeof(typename E::T));
   return E::load(tmp);
 }
-template <class E> inline void store_partial(typename E::T* p, V v, int64_t n) {
+template <class E>
+inline void store_partial(typename E::T* p, V v, int64_t n) {
   typename E::T tmp[kLanes];
   E::store(tmp, v);
   std::memcpy(p, tmp, static_cast<size_t>(n) * sizeof(typename E::T));

@@ -22,12 +22,14 @@ struct Simd {
   static constexpr int kGemmMr = 2;
   static constexpr int kGemmNr = 2;
 
-  template <class F> static V map(V a, F f) {
+  template <class F>
+  static V map(V a, F f) {
     V r;
     for (int i = 0; i < 8; ++i) r.v[i] = f(a.v[i]);
     return r;
   }
-  template <class F> static V zip(V a, V b, F f) {
+  template <class F>
+  static V zip(V a, V b, F f) {
     V r;
     for (int i = 0; i < 8; ++i) r.v[i] = f(a.v[i], b.v[i]);
     return r;
@@ -65,19 +67,33 @@ struct Simd {
     for (int i = 0; i < 8; ++i) p[i] = peregrine::f32_to_f16(v.v[i]);
   }
 
-  static V add(V a, V b) { return zip(a, b, [](float x, float y) { return x + y; }); }
-  static V sub(V a, V b) { return zip(a, b, [](float x, float y) { return x - y; }); }
-  static V mul(V a, V b) { return zip(a, b, [](float x, float y) { return x * y; }); }
-  static V div(V a, V b) { return zip(a, b, [](float x, float y) { return x / y; }); }
-  static V max(V a, V b) { return zip(a, b, [](float x, float y) { return x > y ? x : y; }); }
-  static V min(V a, V b) { return zip(a, b, [](float x, float y) { return x < y ? x : y; }); }
+  static V add(V a, V b) {
+    return zip(a, b, [](float x, float y) { return x + y; });
+  }
+  static V sub(V a, V b) {
+    return zip(a, b, [](float x, float y) { return x - y; });
+  }
+  static V mul(V a, V b) {
+    return zip(a, b, [](float x, float y) { return x * y; });
+  }
+  static V div(V a, V b) {
+    return zip(a, b, [](float x, float y) { return x / y; });
+  }
+  static V max(V a, V b) {
+    return zip(a, b, [](float x, float y) { return x > y ? x : y; });
+  }
+  static V min(V a, V b) {
+    return zip(a, b, [](float x, float y) { return x < y ? x : y; });
+  }
   // Not fused (no FMA unit assumed); NOTE: the kernel TUs build with -ffp-contract=off, so this stays two roundings.
   static V fma(V a, V b, V c) {
     V r;
     for (int i = 0; i < 8; ++i) r.v[i] = a.v[i] * b.v[i] + c.v[i];
     return r;
   }
-  static V round_nearest(V a) { return map(a, [](float x) { return std::nearbyint(x); }); }
+  static V round_nearest(V a) {
+    return map(a, [](float x) { return std::nearbyint(x); });
+  }
   static V pow2(V n) {
     return map(n, [](float x) {
       uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(x) + 127) << 23;

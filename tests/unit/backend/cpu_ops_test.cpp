@@ -38,7 +38,9 @@ TEST_P(CpuOps, MatmulShapesAndDtypes) {
   auto cpu = make(3);
   auto ref = ops::make_ref_backend();
   std::mt19937 rng(22);
-  struct Shape { int64_t m, k, n; };
+  struct Shape {
+    int64_t m, k, n;
+  };
   for (Shape s : {Shape{1, 67, 33}, Shape{1, 256, 130}, Shape{2, 13, 5}, Shape{3, 130, 17}, Shape{7, 257, 45},
                   Shape{17, 96, 203}, Shape{64, 33, 7}, Shape{5, 1, 9}}) {
     for (DType wt : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -114,7 +116,11 @@ TEST_P(CpuOps, RopePartialRotaryAndScaling) {
   auto cpu = make(2);
   auto ref = ops::make_ref_backend();
   std::mt19937 rng(55);
-  struct Case { int64_t hd; int rotary; float scaling; };
+  struct Case {
+    int64_t hd;
+    int rotary;
+    float scaling;
+  };
   for (Case c : {Case{64, 64, 1.0f}, Case{48, 48, 1.0f}, Case{128, 64, 1.2f}, Case{64, 18, 0.9f}}) {
     const int64_t tokens = 9, hq = 6, hkv = 2;
     Buffer q = random_buffer(DType::kF32, tokens * hq * c.hd, rng, -2, 2);
@@ -123,8 +129,12 @@ TEST_P(CpuOps, RopePartialRotaryAndScaling) {
     Buffer inv_freq(DType::kF32, c.rotary / 2);
     for (int i = 0; i < c.rotary / 2; ++i) inv_freq.set(i, std::pow(10000.0f, -2.0f * i / c.rotary));
     Buffer q2 = q, k2 = k;
-    ops::RopeParams pc{q.view({tokens, hq, c.hd}), k.view({tokens, hkv, c.hd}), pos.view({tokens}),
-                       inv_freq.view({c.rotary / 2}), c.scaling, c.rotary};
+    ops::RopeParams pc{q.view({tokens, hq, c.hd}),
+                       k.view({tokens, hkv, c.hd}),
+                       pos.view({tokens}),
+                       inv_freq.view({c.rotary / 2}),
+                       c.scaling,
+                       c.rotary};
     ops::RopeParams pr = pc;
     pr.q = q2.view({tokens, hq, c.hd});
     pr.k = k2.view({tokens, hkv, c.hd});
@@ -177,8 +187,7 @@ TEST_P(CpuOps, GatherRows) {
   Buffer idx = int_buffer({9, 0, 4, 4});
   Buffer out = poisoned(DType::kF32, 4 * 33);
   cpu->gather_rows({x.view({10, 33}), idx.view({4}), out.view({4, 33})});
-  for (int r = 0; r < 4; ++r)
-    EXPECT_EQ(std::memcmp(out.f32() + r * 33, x.f32() + idx.i32()[r] * 33, 33 * 4), 0) << r;
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(std::memcmp(out.f32() + r * 33, x.f32() + idx.i32()[r] * 33, 33 * 4), 0) << r;
 }
 
 TEST_P(CpuOps, RejectsBadInputs) {

@@ -29,18 +29,29 @@ struct Buffer {
   TensorView view(std::initializer_list<int64_t> dims) { return TensorView(bytes.data(), dtype, dims); }
   float get(int64_t i) const {
     switch (dtype) {
-      case DType::kBF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
-      case DType::kF16: return f16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
-      case DType::kI32: return static_cast<float>(reinterpret_cast<const int32_t*>(bytes.data())[i]);
-      default: return reinterpret_cast<const float*>(bytes.data())[i];
+      case DType::kBF16:
+        return bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      case DType::kF16:
+        return f16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+      case DType::kI32:
+        return static_cast<float>(reinterpret_cast<const int32_t*>(bytes.data())[i]);
+      default:
+        return reinterpret_cast<const float*>(bytes.data())[i];
     }
   }
   void set(int64_t i, float v) {
     switch (dtype) {
-      case DType::kBF16: reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_bf16(v); return;
-      case DType::kF16: reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_f16(v); return;
-      case DType::kI32: reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(v); return;
-      default: reinterpret_cast<float*>(bytes.data())[i] = v;
+      case DType::kBF16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_bf16(v);
+        return;
+      case DType::kF16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_f16(v);
+        return;
+      case DType::kI32:
+        reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(v);
+        return;
+      default:
+        reinterpret_cast<float*>(bytes.data())[i] = v;
     }
   }
   int32_t* i32() { return reinterpret_cast<int32_t*>(bytes.data()); }
@@ -88,10 +99,14 @@ inline bool bits_equal(const Buffer& a, const Buffer& b) {
 
 inline const char* isa_name(ops::CpuIsa isa) {
   switch (isa) {
-    case ops::CpuIsa::kScalar: return "Scalar";
-    case ops::CpuIsa::kAvx2: return "Avx2";
-    case ops::CpuIsa::kAvx512: return "Avx512";
-    default: return "Auto";
+    case ops::CpuIsa::kScalar:
+      return "Scalar";
+    case ops::CpuIsa::kAvx2:
+      return "Avx2";
+    case ops::CpuIsa::kAvx512:
+      return "Avx512";
+    default:
+      return "Auto";
   }
 }
 
@@ -105,8 +120,8 @@ class CpuIsaTest : public ::testing::TestWithParam<ops::CpuIsa> {
   std::unique_ptr<ops::Backend> make(int threads) { return ops::make_cpu_backend(threads, GetParam()); }
 };
 
-#define PEREGRINE_INSTANTIATE_ISA_TESTS(suite)                                                                  \
-  INSTANTIATE_TEST_SUITE_P(Isa, suite,                                                                           \
+#define PEREGRINE_INSTANTIATE_ISA_TESTS(suite)                                                                \
+  INSTANTIATE_TEST_SUITE_P(Isa, suite,                                                                        \
                            ::testing::Values(ops::CpuIsa::kScalar, ops::CpuIsa::kAvx2, ops::CpuIsa::kAvx512), \
                            [](const ::testing::TestParamInfo<ops::CpuIsa>& i) { return isa_name(i.param); })
 
