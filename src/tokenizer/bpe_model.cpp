@@ -20,6 +20,7 @@ constexpr uint32_t kMetaspace = 0x2581;
 constexpr std::string_view kMetaspaceUtf8 = "\xE2\x96\x81";
 constexpr size_t kMaxCachedWordBytes = 2048;
 constexpr size_t kMaxCacheEntries = 1 << 18;
+constexpr size_t kMaxCacheBytes = 16u << 20;  // words and ids each
 constexpr size_t kSmallWord = 96;  // up to this many symbols, merge by scanning a rank array
 
 std::atomic<uint64_t> g_next_instance_id{1};
@@ -64,7 +65,9 @@ FrontCache& front_cache(uint64_t owner) {
 
 WordCache& thread_cache(uint64_t owner) {
   thread_local WordCache cache;
-  if (cache.owner != owner || cache.index.size() >= kMaxCacheEntries) cache.reset(owner);
+  if (cache.owner != owner || cache.index.size() >= kMaxCacheEntries || cache.index.arena_bytes() > kMaxCacheBytes ||
+      cache.ids.size() > kMaxCacheBytes / sizeof(int32_t))
+    cache.reset(owner);
   return cache;
 }
 

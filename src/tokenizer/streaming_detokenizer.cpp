@@ -20,7 +20,7 @@ struct StreamingDetokenizer::State {
   bool cleanup = false;
   const PiecewiseDecoder* pd = nullptr;
 
-  // Piecewise run state (a run = the text between added tokens when spaces_between, else everything).
+  // Piecewise run state (a run = the text between special tokens when spaces_between, else everything).
   bool run_first_token = true;
   int lead_strip_left = 0;
   Utf8LossyDecoder utf8;
@@ -129,7 +129,7 @@ struct StreamingDetokenizer::State {
     std::string_view text = tok->token_text(id);
     if (text.empty()) return;
     bool added = tok->is_added(id);
-    if (spaces_between && added) {
+    if (spaces_between && tok->is_special(id)) {
       finish_run();
       if (any_sub_text) stage(" ");
       any_sub_text = true;

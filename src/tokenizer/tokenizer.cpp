@@ -360,7 +360,10 @@ std::string Tokenizer::decode_raw(std::span<const int32_t> ids, bool skip_specia
     }
     return run_decoder(decoder_.get(), std::move(tokens));
   }
-  // Slow-tokenizer semantics: runs of ordinary tokens decoded separately, added tokens verbatim, all joined by " ".
+  // Slow-tokenizer semantics, limited to special tokens: runs of other tokens decoded separately, special tokens
+  // verbatim, all joined by " ". NOTE: non-special added tokens (Qwen's <think>, <tool_call>) stay inside runs, so
+  // the default spaces_between_special_tokens=true of the OpenAI-style API never adds spaces around them (vLLM
+  // ignores the flag for fast tokenizers altogether).
   std::vector<std::string> sub_texts;
   auto flush_run = [&] {
     if (tokens.empty()) return;
@@ -372,11 +375,11 @@ std::string Tokenizer::decode_raw(std::span<const int32_t> ids, bool skip_specia
     if (skip_special_tokens && is_special(id)) continue;
     std::string_view t = token_text(id);
     if (t.empty()) continue;
-    if (is_added(id)) {
+    if (is_special(id)) {
       flush_run();
       sub_texts.emplace_back(t);
     } else {
-      tokens.push_back(DecodeToken{std::string(t), false});
+      tokens.push_back(DecodeToken{std::string(t), is_added(id)});
     }
   }
   flush_run();

@@ -29,6 +29,7 @@ struct PiecewiseDecoder;
 
 struct DecodeOptions {
   bool skip_special_tokens = true;
+  // Slow-tokenizer spacing around kept special tokens ("<s> Hello"). Non-special added tokens are never spaced.
   // Unset: the tokenizer_config.json value (false when absent).
   std::optional<bool> spaces_between_special_tokens;
   std::optional<bool> clean_up_tokenization_spaces;

@@ -84,6 +84,16 @@ TEST_P(RealTokenizer, ContinuesAfterPrompt) {
 
 INSTANTIATE_TEST_SUITE_P(Npm, RealTokenizer, ::testing::Values("llama3", "qwen3", "llama2", "deepseek_v3"));
 
+TEST(Decode, SpacesBetweenSpecialTokensOnlySpacesKeptSpecials) {
+  auto dir = testing::npm_tokenizer("qwen3");
+  if (!std::filesystem::exists(dir / "tokenizer.json")) GTEST_SKIP() << "qwen3 tokenizer absent";
+  auto tok = Tokenizer::load(dir);
+  Ids ids = tok->encode("<|im_start|>user\n<think>\nhi</think>", false);
+  EXPECT_EQ(tok->decode(ids, DecodeOptions{true, true, std::nullopt}), "user\n<think>\nhi</think>");
+  EXPECT_EQ(tok->decode(ids, DecodeOptions{false, true, std::nullopt}), "<|im_start|> user\n<think>\nhi</think>");
+  EXPECT_EQ(tok->decode(ids, DecodeOptions{false, false, std::nullopt}), "<|im_start|>user\n<think>\nhi</think>");
+}
+
 TEST(Streaming, IncompleteUtf8IsHeldBack) {
   auto tok = testing::make(testing::sentencepiece_json({"\xE2\x96\x81"}, {}));
   StreamingDetokenizer s(*tok);
