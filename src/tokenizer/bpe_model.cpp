@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <cstdio>
 #include <queue>
 
@@ -25,7 +26,7 @@ constexpr size_t kSmallWord = 96;  // up to this many symbols, merge by scanning
 
 std::atomic<uint64_t> g_next_instance_id{1};
 
-// Word -> ids cache for the tokenizer instance last used on this thread.
+// Word -> ids cache of one tokenizer instance on one thread.
 struct WordCache {
   uint64_t owner = 0;
   StringIdMap index;  // word -> entry number
@@ -39,35 +40,46 @@ struct WordCache {
     ids.clear();
   }
 };
+// Each thread keeps the caches of the last few tokenizer instances it used (a server may hold several models).
+WordCache& thread_cache(uint64_t owner) {
+  constexpr size_t kInstances = 4;
+  thread_local std::vector<std::unique_ptr<WordCache>> caches;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    if (caches[i]->owner != owner) continue;
+    WordCache& cache = *caches[i];
+    if (cache.index.size() >= kMaxCacheEntries || cache.index.arena_bytes() > kMaxCacheBytes ||
+        cache.ids.size() > kMaxCacheBytes / sizeof(int32_t))
+      cache.reset(owner);
+    if (i != 0) std::rotate(caches.begin(), caches.begin() + static_cast<std::ptrdiff_t>(i), caches.begin() + static_cast<std::ptrdiff_t>(i + 1));
+    return *caches[0];
+  }
+  if (caches.size() < kInstances) {
+    caches.insert(caches.begin(), std::make_unique<WordCache>());
+  } else {
+    std::rotate(caches.begin(), caches.end() - 1, caches.end());  // reuse the least recently used
+  }
+  caches[0]->reset(owner);
+  return *caches[0];
+}
+
 // A small direct-mapped cache in front of everything: short words seen recently -> their ids. It stays in L2,
 // so a repeated word costs one hash and one compare instead of misses in the large vocabulary/cache tables.
+// Entries carry their tokenizer's tag, so several tokenizers share it without flushing.
 struct FrontCache {
   static constexpr size_t kEntries = 16384;
-  static constexpr size_t kMaxBytes = 30;
+  static constexpr size_t kMaxBytes = 24;
   static constexpr size_t kMaxIds = 8;
   struct Entry {
-    uint8_t len = 0xFF;  // 0xFF: empty
+    uint32_t owner = 0;  // 0: empty
+    uint8_t len = 0;
     uint8_t num_ids = 0;
     char bytes[kMaxBytes];
     int32_t ids[kMaxIds];
   };
-  uint64_t owner = 0;
   std::vector<Entry> entries = std::vector<Entry>(kEntries);
 };
-FrontCache& front_cache(uint64_t owner) {
+FrontCache& front_cache() {
   thread_local FrontCache cache;
-  if (cache.owner != owner) {
-    std::fill(cache.entries.begin(), cache.entries.end(), FrontCache::Entry{});
-    cache.owner = owner;
-  }
-  return cache;
-}
-
-WordCache& thread_cache(uint64_t owner) {
-  thread_local WordCache cache;
-  if (cache.owner != owner || cache.index.size() >= kMaxCacheEntries || cache.index.arena_bytes() > kMaxCacheBytes ||
-      cache.ids.size() > kMaxCacheBytes / sizeof(int32_t))
-    cache.reset(owner);
   return cache;
 }
 
@@ -228,10 +240,11 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
 
 void BpeModel::tokenize_chunk(std::string_view word, std::vector<int32_t>& out) const {
   FrontCache::Entry* front = nullptr;
+  const auto tag = static_cast<uint32_t>(instance_id_);
   if (word.size() <= FrontCache::kMaxBytes) {
-    FrontCache& fc = front_cache(instance_id_);
-    front = &fc.entries[hash_bytes(word.data(), word.size()) & (FrontCache::kEntries - 1)];
-    if (front->len == word.size() && std::memcmp(front->bytes, word.data(), word.size()) == 0) {
+    FrontCache& fc = front_cache();
+    front = &fc.entries[(hash_bytes(word.data(), word.size()) ^ tag) & (FrontCache::kEntries - 1)];
+    if (front->owner == tag && front->len == word.size() && std::memcmp(front->bytes, word.data(), word.size()) == 0) {
       out.insert(out.end(), front->ids, front->ids + front->num_ids);
       return;
     }
@@ -239,6 +252,7 @@ void BpeModel::tokenize_chunk(std::string_view word, std::vector<int32_t>& out) 
   size_t first = out.size();
   tokenize_uncached(word, out);
   if (front && out.size() - first <= FrontCache::kMaxIds) {
+    front->owner = tag;
     front->len = static_cast<uint8_t>(word.size());
     front->num_ids = static_cast<uint8_t>(out.size() - first);
     std::memcpy(front->bytes, word.data(), word.size());
