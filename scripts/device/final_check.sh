@@ -23,10 +23,8 @@ cfg=.device/shared/configs/llama-3-8b.json
 timeout 40 "$build/peregrine" bench latency --random-weights --config "$cfg" --device cuda --json \
   --input-len 1024 --output-len 64 --iterations 1 | tee "$out/latency.jsonl"
 if "$build/peregrine" bench throughput --help >/dev/null 2>&1; then
-  for c in ${CONCURRENCY:-1 64 256}; do
-    timeout 60 "$build/peregrine" bench throughput --model .device/shared/configs --random-weights --config "$cfg" \
-      --device cuda --input-len 1024 --output-len 400 --num-prompts "$c" --concurrency "$c" 2>&1 | tail -3 |
-      tee -a "$out/throughput.log"
-  done
+  timeout 100 "$build/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
+    --device cuda --input-len 1024 --output-len 400 --concurrency "${CONCURRENCY:-1,16,64,256}" 2>&1 |
+    tee "$out/throughput.log" | tail -15
 fi
 echo "total: $(( $(date +%s) - start )) s"
