@@ -208,8 +208,19 @@ void BM_AttentionDecode(benchmark::State& state) {
   report_bandwidth(state, static_cast<double>(ctx * hkv * hd * 2 * 2), timer);
 }
 
+// Launch overhead of a parallel op: a matmul too small to matter (N=64, K=8, f32) split over the threads.
+void BM_ParallelOpOverhead(benchmark::State& state) {
+  std::vector<float> x = random_f32(8, 1), w = random_f32(64 * 8, 2), out(64);
+  for (auto _ : state) {
+    backend().matmul({TensorView(x.data(), DType::kF32, {1, 8}), TensorView(w.data(), DType::kF32, {64, 8}), {},
+                      TensorView(out.data(), DType::kF32, {1, 64})});
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+
 }  // namespace
 
+BENCHMARK(BM_ParallelOpOverhead)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Gemv)
     ->ArgNames({"N", "K"})
     ->Args({2048, 2048})
