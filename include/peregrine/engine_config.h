@@ -27,6 +27,10 @@ struct EngineConfig {
   int max_queued_requests = 4096;       // waiting requests beyond this are refused (kUnavailable)
   int num_threads = 0;                  // CPU backend threads; 0 = all cores
   int tensor_parallel_size = 1;         // only 1 is supported
+  // Benchmarks: random weights built from config_file (or the model folder's config.json); the tokenizer still
+  // comes from `tokenizer` or the model folder.
+  bool random_weights = false;
+  std::string config_file;
 
   // Throws Error(kInvalidArgument) naming the first bad field.
   void validate() const;

@@ -2,6 +2,7 @@
 // the serving engine). Each prints its figures with the limit measured in the same run.
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "cli/serving_bench.h"
 
 namespace peregrine::cli {
 
@@ -9,6 +10,9 @@ void register_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (latency, throughput, serve)");
   bench->require_subcommand(1);
   register_bench_latency(*bench);
+  register_bench_throughput(*bench);
+  register_bench_serve(*bench);
+  register_bench_prefix_cache(*bench);
 }
 
 }  // namespace peregrine::cli

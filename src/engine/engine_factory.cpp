@@ -49,7 +49,9 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   if (!std::filesystem::is_directory(model_dir)) {
     throw Error(ErrorCode::kNotFound, "model folder " + model_dir.string() + " does not exist");
   }
-  io::ModelConfig model_config = io::load_model_config(model_dir);
+  io::ModelConfig model_config = config.random_weights && !config.config_file.empty()
+                                     ? io::parse_model_config(io::read_text_file(config.config_file), config.config_file)
+                                     : io::load_model_config(model_dir);
   const engine::DeviceChoice choice = engine::resolve_device(config.device, config.dtype, model_config.torch_dtype);
   auto backend = engine::create_backend(choice, config.num_threads);
   const bool on_gpu = choice.kind == ops::DeviceKind::kCuda;
@@ -74,7 +76,12 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   options.activation_dtype = choice.activation_dtype;
   options.max_num_batched_tokens = budget;
   options.max_num_seqs = config.max_num_seqs;
-  auto model = model::load_model(model_dir, *backend, options);
+  options.max_model_len = max_model_len;
+  options.min_block_size = config.block_size;
+  options.random_weights = config.random_weights;
+  options.random_seed = config.seed;
+  auto model = config.random_weights ? model::make_random_model(model_config, *backend, options)
+                                     : model::load_model(model_dir, *backend, options);
 
   // Warm up with a small cache (first-use allocations happen now), then size the real one from what is left.
   model->allocate_kv_cache({1, config.block_size, choice.kv_dtype});
@@ -124,6 +131,9 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     max_model_len = static_cast<int>(capacity);
   }
   model->allocate_kv_cache({static_cast<int>(num_blocks), config.block_size, choice.kv_dtype});
+  // On a GPU, run every decode bucket once now (graph capture) so first requests pay nothing; on the CPU there
+  // is nothing to capture and a full-budget prefill would only slow startup.
+  if (!backend->is_host()) model->warm_up();
 
   engine::EngineCoreConfig core_config;
   core_config.max_model_len = max_model_len;

@@ -1,0 +1,205 @@
+// `peregrine bench throughput`: offline serving throughput through the Engine (scheduler, batching, sampling and
+// detokenizing included) with fixed input/output lengths at each concurrency level, plus the engine's per-step
+// time split (how much of a step is outside the model forward).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include "cli/serving_bench.h"
+#include "core/status.h"
+#include "peregrine/engine.h"
+
+namespace peregrine::cli {
+namespace {
+
+struct ThroughputArgs {
+  EngineConfig engine;
+  int input_len = 1024;
+  int output_len = 400;
+  std::string concurrency = "1,8,32,64";
+  int prompts_per_level = 0;  // 0 = the concurrency itself
+};
+
+std::vector<int> parse_list(const std::string& s, const char* flag) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      out.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      throw Error(ErrorCode::kInvalidArgument, std::string(flag) + ": '" + item + "' is not a number");
+    }
+    if (out.back() <= 0) throw Error(ErrorCode::kInvalidArgument, std::string(flag) + " values must be positive");
+  }
+  if (out.empty()) throw Error(ErrorCode::kInvalidArgument, std::string(flag) + " is empty");
+  return out;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void run_throughput(ThroughputArgs& a) {
+  if (a.input_len <= 0 || a.output_len <= 0) {
+    throw Error(ErrorCode::kInvalidArgument, "--input-len and --output-len must be positive");
+  }
+  const std::vector<int> levels = parse_list(a.concurrency, "--concurrency");
+  int max_level = 0;
+  for (int c : levels) max_level = std::max(max_level, c);
+  if (a.engine.max_num_seqs < max_level) a.engine.max_num_seqs = max_level;
+  if (a.engine.max_model_len == 0) a.engine.max_model_len = a.input_len + a.output_len;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto engine = Engine::create(a.engine);
+  const ModelInfo& info = engine->info();
+  std::printf("model     %s (%s, %.1f MB weights%s) on %s, load %.2f s\n", info.model_path.c_str(),
+              info.architecture.c_str(), static_cast<double>(info.weight_bytes) / 1e6,
+              a.engine.random_weights ? ", random" : "", info.backend.c_str(), seconds_since(t0));
+  std::printf("kv cache  %lld tokens (%d blocks x %d), max_num_seqs %d\n",
+              static_cast<long long>(info.kv_capacity_tokens), info.num_kv_blocks, info.block_size,
+              a.engine.max_num_seqs);
+  std::printf("workload  input %d, output %d tokens per request (random ids, ignore_eos, greedy)\n\n", a.input_len,
+              a.output_len);
+  std::printf("%11s %8s %10s %12s %12s %9s %9s %9s %9s\n", "concurrency", "requests", "seconds", "output tok/s",
+              "total tok/s", "steps", "step ms", "forward%", "other%");
+  std::mt19937 rng(1234);
+  const int vocab = info.vocab_size;
+  // Prompt ids avoid the low ids (special tokens) of most vocabularies.
+  std::uniform_int_distribution<int> pick(std::min(100, vocab - 1), vocab - 1);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = a.output_len;
+  params.ignore_eos = true;
+  for (int c : levels) {
+    const int count = a.prompts_per_level > 0 ? a.prompts_per_level : c;
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(count));
+    for (auto& p : prompts) {
+      p.resize(static_cast<size_t>(a.input_len));
+      for (auto& t : p) t = pick(rng);  // distinct prompts: no prefix-cache hits
+    }
+    // At most c requests in flight: submit in waves of c.
+    const EngineStats before = engine->stats();
+    const auto start = std::chrono::steady_clock::now();
+    int64_t out_tokens = 0;
+    for (int i = 0; i < count; i += c) {
+      std::vector<std::vector<int32_t>> wave(prompts.begin() + i, prompts.begin() + std::min(count, i + c));
+      for (const RequestOutput& r : engine->generate(wave, params)) out_tokens += r.outputs[0].num_output_tokens;
+    }
+    const double secs = seconds_since(start);
+    const EngineStats after = engine->stats();
+    const double steps = static_cast<double>(after.num_steps - before.num_steps);
+    const double forward = after.step_forward_seconds - before.step_forward_seconds;
+    const double other = (after.step_schedule_seconds - before.step_schedule_seconds) +
+                         (after.step_prepare_seconds - before.step_prepare_seconds) +
+                         (after.step_sample_seconds - before.step_sample_seconds) +
+                         (after.step_update_seconds - before.step_update_seconds);
+    const double total_tokens = static_cast<double>(out_tokens) + static_cast<double>(count) * a.input_len;
+    std::printf("%11d %8d %10.2f %12.1f %12.1f %9.0f %9.2f %8.1f%% %8.1f%%\n", c, count, secs,
+                static_cast<double>(out_tokens) / secs, total_tokens / secs, steps,
+                steps > 0 ? 1e3 * (forward + other) / steps : 0.0, 100.0 * forward / std::max(1e-12, forward + other),
+                100.0 * other / std::max(1e-12, forward + other));
+    std::fflush(stdout);
+  }
+  const EngineStats s = engine->stats();
+  const double total = s.step_schedule_seconds + s.step_prepare_seconds + s.step_forward_seconds +
+                       s.step_sample_seconds + s.step_update_seconds;
+  std::printf("\nstep split over the run: schedule %.2f%%, prepare %.2f%%, forward %.2f%%, sample %.2f%%, "
+              "update (detokenize, stops, callbacks) %.2f%%\n",
+              100 * s.step_schedule_seconds / total, 100 * s.step_prepare_seconds / total,
+              100 * s.step_forward_seconds / total, 100 * s.step_sample_seconds / total,
+              100 * s.step_update_seconds / total);
+}
+
+// TTFT of a prompt whose first `cached` tokens are in the prefix cache vs the same-length prompt cold.
+void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats) {
+  if (cached <= 0 || cached >= prompt_len) {
+    throw Error(ErrorCode::kInvalidArgument, "--cached-len must be in (0, --prompt-len)");
+  }
+  if (a.engine.max_model_len == 0) a.engine.max_model_len = prompt_len + 8;
+  if (a.engine.max_num_batched_tokens == 0) a.engine.max_num_batched_tokens = prompt_len;  // one-step prefill
+  auto engine = Engine::create(a.engine);
+  const ModelInfo& info = engine->info();
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int> pick(std::min(100, info.vocab_size - 1), info.vocab_size - 1);
+  auto random_ids = [&](int n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& t : v) t = pick(rng);
+    return v;
+  };
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = 1;
+  auto ttft = [&](const std::vector<int32_t>& prompt) {
+    const RequestOutput r = engine->generate(std::vector<std::vector<int32_t>>{prompt}, params)[0];
+    return std::make_pair(r.timings.first_token - r.timings.arrival, r.num_cached_tokens);
+  };
+  ttft(random_ids(prompt_len));  // warm-up
+  std::vector<double> cold, warm;
+  int hit = 0;
+  for (int i = 0; i < repeats; ++i) {
+    cold.push_back(ttft(random_ids(prompt_len)).first);
+    const std::vector<int32_t> shared = random_ids(cached);
+    std::vector<int32_t> first = shared, second = shared;
+    const auto tail1 = random_ids(prompt_len - cached), tail2 = random_ids(prompt_len - cached);
+    first.insert(first.end(), tail1.begin(), tail1.end());
+    second.insert(second.end(), tail2.begin(), tail2.end());
+    ttft(first);  // caches the shared prefix
+    const auto [t, cached_tokens] = ttft(second);
+    warm.push_back(t);
+    hit = cached_tokens;
+  }
+  std::sort(cold.begin(), cold.end());
+  std::sort(warm.begin(), warm.end());
+  const double c = cold[cold.size() / 2], w = warm[warm.size() / 2];
+  std::printf("model     %s on %s\n", info.model_path.c_str(), info.backend.c_str());
+  std::printf("prompt    %d tokens, %d shared with an earlier request (%d served from the cache)\n", prompt_len,
+              cached, hit);
+  std::printf("TTFT      cold %.2f ms, cached prefix %.2f ms (medians of %d)\n", 1e3 * c, 1e3 * w, repeats);
+  std::printf("ratio     cached / cold = %.3f (%.1fx faster)\n", w / c, c / w);
+}
+
+}  // namespace
+
+void register_bench_prefix_cache(CLI::App& bench) {
+  auto args = std::make_shared<ThroughputArgs>();
+  auto prompt_len = std::make_shared<int>(2000);
+  auto cached = std::make_shared<int>(1800);
+  auto repeats = std::make_shared<int>(5);
+  CLI::App* cmd = bench.add_subcommand("prefix-cache", "TTFT with a cached prompt prefix vs cold");
+  EngineConfig& e = args->engine;
+  cmd->add_option("--model", e.model, "Hugging Face model folder")->required();
+  cmd->add_option("--prompt-len", *prompt_len, "Prompt tokens")->capture_default_str();
+  cmd->add_option("--cached-len", *cached, "Leading tokens shared with an earlier request")->capture_default_str();
+  cmd->add_option("--repeats", *repeats, "Measurements (the median is reported)")->capture_default_str();
+  cmd->add_option("--device", e.device, "auto | cpu | cuda")->capture_default_str();
+  cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
+  cmd->callback([args, prompt_len, cached, repeats] { run_prefix_cache(*args, *prompt_len, *cached, *repeats); });
+}
+
+void register_bench_throughput(CLI::App& bench) {
+  auto args = std::make_shared<ThroughputArgs>();
+  CLI::App* cmd = bench.add_subcommand("throughput", "Offline engine throughput at fixed lengths and concurrency 1..N");
+  EngineConfig& e = args->engine;
+  cmd->add_option("--model", e.model, "Hugging Face model folder (tokenizer, and weights unless --random-weights)")
+      ->required();
+  cmd->add_flag("--random-weights", e.random_weights, "Random weights from --config (or the model's config.json)");
+  cmd->add_option("--config", e.config_file, "config.json for --random-weights (e.g. ../shared/configs/llama-3-8b.json)");
+  cmd->add_option("--input-len", args->input_len, "Prompt tokens per request")->capture_default_str();
+  cmd->add_option("--output-len", args->output_len, "Generated tokens per request")->capture_default_str();
+  cmd->add_option("--concurrency", args->concurrency, "Comma-separated concurrency levels")->capture_default_str();
+  cmd->add_option("--num-prompts", args->prompts_per_level, "Requests per level (default: the concurrency)");
+  cmd->add_option("--device", e.device, "auto | cpu | cuda")->capture_default_str();
+  cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "Token budget per step");
+  cmd->add_option("--max-num-seqs", e.max_num_seqs, "Sequences at once (raised to the top concurrency)");
+  cmd->add_option("--max-model-len", e.max_model_len, "Context length (default: input + output)");
+  cmd->add_option("--gpu-memory-utilization", e.gpu_memory_utilization, "Device memory fraction")->capture_default_str();
+  cmd->add_option("--kv-cache-memory-bytes", e.kv_cache_memory_bytes, "KV cache size in bytes");
+  cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
+  cmd->callback([args] { run_throughput(*args); });
+}
+
+}  // namespace peregrine::cli
