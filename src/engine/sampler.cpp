@@ -1,4 +1,5 @@
-// Sampler implementation: filters applied in vLLM's order (temperature, top-k, top-p, min-p), then one draw.
+// Sampler implementation: filters applied in vLLM's order (temperature, top-k, top-p, min-p), then one draw;
+// only the candidates a filter can keep are sorted.
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -39,56 +40,7 @@ SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplerPa
       if (logits[i] > logits[best]) best = i;
     result.token = best;
   } else {
-    // Candidates sorted by logit (desc), truncated by top-k.
-    candidates_.clear();
-    candidates_.reserve(static_cast<size_t>(vocab));
-    for (int32_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i], i);
-    auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    size_t keep = candidates_.size();
-    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
-      keep = static_cast<size_t>(p.top_k);
-      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), candidates_.end(), better);
-    } else {
-      std::sort(candidates_.begin(), candidates_.end(), better);
-    }
-    candidates_.resize(keep);
-    // Probabilities at this temperature.
-    const double inv_t = 1.0 / p.temperature;
-    const double top = candidates_[0].first * inv_t;
-    std::vector<double> probs(keep);
-    double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += probs[i] = std::exp(candidates_[i].first * inv_t - top);
-    for (double& q : probs) q /= total;
-    // top-p: the smallest prefix whose mass reaches p (always at least one token).
-    if (p.top_p < 1.0f) {
-      double cum = 0;
-      size_t n = 0;
-      while (n < keep) {
-        cum += probs[n++];
-        if (cum >= p.top_p) break;
-      }
-      keep = std::max<size_t>(1, n);
-    }
-    // min-p: drop tokens below min_p times the best probability.
-    if (p.min_p > 0.0f) {
-      size_t n = 1;
-      while (n < keep && probs[n] >= p.min_p * probs[0]) ++n;
-      keep = n;
-    }
-    double mass = 0;
-    for (size_t i = 0; i < keep; ++i) mass += probs[i];
-    double u = rng.uniform() * mass;
-    size_t chosen = keep - 1;
-    for (size_t i = 0; i < keep; ++i) {
-      u -= probs[i];
-      if (u < 0) {
-        chosen = i;
-        break;
-      }
-    }
-    result.token = candidates_[chosen].second;
+    result.token = sample_filtered(logits, vocab, p, rng);
   }
   if (p.num_logprobs >= 0) {
     double lse = log_sum_exp(logits, vocab);
@@ -96,6 +48,92 @@ SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplerPa
     result.top_logprobs = top_logprobs(logits, vocab, p.num_logprobs, lse);
   }
   return result;
+}
+
+// Temperature, then top-k, top-p and min-p over candidates sorted by logit (desc, ties by lower id), then one
+// draw. Only as many candidates as the filters can keep are sorted: top-k selects k; top-p and min-p grow a
+// selected prefix until it provably holds every token they keep; plain temperature sorts nothing.
+int32_t Sampler::sample_filtered(const float* logits, int32_t vocab, const SamplerParams& p, SamplerRng& rng) {
+  const double inv_t = 1.0 / p.temperature;
+  float max_logit = logits[0];
+  for (int32_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  const double top = max_logit * inv_t;
+  const bool by_k = p.top_k > 0 && p.top_k < vocab;
+  const bool by_p = p.top_p < 1.0f;
+  const bool by_min_p = p.min_p > 0.0f;
+  if (!by_k && !by_p && !by_min_p) {
+    // Inverse CDF over the unsorted distribution: the same distribution, no sort.
+    double total = 0;
+    for (int32_t i = 0; i < vocab; ++i) total += std::exp(logits[i] * inv_t - top);
+    double u = rng.uniform() * total;
+    for (int32_t i = 0; i < vocab; ++i) {
+      u -= std::exp(logits[i] * inv_t - top);
+      if (u < 0) return i;
+    }
+    return vocab - 1;
+  }
+  candidates_.clear();
+  candidates_.reserve(static_cast<size_t>(vocab));
+  for (int32_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i], i);
+  auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  // Normalizer over all candidates (top-k renormalizes over its k below).
+  double total_all = 0;
+  if (!by_k) {
+    for (int32_t i = 0; i < vocab; ++i) total_all += std::exp(logits[i] * inv_t - top);
+  }
+  size_t keep = static_cast<size_t>(vocab);
+  if (by_k) {
+    keep = static_cast<size_t>(p.top_k);
+    std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<long>(keep) - 1, candidates_.end(), better);
+    std::sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), better);
+  } else {
+    // Grow a sorted prefix until top-p's mass is reached and min-p's cut is inside it.
+    size_t k = std::min<size_t>(256, candidates_.size());
+    for (;;) {
+      std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<long>(k) - 1, candidates_.end(), better);
+      double mass = 0;
+      for (size_t i = 0; i < k; ++i) mass += std::exp(candidates_[i].first * inv_t - top);
+      mass /= total_all;
+      float kth_logit = candidates_[0].first;
+      for (size_t i = 0; i < k; ++i) kth_logit = std::min(kth_logit, candidates_[i].first);
+      const bool p_done = !by_p || mass >= p.top_p;
+      const bool min_p_done = !by_min_p || std::exp((kth_logit - max_logit) * inv_t) < p.min_p;
+      if ((p_done && min_p_done) || k == candidates_.size()) break;
+      k = std::min(candidates_.size(), k * 4);
+    }
+    std::sort(candidates_.begin(), candidates_.begin() + static_cast<long>(k), better);
+    keep = k;
+  }
+  // Probabilities at this temperature (over the top-k when top-k is on, else over the whole vocabulary).
+  probs_.resize(keep);
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += probs_[i] = std::exp(candidates_[i].first * inv_t - top);
+  const double norm = by_k ? total : total_all;
+  for (double& q : probs_) q /= norm;
+  if (by_p) {  // the smallest prefix whose mass reaches top_p (always at least one token)
+    double cum = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cum += probs_[n++];
+      if (cum >= p.top_p) break;
+    }
+    keep = std::max<size_t>(1, n);
+  }
+  if (by_min_p) {  // drop tokens below min_p times the best probability
+    size_t n = 1;
+    while (n < keep && probs_[n] >= p.min_p * probs_[0]) ++n;
+    keep = n;
+  }
+  double mass = 0;
+  for (size_t i = 0; i < keep; ++i) mass += probs_[i];
+  double u = rng.uniform() * mass;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= probs_[i];
+    if (u < 0) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
 }
 
 }  // namespace peregrine::engine

@@ -45,7 +45,10 @@ class Sampler {
   static std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int32_t vocab, int k, double lse);
 
  private:
+  int32_t sample_filtered(const float* logits, int32_t vocab, const SamplerParams& params, SamplerRng& rng);
+
   std::vector<std::pair<float, int32_t>> candidates_;  // scratch
+  std::vector<double> probs_;                          // scratch
 };
 
 }  // namespace peregrine::engine

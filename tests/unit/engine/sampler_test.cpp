@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <vector>
@@ -121,3 +122,49 @@ TEST(Sampler, LogprobsAreLogSoftmaxOfRawLogits) {
 }
 
 }  // namespace
+
+// Large vocabularies: top-p and min-p sort only a growing prefix; the kept set must still be exact.
+TEST(Sampler, TopPAndMinPOnALargeFlatVocabularyKeepExactlyTheirSets) {
+  const int vocab = 20000;
+  auto logits = random_logits(vocab, 11);
+  for (float& x : logits) x *= 0.05f;  // nearly flat: the kept sets run to thousands of tokens
+  auto probs = softmax(logits, 1.0);
+  std::vector<int> order(vocab);
+  for (int i = 0; i < vocab; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (auto [top_p, min_p] : {std::pair{0.5f, 0.0f}, std::pair{1.0f, 0.7f}, std::pair{0.4f, 0.75f}}) {
+    // Reference kept set: the prefix reaching top_p, then those within min_p of the best.
+    double cum = 0;
+    size_t n = 0;
+    if (top_p < 1.0f) {
+      while (n < order.size()) {
+        cum += probs[order[n++]];
+        if (cum >= top_p) break;
+      }
+    } else {
+      n = order.size();
+    }
+    size_t m = 1;
+    while (m < n && probs[order[m]] >= min_p * probs[order[0]]) ++m;
+    if (min_p > 0) n = m;
+    std::vector<bool> kept(vocab, false);
+    for (size_t i = 0; i < n; ++i) kept[order[i]] = true;
+    Sampler s;
+    SamplerRng rng(5);
+    SamplerParams p;
+    p.temperature = 1.0f;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    std::vector<int> rank(vocab);
+    for (int i = 0; i < vocab; ++i) rank[order[i]] = i;
+    int deepest = 0;
+    for (int draw = 0; draw < 300; ++draw) {
+      const int32_t t = s.sample(logits.data(), vocab, p, rng).token;
+      ASSERT_TRUE(kept[t]) << "token outside the kept set, top_p " << top_p << " min_p " << min_p;
+      deepest = std::max(deepest, rank[t]);
+    }
+    // The kept set is much larger than the first sorted prefix (256), and draws reach deep into it.
+    EXPECT_GT(n, 1000u);
+    EXPECT_GT(deepest, 256);
+  }
+}
