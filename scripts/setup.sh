@@ -16,12 +16,14 @@ while [ $# -gt 0 ]; do
 done
 
 apt_packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libpcre2-dev libboost-dev
-              libcli11-dev libicu-dev libspdlog-dev libfmt-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
-              nodejs npm)
+              libcli11-dev libicu-dev libspdlog-dev libfmt-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Node.js and npm (test clients and oracles): Debian's packages only where no node/npm is installed already.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
