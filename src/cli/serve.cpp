@@ -64,15 +64,18 @@ void run_serve(ServeArgs& a) {
   server::ServerOptions so;
   so.served_model_names = a.served_model_names.empty() ? std::vector<std::string>{a.engine.model} : a.served_model_names;
   so.api_key = a.api_key;
-  server::OpenAiServer api(*engine, so);
   server::HttpServerOptions ho;
   ho.host = a.host;
   ho.port = a.port;
   ho.max_body_bytes = a.max_request_body_bytes;
   ho.io_threads = a.io_threads;
+  std::unique_ptr<server::OpenAiServer> api;
   server::HttpServer http(ho, [&api](server::HttpRequest&& r, std::shared_ptr<server::ResponseChannel> c) {
-    api.handle(std::move(r), std::move(c));
+    api->handle(std::move(r), std::move(c));
   });
+  so.io_cpu_seconds = [&http] { return http.io_cpu_seconds(); };
+  so.num_connections = [&http] { return http.num_connections(); };
+  api = std::make_unique<server::OpenAiServer>(*engine, so);
   http.start();
 
   std::cerr << "peregrine serve: loaded " << info.architecture << " from " << info.model_path << " ("

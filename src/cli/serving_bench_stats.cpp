@@ -19,18 +19,30 @@ void row(const char* name, const std::vector<double>& v) {
               percentile(v, 90), percentile(v, 99), v.size());
 }
 
-// Sums of peregrine:engine_step_seconds_total by phase.
-std::map<std::string, double> step_seconds(const std::string& text) {
+// Peregrine's counters from a /metrics text: step seconds by phase ("step:<phase>"), and plain series by name.
+std::map<std::string, double> read_metrics(const std::string& text) {
   std::map<std::string, double> out;
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("peregrine:engine_step_seconds_total{", 0) != 0) continue;
-    const size_t p = line.find("phase=\"");
-    const size_t q = line.find('"', p + 7);
+    if (line.empty() || line[0] == '#') continue;
     const size_t sp = line.rfind(' ');
-    if (p == std::string::npos || q == std::string::npos || sp == std::string::npos) continue;
-    out[line.substr(p + 7, q - p - 7)] = std::stod(line.substr(sp + 1));
+    const size_t brace = line.find('{');
+    if (sp == std::string::npos) continue;
+    const std::string name = line.substr(0, std::min(brace, sp));
+    double value = 0;
+    try {
+      value = std::stod(line.substr(sp + 1));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (name == "peregrine:engine_step_seconds_total") {
+      const size_t p = line.find("phase=\"");
+      const size_t q = line.find('"', p + 7);
+      if (p != std::string::npos && q != std::string::npos) out["step:" + line.substr(p + 7, q - p - 7)] = value;
+    } else {
+      out[name] = value;
+    }
   }
   return out;
 }
@@ -79,19 +91,26 @@ void print_serving_report(const std::vector<RequestResult>& results, double dura
 }
 
 void print_step_split(const std::string& before, const std::string& after) {
-  auto b = step_seconds(before);
-  auto a = step_seconds(after);
-  if (a.empty()) return;
-  double total = 0;
-  std::map<std::string, double> d;
-  for (auto& [k, v] : a) total += d[k] = v - b[k];
-  if (total <= 0) return;
-  std::printf("engine step split     ");
-  for (const char* k : {"schedule", "prepare", "forward", "sample", "update"}) {
-    std::printf("%s %.2f%%  ", k, 100.0 * d[k] / total);
+  auto b = read_metrics(before);
+  auto a = read_metrics(after);
+  if (!a.count("step:forward")) return;
+  auto d = [&](const std::string& k) { return a[k] - b[k]; };
+  const double steps = d("peregrine:engine_steps_total");
+  if (steps <= 0) return;
+  const double forward = d("step:forward");
+  double other = 0;
+  for (const char* k : {"step:schedule", "step:prepare", "step:sample", "step:update"}) other += d(k);
+  const double http = d("peregrine:http_io_cpu_seconds_total");
+  const double total = forward + other + http;
+  std::printf("engine steps          %.0f, per step: forward %.3f ms, schedule %.3f, prepare %.3f, sample %.3f, "
+              "update %.3f ms; HTTP I/O threads %.3f ms CPU\n",
+              steps, 1e3 * forward / steps, 1e3 * d("step:schedule") / steps, 1e3 * d("step:prepare") / steps,
+              1e3 * d("step:sample") / steps, 1e3 * d("step:update") / steps, 1e3 * http / steps);
+  std::printf("outside the forward   %.2f%% of the step (scheduling, batching, sampling, detokenizing, HTTP)\n",
+              total > 0 ? 100.0 * (other + http) / total : 0.0);
+  if (a.count("process_cpu_seconds_total")) {
+    std::printf("server process CPU    %.2f s over the run\n", d("process_cpu_seconds_total"));
   }
-  std::printf("\n                      outside the forward: %.2f%% of engine step time\n",
-              100.0 * (total - d["forward"]) / total);
 }
 
 }  // namespace peregrine::cli

@@ -9,6 +9,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <ctime>
+#include <pthread.h>
 #include <deque>
 #include <optional>
 #include <unordered_map>
@@ -403,6 +405,19 @@ void HttpServer::stop() {
   im.ioc.stop();
   for (auto& t : im.threads) t.join();
   im.threads.clear();
+}
+
+double HttpServer::io_cpu_seconds() const {
+  double total = 0;
+  for (auto& t : impl_->threads) {
+    clockid_t clock;
+    timespec ts{};
+    if (pthread_getcpuclockid(const_cast<std::thread&>(t).native_handle(), &clock) == 0 &&
+        clock_gettime(clock, &ts) == 0) {
+      total += static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    }
+  }
+  return total;
 }
 
 size_t HttpServer::num_connections() const {

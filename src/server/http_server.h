@@ -89,6 +89,8 @@ class HttpServer {
   // Stops the I/O threads (pending responses are dropped) and joins them.
   void stop();
   size_t num_connections() const;
+  // CPU time the I/O threads have used (parsing, handlers, JSON, writes): the HTTP share of the work.
+  double io_cpu_seconds() const;
   bool shutting_down() const { return shutting_down_.load(); }
 
  private:

@@ -1,5 +1,7 @@
 // /metrics: Prometheus text exposition of the engine's counters under vLLM's metric names (so existing
 // dashboards work), plus Peregrine's own (KV blocks, step time split, HTTP counters).
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <string>
 
@@ -109,6 +111,18 @@ std::string OpenAiServer::metrics_text() const {
                 {"forward", s.step_forward_seconds},
                 {"sample", s.step_sample_seconds},
                 {"update", s.step_update_seconds}});
+  if (options_.io_cpu_seconds) {
+    w.counter("peregrine:http_io_cpu_seconds_total", "CPU time of the HTTP I/O threads.", options_.io_cpu_seconds());
+  }
+  if (options_.num_connections) {
+    w.gauge("peregrine:http_connections", "Open HTTP connections.", static_cast<double>(options_.num_connections()));
+  }
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    w.counter("process_cpu_seconds_total", "Total user and system CPU time of the server process.",
+              static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec));
+  }
   w.counter("peregrine:http_requests_total", "HTTP requests received.", static_cast<double>(http_requests_.load()));
   w.counter("peregrine:http_client_errors_total", "HTTP 4xx responses.", static_cast<double>(http_errors_4xx_.load()));
   w.counter("peregrine:http_server_errors_total", "HTTP 5xx responses.", static_cast<double>(http_errors_5xx_.load()));

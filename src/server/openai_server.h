@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ struct ServerOptions {
   std::vector<std::string> served_model_names;  // the first is reported; any is accepted as `model`
   std::string api_key;                          // empty = no authentication
   int max_prompts_per_request = 1024;
+  // For /metrics: CPU seconds of the HTTP I/O threads and the open connections (optional).
+  std::function<double()> io_cpu_seconds;
+  std::function<size_t()> num_connections;
 };
 
 class OpenAiServer {
