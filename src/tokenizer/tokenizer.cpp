@@ -282,21 +282,23 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 }
 
 void Tokenizer::encode_into(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const {
+  if (!out.empty()) {  // the post-processor must see only this text's ids
+    std::vector<int32_t> ids;
+    encode_into(text, add_special_tokens, ids);
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
   check_utf8(text);
-  std::vector<int32_t> ids;
-  std::vector<int32_t>& target = out.empty() ? out : ids;
-  thread_local std::vector<AddedTokenPiece> pieces;
+  std::vector<AddedTokenPiece> pieces;
   if (raw_matcher_->split(text, pieces)) {
-    std::vector<AddedTokenPiece> local(pieces.begin(), pieces.end());  // encode_section reuses the thread buffer
-    for (const auto& p : local) {
-      if (p.token >= 0) target.push_back(added_tokens_[p.token].id);
-      else encode_section(text.substr(p.begin, p.end - p.begin), p.begin == 0, target);
+    for (const auto& p : pieces) {
+      if (p.token >= 0) out.push_back(added_tokens_[p.token].id);
+      else encode_section(text.substr(p.begin, p.end - p.begin), p.begin == 0, out);
     }
   } else {
-    encode_section(text, true, target);
+    encode_section(text, true, out);
   }
-  if (post_processor_) post_processor_->process(target, add_special_tokens);
-  if (&target != &out) out.insert(out.end(), ids.begin(), ids.end());
+  if (post_processor_) post_processor_->process(out, add_special_tokens);
 }
 
 void Tokenizer::encode_section(std::string_view text, bool at_origin, std::vector<int32_t>& out) const {
@@ -304,10 +306,9 @@ void Tokenizer::encode_section(std::string_view text, bool at_origin, std::vecto
   std::string normalized(text);
   if (normalizer_) normalizer_->normalize(normalized);
   if (normalized.empty()) return;
-  thread_local std::vector<AddedTokenPiece> pieces;
+  std::vector<AddedTokenPiece> pieces;
   if (normalized_matcher_->split(normalized, pieces)) {
-    std::vector<AddedTokenPiece> local(pieces.begin(), pieces.end());
-    for (const auto& p : local) {
+    for (const auto& p : pieces) {
       if (p.token >= 0) out.push_back(added_tokens_[p.token].id);
       else model_section(std::string_view(normalized).substr(p.begin, p.end - p.begin), at_origin && p.begin == 0, out);
     }
