@@ -65,15 +65,21 @@ class Value {
   enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kFunction };
 
   Value() = default;  // undefined
-  static Value none() { return Value(Storage(NoneTag{})); }
-  static Value boolean(bool v) { return Value(Storage(v)); }
-  static Value integer(int64_t v) { return Value(Storage(v)); }
-  static Value floating(double v) { return Value(Storage(v)); }
-  static Value string(std::string v) { return Value(Storage(std::move(v))); }
-  static Value list(List items) { return Value(Storage(make_container<List>(std::move(items)))); }
+  static Value none() { return Value(std::in_place_type<NoneTag>); }
+  static Value boolean(bool v) { return Value(std::in_place_type<bool>, v); }
+  static Value integer(int64_t v) { return Value(std::in_place_type<int64_t>, v); }
+  static Value floating(double v) { return Value(std::in_place_type<double>, v); }
+  static Value string(std::string v) { return Value(std::in_place_type<std::string>, std::move(v)); }
+  static Value list(List items) {
+    return Value(std::in_place_type<std::shared_ptr<List>>, make_container<List>(std::move(items)));
+  }
   static Value dict(Dict d);  // defined below, once Dict is complete
-  static Value name_space(std::shared_ptr<Namespace> ns) { return Value(Storage(std::move(ns))); }
-  static Value function(std::shared_ptr<Callable> fn) { return Value(Storage(std::move(fn))); }
+  static Value name_space(std::shared_ptr<Namespace> ns) {
+    return Value(std::in_place_type<std::shared_ptr<Namespace>>, std::move(ns));
+  }
+  static Value function(std::shared_ptr<Callable> fn) {
+    return Value(std::in_place_type<std::shared_ptr<Callable>>, std::move(fn));
+  }
 
   Kind kind() const { return static_cast<Kind>(storage_.index()); }
   bool is_undefined() const { return kind() == Kind::kUndefined; }
@@ -106,7 +112,9 @@ class Value {
  private:
   using Storage = std::variant<std::monostate, NoneTag, bool, int64_t, double, std::string, std::shared_ptr<List>,
                                std::shared_ptr<Dict>, std::shared_ptr<Namespace>, std::shared_ptr<Callable>>;
-  explicit Value(Storage s) : storage_(std::move(s)) {}
+  // Constructs the alternative in place (a temporary variant moved in trips GCC's maybe-uninitialized check).
+  template <typename T, typename... Args>
+  explicit Value(std::in_place_type_t<T> tag, Args&&... args) : storage_(tag, std::forward<Args>(args)...) {}
   Storage storage_;
 };
 
@@ -142,7 +150,9 @@ class Callable {
   virtual Value call(Interpreter& interpreter, CallArgs& args, const ScopePtr& caller_scope) = 0;
 };
 
-inline Value Value::dict(Dict d) { return Value(Storage(make_container<Dict>(std::move(d)))); }
+inline Value Value::dict(Dict d) {
+  return Value(std::in_place_type<std::shared_ptr<Dict>>, make_container<Dict>(std::move(d)));
+}
 
 // Converts template input (messages, tools, kwargs) to values. Numbers follow JavaScript: an integral float
 // such as 2.0 becomes the integer 2; object keys that look like array indices come first, in ascending order.
