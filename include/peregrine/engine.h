@@ -78,6 +78,7 @@ struct EngineStats {
   uint64_t requests_finished_abort = 0;
   Histogram ttft_seconds;
   Histogram inter_token_seconds;
+  Histogram time_per_output_token_seconds;  // per request: (finished - first token) / (tokens - 1)
   Histogram e2e_seconds;
   // Engine loop time split, seconds summed over all steps.
   uint64_t num_steps = 0;

@@ -51,6 +51,7 @@ EngineCore::EngineCore(std::unique_ptr<ops::Backend> backend, std::unique_ptr<mo
   }
   stats_.ttft_seconds = make_latency_histogram(ttft_bounds());
   stats_.inter_token_seconds = make_latency_histogram(inter_token_bounds());
+  stats_.time_per_output_token_seconds = make_latency_histogram(inter_token_bounds());
   stats_.e2e_seconds = make_latency_histogram(e2e_bounds());
 }
 

@@ -158,6 +158,10 @@ void EngineCore::emit(RequestState& req) {
   if (all_finished) {
     req.timings.finished = now();
     observe(stats_.e2e_seconds, req.timings.finished - req.timings.arrival);
+    const int generated = req.seqs[0]->seq.num_output_tokens();
+    if (generated > 1 && req.timings.first_token > 0.0) {
+      observe(stats_.time_per_output_token_seconds, (req.timings.finished - req.timings.first_token) / (generated - 1));
+    }
     release_queued(req);
   }
   out.timings = req.timings;

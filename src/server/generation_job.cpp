@@ -19,6 +19,26 @@ Json bytes_of(const std::string& s) {
   return b;
 }
 
+// vLLM's prompt_logprobs: null for the first token, then {token_id: {logprob, rank, decoded_token}} per position.
+Json prompt_logprobs_json(const std::vector<PositionLogprobs>& lps) {
+  Json out = Json::array();
+  for (size_t i = 0; i < lps.size(); ++i) {
+    if (i == 0) {
+      out.push_back(nullptr);
+      continue;
+    }
+    Json pos = Json::object();
+    auto add = [&](const TokenLogprob& t) {
+      pos[std::to_string(t.token_id)] =
+          Json{{"logprob", clamp_logprob(t.logprob)}, {"rank", t.rank}, {"decoded_token", t.text}};
+    };
+    add(lps[i].chosen);
+    for (const TokenLogprob& t : lps[i].top) add(t);
+    out.push_back(std::move(pos));
+  }
+  return out;
+}
+
 Json finish_json(FinishReason r) {
   return r == FinishReason::kNone ? Json(nullptr) : Json(finish_reason_name(r));
 }
@@ -257,6 +277,9 @@ void GenerationJob::finish() {
     }
     ch["finish_reason"] = finish_json(c.finish_reason);
     ch["stop_reason"] = stop_reason_json(c.stop_string, c.stop_token_id);
+    if (options_.sampling.params.prompt_logprobs && !options_.sampling.echo) {
+      ch["prompt_logprobs"] = prompt_logprobs_json(states_[i / n].prompt_logprobs);
+    }
     choices.push_back(std::move(ch));
   }
   body["choices"] = std::move(choices);

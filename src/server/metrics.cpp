@@ -100,6 +100,8 @@ std::string OpenAiServer::metrics_text() const {
                 {"abort", static_cast<double>(s.requests_finished_abort)}});
   w.histogram("vllm:time_to_first_token_seconds", "Time to first token in seconds.", s.ttft_seconds);
   w.histogram("vllm:inter_token_latency_seconds", "Time between output tokens in seconds.", s.inter_token_seconds);
+  w.histogram("vllm:time_per_output_token_seconds", "Time per output token of a request (after the first) in seconds.",
+              s.time_per_output_token_seconds);
   w.histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds.", s.e2e_seconds);
   w.gauge("peregrine:kv_blocks_total", "KV cache blocks.", s.num_kv_blocks);
   w.gauge("peregrine:kv_blocks_used", "KV cache blocks held by requests.", s.num_used_kv_blocks);

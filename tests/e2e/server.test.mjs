@@ -140,6 +140,16 @@ test('completion logprobs and echo', async () => {
   assert.equal(echo.choices[0].text, 'x = [1, 2, 3]\n' + r.choices[0].text);
   assert.equal(echo.choices[0].logprobs.token_logprobs[0], null);
   assert.equal(echo.choices[0].logprobs.tokens.length, echo.usage.prompt_tokens + 5);
+  // vLLM's prompt_logprobs: null first, then {token_id: {logprob, rank, decoded_token}} per prompt token.
+  const pl = await client.completions.create({ ...greedy, prompt: 'x = [1, 2, 3]\n', max_tokens: 2, prompt_logprobs: 2 });
+  const plp = pl.choices[0].prompt_logprobs;
+  assert.equal(plp.length, pl.usage.prompt_tokens);
+  assert.equal(plp[0], null);
+  for (const pos of plp.slice(1)) {
+    const entries = Object.values(pos);
+    assert.ok(entries.length >= 2 && entries.length <= 3);
+    for (const e of entries) assert.ok(e.logprob <= 0 && e.rank >= 1 && typeof e.decoded_token === 'string');
+  }
 });
 
 test('chat: template, streaming and not, logprobs, max_completion_tokens, tools reach the template', async () => {
