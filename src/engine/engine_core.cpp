@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include "core/status.h"
 #include "engine/engine_stats.h"
@@ -49,6 +51,10 @@ EngineCore::EngineCore(std::unique_ptr<ops::Backend> backend, std::unique_ptr<mo
                 "max_model_len " + std::to_string(config.max_model_len) + " exceeds the KV cache capacity of " +
                     std::to_string(static_cast<int64_t>(config.num_blocks) * config.block_size) + " tokens");
   }
+  // Sampling many rows is spread over a few threads (each row is independent, so results do not change).
+  const int sampling_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 4);
+  if (sampling_threads > 1) sampling_pool_ = std::make_unique<ThreadPool>(sampling_threads);
+  workspaces_.resize(static_cast<size_t>(sampling_threads));
   stats_.ttft_seconds = make_latency_histogram(ttft_bounds());
   stats_.inter_token_seconds = make_latency_histogram(inter_token_bounds());
   stats_.time_per_output_token_seconds = make_latency_histogram(inter_token_bounds());
@@ -169,7 +175,7 @@ void EngineCore::abort_all(const std::string& reason) {
 }
 
 PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int top_k, double lse,
-                                           std::span<const int32_t> context) {
+                                           std::span<const int32_t> context, SamplingWorkspace& ws) const {
   const int vocab = runner_.vocab_size();
   PositionLogprobs lp;
   lp.chosen.token_id = chosen;
@@ -177,17 +183,17 @@ PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int
   int rank = 1;
   for (int i = 0; i < vocab; ++i) rank += row[i] > row[chosen] ? 1 : 0;
   lp.chosen.rank = rank;
-  text_ids_.assign(1, chosen);
+  ws.text_ids.assign(1, chosen);
   if (top_k > 0) {
     auto top = Sampler::top_logprobs(row, vocab, top_k, lse);
     for (size_t r = 0; r < top.size(); ++r) {
       lp.top.push_back({top[r].first, top[r].second, static_cast<int32_t>(r + 1), {}});
-      text_ids_.push_back(top[r].first);
+      ws.text_ids.push_back(top[r].first);
     }
   }
-  codec_->token_texts_after(context, text_ids_, text_out_);
-  lp.chosen.text = std::move(text_out_[0]);
-  for (size_t r = 0; r < lp.top.size(); ++r) lp.top[r].text = std::move(text_out_[r + 1]);
+  codec_->token_texts_after(context, ws.text_ids, ws.text_out);
+  lp.chosen.text = std::move(ws.text_out[0]);
+  for (size_t r = 0; r < lp.top.size(); ++r) lp.top[r].text = std::move(ws.text_out[r + 1]);
   return lp;
 }
 
@@ -208,27 +214,28 @@ void EngineCore::compute_prompt_logprobs(RequestState& req, const float* rows, i
     const float* row = rows + static_cast<size_t>(r) * vocab;
     req.prompt_logprobs.push_back(make_logprobs(row, req.prompt[static_cast<size_t>(target)], k,
                                                 Sampler::log_sum_exp(row, vocab),
-                                                std::span<const int32_t>(req.prompt).first(static_cast<size_t>(target))));
+                                                std::span<const int32_t>(req.prompt).first(static_cast<size_t>(target)),
+                                                workspaces_[0]));
   }
   if (static_cast<int>(req.prompt_logprobs.size()) >= prompt_len) req.prompt_logprobs_done = true;
 }
 
-int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row) {
+int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws) const {
   const SamplingParams& p = req.params;
   const int vocab = runner_.vocab_size();
   const bool edit = needs_logits_edits(p);
-  if (edit) edits_.apply(row, vocab, req, ss, config_.eos_token_ids);
+  if (edit) ws.edits.apply(row, vocab, req, ss, config_.eos_token_ids);
   SamplerParams sp;
   sp.temperature = p.temperature;
   sp.top_k = p.top_k;
   sp.top_p = p.top_p;
   sp.min_p = p.min_p;
   sp.num_logprobs = -1;
-  const int32_t token = sampler_.sample(row, vocab, sp, ss.rng).token;
-  if (edit) edits_.restore(row);
+  const int32_t token = ws.sampler.sample(row, vocab, sp, ss.rng).token;
+  if (edit) ws.edits.restore(row);
   if (p.logprobs) {
     const double lse = Sampler::log_sum_exp(row, vocab);
-    PositionLogprobs lp = make_logprobs(row, token, *p.logprobs, lse, ss.seq.token_ids);
+    PositionLogprobs lp = make_logprobs(row, token, *p.logprobs, lse, ss.seq.token_ids, ws);
     ss.cumulative_logprob += lp.chosen.logprob;
     ss.pending_logprobs.push_back(std::move(lp));
   }
@@ -264,6 +271,8 @@ void EngineCore::step() {
   const int vocab = runner_.vocab_size();
   std::vector<std::pair<SeqState*, int32_t>> sampled;
   sampled.reserve(out.seqs.size());
+  std::vector<float*> rows;
+  rows.reserve(out.seqs.size());
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     Sequence& seq = *out.seqs[i].seq;
     RequestState& req = *seq.request;
@@ -273,9 +282,33 @@ void EngineCore::step() {
                               rows_.prompt_row_count[i], begin_positions[i]);
     }
     if (rows_.sample_row[i] >= 0) {
-      float* row = logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab;
-      sampled.emplace_back(&ss, sample_token(ss, req, row));
+      sampled.emplace_back(&ss, -1);
+      rows.push_back(logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab);
     }
+  }
+  // Each row touches only its own sequence's state, so rows can be sampled on several threads.
+  const size_t num_sampled = sampled.size();
+  const int threads = sampling_pool_ && num_sampled >= 16 ? sampling_pool_->num_threads() : 1;
+  std::vector<std::exception_ptr> failures(static_cast<size_t>(threads));
+  auto sample_part = [&](int t) {
+    const size_t begin = num_sampled * static_cast<size_t>(t) / static_cast<size_t>(threads);
+    const size_t end = num_sampled * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+    try {
+      for (size_t k = begin; k < end; ++k) {
+        SeqState& ss = *sampled[k].first;
+        sampled[k].second = sample_token(ss, *ss.seq.request, rows[k], workspaces_[static_cast<size_t>(t)]);
+      }
+    } catch (...) {
+      failures[static_cast<size_t>(t)] = std::current_exception();
+    }
+  };
+  if (threads > 1) {
+    sampling_pool_->run_on_all(sample_part);
+  } else {
+    sample_part(0);
+  }
+  for (auto& f : failures) {
+    if (f) std::rethrow_exception(f);
   }
   const auto t4 = Clock::now();
 

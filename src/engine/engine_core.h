@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "engine/logits_processor.h"
 #include "engine/model_runner.h"
 #include "engine/request_state.h"
@@ -70,9 +71,16 @@ class EngineCore {
 
  private:
   void compute_prompt_logprobs(RequestState& req, const float* rows, int count, int first_position);
+  // Per-thread scratch of the sampling phase (rows are sampled in parallel when there are many).
+  struct SamplingWorkspace {
+    Sampler sampler;
+    LogitsEdits edits;
+    std::vector<int32_t> text_ids;
+    std::vector<std::string> text_out;
+  };
   PositionLogprobs make_logprobs(const float* row, int32_t chosen, int top_k, double lse,
-                                 std::span<const int32_t> context);
-  int32_t sample_token(SeqState& ss, RequestState& req, float* row);
+                                 std::span<const int32_t> context, SamplingWorkspace& ws) const;
+  int32_t sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws) const;
   void process_token(RequestState& req, SeqState& ss, int32_t token, double now);
   void finish_seq(RequestState& req, SeqState& ss, FinishReason reason);
   void emit(RequestState& req);
@@ -86,11 +94,9 @@ class EngineCore {
   SamplingParams default_params_;
   Scheduler scheduler_;
   ModelRunner runner_;
-  Sampler sampler_;
-  LogitsEdits edits_;
+  std::unique_ptr<ThreadPool> sampling_pool_;  // null when one thread samples
+  std::vector<SamplingWorkspace> workspaces_;  // one per sampling thread
   std::vector<float> logits_;
-  std::vector<int32_t> text_ids_;        // scratch for logprob token texts
-  std::vector<std::string> text_out_;
   std::vector<uint8_t> want_prompt_rows_;
   LogitsRows rows_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;

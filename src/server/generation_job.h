@@ -74,6 +74,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<Choice> choices_;  // prompt_index * n + completion index
   size_t remaining_ = 0;
   std::optional<std::string> error_;
+  std::string chunk_prefix_;  // '{"id":…,"model":…,"choices":[{"index":' of every stream chunk
   // Guards the response against a submission failing after another prompt already produced output.
   std::mutex mutex_;
   bool stream_started_ = false;
