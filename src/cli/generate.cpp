@@ -99,7 +99,7 @@ void run_generate(const GenerateArgs& a) {
   go.seed = a.seed;
   go.ignore_eos = a.ignore_eos;
   go.eos_token_ids = config.eos_token_ids;
-  model->allocate_kv_cache({1, 16, choice.kv_dtype});  // sets the KV dtype; simple_generate sizes it
+  go.kv_dtype = choice.kv_dtype;
   bool first = true;
   double ttft_s = 0;
   go.on_token = [&](size_t, int32_t) {

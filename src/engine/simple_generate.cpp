@@ -39,7 +39,7 @@ std::vector<SimpleGenerateResult> simple_generate(model::Model& model, const std
     if (opt.prompt_logprobs >= 0) results[i].prompt_top.resize(s.prompt_len);
     if (opt.max_tokens <= 0) s.done = true;
   }
-  model.allocate_kv_cache({total_blocks, bs, model.kv_cache_spec().dtype});
+  model.allocate_kv_cache({total_blocks, bs, opt.kv_dtype});
   Sampler sampler;
   model::ForwardBatch batch;
   std::vector<float> logits;

@@ -21,6 +21,7 @@ struct SimpleGenerateOptions {
   bool ignore_eos = false;
   int prompt_logprobs = -1;            // k >= 0: top-k logprobs at every prompt position
   int block_size = 16;
+  DType kv_dtype = DType::kF32;       // KV cache dtype (the cache is sized for exactly this batch)
   // Called after each step with (sequence index, token) for streaming output.
   std::function<void(size_t, int32_t)> on_token;
 };

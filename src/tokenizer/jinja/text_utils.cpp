@@ -1,6 +1,7 @@
 // Text helpers for the Jinja interpreter (see text_utils.h): UTF-8, JavaScript whitespace and number formats,
 // JSON string escaping.
 #include "tokenizer/jinja/text_utils.h"
+#include "tokenizer/unicode.h"
 
 #include <charconv>
 #include <cmath>
@@ -53,23 +54,7 @@ char32_t next_code_point(std::string_view s, size_t& i) {
   return cp;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void append_utf8(std::string& out, char32_t cp) { tokenizer::append_utf8(out, static_cast<uint32_t>(cp)); }
 
 std::optional<size_t> find_invalid_utf8(std::string_view s) {
   size_t i = 0;

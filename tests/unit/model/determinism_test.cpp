@@ -26,12 +26,12 @@ std::vector<engine::SimpleGenerateResult> run(const std::filesystem::path& dir, 
   mo.max_num_batched_tokens = budget;
   mo.max_num_seqs = static_cast<int>(prompts.size());
   auto model = model::load_model(dir, *backend, mo);
-  model->allocate_kv_cache({1, 16, choice.kv_dtype});
   engine::SimpleGenerateOptions go;
   go.max_tokens = 24;
   go.sampler.temperature = 0;
   go.sampler.num_logprobs = 3;
   go.ignore_eos = true;
+  go.kv_dtype = choice.kv_dtype;
   return engine::simple_generate(*model, prompts, go, budget);
 }
 

@@ -74,7 +74,6 @@ TEST_P(Fidelity, MatchesTransformers) {
   mo.max_num_batched_tokens = 1024;
   mo.max_num_seqs = static_cast<int>(cases.size());
   auto model = model::load_model(dir, *backend, mo);
-  model->allocate_kv_cache({1, 16, choice.kv_dtype});
 
   std::vector<std::vector<int32_t>> prompts;
   int max_out = 0;
@@ -88,6 +87,7 @@ TEST_P(Fidelity, MatchesTransformers) {
   go.sampler.num_logprobs = 5;
   go.prompt_logprobs = 5;
   go.ignore_eos = true;
+  go.kv_dtype = choice.kv_dtype;
   auto results = engine::simple_generate(*model, prompts, go, 1024);
 
   int compared_steps = 0;
