@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "peregrine/engine.h"
 
@@ -117,6 +118,10 @@ TEST_F(EngineModelTest, GreedyIsIdenticalAloneCachedBatchedAndPreempted) {
   }
   auto batch = run_batch(*engine, prompts, checked, kTokens);
   for (int i : checked) EXPECT_EQ(batch[i], alone[i]) << "prompt " << i << " in a batch of 64";
+  // Stats are published after the step that delivered the last output.
+  for (int i = 0; i < 400 && engine->stats().num_used_kv_blocks != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(engine->stats().num_used_kv_blocks, 0);
 
   // A KV cache of 40 blocks (640 tokens) for 64 requests: preemption and recompute, nothing fails.

@@ -33,6 +33,32 @@ std::unique_ptr<Engine> make_engine(int max_queued = 4096, int max_seqs = 16) {
   return std::make_unique<Engine>(std::move(core));
 }
 
+// Holds the engine loop inside an output callback until released, so a request stays live for as long as a test
+// needs (the fake model would otherwise finish it within a millisecond, before the test's next statement).
+class Gate {
+ public:
+  void block() {
+    std::unique_lock<std::mutex> lock(m_);
+    reached_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  void wait_reached() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return reached_; });
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(m_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool reached_ = false, open_ = false;
+};
+
 SamplingParams greedy(int max_tokens) {
   SamplingParams p;
   p.temperature = 0.0f;
@@ -90,12 +116,22 @@ TEST(Engine, ConcurrentSubmittersGetTheirOwnStreams) {
 TEST(Engine, DuplicateIdsAndInvalidRequestsAreRefused) {
   auto engine = make_engine();
   std::atomic<bool> finished{false};
-  engine->add_request("dup", {3, 4}, greedy(200), [&](RequestOutput&& o) { finished = o.finished; });
+  Gate gate;
+  engine->add_request("dup", {3, 4}, greedy(200), [&](RequestOutput&& o) {
+    if (o.finished) finished = true;
+    else gate.block();  // "dup" stays live while the loop waits here
+  });
+  gate.wait_reached();
   EXPECT_THROW(engine->add_request("dup", {3, 4}, greedy(2), nullptr), Error);
   EXPECT_THROW(engine->add_request("bad", {}, greedy(2), nullptr), Error);
   engine->abort_request("dup");
-  for (int i = 0; i < 200 && !finished; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  gate.open();
+  for (int i = 0; i < 400 && !finished; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_TRUE(finished);
+  // Stats are published after the step that delivered the final output.
+  for (int i = 0; i < 400 && engine->stats().num_used_kv_blocks != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_EQ(engine->stats().num_used_kv_blocks, 0);
 }
 
@@ -116,15 +152,23 @@ TEST(Engine, QueueLimitRefusesWithUnavailable) {
 TEST(Engine, ShutdownEndsInFlightRequests) {
   auto engine = make_engine();
   std::atomic<int> finals{0};
+  Gate gate;
+  std::atomic<bool> gated{false};
   for (int i = 0; i < 5; ++i) {
     engine->add_request(testing::make_id("s", i), {3, 4, 5}, greedy(250), [&](RequestOutput&& o) {
       if (o.finished) {
         EXPECT_EQ(o.outputs.back().finish_reason, FinishReason::kAbort);
         ++finals;
+      } else if (!gated.exchange(true)) {
+        gate.block();  // hold the loop so no request can finish on its own before the shutdown
       }
     });
   }
-  engine->shutdown();
+  gate.wait_reached();
+  std::thread stopper([&] { engine->shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the stop flag is set at once; the loop is held
+  gate.open();
+  stopper.join();
   EXPECT_EQ(finals.load(), 5);
   EXPECT_THROW(engine->add_request("late", {3}, greedy(2), nullptr), Error);
 }
