@@ -44,6 +44,9 @@ struct ModelInfo {
 // with key order kept: templates print them).
 struct ChatTemplateOptions {
   bool add_generation_prompt = true;
+  // The rendered prompt ends right after the final message's content, so the model continues that message
+  // (e.g. a partly written assistant reply). Exclusive with add_generation_prompt.
+  bool continue_final_message = false;
   const nlohmann::ordered_json* tools = nullptr;                 // array or null
   const nlohmann::ordered_json* chat_template_kwargs = nullptr;  // object or null
 };

@@ -84,13 +84,56 @@ std::string TokenizerCodec::apply_chat_template(const nlohmann::ordered_json& me
                 "this model has no chat template (" + chat_template_error_ +
                     "); start the server with --chat-template or use /v1/completions");
   }
+  if (options.continue_final_message && options.add_generation_prompt) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "continue_final_message and add_generation_prompt cannot both be true");
+  }
   ChatRenderOptions render;
   render.add_generation_prompt = options.add_generation_prompt;
   if (options.tools && !options.tools->is_null()) render.tools = *options.tools;
   if (options.chat_template_kwargs && options.chat_template_kwargs->is_object()) {
     render.extra_kwargs = *options.chat_template_kwargs;
   }
-  return render_chat(*chat_template_, messages, render);
+  std::string rendered = render_chat(*chat_template_, messages, render);
+  if (options.continue_final_message) cut_after_final_message(rendered, messages);
+  return rendered;
+}
+
+// Templates commonly trim message content, so the final message is looked for without its surrounding
+// whitespace; the prompt ends at its last occurrence (what the template wrote after it is the end-of-turn).
+void TokenizerCodec::cut_after_final_message(std::string& rendered, const nlohmann::ordered_json& messages) {
+  if (!messages.is_array() || messages.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "continue_final_message needs at least one message");
+  }
+  const nlohmann::ordered_json& last = messages.back();
+  std::string content;
+  if (last.is_object()) {
+    auto it = last.find("content");
+    if (it != last.end() && it->is_string()) {
+      content = it->get<std::string>();
+    } else if (it != last.end() && it->is_array()) {
+      for (auto part = it->rbegin(); part != it->rend(); ++part) {
+        if (part->is_object() && part->contains("text") && (*part)["text"].is_string()) {
+          content = (*part)["text"].get<std::string>();
+          break;
+        }
+      }
+    }
+  }
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  size_t b = 0, e = content.size();
+  while (b < e && is_space(content[b])) ++b;
+  while (e > b && is_space(content[e - 1])) --e;
+  const std::string_view needle(content.data() + b, e - b);
+  if (needle.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "continue_final_message: the final message has no text content to continue");
+  }
+  const size_t at = rendered.rfind(needle);
+  if (at == std::string::npos) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "continue_final_message: the final message does not appear in the prompt the chat template rendered");
+  }
+  rendered.resize(at + needle.size());
 }
 
 }  // namespace peregrine::engine

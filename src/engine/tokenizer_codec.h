@@ -33,6 +33,8 @@ class TokenizerCodec : public TextCodec {
                                   const ChatTemplateOptions& options) const override;
 
  private:
+  static void cut_after_final_message(std::string& rendered, const nlohmann::ordered_json& messages);
+
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;
   std::string chat_template_error_;  // why there is none

@@ -83,9 +83,12 @@ std::string OpenAiServer::render_messages(const Fields& f, bool default_add_gene
   if (!messages) throw_bad_field("messages", "a list of messages is required");
   const Json normalized = normalize_messages(*messages);
   ChatTemplateOptions options;
-  options.add_generation_prompt = f.boolean("add_generation_prompt").value_or(default_add_generation_prompt);
-  if (f.boolean("continue_final_message").value_or(false)) {
-    throw_bad_field("continue_final_message", "is not supported");
+  options.continue_final_message = f.boolean("continue_final_message").value_or(false);
+  // Continuing the final message implies no generation prompt unless the client asks for both (an error).
+  options.add_generation_prompt =
+      f.boolean("add_generation_prompt").value_or(options.continue_final_message ? false : default_add_generation_prompt);
+  if (options.continue_final_message && options.add_generation_prompt) {
+    throw_bad_field("continue_final_message", "cannot be true together with add_generation_prompt");
   }
   const Json* tools = f.get("tools");
   if (tools && !tools->is_array()) throw_bad_field("tools", "expected a list of tools");
