@@ -24,7 +24,7 @@ timeout 40 "$build/peregrine" bench latency --random-weights --config "$cfg" --d
   --input-len 1024 --output-len 64 --iterations 1 | tee "$out/latency.jsonl"
 if "$build/peregrine" bench throughput --help >/dev/null 2>&1; then
   timeout 100 "$build/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
-    --device cuda --input-len 1024 --output-len 400 --concurrency "${CONCURRENCY:-1,16,64,256}" 2>&1 |
+    --device cuda --input-len 1024 --output-len 400 --concurrency "${CONCURRENCY:-1,2,4,8,16,32,64,128,256}" 2>&1 |
     tee "$out/throughput.log" | tail -15
 fi
 echo "total: $(( $(date +%s) - start )) s"

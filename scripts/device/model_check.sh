@@ -35,5 +35,5 @@ lat --input-len 8192 --output-len 8 --batch-size 1 --iterations 2
 for bs in ${BATCHES:-8 64 256}; do lat --input-len 1024 --output-len 400 --batch-size "$bs" --iterations 1; done
 tail -5 "$out/bench.err" 2>/dev/null
 
-PYTHONUNBUFFERED=1 timeout 240 python3 scripts/device/torch_baseline.py "$cfg" 2>&1 | tee "$out/torch.log" | grep -E "^torch|Error" 
+PYTHONUNBUFFERED=1 timeout 300 python3 scripts/device/torch_baseline.py "$cfg" --compile 2>&1 | tee "$out/torch.log" | grep -E "^torch|Error" 
 echo "total: $(( $(date +%s) - start )) s"
