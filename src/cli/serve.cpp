@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli/commands.h"
 #include "core/status.h"
@@ -26,6 +27,8 @@ struct ServeArgs {
   size_t max_request_body_bytes = size_t{16} << 20;
   int io_threads = 2;
   double shutdown_grace_s = 10.0;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 // Many concurrent connections need file descriptors: raise the soft limit to the hard one.
@@ -49,6 +52,18 @@ void run_serve(ServeArgs& a) {
                                                  " is not supported yet: Peregrine serves a model on one device");
   }
   if (a.port < 0 || a.port > 65535) throw Error(ErrorCode::kInvalidArgument, "--port must be in [0, 65535]");
+  std::optional<server::ToolParserKind> tool_parser;
+  if (!a.tool_call_parser.empty()) {
+    tool_parser = server::tool_parser_from_name(a.tool_call_parser);
+    if (!tool_parser) {
+      throw Error(ErrorCode::kInvalidArgument, "--tool-call-parser: unknown parser '" + a.tool_call_parser +
+                                                   "' (known: " + server::tool_parser_names() + ")");
+    }
+  }
+  if (a.enable_auto_tool_choice && !tool_parser) {
+    throw Error(ErrorCode::kInvalidArgument, "--enable-auto-tool-choice needs --tool-call-parser (" +
+                                                 server::tool_parser_names() + ")");
+  }
   // Signals are taken by sigwait() on this thread only; every thread started below inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
@@ -64,6 +79,7 @@ void run_serve(ServeArgs& a) {
   server::ServerOptions so;
   so.served_model_names = a.served_model_names.empty() ? std::vector<std::string>{a.engine.model} : a.served_model_names;
   so.api_key = a.api_key;
+  if (a.enable_auto_tool_choice) so.tool_parser = tool_parser;
   server::HttpServerOptions ho;
   ho.host = a.host;
   ho.port = a.port;
@@ -84,7 +100,8 @@ void run_serve(ServeArgs& a) {
             << "peregrine serve: KV cache " << info.num_kv_blocks << " blocks x " << info.block_size << " = "
             << info.kv_capacity_tokens << " tokens (" << mib(info.kv_cache_bytes) << "), max_model_len "
             << info.max_model_len << ", prefix caching " << (a.engine.enable_prefix_caching ? "on" : "off")
-            << (info.has_chat_template ? ", chat template loaded" : ", no chat template") << "\n"
+            << (info.has_chat_template ? ", chat template loaded" : ", no chat template")
+            << (so.tool_parser ? ", tool calls parsed (" + a.tool_call_parser + ")" : std::string()) << "\n"
             << "peregrine serve: serving " << so.served_model_names.front() << " on http://" << a.host << ":"
             << http.port() << " (Ctrl-C to stop)" << std::endl;
 
@@ -141,6 +158,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-request-body-bytes", args->max_request_body_bytes, "Larger bodies get 413")
       ->capture_default_str();
+  cmd->add_flag("--enable-auto-tool-choice", args->enable_auto_tool_choice,
+                "Parse the model's tool calls into tool_calls (needs --tool-call-parser)");
+  cmd->add_option("--tool-call-parser", args->tool_call_parser, "Tool-call format: hermes, llama3_json or mistral");
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--io-threads", args->io_threads, "HTTP I/O threads")->capture_default_str();
   cmd->callback([args] { run_serve(*args); });

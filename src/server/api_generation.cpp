@@ -164,10 +164,17 @@ void OpenAiServer::handle_chat(const HttpRequest& request, const std::shared_ptr
       throw_bad_field("response_format", "only {\"type\": \"text\"} is supported");
     }
   }
+  std::string tool_choice = "auto";
   if (const Json* tc = f.get("tool_choice")) {
     if (!tc->is_string() || (*tc != "none" && *tc != "auto")) {
       throw_bad_field("tool_choice", "only \"none\" and \"auto\" are supported");
     }
+    tool_choice = tc->get<std::string>();
+  }
+  const Json* tools = f.get("tools");
+  const bool parse_tools = options_.tool_parser && tools && tools->is_array() && !tools->empty() && tool_choice == "auto";
+  if (parse_tools && *options_.tool_parser == ToolParserKind::kMistral) {
+    sampling.params.skip_special_tokens = false;  // [TOOL_CALLS] is a special token
   }
   const std::string text = render_messages(f, true);
   JobPrompt prompt;
@@ -179,6 +186,7 @@ void OpenAiServer::handle_chat(const HttpRequest& request, const std::shared_ptr
   options.created = unix_now();
   sampling.echo = false;
   options.sampling = std::move(sampling);
+  if (parse_tools) options.tool_parser = options_.tool_parser;
   std::vector<JobPrompt> prompts;
   prompts.push_back(std::move(prompt));
   auto job = std::make_shared<GenerationJob>(engine_, channel, std::move(options), std::move(prompts));

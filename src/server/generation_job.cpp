@@ -49,6 +49,20 @@ Json stop_reason_json(const std::optional<std::string>& s, const std::optional<i
   return Json(nullptr);
 }
 
+// OpenAI's tool_calls list; streamed deltas carry each call's index.
+Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json call;
+    if (with_index) call["index"] = i;
+    call["id"] = new_tool_call_id();
+    call["type"] = "function";
+    call["function"] = Json{{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 }  // namespace
 
 GenerationJob::GenerationJob(Engine& engine, std::shared_ptr<ResponseChannel> channel, JobOptions options,
@@ -57,6 +71,9 @@ GenerationJob::GenerationJob(Engine& engine, std::shared_ptr<ResponseChannel> ch
   const size_t n = static_cast<size_t>(options_.sampling.params.n);
   states_.resize(prompts_.size());
   choices_.resize(prompts_.size() * n);
+  if (options_.tool_parser && options_.sampling.stream) {
+    for (Choice& c : choices_) c.tool_stream.emplace(*options_.tool_parser);
+  }
   remaining_ = prompts_.size();
   Json base = chunk_base();
   std::string head = dump(base);
@@ -215,14 +232,31 @@ void GenerationJob::on_output(size_t prompt_index, RequestOutput&& out) {
       // Built as a string: this runs once per token per stream, and nlohmann objects cost ten times more.
       std::string chunk = chunk_prefix_;
       chunk += std::to_string(index);
-      if (chat) {
+      if (chat && choice.tool_stream) {
+        // Content is released only where it cannot be part of a call; the calls come with the final chunk.
+        std::string content = choice.tool_stream->feed(c.text);
+        std::vector<ToolCall> calls;
+        if (c.finished()) {
+          ParsedToolCalls rest = choice.tool_stream->finish();
+          if (rest.content) content += *rest.content;
+          calls = std::move(rest.calls);
+        }
+        if (content.empty() && calls.empty() && !c.finished() && !want_logprobs) continue;
+        Json delta = Json::object();
+        if (!content.empty()) delta["content"] = content;
+        if (!calls.empty()) {
+          delta["tool_calls"] = tool_calls_json(calls, true);
+          choice.called_tools = true;
+        }
+        chunk += ",\"delta\":" + dump(delta);
+      } else if (chat) {
         chunk += c.text.empty() && c.finished() ? ",\"delta\":{}" : ",\"delta\":{\"content\":" + dump(Json(c.text)) + "}";
       } else {
         chunk += ",\"text\":" + dump(Json(prefix + c.text));
       }
       chunk += ",\"logprobs\":";
       chunk += want_logprobs ? dump(choice_logprobs(choice, c.logprobs, echo_now, &state.prompt_logprobs)) : "null";
-      chunk += ",\"finish_reason\":" + dump(finish_json(c.finish_reason));
+      chunk += ",\"finish_reason\":" + dump(choice.called_tools ? Json("tool_calls") : finish_json(c.finish_reason));
       chunk += ",\"stop_reason\":" + dump(stop_reason_json(c.stop_string, c.stop_token_id));
       chunk += options_.sampling.include_usage ? "}],\"usage\":null}" : "}]}";
       channel_->send_event(chunk);
@@ -270,7 +304,16 @@ void GenerationJob::finish() {
     ch["index"] = i;
     const bool want_logprobs = options_.sampling.top_logprobs >= 0;
     if (chat) {
-      ch["message"] = Json{{"role", "assistant"}, {"content", c.text}, {"tool_calls", Json::array()}};
+      ParsedToolCalls parsed;
+      if (options_.tool_parser) parsed = parse_tool_calls(*options_.tool_parser, c.text);
+      if (!parsed.calls.empty()) {
+        ch["message"] = Json{{"role", "assistant"},
+                             {"content", parsed.content ? Json(*parsed.content) : Json(nullptr)},
+                             {"tool_calls", tool_calls_json(parsed.calls, false)}};
+        c.called_tools = true;
+      } else {
+        ch["message"] = Json{{"role", "assistant"}, {"content", c.text}, {"tool_calls", Json::array()}};
+      }
       ch["logprobs"] = want_logprobs ? choice_logprobs(c, c.logprobs, false, nullptr) : Json(nullptr);
     } else {
       ch["text"] = c.text;
@@ -278,7 +321,7 @@ void GenerationJob::finish() {
                                                        &states_[i / n].prompt_logprobs)
                                      : Json(nullptr);
     }
-    ch["finish_reason"] = finish_json(c.finish_reason);
+    ch["finish_reason"] = c.called_tools ? Json("tool_calls") : finish_json(c.finish_reason);
     ch["stop_reason"] = stop_reason_json(c.stop_string, c.stop_token_id);
     if (options_.sampling.params.prompt_logprobs && !options_.sampling.echo) {
       ch["prompt_logprobs"] = prompt_logprobs_json(states_[i / n].prompt_logprobs);

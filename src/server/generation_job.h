@@ -14,6 +14,7 @@
 #include "peregrine/engine.h"
 #include "server/http_server.h"
 #include "server/request_parsing.h"
+#include "server/tool_calls.h"
 
 namespace peregrine::server {
 
@@ -28,6 +29,8 @@ struct JobOptions {
   std::string model;  // served model name
   int64_t created = 0;
   ParsedSampling sampling;
+  // Chat with tools and --enable-auto-tool-choice: the parser that turns the output's calls into tool_calls.
+  std::optional<ToolParserKind> tool_parser;
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
@@ -48,6 +51,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     int num_tokens = 0;
     bool echoed = false;
     size_t text_offset = 0;  // completions logprobs: characters before the next token
+    std::optional<ToolCallStream> tool_stream;  // streamed chat with a tool parser
+    bool called_tools = false;                  // the output was tool calls: finish_reason "tool_calls"
   };
   struct PromptState {
     std::string engine_id;

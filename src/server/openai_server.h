@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "peregrine/engine.h"
 #include "server/http_server.h"
 #include "server/request_parsing.h"
+#include "server/tool_calls.h"
 
 namespace peregrine::server {
 
@@ -21,6 +23,8 @@ struct ServerOptions {
   std::vector<std::string> served_model_names;  // the first is reported; any is accepted as `model`
   std::string api_key;                          // empty = no authentication
   int max_prompts_per_request = 1024;
+  // --enable-auto-tool-choice with --tool-call-parser: chat requests with tools get their calls parsed.
+  std::optional<ToolParserKind> tool_parser;
   // For /metrics: CPU seconds of the HTTP I/O threads and the open connections (optional).
   std::function<double()> io_cpu_seconds;
   std::function<size_t()> num_connections;

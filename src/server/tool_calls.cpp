@@ -1,0 +1,257 @@
+// Tool-call parsers (see tool_calls.h).
+#include "server/tool_calls.h"
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace peregrine::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<std::string> content_of(std::string_view before) {
+  if (trim(before).empty()) return std::nullopt;
+  return std::string(before);
+}
+
+ParsedToolCalls plain(std::string_view text) {
+  ParsedToolCalls p;
+  if (!text.empty()) p.content = std::string(text);
+  return p;
+}
+
+// A call from a JSON object with a string "name" and its arguments under one of `keys` (an object, or a string
+// holding JSON text, as some models write; absent means no arguments).
+std::optional<ToolCall> call_from_object(const Json& obj, std::initializer_list<const char*> keys) {
+  if (!obj.is_object()) return std::nullopt;
+  auto name = obj.find("name");
+  if (name == obj.end() || !name->is_string() || name->get<std::string>().empty()) return std::nullopt;
+  ToolCall call;
+  call.name = name->get<std::string>();
+  call.arguments = "{}";
+  for (const char* key : keys) {
+    auto args = obj.find(key);
+    if (args == obj.end()) continue;
+    if (args->is_string()) {
+      const Json inner = Json::parse(args->get<std::string>(), nullptr, false);
+      if (inner.is_discarded()) return std::nullopt;
+      call.arguments = inner.dump();
+    } else if (args->is_object()) {
+      call.arguments = args->dump(-1, ' ', false, Json::error_handler_t::replace);
+    } else if (!args->is_null()) {
+      return std::nullopt;
+    }
+    break;
+  }
+  return call;
+}
+
+std::optional<ToolCall> call_from_text(std::string_view body, std::initializer_list<const char*> keys) {
+  const Json obj = Json::parse(trim(body), nullptr, false);
+  if (obj.is_discarded()) return std::nullopt;
+  return call_from_object(obj, keys);
+}
+
+// End (one past) of the JSON object starting at s[0] == '{', strings and escapes respected; npos if unterminated.
+size_t object_end(std::string_view s) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') {
+      if (--depth == 0) return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+ParsedToolCalls parse_hermes(std::string_view text) {
+  const size_t first = text.find(kHermesOpen);
+  if (first == std::string_view::npos) return plain(text);
+  ParsedToolCalls out;
+  size_t pos = first;
+  while (pos != std::string_view::npos) {
+    const size_t body = pos + kHermesOpen.size();
+    const size_t close = text.find(kHermesClose, body);
+    // An unterminated last call (the output hit max_tokens or the model stopped at </tool_call>) runs to the end.
+    const std::string_view inner = close == std::string_view::npos ? text.substr(body) : text.substr(body, close - body);
+    auto call = call_from_text(inner, {"arguments", "parameters"});
+    if (!call) return plain(text);
+    out.calls.push_back(std::move(*call));
+    if (close == std::string_view::npos) break;
+    pos = text.find(kHermesOpen, close + kHermesClose.size());
+  }
+  out.content = content_of(text.substr(0, first));
+  return out;
+}
+
+ParsedToolCalls parse_llama3_json(std::string_view text) {
+  std::string_view rest = trim(text);
+  if (rest.substr(0, kPythonTag.size()) == kPythonTag) rest = trim(rest.substr(kPythonTag.size()));
+  if (rest.empty() || rest.front() != '{') return plain(text);
+  ParsedToolCalls out;
+  while (!rest.empty()) {
+    const size_t end = object_end(rest);
+    if (end == std::string_view::npos) return plain(text);
+    auto call = call_from_text(rest.substr(0, end), {"parameters", "arguments"});
+    if (!call) return plain(text);
+    out.calls.push_back(std::move(*call));
+    rest = trim(rest.substr(end));
+    if (!rest.empty() && rest.front() == ';') rest = trim(rest.substr(1));
+    if (!rest.empty() && rest.front() != '{') return plain(text);
+  }
+  return out;
+}
+
+ParsedToolCalls parse_mistral(std::string_view text) {
+  const size_t marker = text.find(kMistralCalls);
+  if (marker == std::string_view::npos) return plain(text);
+  ParsedToolCalls out;
+  const std::string_view rest = trim(text.substr(marker + kMistralCalls.size()));
+  if (!rest.empty() && (rest.front() == '[' || rest.front() == '{')) {
+    // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (a lone object is accepted too).
+    const Json calls = Json::parse(rest, nullptr, false);
+    if (calls.is_discarded()) return plain(text);
+    const Json list = calls.is_array() ? calls : Json::array({calls});
+    for (const Json& c : list) {
+      auto call = call_from_object(c, {"arguments", "parameters"});
+      if (!call) return plain(text);
+      out.calls.push_back(std::move(*call));
+    }
+  } else {
+    // [TOOL_CALLS]name[ARGS]{...}, repeated with [TOOL_CALLS] before each further call.
+    std::string_view remaining = rest;
+    while (!remaining.empty()) {
+      const size_t next = remaining.find(kMistralCalls);
+      const std::string_view one = remaining.substr(0, next);
+      const size_t args = one.find(kMistralArgs);
+      if (args == std::string_view::npos) return plain(text);
+      ToolCall call;
+      call.name = std::string(trim(one.substr(0, args)));
+      const Json parsed = Json::parse(trim(one.substr(args + kMistralArgs.size())), nullptr, false);
+      if (call.name.empty() || parsed.is_discarded() || !parsed.is_object()) return plain(text);
+      call.arguments = parsed.dump();
+      out.calls.push_back(std::move(call));
+      remaining = next == std::string_view::npos ? std::string_view() : trim(remaining.substr(next + kMistralCalls.size()));
+    }
+  }
+  if (out.calls.empty()) return plain(text);
+  out.content = content_of(text.substr(0, marker));
+  return out;
+}
+
+// Length of the longest proper prefix of `marker` that `text` ends with.
+size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
+  for (size_t k = std::min(marker.size() - 1, text.size()); k > 0; --k) {
+    if (text.substr(text.size() - k) == marker.substr(0, k)) return k;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::optional<ToolParserKind> tool_parser_from_name(std::string_view name) {
+  if (name == "hermes") return ToolParserKind::kHermes;
+  if (name == "llama3_json") return ToolParserKind::kLlama3Json;
+  if (name == "mistral") return ToolParserKind::kMistral;
+  return std::nullopt;
+}
+
+std::string tool_parser_names() { return "hermes, llama3_json, mistral"; }
+
+std::string new_tool_call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "chatcmpl-tool-";
+  for (int half = 0; half < 2; ++half) {
+    uint64_t bits = rng();
+    for (int i = 0; i < 16; ++i, bits >>= 4) id += kHex[bits & 15];
+  }
+  return id;
+}
+
+ParsedToolCalls parse_tool_calls(ToolParserKind kind, std::string_view text) {
+  switch (kind) {
+    case ToolParserKind::kHermes:
+      return parse_hermes(text);
+    case ToolParserKind::kLlama3Json:
+      return parse_llama3_json(text);
+    case ToolParserKind::kMistral:
+      return parse_mistral(text);
+  }
+  return plain(text);
+}
+
+std::string ToolCallStream::feed(std::string_view delta) {
+  text_.append(delta);
+  if (holding_) return {};
+  if (!plain_ && kind_ == ToolParserKind::kLlama3Json) {
+    // A call is the whole output: decide on the first non-space characters.
+    size_t p = 0;
+    while (p < text_.size() && is_space(text_[p])) ++p;
+    const std::string_view rest = std::string_view(text_).substr(p);
+    if (rest.empty()) return {};
+    if (rest.front() == '{' || rest.substr(0, kPythonTag.size()) == kPythonTag) {
+      holding_ = true;
+      return {};
+    }
+    if (rest.size() < kPythonTag.size() && kPythonTag.substr(0, rest.size()) == rest) return {};
+    plain_ = true;
+  }
+  if (plain_) {
+    std::string out = text_.substr(sent_);
+    sent_ = text_.size();
+    return out;
+  }
+  const std::string_view marker = kind_ == ToolParserKind::kHermes ? kHermesOpen : kMistralCalls;
+  // Nothing released so far can be part of a marker, so one can only start at or after sent_.
+  const size_t m = text_.find(marker, sent_);
+  size_t until;
+  if (m != std::string::npos) {
+    holding_ = true;
+    until = m;
+  } else {
+    until = text_.size() - partial_marker_suffix(std::string_view(text_).substr(sent_), marker);
+  }
+  std::string out = text_.substr(sent_, until - sent_);
+  sent_ = until;
+  return out;
+}
+
+ParsedToolCalls ToolCallStream::finish() {
+  if (holding_) {
+    ParsedToolCalls parsed = parse_tool_calls(kind_, text_);
+    if (!parsed.calls.empty()) {
+      parsed.content.reset();  // the text before the first call was released already
+      return parsed;
+    }
+  }
+  ParsedToolCalls out;
+  if (sent_ < text_.size()) out.content = text_.substr(sent_);
+  sent_ = text_.size();
+  return out;
+}
+
+}  // namespace peregrine::server
