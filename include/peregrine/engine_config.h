@@ -27,6 +27,7 @@ struct EngineConfig {
   int max_queued_requests = 4096;       // waiting requests beyond this are refused (kUnavailable)
   int num_threads = 0;                  // CPU backend threads; 0 = all cores
   int tensor_parallel_size = 1;         // only 1 is supported
+  bool enforce_eager = false;           // GPU: run decode without CUDA graphs (as vLLM's --enforce-eager)
   // Benchmarks: random weights built from config_file (or the model folder's config.json); the tokenizer still
   // comes from `tokenizer` or the model folder.
   bool random_weights = false;

@@ -28,6 +28,7 @@ struct ServeArgs {
   int io_threads = 2;
   double shutdown_grace_s = 10.0;
   bool enable_auto_tool_choice = false;
+  bool ignored_flag = false;
   std::string tool_call_parser;
 };
 
@@ -158,6 +159,12 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-request-body-bytes", args->max_request_body_bytes, "Larger bodies get 413")
       ->capture_default_str();
+  cmd->add_flag("--enforce-eager", e.enforce_eager, "GPU: decode without CUDA graphs");
+  // vLLM flags that change nothing here, accepted so vLLM command lines work unchanged: Peregrine never runs code
+  // from a model folder, and logs neither each request nor periodic stats.
+  cmd->add_flag("--trust-remote-code", args->ignored_flag, "Accepted for vLLM compatibility (no model code is ever run)");
+  cmd->add_flag("--disable-log-requests", args->ignored_flag, "Accepted for vLLM compatibility (requests are not logged)");
+  cmd->add_flag("--disable-log-stats", args->ignored_flag, "Accepted for vLLM compatibility (no periodic stats log)");
   cmd->add_flag("--enable-auto-tool-choice", args->enable_auto_tool_choice,
                 "Parse the model's tool calls into tool_calls (needs --tool-call-parser)");
   cmd->add_option("--tool-call-parser", args->tool_call_parser, "Tool-call format: hermes, llama3_json or mistral");

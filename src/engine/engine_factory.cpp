@@ -76,6 +76,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   options.activation_dtype = choice.activation_dtype;
   options.max_num_batched_tokens = budget;
   options.max_num_seqs = config.max_num_seqs;
+  options.use_graphs = !config.enforce_eager;
   options.max_model_len = max_model_len;
   options.min_block_size = config.block_size;
   options.random_weights = config.random_weights;

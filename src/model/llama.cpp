@@ -218,7 +218,8 @@ void LlamaModel::forward(const ForwardBatch& b, std::vector<float>& logits) {
   }
   // A pure decode step with a logits row per sequence replays a graph, padded to its bucket with dummy
   // sequences (slot -1: nothing written; one key from block 0: finite, discarded).
-  const int bucket = max_q == 1 && backend_.supports_graphs() && c.rope.type != io::RopeType::kDynamic &&
+  const int bucket = max_q == 1 && options_.use_graphs && backend_.supports_graphs() &&
+                             c.rope.type != io::RopeType::kDynamic &&
                              b.logits_indices.size() == static_cast<size_t>(b.num_seqs())
                          ? graph_bucket(b.num_seqs())
                          : 0;

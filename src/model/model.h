@@ -45,6 +45,7 @@ struct ModelOptions {
   int max_num_seqs = 256;
   int max_model_len = 0;   // longest sequence (sizes block-table rows); 0 = max_position_embeddings
   int min_block_size = 16; // smallest KV block size the caller will use (block-table rows hold max_model_len of them)
+  bool use_graphs = true;  // capture and replay decode steps as graphs where the backend supports them
   // Called with (bytes_done, bytes_total) while weights load (progress bars).
   std::function<void(size_t, size_t)> on_load_progress;
   // Build weights in memory from the config with this seed instead of reading safetensors (benchmarks).

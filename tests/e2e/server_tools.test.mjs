@@ -1,4 +1,5 @@
-// End-to-end: tool calling with `--enable-auto-tool-choice --tool-call-parser hermes`, through the openai client.
+// End-to-end: tool calling with `--enable-auto-tool-choice --tool-call-parser hermes`, through the openai client,
+// and vLLM command lines (flags accepted as no-ops, unknown flags refused).
 // pycoder-tiny is steered into writing a Hermes-style call by a reply that already holds eight of them (it copies
 // the pattern), so the parsed calls come from a real model's output, streamed and not.
 import { test, before, after } from 'node:test';
@@ -108,4 +109,20 @@ test('tool_choice other than none/auto is a 400 naming the field', async () => {
   const r = await postJson(server.port, '/v1/chat/completions', { ...request, tool_choice: 'required' });
   assert.equal(r.status, 400);
   assert.equal(JSON.parse(r.body).error.param, 'tool_choice');
+});
+
+test('vLLM command lines: no-op flags accepted, unknown flags and tensor parallelism refused clearly', async () => {
+  const s = await startServer(['--trust-remote-code', '--disable-log-requests', '--disable-log-stats', '--enforce-eager']);
+  try {
+    const r = await postJson(s.port, '/v1/completions', { prompt: 'x = ', max_tokens: 2 });
+    assert.equal(r.status, 200);
+  } finally {
+    assert.equal((await s.stop()).code, 0);
+  }
+  const unknown = spawnSync(BIN, ['serve', MODEL, '--no-such-flag'], { encoding: 'utf8' });
+  assert.notEqual(unknown.status, 0);
+  assert.match(unknown.stderr, /--no-such-flag/);
+  const tp = spawnSync(BIN, ['serve', MODEL, '--tensor-parallel-size', '2'], { encoding: 'utf8' });
+  assert.notEqual(tp.status, 0);
+  assert.match(tp.stderr, /--tensor-parallel-size 2 is not supported yet/);
 });
