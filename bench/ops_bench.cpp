@@ -177,12 +177,23 @@ void BM_Gemm(benchmark::State& state) {
 // block 16), cycling over 16 layers' caches: K/V bytes read per second.
 void BM_AttentionDecode(benchmark::State& state) {
   const int64_t ctx = state.range(0), hq = 32, hkv = 8, hd = 64, bs = 16, layers = 16;
+  const bool f32_cache = state.range(1) != 0;  // the CPU engine's default KV dtype is f32; --dtype bfloat16 gives bf16
+  const int64_t elem = f32_cache ? 4 : 2;
   const int64_t blocks = (ctx + bs - 1) / bs;
+  const size_t count = static_cast<size_t>(blocks * bs * hkv * hd);
   std::vector<std::unique_ptr<Bf16Buffer>> kc, vc;
   for (int64_t l = 0; l < layers; ++l) {
-    kc.push_back(std::make_unique<Bf16Buffer>(static_cast<size_t>(blocks * bs * hkv * hd), 2 * l + 1));
-    vc.push_back(std::make_unique<Bf16Buffer>(static_cast<size_t>(blocks * bs * hkv * hd), 2 * l + 2));
+    // An f32 cache takes two bf16 buffers' bytes, refilled with small f32 values.
+    kc.push_back(std::make_unique<Bf16Buffer>(count * static_cast<size_t>(elem / 2), 2 * l + 1));
+    vc.push_back(std::make_unique<Bf16Buffer>(count * static_cast<size_t>(elem / 2), 2 * l + 2));
+    if (f32_cache) {
+      for (auto* b : {kc.back().get(), vc.back().get()}) {
+        auto* f = static_cast<float*>(b->buf.data());
+        for (size_t i = 0; i < count; ++i) f[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-4f - 0.05f;
+      }
+    }
   }
+  const DType cache_dtype = f32_cache ? DType::kF32 : DType::kBF16;
   std::vector<int32_t> table(static_cast<size_t>(blocks));  // non-contiguous: blocks in reverse order
   for (int64_t b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(blocks - 1 - b);
   std::vector<int32_t> qsl{0, 1}, lens{static_cast<int32_t>(ctx)};
@@ -192,8 +203,8 @@ void BM_AttentionDecode(benchmark::State& state) {
   for (auto _ : state) {
     ops::AttentionParams p;
     p.q = TensorView(q.data(), DType::kF32, {1, hq, hd});
-    p.k_cache = TensorView(kc[static_cast<size_t>(l)]->buf.data(), DType::kBF16, {blocks, bs, hkv, hd});
-    p.v_cache = TensorView(vc[static_cast<size_t>(l)]->buf.data(), DType::kBF16, {blocks, bs, hkv, hd});
+    p.k_cache = TensorView(kc[static_cast<size_t>(l)]->buf.data(), cache_dtype, {blocks, bs, hkv, hd});
+    p.v_cache = TensorView(vc[static_cast<size_t>(l)]->buf.data(), cache_dtype, {blocks, bs, hkv, hd});
     p.out = TensorView(out.data(), DType::kF32, {1, hq, hd});
     p.query_start_loc = TensorView(qsl.data(), DType::kI32, {2});
     p.seq_lens = TensorView(lens.data(), DType::kI32, {1});
@@ -205,7 +216,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     l = (l + 1) % layers;
     benchmark::DoNotOptimize(out.data());
   }
-  report_bandwidth(state, static_cast<double>(ctx * hkv * hd * 2 * 2), timer);
+  report_bandwidth(state, static_cast<double>(ctx * hkv * hd * 2 * elem), timer);
 }
 
 // Launch overhead of a parallel op: a matmul too small to matter (N=64, K=8, f32) split over the threads.
@@ -240,7 +251,11 @@ BENCHMARK(BM_Gemm)
     ->Args({512, 8192, 2048})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionDecode)->ArgNames({"ctx"})->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionDecode)
+    ->ArgNames({"ctx", "f32"})
+    ->ArgsProduct({{1024, 4096, 16384}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
   // Our own flags first (--threads=N, --isa=NAME); the rest goes to Google Benchmark.

@@ -165,25 +165,27 @@ inline void update_pair(const SoftmaxState& s, int64_t r, int64_t hd_pad, const 
   }
 }
 
-// Keys [lo, hi] of tile t (positions first_key + o) of one KV head as f32 rows hd_pad apart, zero-padded, so
-// that every later load is a full vector inside scratch.
+// Keys [lo, hi] of tile t for every KV head at once, read token by token: a token's heads lie side by side in the
+// cache, so the reads are one contiguous run per token (reading one head's 128-256 bytes from every token,
+// a KV head at a time, left the core waiting on a cache miss per token). Head h's rows land at
+// dst + h * head_stride, hd_pad apart, zero-padded.
 template <class E>
-inline void load_tile(const typename E::T* cache, const int32_t* table, int64_t bs, int64_t hkv, int64_t kv_head,
-                      int64_t hd, int64_t hd_pad, int64_t first_key, int64_t lo, int64_t hi, float* dst) {
+inline void load_tile_heads(const typename E::T* cache, const int32_t* table, int64_t bs, int64_t hkv, int64_t hd,
+                            int64_t hd_pad, int64_t first_key, int64_t lo, int64_t hi, float* dst,
+                            int64_t head_stride) {
   const int64_t slot_elems = hkv * hd;
-  for (int64_t j = first_key + lo; j <= first_key + hi;) {
-    const int64_t block = j / bs, end = min_i(first_key + hi, block * bs + bs - 1);
-    const typename E::T* row = cache + (static_cast<int64_t>(table[block]) * bs + j % bs) * slot_elems + kv_head * hd;
+  for (int64_t j = first_key + lo; j <= first_key + hi; ++j) {
+    const typename E::T* row = cache + (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * slot_elems;
     float* out = dst + (j - first_key) * hd_pad;
     if (hd % (2 * kLanes) == 0) {  // the common head sizes (64, 128): whole vectors, no padding
-      for (; j <= end; ++j, row += slot_elems, out += hd_pad)
+      for (int64_t h = 0; h < hkv; ++h, row += hd, out += head_stride)
         for (int64_t d = 0; d < hd; d += 2 * kLanes) {
           Simd::store(out + d, E::load(row + d));
           Simd::store(out + d + kLanes, E::load(row + d + kLanes));
         }
       continue;
     }
-    for (; j <= end; ++j, row += slot_elems, out += hd_pad) {
+    for (int64_t h = 0; h < hkv; ++h, row += hd, out += head_stride) {
       int64_t d = 0;
       for (; d + kLanes <= hd; d += kLanes) Simd::store(out + d, E::load(row + d));
       if (d < hd) Simd::store(out + d, load_partial<E>(row + d, hd - d)), d += kLanes;
@@ -231,9 +233,10 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
   const SoftmaxState seg = state_at(partial ? partial : scratch, nr);
   const SoftmaxState total = state_at(scratch + state_floats, nr);
   float* q_pad = scratch + 2 * state_floats;  // [nr, hd_pad]
-  float* k_tile = q_pad + nr * hd_pad;        // [tile, hd_pad]
-  float* v_tile = k_tile + tile * hd_pad;     // [tile, hd_pad]
-  float* scores = v_tile + tile * hd_pad;     // [tile rounded up to lanes]
+  const int64_t head_stride = tile * hd_pad;
+  float* k_tile = q_pad + nr * hd_pad;          // [hkv, tile, hd_pad]
+  float* v_tile = k_tile + a.hkv * head_stride;  // [hkv, tile, hd_pad]
+  float* scores = v_tile + a.hkv * head_stride;  // [tile rounded up to lanes]
   const int64_t scores_pad = (tile + kLanes - 1) / kLanes * kLanes;
   for (int64_t r = 0; r < nr; ++r) {
     const float* q = a.q + (q_start + it.row_begin) * a.hq * hd + r * hd;
@@ -255,9 +258,11 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
         prefetch_keys(k_cache, table, bs, stride, (t + 1) * tile, next_hi);
         prefetch_keys(v_cache, table, bs, stride, (t + 1) * tile, next_hi);
       }
+      load_tile_heads<E>(k_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, k_tile, head_stride);
+      load_tile_heads<E>(v_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, v_tile, head_stride);
       for (int64_t kvh = 0; kvh < a.hkv; ++kvh) {
-        load_tile<E>(k_cache, table, bs, a.hkv, kvh, hd, hd_pad, t * tile, o_lo, o_hi, k_tile);
-        load_tile<E>(v_cache, table, bs, a.hkv, kvh, hd, hd_pad, t * tile, o_lo, o_hi, v_tile);
+        const float* kt = k_tile + kvh * head_stride;
+        const float* vt = v_tile + kvh * head_stride;
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t pos = pos0 + i;
           const int64_t first = window > 0 ? max_i(0, pos - window + 1) : 0;
@@ -266,8 +271,8 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
           const int64_t o = j_lo - t * tile;
           for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
             const int64_t r = i * a.hq + h;
-            update_pair(seg, r, hd_pad, q_pad + r * hd_pad, k_tile + o * hd_pad, v_tile + o * hd_pad, j_hi - j_lo + 1,
-                        a.scale, scores, scores_pad);
+            update_pair(seg, r, hd_pad, q_pad + r * hd_pad, kt + o * hd_pad, vt + o * hd_pad, j_hi - j_lo + 1, a.scale,
+                        scores, scores_pad);
           }
         }
       }

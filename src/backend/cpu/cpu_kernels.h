@@ -71,7 +71,7 @@ static inline int64_t attention_state_floats(const AttentionArgs& a, int64_t row
 static inline int64_t attention_scratch_floats(const AttentionArgs& a, int64_t rows) {
   const int64_t hd_pad = (a.hd + 15) / 16 * 16;
   const int64_t tile = attention_tile_keys(a.block_size);
-  return 2 * attention_state_floats(a, rows) + rows * a.hq * hd_pad + 2 * tile * hd_pad + tile + 16;
+  return 2 * attention_state_floats(a, rows) + rows * a.hq * hd_pad + 2 * a.hkv * tile * hd_pad + tile + 16;
 }
 
 struct KernelTable {
