@@ -6,7 +6,75 @@
 #include <cmath>
 #include <limits>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/cpu_features.h"
+
 namespace peregrine::engine {
+namespace {
+
+// The first index of the largest logit, NaNs skipped (a NaN at 0 gives 0): what the plain loop below returns.
+int32_t argmax_scalar(const float* logits, int32_t vocab) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+#if defined(__x86_64__)
+// Same result, one pass: each lane keeps its largest value and the first index holding it (a strict greater-than
+// never takes a NaN or a later tie); two sets of lanes take alternate vectors, then lanes merge, ties to the lower
+// index.
+__attribute__((target("avx2"))) int32_t argmax_avx2(const float* logits, int32_t vocab) {
+  if (vocab < 64 || std::isnan(logits[0])) return argmax_scalar(logits, vocab);
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 best0 = neg_inf, best1 = neg_inf;
+  __m256i at0 = _mm256_setzero_si256(), at1 = _mm256_setzero_si256();
+  __m256i idx0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i idx1 = _mm256_add_epi32(idx0, _mm256_set1_epi32(8));
+  const __m256i step = _mm256_set1_epi32(16);
+  int32_t i = 0;
+  for (; i + 16 <= vocab; i += 16) {
+    const __m256 x0 = _mm256_loadu_ps(logits + i), x1 = _mm256_loadu_ps(logits + i + 8);
+    const __m256 gt0 = _mm256_cmp_ps(x0, best0, _CMP_GT_OQ), gt1 = _mm256_cmp_ps(x1, best1, _CMP_GT_OQ);
+    best0 = _mm256_blendv_ps(best0, x0, gt0);
+    best1 = _mm256_blendv_ps(best1, x1, gt1);
+    at0 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(at0), _mm256_castsi256_ps(idx0), gt0));
+    at1 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(at1), _mm256_castsi256_ps(idx1), gt1));
+    idx0 = _mm256_add_epi32(idx0, step);
+    idx1 = _mm256_add_epi32(idx1, step);
+  }
+  alignas(32) float v0[8], v1[8];
+  alignas(32) int32_t a0[8], a1[8];
+  _mm256_store_ps(v0, best0);
+  _mm256_store_ps(v1, best1);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a0), at0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a1), at1);
+  float m = v0[0];
+  int32_t arg = a0[0];
+  auto take = [&](float v, int32_t at) {
+    if (v > m || (v == m && at < arg)) m = v, arg = at;
+  };
+  for (int k = 1; k < 8; ++k) take(v0[k], a0[k]);
+  for (int k = 0; k < 8; ++k) take(v1[k], a1[k]);
+  if (m == -std::numeric_limits<float>::infinity()) arg = 0;  // nothing above -inf yet: the first element stands
+  for (; i < vocab; ++i)
+    if (logits[i] > m) m = logits[i], arg = i;
+  return arg;
+}
+#endif
+
+}  // namespace
+
+int32_t Sampler::argmax(const float* logits, int32_t vocab) {
+#if defined(__x86_64__)
+  static const bool avx2 = cpu_features().avx2;
+  if (avx2) return argmax_avx2(logits, vocab);
+#endif
+  return argmax_scalar(logits, vocab);
+}
 
 double Sampler::log_sum_exp(const float* logits, int32_t vocab) {
   float m = -std::numeric_limits<float>::infinity();
@@ -35,10 +103,7 @@ std::vector<std::pair<int32_t, float>> Sampler::top_logprobs(const float* logits
 SampledToken Sampler::sample(const float* logits, int32_t vocab, const SamplerParams& p, SamplerRng& rng) {
   SampledToken result;
   if (p.temperature <= 0.0f || p.top_k == 1) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < vocab; ++i)
-      if (logits[i] > logits[best]) best = i;
-    result.token = best;
+    result.token = argmax(logits, vocab);
   } else {
     result.token = sample_filtered(logits, vocab, p, rng);
   }

@@ -42,6 +42,8 @@ class Sampler {
 
   // log_softmax helpers, exposed for prompt logprobs and tests.
   static double log_sum_exp(const float* logits, int32_t vocab);
+  // The first index of the largest logit (NaNs skipped; a NaN at index 0 gives 0); vectorized where AVX2 exists.
+  static int32_t argmax(const float* logits, int32_t vocab);
   static std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int32_t vocab, int k, double lse);
 
  private:

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -41,6 +42,53 @@ TEST(Sampler, GreedyPicksTheArgmaxAndBreaksTiesByLowerId) {
   p.temperature = 1;
   p.top_k = 1;
   EXPECT_EQ(s.sample(logits.data(), 4, p, rng).token, 1);
+}
+
+// The vectorized argmax against the plain first-maximum loop: random sizes (vector tails), ties placed across
+// vector lanes, NaNs, infinities, signed zeros, all -inf.
+TEST(Sampler, ArgmaxEqualsTheFirstMaximumLoop) {
+  auto plain = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(v.size()); ++i)
+      if (v[static_cast<size_t>(i)] > v[static_cast<size_t>(best)]) best = i;
+    return best;
+  };
+  std::mt19937 rng(7);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int vocab = 1 + static_cast<int>(rng() % 3000);
+    std::vector<float> v = random_logits(vocab, static_cast<uint32_t>(trial));
+    switch (trial % 8) {
+      case 1:  // a tie for the maximum, the second copy in a later lane or vector
+        v[rng() % v.size()] = 50.0f, v[rng() % v.size()] = 50.0f;
+        break;
+      case 2:  // NaNs sprinkled (never at 0)
+        for (int k = 0; k < 5 && v.size() > 1; ++k) v[1 + rng() % (v.size() - 1)] = nan;
+        break;
+      case 3:
+        v[0] = nan;
+        break;
+      case 4:
+        v[rng() % v.size()] = inf;
+        break;
+      case 5:
+        std::fill(v.begin(), v.end(), -inf);
+        break;
+      case 6:  // the maximum is a signed zero
+        for (float& x : v) x = -std::fabs(x) - 1.0f;
+        v[rng() % v.size()] = -0.0f, v[rng() % v.size()] = 0.0f;
+        break;
+      case 7:
+        std::fill(v.begin(), v.end(), nan);
+        break;
+      default:
+        break;
+    }
+    ASSERT_EQ(Sampler::argmax(v.data(), vocab), plain(v)) << "trial " << trial << " vocab " << vocab;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 400);
 }
 
 TEST(Sampler, SeededStreamsRepeat) {
