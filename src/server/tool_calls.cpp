@@ -13,6 +13,7 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kMistralCallId = "[CALL_ID]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
@@ -149,7 +150,10 @@ ParsedToolCalls parse_mistral(std::string_view text) {
       const size_t args = one.find(kMistralArgs);
       if (args == std::string_view::npos) return plain(text);
       ToolCall call;
-      call.name = std::string(trim(one.substr(0, args)));
+      std::string_view name = one.substr(0, args);
+      // Newer templates put the call's id between the name and its arguments: name[CALL_ID]id[ARGS]{...}.
+      if (const size_t id = name.find(kMistralCallId); id != std::string_view::npos) name = name.substr(0, id);
+      call.name = std::string(trim(name));
       const Json parsed = Json::parse(trim(one.substr(args + kMistralArgs.size())), nullptr, false);
       if (call.name.empty() || parsed.is_discarded() || !parsed.is_object()) return plain(text);
       call.arguments = parsed.dump();

@@ -3,7 +3,8 @@
 //   hermes      <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen2.5/Qwen3, Hermes), any number
 //   llama3_json {"name": ..., "parameters": {...}} as the whole output, optionally after <|python_tag|>, several
 //               separated by ';' (Llama-3.1/3.2/3.3 JSON tool calling)
-//   mistral     [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]  or  [TOOL_CALLS]name[ARGS]{...} (Mistral)
+//   mistral     [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]  or  [TOOL_CALLS]name[ARGS]{...}, with an
+//               optional [CALL_ID]id before [ARGS] (Mistral, by tokenizer version)
 // Output that does not parse as calls stays ordinary content. With calls, the content is the text before the first
 // call (nullopt when only whitespace), as in vLLM.
 #pragma once

@@ -94,6 +94,9 @@ TEST(ToolCalls, MistralBothFormats) {
   expect_call(p.calls[0], "add", {{"a", 1}, {"b", 2}});
   expect_call(p.calls[1], "neg", {{"a", 3}});
   EXPECT_EQ(p.content, "Calling.");
+  p = parse_tool_calls(ToolParserKind::kMistral, "[TOOL_CALLS]add[CALL_ID]a1B2c3D4e[ARGS]{\"a\": 5}");
+  ASSERT_EQ(p.calls.size(), 1u);
+  expect_call(p.calls[0], "add", {{"a", 5}});
 }
 
 // Feeds `text` one byte at a time; returns the content released while streaming and the final result.
