@@ -314,7 +314,9 @@ void EngineCore::step() {
 
   const double t_now = now();
   for (auto& [ss, token] : sampled) process_token(*ss->seq.request, *ss, token, t_now);
-  for (RequestState* req : touched_) emit(*req);
+  for (RequestState* req : touched_) {
+    if (req) emit(*req);  // null: delivered and ended since it was listed
+  }
   touched_.clear();
   const auto t5 = Clock::now();
 

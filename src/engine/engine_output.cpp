@@ -167,6 +167,9 @@ void EngineCore::emit(RequestState& req) {
   out.timings = req.timings;
   OutputCallback callback = all_finished ? std::move(req.callback) : req.callback;
   if (all_finished) {
+    // Nothing may point at the request once it is gone: an abort between steps lists it in touched_ (finish_seq)
+    // and would otherwise leave a dangling entry for the next step's delivery loop.
+    std::replace(touched_.begin(), touched_.end(), &req, static_cast<RequestState*>(nullptr));
     const std::string id = req.id;
     requests_.erase(id);  // NOTE: req is gone from here on
   }

@@ -342,6 +342,26 @@ TEST(EngineCore, AbortFreesBlocksAndReportsAbort) {
   EXPECT_EQ(col.last("a").finish_reason, FinishReason::kAbort);
 }
 
+// An abort between steps while other requests run: the aborted request is delivered once and never touched again
+// (it used to stay listed for the next step's delivery after being freed: ASan's heap-use-after-free).
+TEST(EngineCore, AbortBetweenStepsWhileOthersRun) {
+  auto core = make_core({});
+  Collector col;
+  const std::vector<int32_t> pa{4, 5, 6, 7, 8, 9}, pb{7, 8, 9};
+  core->add_request("a", pa, greedy(100), col.callback_for("a"), 0.0);
+  core->add_request("b", pb, greedy(20), col.callback_for("b"), 0.0);
+  core->step();
+  core->step();
+  core->abort_request("a");
+  EXPECT_TRUE(col.finished("a"));
+  const size_t a_deltas = col.deltas["a"].size();
+  run(*core);
+  EXPECT_EQ(col.deltas["a"].size(), a_deltas);
+  EXPECT_EQ(col.last("a").finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(col.tokens("b"), expected_greedy(pb, 20));
+  EXPECT_EQ(core->stats().num_used_kv_blocks, 0);
+}
+
 TEST(EngineCore, ValidationNamesTheProblem) {
   auto core = make_core({.max_model_len = 32});
   auto message = [&](std::vector<int32_t> prompt, SamplingParams p) -> std::string {
