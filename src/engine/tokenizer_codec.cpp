@@ -2,6 +2,7 @@
 #include "engine/tokenizer_codec.h"
 
 #include "core/status.h"
+#include "core/text.h"
 
 namespace peregrine::engine {
 namespace {
@@ -105,26 +106,23 @@ void TokenizerCodec::cut_after_final_message(std::string& rendered, const nlohma
   if (!messages.is_array() || messages.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "continue_final_message needs at least one message");
   }
+  // The text of the final message: its string content, or its last text part.
   const nlohmann::ordered_json& last = messages.back();
-  std::string content;
-  if (last.is_object()) {
-    auto it = last.find("content");
-    if (it != last.end() && it->is_string()) {
-      content = it->get<std::string>();
-    } else if (it != last.end() && it->is_array()) {
+  std::string_view content;
+  if (auto it = last.is_object() ? last.find("content") : last.end(); it != last.end()) {
+    if (it->is_string()) {
+      content = it->get_ref<const std::string&>();
+    } else if (it->is_array()) {
       for (auto part = it->rbegin(); part != it->rend(); ++part) {
-        if (part->is_object() && part->contains("text") && (*part)["text"].is_string()) {
-          content = (*part)["text"].get<std::string>();
+        auto text = part->is_object() ? part->find("text") : part->end();
+        if (text != part->end() && text->is_string()) {
+          content = text->get_ref<const std::string&>();
           break;
         }
       }
     }
   }
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-  size_t b = 0, e = content.size();
-  while (b < e && is_space(content[b])) ++b;
-  while (e > b && is_space(content[e - 1])) --e;
-  const std::string_view needle(content.data() + b, e - b);
+  const std::string_view needle = trim_ascii_space(content);
   if (needle.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "continue_final_message: the final message has no text content to continue");
   }

@@ -1,6 +1,8 @@
 // Tool-call parsers (see tool_calls.h).
 #include "server/tool_calls.h"
 
+#include "core/text.h"
+
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -16,16 +18,8 @@ constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kMistralCallId = "[CALL_ID]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 std::optional<std::string> content_of(std::string_view before) {
-  if (trim(before).empty()) return std::nullopt;
+  if (trim_ascii_space(before).empty()) return std::nullopt;
   return std::string(before);
 }
 
@@ -62,7 +56,7 @@ std::optional<ToolCall> call_from_object(const Json& obj, std::initializer_list<
 }
 
 std::optional<ToolCall> call_from_text(std::string_view body, std::initializer_list<const char*> keys) {
-  const Json obj = Json::parse(trim(body), nullptr, false);
+  const Json obj = Json::parse(trim_ascii_space(body), nullptr, false);
   if (obj.is_discarded()) return std::nullopt;
   return call_from_object(obj, keys);
 }
@@ -109,8 +103,8 @@ ParsedToolCalls parse_hermes(std::string_view text) {
 }
 
 ParsedToolCalls parse_llama3_json(std::string_view text) {
-  std::string_view rest = trim(text);
-  if (rest.substr(0, kPythonTag.size()) == kPythonTag) rest = trim(rest.substr(kPythonTag.size()));
+  std::string_view rest = trim_ascii_space(text);
+  if (rest.substr(0, kPythonTag.size()) == kPythonTag) rest = trim_ascii_space(rest.substr(kPythonTag.size()));
   if (rest.empty() || rest.front() != '{') return plain(text);
   ParsedToolCalls out;
   while (!rest.empty()) {
@@ -119,8 +113,8 @@ ParsedToolCalls parse_llama3_json(std::string_view text) {
     auto call = call_from_text(rest.substr(0, end), {"parameters", "arguments"});
     if (!call) return plain(text);
     out.calls.push_back(std::move(*call));
-    rest = trim(rest.substr(end));
-    if (!rest.empty() && rest.front() == ';') rest = trim(rest.substr(1));
+    rest = trim_ascii_space(rest.substr(end));
+    if (!rest.empty() && rest.front() == ';') rest = trim_ascii_space(rest.substr(1));
     if (!rest.empty() && rest.front() != '{') return plain(text);
   }
   return out;
@@ -130,7 +124,7 @@ ParsedToolCalls parse_mistral(std::string_view text) {
   const size_t marker = text.find(kMistralCalls);
   if (marker == std::string_view::npos) return plain(text);
   ParsedToolCalls out;
-  const std::string_view rest = trim(text.substr(marker + kMistralCalls.size()));
+  const std::string_view rest = trim_ascii_space(text.substr(marker + kMistralCalls.size()));
   if (!rest.empty() && (rest.front() == '[' || rest.front() == '{')) {
     // [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (a lone object is accepted too).
     const Json calls = Json::parse(rest, nullptr, false);
@@ -153,12 +147,12 @@ ParsedToolCalls parse_mistral(std::string_view text) {
       std::string_view name = one.substr(0, args);
       // Newer templates put the call's id between the name and its arguments: name[CALL_ID]id[ARGS]{...}.
       if (const size_t id = name.find(kMistralCallId); id != std::string_view::npos) name = name.substr(0, id);
-      call.name = std::string(trim(name));
-      const Json parsed = Json::parse(trim(one.substr(args + kMistralArgs.size())), nullptr, false);
+      call.name = std::string(trim_ascii_space(name));
+      const Json parsed = Json::parse(trim_ascii_space(one.substr(args + kMistralArgs.size())), nullptr, false);
       if (call.name.empty() || parsed.is_discarded() || !parsed.is_object()) return plain(text);
       call.arguments = parsed.dump();
       out.calls.push_back(std::move(call));
-      remaining = next == std::string_view::npos ? std::string_view() : trim(remaining.substr(next + kMistralCalls.size()));
+      remaining = next == std::string_view::npos ? std::string_view() : trim_ascii_space(remaining.substr(next + kMistralCalls.size()));
     }
   }
   if (out.calls.empty()) return plain(text);
@@ -214,7 +208,7 @@ std::string ToolCallStream::feed(std::string_view delta) {
   if (!plain_ && kind_ == ToolParserKind::kLlama3Json) {
     // A call is the whole output: decide on the first non-space characters.
     size_t p = 0;
-    while (p < text_.size() && is_space(text_[p])) ++p;
+    while (p < text_.size() && is_ascii_space(text_[p])) ++p;
     const std::string_view rest = std::string_view(text_).substr(p);
     if (rest.empty()) return {};
     if (rest.front() == '{' || rest.substr(0, kPythonTag.size()) == kPythonTag) {
