@@ -5,7 +5,6 @@
 #include "core/memory_bandwidth.h"
 
 #include <immintrin.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,22 +14,17 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/huge_pages.h"
 
 namespace peregrine {
 namespace {
 
 struct HugeBuffer {
-  explicit HugeBuffer(size_t bytes) {
-    constexpr size_t kHuge = size_t{2} << 20;
-    size = (bytes + kHuge - 1) / kHuge * kHuge;
-    data = static_cast<uint64_t*>(std::aligned_alloc(kHuge, size));
-    if (data) madvise(data, size, MADV_HUGEPAGE);
-  }
+  explicit HugeBuffer(size_t bytes) : data(static_cast<uint64_t*>(huge_page_alloc(bytes))) {}
   ~HugeBuffer() { std::free(data); }
   HugeBuffer(const HugeBuffer&) = delete;
   HugeBuffer& operator=(const HugeBuffer&) = delete;
-  uint64_t* data = nullptr;
-  size_t size = 0;
+  uint64_t* data;
 };
 
 uint64_t sum_scalar(const uint64_t* p, size_t n) {

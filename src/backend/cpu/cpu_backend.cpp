@@ -3,8 +3,6 @@
 // f32, bf16 or f16 and are read in place.
 #include "backend/cpu/cpu_backend.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -15,6 +13,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
+#include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "ops/host_memory.h"
@@ -25,7 +24,6 @@ namespace {
 
 using cpu::KernelTable;
 
-constexpr size_t kHugePage = size_t{2} << 20;
 constexpr int64_t kParallelElems = 16384;  // below this many elements an elementwise op stays on one thread
 
 [[noreturn]] void fail(const std::string& what) {
@@ -77,11 +75,9 @@ class CpuBackend final : public Backend {
 
   // Large buffers are 2 MiB aligned and asked for transparent huge pages (fewer TLB misses when streaming).
   void* allocate(size_t bytes) override {
-    if (bytes < kHugePage) return host_allocate(bytes);
-    size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(kHugePage, rounded);
+    if (bytes < kHugePageBytes) return host_allocate(bytes);
+    void* p = huge_page_alloc(bytes);
     if (!p) throw Error(ErrorCode::kResourceExhausted, "cpu: allocation of " + std::to_string(bytes) + " bytes failed");
-    madvise(p, rounded, MADV_HUGEPAGE);
     return p;
   }
   void deallocate(void* p) override { std::free(p); }
