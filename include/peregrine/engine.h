@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "peregrine/bandwidth.h"
 #include "peregrine/engine_config.h"
 #include "peregrine/outputs.h"
 #include "peregrine/sampling_params.h"
@@ -37,8 +38,18 @@ struct ModelInfo {
   size_t kv_cache_bytes = 0;
   std::vector<int32_t> eos_token_ids;
   bool has_chat_template = false;
+  bool has_tokenizer = true;  // false with skip_tokenizer_init
   double load_seconds = 0.0;
+  // The model's shape (benchmarks count bytes and FLOPs from it).
+  int num_layers = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;
+  size_t kv_bytes_per_token = 0;  // over all layers, K and V
 };
+
 
 // Options of a chat-template rendering (tools and extra template variables are JSON, as the client sent them,
 // with key order kept: templates print them).
@@ -128,6 +139,9 @@ class Engine {
   std::string apply_chat_template(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options) const;
 
   EngineStats stats() const;
+  // Measures the device's memory bandwidth on the engine loop thread, between steps (benchmarks: the limit
+  // measured in the same run). Takes a few seconds.
+  MemoryBandwidth measure_memory_bandwidth();
 
  private:
   struct Impl;

@@ -4,13 +4,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace peregrine {
 
 struct EngineConfig {
-  std::string model;                    // Hugging Face model folder
+  std::string model;                    // Hugging Face model folder (may be empty with random_weights + config_file)
   std::string tokenizer;                // folder with tokenizer.json; empty = model
+  // vLLM's skip_tokenizer_init: no tokenizer is loaded; prompts are token ids, outputs carry ids and no text,
+  // and stop strings are refused.
+  bool skip_tokenizer_init = false;
   std::string device = "auto";          // auto | cpu | cuda | ref
   std::string dtype = "auto";           // auto | float32 | bfloat16 | float16 (activations)
   int max_model_len = 0;                // 0 = the model's max_position_embeddings (capped by KV capacity)
@@ -32,6 +36,8 @@ struct EngineConfig {
   // comes from `tokenizer` or the model folder.
   bool random_weights = false;
   std::string config_file;
+  // Called with (bytes done, bytes total) while weights load, on the creating thread (progress bars).
+  std::function<void(size_t, size_t)> on_load_progress;
 
   // Throws Error(kInvalidArgument) naming the first bad field.
   void validate() const;

@@ -1,8 +1,9 @@
-// `peregrine generate`: offline generation from prompts (text or token ids) with the simple generation path;
-// prints text, or one JSON object per prompt with --json.
+// `peregrine generate`: offline generation from prompts (text or token ids) through the Engine (the path the
+// server uses); prints text, or one JSON object per prompt with --json.
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -11,11 +12,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/status.h"
-#include "engine/device_setup.h"
-#include "engine/simple_generate.h"
-#include "io/hf_config.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer.h"
+#include "peregrine/engine.h"
 
 namespace peregrine::cli {
 namespace {
@@ -66,87 +63,95 @@ void run_generate(const GenerateArgs& a) {
     throw Error(ErrorCode::kInvalidArgument, "give --prompt TEXT or --prompt-ids 1,2,3");
   if (a.temperature < 0) throw Error(ErrorCode::kInvalidArgument, "--temperature must be >= 0");
   if (a.top_p <= 0 || a.top_p > 1) throw Error(ErrorCode::kInvalidArgument, "--top-p must be in (0, 1]");
-  if (a.max_tokens < 0) throw Error(ErrorCode::kInvalidArgument, "--max-tokens must be >= 0");
+  if (a.max_tokens < 1) throw Error(ErrorCode::kInvalidArgument, "--max-tokens must be >= 1");
   const auto t0 = std::chrono::steady_clock::now();
-  io::ModelConfig config = io::load_model_config(a.model_dir);
-  engine::DeviceChoice choice = engine::resolve_device(a.device, a.dtype, config.torch_dtype);
-  auto backend = engine::create_backend(choice, a.threads);
+  std::vector<std::vector<int32_t>> id_prompts;
+  for (const auto& p : a.prompt_ids) id_prompts.push_back(parse_ids(p));
+  const bool has_tokenizer = std::filesystem::exists(std::filesystem::path(a.model_dir) / "tokenizer.json");
+  if (!a.prompts.empty() && !has_tokenizer)
+    throw Error(ErrorCode::kNotFound, a.model_dir + ": no tokenizer.json for --prompt text; give --prompt-ids");
 
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  if (!a.prompts.empty() || std::filesystem::exists(std::filesystem::path(a.model_dir) / "tokenizer.json"))
-    tok = tokenizer::Tokenizer::load(a.model_dir);
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& p : a.prompts) prompts.push_back(tok->encode(p, true));
-  for (const auto& p : a.prompt_ids) prompts.push_back(parse_ids(p));
-
-  model::ModelOptions mo;
-  mo.activation_dtype = choice.activation_dtype;
-  mo.max_num_batched_tokens = a.max_num_batched_tokens;
-  mo.max_num_seqs = std::max<int>(static_cast<int>(prompts.size()), 1);
+  EngineConfig ec;
+  ec.model = a.model_dir;
+  ec.device = a.device;
+  ec.dtype = a.dtype;
+  ec.num_threads = a.threads;
+  ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  ec.max_num_seqs = std::max<int>(static_cast<int>(a.prompts.size() + id_prompts.size()), 1);
+  ec.seed = a.seed;
+  ec.skip_tokenizer_init = !has_tokenizer;
+  ec.generation_config = "vllm";  // the flags say how to sample; generation_config.json is not applied
+  // A KV cache for exactly this batch (plus a little), so startup zeroes no more memory than the run uses. Text
+  // prompts are measured in bytes here: a token is at least one byte.
+  int blocks = 4;
+  for (const auto& p : a.prompts) blocks += static_cast<int>((p.size() + 2 + a.max_tokens + 15) / 16);
+  for (const auto& p : id_prompts) blocks += static_cast<int>((p.size() + a.max_tokens + 15) / 16);
+  ec.num_kv_blocks_override = blocks;
   ProgressBar bar("loading " + a.model_dir);
-  mo.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
-  auto model = model::load_model(a.model_dir, *backend, mo);
+  ec.on_load_progress = [&](size_t done, size_t total) { bar.update(done, total); };
+  std::unique_ptr<Engine> engine = Engine::create(ec);
   bar.finish();
 
-  engine::SimpleGenerateOptions go;
-  go.max_tokens = a.max_tokens;
-  go.sampler.temperature = static_cast<float>(a.temperature);
-  go.sampler.top_p = static_cast<float>(a.top_p);
-  go.sampler.top_k = a.top_k;
-  go.sampler.min_p = static_cast<float>(a.min_p);
-  go.sampler.num_logprobs = a.logprobs;
-  go.prompt_logprobs = a.prompt_logprobs;
-  go.seed = a.seed;
-  go.ignore_eos = a.ignore_eos;
-  go.eos_token_ids = config.eos_token_ids;
-  go.kv_dtype = choice.kv_dtype;
-  bool first = true;
-  double ttft_s = 0;
-  go.on_token = [&](size_t, int32_t) {
-    if (first) {
-      ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      first = false;
-    }
-  };
-  auto results = engine::simple_generate(*model, prompts, go, a.max_num_batched_tokens);
-  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& p : a.prompts) prompts.push_back(engine->tokenize(p, true));
+  for (auto& p : id_prompts) prompts.push_back(std::move(p));
 
-  for (const auto& r : results) {
-    std::string text = tok ? tok->decode(r.token_ids, true) : "";
+  SamplingParams sp;
+  sp.max_tokens = a.max_tokens;
+  sp.temperature = static_cast<float>(a.temperature);
+  sp.top_p = static_cast<float>(a.top_p);
+  sp.top_k = a.top_k;
+  sp.min_p = static_cast<float>(a.min_p);
+  if (a.logprobs >= 0) sp.logprobs = a.logprobs;
+  if (a.prompt_logprobs >= 0) sp.prompt_logprobs = a.prompt_logprobs;
+  sp.ignore_eos = a.ignore_eos;
+  std::vector<RequestOutput> results = engine->generate(prompts, sp);
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double first_token_s = 0;
+  for (const RequestOutput& r : results) {
+    if (r.error) throw Error(ErrorCode::kInternal, "generation failed: " + *r.error);
+    if (first_token_s == 0 || r.timings.first_token < first_token_s) first_token_s = r.timings.first_token;
+  }
+
+  for (const RequestOutput& r : results) {
+    const CompletionOutput& out = r.outputs.at(0);
     if (a.json) {
       nlohmann::json j;
       j["prompt_token_ids"] = r.prompt_token_ids;
-      j["token_ids"] = r.token_ids;
-      j["text"] = text;
+      j["token_ids"] = out.token_ids;
+      j["text"] = out.text;
       nlohmann::json lps = nlohmann::json::array();
-      if (a.logprobs >= 0) {
-        for (const auto& s : r.samples) {
-          nlohmann::json top = nlohmann::json::array();
-          for (auto& [id, lp] : s.top_logprobs) top.push_back({id, lp});
-          lps.push_back({{"token", s.token}, {"logprob", s.logprob}, {"top_logprobs", top}});
-        }
+      for (const PositionLogprobs& pos : out.logprobs) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const TokenLogprob& t : pos.top) top.push_back({t.token_id, t.logprob});
+        lps.push_back({{"token", pos.chosen.token_id}, {"logprob", pos.chosen.logprob}, {"top_logprobs", top}});
       }
       j["logprobs"] = lps;
       if (a.prompt_logprobs >= 0) {
         nlohmann::json pl = nlohmann::json::array();
-        for (const auto& pos : r.prompt_top) {
+        for (const PositionLogprobs& pos : r.prompt_logprobs) {
           nlohmann::json top = nlohmann::json::array();
-          for (auto& [id, lp] : pos) top.push_back({id, lp});
+          for (const TokenLogprob& t : pos.top) top.push_back({t.token_id, t.logprob});
           pl.push_back(top);
         }
         j["prompt_logprobs"] = pl;
       }
-      j["finish_reason"] = r.stopped_by_eos ? "stop" : "length";
+      j["finish_reason"] = finish_reason_name(out.finish_reason);
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    } else if (has_tokenizer) {
+      std::cout << out.text << "\n";
     } else {
-      std::cout << text << (tok ? "" : "(no tokenizer) ids:");
-      if (!tok)
-        for (int32_t id : r.token_ids) std::cout << ' ' << id;
+      std::cout << "(no tokenizer) ids:";
+      for (int32_t id : out.token_ids) std::cout << ' ' << id;
       std::cout << "\n";
     }
   }
-  if (isatty(STDERR_FILENO))
-    std::fprintf(stderr, "[%s] first token after %.3f s, total %.3f s\n", backend->name().c_str(), ttft_s, total_s);
+  if (isatty(STDERR_FILENO)) {
+    // Engine times count from engine creation; the load happened before.
+    const double load_s = engine->info().load_seconds;
+    std::fprintf(stderr, "[%s] first token after %.3f s, total %.3f s\n", engine->info().backend.c_str(),
+                 load_s + first_token_s, total_s);
+  }
 }
 
 }  // namespace

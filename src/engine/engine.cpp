@@ -2,13 +2,16 @@
 // that applies commands and runs steps, offline generate(), shutdown, and stats snapshots.
 #include "peregrine/engine.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
 #include <variant>
 
+#include "core/memory_bandwidth.h"
 #include "core/status.h"
 #include "engine/engine_core.h"
 
@@ -25,7 +28,11 @@ struct Engine::Impl {
   struct AbortCommand {
     std::string id;
   };
-  using Command = std::variant<AddCommand, AbortCommand>;
+  // Work that must run on the loop thread between steps (it owns the backend's stream).
+  struct TaskCommand {
+    std::function<void()> fn;
+  };
+  using Command = std::variant<AddCommand, AbortCommand, TaskCommand>;
 
   std::unique_ptr<engine::EngineCore> core;
   std::mutex mutex;
@@ -93,8 +100,10 @@ void Engine::Impl::run_loop() {
           out.error = e.what();
           on_failure(std::move(out));
         }
+      } else if (auto* abort = std::get_if<AbortCommand>(&cmd)) {
+        core->abort_request(abort->id);
       } else {
-        core->abort_request(std::get<AbortCommand>(cmd).id);
+        std::get<TaskCommand>(cmd).fn();  // catches its own errors
       }
     }
     if (stop) {
@@ -230,6 +239,59 @@ std::string Engine::token_text(int32_t id) const { return impl_->core->codec().t
 
 std::string Engine::apply_chat_template(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options) const {
   return impl_->core->codec().apply_chat_template(messages, options);
+}
+
+MemoryBandwidth Engine::measure_memory_bandwidth() {
+  struct Result {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false;
+    MemoryBandwidth value;
+    std::exception_ptr error;
+  };
+  auto result = std::make_shared<Result>();
+  auto task = [this, result] {
+    MemoryBandwidth bw;
+    std::exception_ptr error;
+    try {
+      ops::Backend& backend = impl_->core->runner().backend();
+      if (backend.is_host()) {
+        bw = measure_host_bandwidth(0);
+      } else {
+        // (read + write bytes) / s of a large on-device copy, best of five.
+        const size_t bytes = size_t{2} << 30;
+        ops::DeviceBuffer a(backend, bytes), b(backend, bytes);
+        backend.fill_zero(a.data(), bytes);
+        backend.copy_on_device(b.data(), a.data(), bytes);
+        backend.synchronize();
+        double best = 1e30;
+        for (int i = 0; i < 5; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          backend.copy_on_device(b.data(), a.data(), bytes);
+          backend.synchronize();
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        bw.copy_gbs = 2.0 * static_cast<double>(bytes) / best / 1e9;
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(result->mutex);
+    result->value = bw;
+    result->error = error;
+    result->finished = true;
+    result->done.notify_all();
+  };
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->stopping) throw Error(ErrorCode::kUnavailable, "the engine is shutting down");
+    impl_->commands.push_back(Impl::TaskCommand{std::move(task)});
+    impl_->wake.notify_one();
+  }
+  std::unique_lock<std::mutex> lock(result->mutex);
+  result->done.wait(lock, [&] { return result->finished; });
+  if (result->error) std::rethrow_exception(result->error);
+  return result->value;
 }
 
 EngineStats Engine::stats() const {

@@ -34,18 +34,16 @@ uint64_t mix_seed(uint64_t x) {
 
 }  // namespace
 
-EngineCore::EngineCore(std::unique_ptr<ops::Backend> backend, std::unique_ptr<model::Model> model,
-                       std::shared_ptr<const TextCodec> codec, const EngineCoreConfig& config, ModelInfo info)
-    : backend_(std::move(backend)),
-      model_(std::move(model)),
+EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<const TextCodec> codec,
+                       const EngineCoreConfig& config, ModelInfo info)
+    : runner_(std::move(runner)),
       codec_(std::move(codec)),
       config_(config),
       info_(std::move(info)),
       scheduler_(scheduler_config(config)),
-      runner_(*model_),
       epoch_(std::chrono::steady_clock::now()) {
-  PEREGRINE_CHECK(model_->kv_cache_spec().num_blocks == config.num_blocks, "KV cache and config disagree on blocks");
-  PEREGRINE_CHECK(model_->kv_cache_spec().block_size == config.block_size, "KV cache and config disagree on block size");
+  PEREGRINE_CHECK(runner_->kv_cache().num_blocks() == config.num_blocks, "KV cache and config disagree on blocks");
+  PEREGRINE_CHECK(runner_->kv_cache().block_size() == config.block_size, "KV cache and config disagree on block size");
   if (static_cast<int64_t>(config.num_blocks) * config.block_size < config.max_model_len) {
     throw Error(ErrorCode::kInvalidArgument,
                 "max_model_len " + std::to_string(config.max_model_len) + " exceeds the KV cache capacity of " +
@@ -68,8 +66,12 @@ double EngineCore::now() const {
 }
 
 void EngineCore::validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
-  const int vocab = runner_.vocab_size();
+  const int vocab = runner_->vocab_size();
   params.validate(vocab);
+  if (!params.stop.empty() && !codec_->has_tokenizer()) {
+    throw Error(ErrorCode::kInvalidArgument, "stop: stop strings need a tokenizer (the engine was started with "
+                                             "skip_tokenizer_init); use stop_token_ids");
+  }
   if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "prompt: the prompt is empty (0 tokens)");
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab) {
@@ -176,7 +178,7 @@ void EngineCore::abort_all(const std::string& reason) {
 
 PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int top_k, double lse,
                                            std::span<const int32_t> context, SamplingWorkspace& ws) const {
-  const int vocab = runner_.vocab_size();
+  const int vocab = runner_->vocab_size();
   PositionLogprobs lp;
   lp.chosen.token_id = chosen;
   lp.chosen.logprob = static_cast<float>(row[chosen] - lse);
@@ -198,7 +200,7 @@ PositionLogprobs EngineCore::make_logprobs(const float* row, int32_t chosen, int
 }
 
 void EngineCore::compute_prompt_logprobs(RequestState& req, const float* rows, int count, int first_position) {
-  const int vocab = runner_.vocab_size();
+  const int vocab = runner_->vocab_size();
   const int k = req.params.prompt_logprobs.value_or(0);
   if (req.prompt_logprobs.empty()) {
     PositionLogprobs first;  // the first prompt token has no logprob
@@ -222,7 +224,7 @@ void EngineCore::compute_prompt_logprobs(RequestState& req, const float* rows, i
 
 int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws) const {
   const SamplingParams& p = req.params;
-  const int vocab = runner_.vocab_size();
+  const int vocab = runner_->vocab_size();
   const bool edit = needs_logits_edits(p);
   if (edit) ws.edits.apply(row, vocab, req, ss, config_.eos_token_ids);
   SamplerParams sp;
@@ -250,7 +252,7 @@ void EngineCore::step() {
   if (out.empty()) return;
   const double step_start = now();
 
-  want_prompt_rows_.assign(out.seqs.size(), 0);
+  logits_requests_.assign(out.seqs.size(), LogitsRequest{});
   std::vector<int> begin_positions(out.seqs.size());
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     Sequence& seq = *out.seqs[i].seq;
@@ -260,15 +262,15 @@ void EngineCore::step() {
       req.timings.first_scheduled = step_start;
       release_queued(req);
     }
-    want_prompt_rows_[i] = seq.index == 0 && req.params.prompt_logprobs && !req.prompt_logprobs_done ? 1 : 0;
+    logits_requests_[i].prompt_rows = seq.index == 0 && req.params.prompt_logprobs && !req.prompt_logprobs_done;
   }
-  runner_.prepare(out, want_prompt_rows_, rows_);
+  runner_->prepare(out, logits_requests_, rows_);
   const auto t2 = Clock::now();
-  runner_.forward(logits_);
+  runner_->execute(logits_);
   const auto t3 = Clock::now();
 
   scheduler_.on_step_computed(out);
-  const int vocab = runner_.vocab_size();
+  const int vocab = runner_->vocab_size();
   std::vector<std::pair<SeqState*, int32_t>> sampled;
   sampled.reserve(out.seqs.size());
   std::vector<float*> rows;

@@ -18,7 +18,6 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/text_codec.h"
-#include "model/model.h"
 #include "peregrine/engine.h"
 
 namespace peregrine::engine {
@@ -38,10 +37,9 @@ struct EngineCoreConfig {
 
 class EngineCore {
  public:
-  // The model must have its KV cache allocated with config.num_blocks blocks of config.block_size.
-  // backend may be null when the model does not need it kept alive (tests); it is destroyed after the model.
-  EngineCore(std::unique_ptr<ops::Backend> backend, std::unique_ptr<model::Model> model,
-             std::shared_ptr<const TextCodec> codec, const EngineCoreConfig& config, ModelInfo info);
+  // The runner must have its KV cache allocated with config.num_blocks blocks of config.block_size.
+  EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<const TextCodec> codec,
+             const EngineCoreConfig& config, ModelInfo info);
   ~EngineCore();
 
   const EngineCoreConfig& config() const { return config_; }
@@ -68,6 +66,7 @@ class EngineCore {
   EngineStats stats() const;
   const Scheduler& scheduler() const { return scheduler_; }
   double now() const;
+  ModelRunner& runner() { return *runner_; }
 
  private:
   void compute_prompt_logprobs(RequestState& req, const float* rows, int count, int first_position);
@@ -86,18 +85,16 @@ class EngineCore {
   void emit(RequestState& req);
   void release_queued(RequestState& req);
 
-  std::unique_ptr<ops::Backend> backend_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<ModelRunner> runner_;
   std::shared_ptr<const TextCodec> codec_;
   EngineCoreConfig config_;
   ModelInfo info_;
   SamplingParams default_params_;
   Scheduler scheduler_;
-  ModelRunner runner_;
   std::unique_ptr<ThreadPool> sampling_pool_;  // null when one thread samples
   std::vector<SamplingWorkspace> workspaces_;  // one per sampling thread
   std::vector<float> logits_;
-  std::vector<uint8_t> want_prompt_rows_;
+  std::vector<LogitsRequest> logits_requests_;
   LogitsRows rows_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
   std::vector<RequestState*> touched_;

@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "engine/device_setup.h"
 #include "engine/engine_core.h"
+#include "engine/model_runner.h"
 #include "engine/tokenizer_codec.h"
 #include "io/hf_config.h"
 #include "model/model.h"
@@ -40,13 +41,36 @@ SamplingParams defaults_from(const EngineConfig& config) {
 
 std::string dtype_label(DType t) { return std::string(dtype_name(t)); }
 
+// skip_tokenizer_init: token ids in and out, no text.
+class NoTokenizerCodec final : public engine::TextCodec {
+ public:
+  class Silent final : public engine::IncrementalDetokenizer {
+   public:
+    std::string push(int32_t) override { return {}; }
+  };
+  std::vector<int32_t> encode(std::string_view, bool) const override {
+    throw Error(ErrorCode::kInvalidArgument, "this engine has no tokenizer (skip_tokenizer_init): give token ids");
+  }
+  std::string decode(std::span<const int32_t>, bool) const override { return {}; }
+  std::string token_text(int32_t) const override { return {}; }
+  std::unique_ptr<engine::IncrementalDetokenizer> make_detokenizer(std::span<const int32_t>, bool, bool) const override {
+    return std::make_unique<Silent>();
+  }
+  bool has_tokenizer() const override { return false; }
+  bool has_chat_template() const override { return false; }
+  std::string apply_chat_template(const nlohmann::ordered_json&, const ChatTemplateOptions&) const override {
+    throw Error(ErrorCode::kInvalidArgument, "this engine has no tokenizer (skip_tokenizer_init): no chat template");
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   config.validate();
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path model_dir = config.model;
-  if (!std::filesystem::is_directory(model_dir)) {
+  const bool config_only = config.random_weights && !config.config_file.empty() && config.model.empty();
+  if (!config_only && !std::filesystem::is_directory(model_dir)) {
     throw Error(ErrorCode::kNotFound, "model folder " + model_dir.string() + " does not exist");
   }
   io::ModelConfig model_config = config.random_weights && !config.config_file.empty()
@@ -68,48 +92,50 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   }
   const int budget = config.max_num_batched_tokens > 0 ? config.max_num_batched_tokens : (on_gpu ? 8192 : 2048);
 
-  auto codec = std::make_shared<engine::TokenizerCodec>(
-      config.tokenizer.empty() ? model_dir : std::filesystem::path(config.tokenizer), model_dir, config.chat_template);
-  const SamplingParams defaults = defaults_from(config);
+  const bool no_tokenizer = config.skip_tokenizer_init || (config_only && config.tokenizer.empty());
+  std::shared_ptr<engine::TextCodec> codec;
+  std::vector<int32_t> tokenizer_eos;
+  if (no_tokenizer) {
+    codec = std::make_shared<NoTokenizerCodec>();
+  } else {
+    auto tc = std::make_shared<engine::TokenizerCodec>(
+        config.tokenizer.empty() ? model_dir : std::filesystem::path(config.tokenizer), model_dir, config.chat_template);
+    tokenizer_eos = tc->tokenizer().eos_ids();
+    codec = std::move(tc);
+  }
+  const SamplingParams defaults = config_only ? SamplingParams{} : defaults_from(config);
 
   model::ModelOptions options;
   options.activation_dtype = choice.activation_dtype;
-  options.max_num_batched_tokens = budget;
-  options.max_num_seqs = config.max_num_seqs;
-  options.use_graphs = !config.enforce_eager;
-  options.max_model_len = max_model_len;
-  options.min_block_size = config.block_size;
+  options.max_num_tokens = budget;
+  options.max_logits_rows = std::max(1, std::min(config.max_num_seqs, budget));
   options.random_weights = config.random_weights;
   options.random_seed = config.seed;
+  options.on_load_progress = config.on_load_progress;
   auto model = config.random_weights ? model::make_random_model(model_config, *backend, options)
                                      : model::load_model(model_dir, *backend, options);
+  engine::RunnerOptions runner_options;
+  runner_options.max_num_seqs = config.max_num_seqs;
+  runner_options.max_num_batched_tokens = budget;
+  runner_options.max_model_len = max_model_len;
+  runner_options.block_size = config.block_size;
+  runner_options.kv_dtype = choice.kv_dtype;
+  runner_options.use_graphs = !config.enforce_eager;
+  auto runner = std::make_unique<engine::ModelRunner>(std::move(backend), std::move(model), runner_options);
 
-  // Warm up with a small cache (first-use allocations happen now), then size the real one from what is left.
-  model->allocate_kv_cache({1, config.block_size, choice.kv_dtype});
-  {
-    model::ForwardBatch warm;
-    warm.token_ids = {0};
-    warm.positions = {0};
-    warm.slot_mapping = {0};
-    warm.query_start_loc = {0, 1};
-    warm.seq_lens = {1};
-    warm.block_tables = {0};
-    warm.max_blocks_per_seq = 1;
-    warm.logits_indices = {0};
-    std::vector<float> logits;
-    model->forward(warm, logits);
-    backend->synchronize();
-  }
-  const size_t block_bytes = model->kv_bytes_per_token(choice.kv_dtype) * static_cast<size_t>(config.block_size);
+  // Warm up with a one-block cache (first-use allocations happen now), then size the real one from what is left.
+  runner->profile_run();
+  ops::Backend& device = runner->backend();
+  const size_t block_bytes = runner->kv_bytes_per_block();
   size_t num_blocks = 0;
   if (config.num_kv_blocks_override > 0) {
     num_blocks = static_cast<size_t>(config.num_kv_blocks_override);
   } else {
     size_t kv_bytes = config.kv_cache_memory_bytes;
     if (kv_bytes == 0) {
-      const size_t free = backend->free_memory();
+      const size_t free = device.free_memory();
       kv_bytes = static_cast<size_t>(static_cast<double>(free) * config.gpu_memory_utilization);
-      if (!backend->is_host() || on_gpu) {
+      if (!device.is_host() || on_gpu) {
         kv_bytes = kv_bytes > 512 * kMiB ? kv_bytes - 512 * kMiB : kv_bytes / 2;  // room for activations
       } else {
         kv_bytes = std::min({kv_bytes, free / 4, kHostKvCap});
@@ -131,10 +157,10 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     }
     max_model_len = static_cast<int>(capacity);
   }
-  model->allocate_kv_cache({static_cast<int>(num_blocks), config.block_size, choice.kv_dtype});
+  runner->allocate_kv_cache(static_cast<int>(num_blocks));
   // On a GPU, run every decode bucket once now (graph capture) so first requests pay nothing; on the CPU there
   // is nothing to capture and a full-budget prefill would only slow startup.
-  if (!backend->is_host()) model->warm_up();
+  if (!device.is_host()) runner->warm_up();
 
   engine::EngineCoreConfig core_config;
   core_config.max_model_len = max_model_len;
@@ -146,7 +172,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   core_config.seed = config.seed;
   core_config.max_queued_requests = config.max_queued_requests;
   core_config.eos_token_ids = model_config.eos_token_ids;
-  for (int32_t id : codec->tokenizer().eos_ids()) {
+  for (int32_t id : tokenizer_eos) {
     if (std::find(core_config.eos_token_ids.begin(), core_config.eos_token_ids.end(), id) ==
         core_config.eos_token_ids.end()) {
       core_config.eos_token_ids.push_back(id);
@@ -154,23 +180,30 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   }
 
   ModelInfo info;
-  info.model_path = model_dir.string();
+  info.model_path = config_only ? config.config_file : model_dir.string();
   info.architecture = model_config.architecture_name;
-  info.backend = backend->name();
+  info.backend = device.name();
   info.dtype = dtype_label(choice.activation_dtype);
   info.vocab_size = static_cast<int>(model_config.vocab_size);
   info.max_model_len = max_model_len;
   info.block_size = config.block_size;
   info.num_kv_blocks = static_cast<int>(num_blocks);
   info.kv_capacity_tokens = capacity;
-  info.weight_bytes = model->weight_bytes();
+  info.weight_bytes = runner->model().weight_bytes();
   info.kv_cache_bytes = num_blocks * block_bytes;
   info.eos_token_ids = core_config.eos_token_ids;
   info.has_chat_template = codec->has_chat_template();
+  info.has_tokenizer = !no_tokenizer;
+  info.num_layers = static_cast<int>(model_config.num_hidden_layers);
+  info.hidden_size = static_cast<int>(model_config.hidden_size);
+  info.intermediate_size = static_cast<int>(model_config.intermediate_size);
+  info.num_attention_heads = static_cast<int>(model_config.num_attention_heads);
+  info.num_key_value_heads = static_cast<int>(model_config.num_key_value_heads);
+  info.head_dim = static_cast<int>(model_config.head_dim);
+  info.kv_bytes_per_token = block_bytes / static_cast<size_t>(config.block_size);
   info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  auto core = std::make_unique<engine::EngineCore>(std::move(backend), std::move(model), std::move(codec),
-                                                   core_config, std::move(info));
+  auto core = std::make_unique<engine::EngineCore>(std::move(runner), std::move(codec), core_config, std::move(info));
   core->set_default_sampling_params(defaults);
   return std::make_unique<Engine>(std::move(core));
 }

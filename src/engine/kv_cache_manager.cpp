@@ -93,4 +93,21 @@ void KvCacheManager::free(Sequence& seq) {
   seq.num_cached_blocks = 0;
 }
 
+void KvCacheManager::truncate(Sequence& seq, int num_tokens) {
+  PEREGRINE_CHECK(num_tokens >= seq.num_prompt_tokens && num_tokens <= seq.num_tokens(),
+                  "truncate outside [prompt length, length]");
+  PEREGRINE_CHECK(num_tokens >= seq.num_cached_blocks * block_size_, "truncate into a cached block");
+  seq.token_ids.resize(static_cast<size_t>(num_tokens));
+  seq.num_computed_tokens = std::min(seq.num_computed_tokens, num_tokens);
+  const size_t keep = static_cast<size_t>((num_tokens + block_size_ - 1) / block_size_);
+  if (seq.block_table.size() > keep) {
+    std::vector<int> tail(seq.block_table.rbegin(), seq.block_table.rend() - static_cast<ptrdiff_t>(keep));
+    pool_.release(tail);
+    seq.block_table.resize(keep);
+  }
+  if (seq.block_hashes.size() > static_cast<size_t>(num_tokens / block_size_)) {
+    seq.block_hashes.resize(static_cast<size_t>(num_tokens / block_size_));
+  }
+}
+
 }  // namespace peregrine::engine

@@ -37,6 +37,10 @@ class KvCacheManager {
   void fork(const Sequence& leader, Sequence& sibling);
   // Releases seq's blocks (tail first, so leaves are evicted first) and resets it to nothing computed.
   void free(Sequence& seq);
+  // Cuts seq back to its first num_tokens tokens (speculative rejection): drops the later token ids, keeps KV for
+  // at most num_tokens tokens and releases the blocks past them. Blocks registered in the prefix cache are never
+  // cut (only verified tokens are cached); num_tokens must be at least the prompt length.
+  void truncate(Sequence& seq, int num_tokens);
 
   uint64_t num_queried_tokens() const { return queried_tokens_; }
   uint64_t num_hit_tokens() const { return hit_tokens_; }

@@ -1,81 +1,286 @@
-// ModelRunner: flattening a step into a ForwardBatch and running it (see model_runner.h).
+// ModelRunner: KV cache, staging, graphs, warm-up and logits around one model (see model_runner.h).
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/status.h"
 
 namespace peregrine::engine {
+namespace {
 
-ModelRunner::ModelRunner(model::Model& model)
-    : model_(model),
-      vocab_(static_cast<int>(model.config().vocab_size)),
-      block_size_(model.kv_cache_spec().block_size) {}
+constexpr int kMaxGraphBatch = 256;
 
-void ModelRunner::prepare(const SchedulerOutput& output, std::span<const uint8_t> want_prompt_rows,
-                          LogitsRows& rows) {
-  model::ForwardBatch& b = batch_;
-  b.token_ids.clear();
-  b.positions.clear();
-  b.slot_mapping.clear();
-  b.query_start_loc.assign(1, 0);
-  b.seq_lens.clear();
-  b.block_tables.clear();
-  b.logits_indices.clear();
-  const size_t num_seqs = output.seqs.size();
-  rows.sample_row.assign(num_seqs, -1);
-  rows.prompt_row_begin.assign(num_seqs, -1);
-  rows.prompt_row_count.assign(num_seqs, 0);
+}  // namespace
 
-  int max_blocks = 1;
-  for (const ScheduledSeq& s : output.seqs) {
-    max_blocks = std::max(max_blocks, static_cast<int>(s.seq->block_table.size()));
-  }
-  b.max_blocks_per_seq = max_blocks;
-  b.block_tables.assign(num_seqs * static_cast<size_t>(max_blocks), 0);
+ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<model::Model> model,
+                         const RunnerOptions& options)
+    : backend_owner_(std::move(backend)),
+      backend_(model->backend()),
+      model_(std::move(model)),
+      options_(options),
+      vocab_(static_cast<int>(model_->config().vocab_size)) {
+  if (options_.block_size <= 0) throw Error(ErrorCode::kInvalidArgument, "block_size must be positive");
+  options_.max_num_batched_tokens = std::max(1, options_.max_num_batched_tokens);
+  options_.max_num_seqs = std::max(1, std::min(options_.max_num_seqs, options_.max_num_batched_tokens));
+  if (options_.max_num_batched_tokens > model_->max_num_tokens())
+    throw Error(ErrorCode::kInvalidArgument, "the model's workspace holds " + std::to_string(model_->max_num_tokens()) +
+                                                 " tokens, fewer than max_num_batched_tokens " +
+                                                 std::to_string(options_.max_num_batched_tokens));
+  const int64_t model_len = options_.max_model_len > 0 ? options_.max_model_len : model_->config().max_position_embeddings;
+  max_blocks_per_seq_ = static_cast<int>((model_len + options_.block_size - 1) / options_.block_size);
+  max_rows_per_chunk_ = model_->max_logits_rows();
 
-  for (size_t i = 0; i < num_seqs; ++i) {
-    const ScheduledSeq& s = output.seqs[i];
-    const Sequence& seq = *s.seq;
-    const int begin = seq.num_computed_tokens;
-    const int end = begin + s.num_new_tokens;
-    PEREGRINE_CHECK(end <= seq.num_tokens(), "scheduled past the sequence's tokens");
-    PEREGRINE_CHECK(static_cast<int>(seq.block_table.size()) * block_size_ >= end, "block table too short");
-    const int row0 = static_cast<int>(b.token_ids.size());
-    for (int p = begin; p < end; ++p) {
-      b.token_ids.push_back(seq.token_ids[static_cast<size_t>(p)]);
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(seq.block_table[static_cast<size_t>(p / block_size_)] * block_size_ + p % block_size_);
-    }
-    b.query_start_loc.push_back(static_cast<int>(b.token_ids.size()));
-    b.seq_lens.push_back(end);
-    std::copy(seq.block_table.begin(), seq.block_table.end(),
-              b.block_tables.begin() + static_cast<ptrdiff_t>(i) * max_blocks);
-
-    // Logits rows: prompt positions first (when asked), then the sampling row unless already among them.
-    if (!want_prompt_rows.empty() && want_prompt_rows[i] && begin < seq.num_prompt_tokens) {
-      const int count = std::min(end, seq.num_prompt_tokens) - begin;
-      rows.prompt_row_begin[i] = static_cast<int>(b.logits_indices.size());
-      rows.prompt_row_count[i] = count;
-      for (int k = 0; k < count; ++k) b.logits_indices.push_back(row0 + k);
-      if (s.samples && end == seq.num_prompt_tokens) rows.sample_row[i] = rows.prompt_row_begin[i] + count - 1;
-    }
-    if (s.samples && rows.sample_row[i] < 0) {
-      rows.sample_row[i] = static_cast<int>(b.logits_indices.size());
-      b.logits_indices.push_back(row0 + s.num_new_tokens - 1);
-    }
-  }
-  rows.num_rows = static_cast<int>(b.logits_indices.size());
+  // Block tables last, so a step copies only the rows it uses.
+  const size_t t = static_cast<size_t>(options_.max_num_batched_tokens);
+  const size_t s = static_cast<size_t>(options_.max_num_seqs);
+  size_t off = 0;
+  auto take = [&](size_t n) {
+    const size_t at = off;
+    off += (n + 15) / 16 * 16;
+    return at;
+  };
+  layout_.ids = take(t);
+  layout_.positions = take(t);
+  layout_.slots = take(t);
+  layout_.qsl = take(s + 1);
+  layout_.seq_lens = take(s);
+  layout_.logits = take(t);
+  layout_.tables = take(s * static_cast<size_t>(max_blocks_per_seq_));
+  layout_.total = off;
+  inputs_ = ops::DeviceBuffer(backend_, layout_.total * sizeof(int32_t));
+  staging_ = static_cast<int32_t*>(backend_.allocate_pinned(layout_.total * sizeof(int32_t)));
+  // Logits are f32 whatever the activation dtype: rounding them to bf16 would cost ~1e-2 in logprobs.
+  logits_ = ops::DeviceBuffer(backend_, sizeof(float) * static_cast<size_t>(max_rows_per_chunk_) * vocab_);
 }
 
-void ModelRunner::forward(std::vector<float>& logits) {
+ModelRunner::~ModelRunner() {
+  release_graphs();
+  if (staging_) backend_.deallocate_pinned(staging_);
+}
+
+KvCacheConfig ModelRunner::kv_cache_config(int num_blocks) const {
+  const io::ModelConfig& c = model_->config();
+  KvCacheConfig k;
+  k.num_layers = static_cast<int>(c.num_hidden_layers);
+  k.num_kv_heads = static_cast<int>(c.num_key_value_heads);
+  k.head_dim = static_cast<int>(c.head_dim);
+  k.num_blocks = num_blocks;
+  k.block_size = options_.block_size;
+  k.dtype = options_.kv_dtype;
+  return k;
+}
+
+void ModelRunner::allocate_kv_cache(int num_blocks) {
+  release_graphs();
+  kv_.reset();
+  kv_ = std::make_unique<KvCache>(backend_, kv_cache_config(num_blocks));
+}
+
+KvCache& ModelRunner::kv_cache() {
+  PEREGRINE_CHECK(kv_ != nullptr, "the KV cache is not allocated");
+  return *kv_;
+}
+
+int ModelRunner::num_graphs() const {
+  return static_cast<int>(std::count_if(graphs_.begin(), graphs_.end(), [](int64_t g) { return g > 0; }));
+}
+
+void ModelRunner::release_graphs() {
+  for (int64_t g : graphs_)
+    if (g > 0) backend_.destroy_graph(g);
+  graphs_.clear();
+}
+
+// Decode graphs exist for padded batch sizes 1, 2, 4, ..., up to max_num_seqs (capped at 256).
+int ModelRunner::graph_bucket(int seqs) const {
+  int b = 1;
+  while (b < seqs) b *= 2;
+  return b <= std::min(options_.max_num_seqs, kMaxGraphBatch) ? b : 0;
+}
+
+void ModelRunner::prepare(const SchedulerOutput& output, std::span<const LogitsRequest> requests, LogitsRows& rows) {
+  build_forward_batch(output, requests, options_.block_size, batch_, rows);
+}
+
+void ModelRunner::execute(std::vector<float>& logits) {
   if (batch_.token_ids.empty()) {
     logits.clear();
     return;
   }
-  model_.forward(batch_, logits);
-  PEREGRINE_CHECK(logits.size() == batch_.logits_indices.size() * static_cast<size_t>(vocab_),
-                  "model returned the wrong number of logits");
+  execute(batch_, logits);
+}
+
+void ModelRunner::validate(const ForwardBatch& b) const {
+  auto bad = [](const std::string& what) { throw Error(ErrorCode::kInvalidArgument, "forward batch: " + what); };
+  const int t = b.num_tokens(), s = b.num_seqs();
+  if (t == 0 || s == 0) bad("empty batch");
+  if (t > options_.max_num_batched_tokens)
+    bad(std::to_string(t) + " tokens exceed max_num_batched_tokens " + std::to_string(options_.max_num_batched_tokens));
+  if (b.positions.size() != static_cast<size_t>(t) || b.slot_mapping.size() != static_cast<size_t>(t))
+    bad("positions and slot_mapping must have one entry per token");
+  if (b.query_start_loc.size() != static_cast<size_t>(s) + 1 || b.query_start_loc.front() != 0 ||
+      b.query_start_loc.back() != t)
+    bad("query_start_loc must run from 0 to the token count");
+  if (b.block_tables.size() != static_cast<size_t>(s) * b.max_blocks_per_seq) bad("block_tables size");
+  if (s > options_.max_num_seqs)
+    bad(std::to_string(s) + " sequences exceed max_num_seqs " + std::to_string(options_.max_num_seqs));
+  if (b.max_blocks_per_seq > max_blocks_per_seq_)
+    bad("block tables wider than max_model_len allows (" + std::to_string(max_blocks_per_seq_) + " blocks)");
+  if (b.logits_indices.size() > static_cast<size_t>(t)) bad("more logits rows than tokens");
+  if (!kv_) bad("the KV cache is not allocated");
+  const int bs = kv_->block_size(), nb = kv_->num_blocks();
+  const int64_t slots = static_cast<int64_t>(nb) * bs;
+  for (int i = 0; i < s; ++i) {
+    const int q_len = b.query_start_loc[i + 1] - b.query_start_loc[i];
+    if (q_len <= 0 || q_len > b.seq_lens[i]) bad("sequence " + std::to_string(i) + " has a bad query length");
+    if (b.seq_lens[i] > static_cast<int64_t>(b.max_blocks_per_seq) * bs)
+      bad("sequence " + std::to_string(i) + " is longer than its block table");
+    const int needed = (b.seq_lens[i] + bs - 1) / bs;
+    for (int j = 0; j < needed; ++j) {
+      const int32_t blk = b.block_tables[static_cast<size_t>(i) * b.max_blocks_per_seq + j];
+      if (blk < 0 || blk >= nb) bad("block table entry out of range");
+    }
+  }
+  for (int32_t slot : b.slot_mapping)
+    if (slot >= slots) bad("slot out of range");
+  for (int32_t id : b.token_ids)
+    if (id < 0 || id >= vocab_) bad("token id " + std::to_string(id) + " out of the vocabulary");
+  for (int32_t r : b.logits_indices)
+    if (r < 0 || r >= t) bad("logits index out of range");
+}
+
+void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len) {
+  auto ints = [&](size_t off, std::initializer_list<int64_t> dims) {
+    return TensorView(static_cast<int32_t*>(inputs_.data()) + off, DType::kI32, dims);
+  };
+  model::StepInputs in;
+  in.token_ids = ints(layout_.ids, {tokens});
+  in.positions = ints(layout_.positions, {tokens});
+  in.slot_mapping = ints(layout_.slots, {tokens});
+  in.query_start_loc = ints(layout_.qsl, {seqs + 1});
+  in.seq_lens = ints(layout_.seq_lens, {seqs});
+  in.block_tables = ints(layout_.tables, {seqs, max_blocks_per_seq_});
+  in.max_query_len = max_query_len;
+  in.max_seq_len = max_seq_len;
+  model_->forward(in, kv_->layers());
+  const int64_t n = std::min<int64_t>(max_rows_per_chunk_, rows);
+  if (n > 0) {
+    model_->compute_logits(ints(layout_.logits, {n}), TensorView(logits_.data(), DType::kF32, {n, vocab_}));
+  }
+}
+
+void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
+  validate(b);
+  int max_q = 0;
+  for (int i = 0; i < b.num_seqs(); ++i) max_q = std::max(max_q, b.query_start_loc[i + 1] - b.query_start_loc[i]);
+  const int max_len = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
+  model_->prepare_step(*std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1});
+  // A pure decode step with a logits row per sequence replays a graph, padded to its bucket with dummy
+  // sequences (slot -1: nothing written; one key from block 0: finite, discarded).
+  const int bucket = max_q == 1 && options_.use_graphs && backend_.supports_graphs() && model_->graph_safe() &&
+                             b.logits_indices.size() == static_cast<size_t>(b.num_seqs())
+                         ? graph_bucket(b.num_seqs())
+                         : 0;
+  const int s = bucket ? bucket : b.num_seqs();
+  const int t = bucket ? bucket : b.num_tokens();
+  const int r = bucket ? bucket : static_cast<int>(b.logits_indices.size());
+
+  // Stage every int32 input at its fixed offset, then one host→device copy.
+  int32_t* st = staging_;
+  auto put = [&](size_t off, const std::vector<int32_t>& v, int n, int32_t pad) {
+    std::copy(v.begin(), v.end(), st + off);
+    std::fill(st + off + v.size(), st + off + n, pad);
+  };
+  put(layout_.ids, b.token_ids, t, 0);
+  put(layout_.positions, b.positions, t, 0);
+  put(layout_.slots, b.slot_mapping, t, -1);
+  std::copy(b.query_start_loc.begin(), b.query_start_loc.end(), st + layout_.qsl);
+  for (int i = b.num_seqs() + 1; i <= s; ++i) st[layout_.qsl + i] = st[layout_.qsl + i - 1] + 1;
+  put(layout_.seq_lens, b.seq_lens, s, 1);
+  put(layout_.logits, b.logits_indices, r, 0);
+  // Padded rows of a graph step read their dummy sequence's token (row i). NOTE: only past the real rows: a
+  // sequence may own several rows (prompt logprobs, verification).
+  for (int i = static_cast<int>(b.logits_indices.size()); i < r; ++i) st[layout_.logits + i] = i;
+  for (int i = 0; i < s; ++i) {
+    int32_t* row = st + layout_.tables + static_cast<size_t>(i) * max_blocks_per_seq_;
+    const int have = i < b.num_seqs() ? b.max_blocks_per_seq : 0;
+    if (have) std::copy_n(b.block_tables.begin() + static_cast<long>(i) * have, have, row);
+    std::fill(row + have, row + max_blocks_per_seq_, 0);
+  }
+  const size_t used = layout_.tables + static_cast<size_t>(s) * max_blocks_per_seq_;
+  backend_.copy_from_host_async(inputs_.data(), staging_, used * sizeof(int32_t));
+
+  if (bucket) {
+    // Graph kernels must not depend on this step's context length: pass the longest the tables allow.
+    const int graph_len = max_blocks_per_seq_ * kv_->block_size();
+    if (graphs_.empty()) graphs_.assign(static_cast<size_t>(std::min(options_.max_num_seqs, kMaxGraphBatch)) + 1, 0);
+    if (graphs_[bucket] > 0) {
+      backend_.replay_graph(graphs_[bucket]);
+    } else {
+      run_compute(t, s, r, 1, graph_len);  // eager first, so workspaces and plans exist before capture
+      graphs_[bucket] = backend_.capture_graph([&] { run_compute(t, s, r, 1, graph_len); });
+    }
+  } else {
+    run_compute(t, s, r, max_q, max_len);
+  }
+
+  // Logits of the real rows back to the host as f32; rows past the first chunk (prompt logprobs of long
+  // prefills) are computed here, eagerly.
+  const int64_t real_rows = static_cast<int64_t>(b.logits_indices.size());
+  logits.resize(static_cast<size_t>(real_rows * vocab_));
+  for (int64_t begin = 0; begin < real_rows; begin += max_rows_per_chunk_) {
+    const int64_t n = std::min<int64_t>(max_rows_per_chunk_, real_rows - begin);
+    if (begin > 0) {
+      const TensorView idx(static_cast<int32_t*>(inputs_.data()) + layout_.logits + begin, DType::kI32, {n});
+      model_->compute_logits(idx, TensorView(logits_.data(), DType::kF32, {n, vocab_}));
+    }
+    backend_.copy_to_host(logits.data() + begin * vocab_, logits_.data(), sizeof(float) * static_cast<size_t>(n * vocab_));
+  }
+}
+
+void ModelRunner::profile_run() {
+  if (!kv_) allocate_kv_cache(1);
+  Sequence seq;
+  seq.token_ids = {0};
+  seq.num_prompt_tokens = 1;
+  seq.block_table = {0};
+  SchedulerOutput out;
+  out.seqs.push_back({&seq, 1, true});
+  LogitsRows rows;
+  ForwardBatch batch;
+  build_forward_batch(out, {}, options_.block_size, batch, rows);
+  std::vector<float> logits;
+  execute(batch, logits);
+  backend_.synchronize();
+}
+
+void ModelRunner::warm_up() {
+  PEREGRINE_CHECK(kv_ != nullptr, "warm_up needs an allocated KV cache");
+  const int bs = kv_->block_size();
+  std::vector<float> logits;
+  ForwardBatch batch;
+  LogitsRows rows;
+  // `seqs` sequences of `len` tokens computing their last `compute` tokens, every block table pointing at
+  // block 0 (slots -1: nothing is written).
+  auto run = [&](int seqs, int len, int compute) {
+    std::vector<Sequence> dummies(static_cast<size_t>(seqs));
+    SchedulerOutput out;
+    for (Sequence& d : dummies) {
+      d.token_ids.assign(static_cast<size_t>(len), 0);
+      d.num_prompt_tokens = len;
+      d.num_computed_tokens = len - compute;
+      d.block_table.assign(static_cast<size_t>((len + bs - 1) / bs), 0);
+      out.seqs.push_back({&d, compute, true});
+    }
+    build_forward_batch(out, {}, bs, batch, rows, /*write_kv=*/false);
+    execute(batch, logits);
+  };
+  // One prefill of the full token budget, then each decode bucket.
+  const int64_t prefill = std::min<int64_t>(options_.max_num_batched_tokens, static_cast<int64_t>(max_blocks_per_seq_) * bs);
+  if (prefill <= static_cast<int64_t>(kv_->num_blocks()) * bs) run(1, static_cast<int>(prefill), static_cast<int>(prefill));
+  for (int seqs = 1; seqs <= std::min(options_.max_num_seqs, kMaxGraphBatch); seqs *= 2) run(seqs, 1, 1);
+  backend_.synchronize();
 }
 
 }  // namespace peregrine::engine

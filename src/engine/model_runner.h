@@ -1,42 +1,98 @@
-// ModelRunner: turns a SchedulerOutput into one flat model::ForwardBatch (token ids, positions, slot mapping,
-// block tables, sequence lengths), runs the model, and says which logits row belongs to which sequence.
-// It keeps its buffers across steps so a step allocates nothing once warm.
+// ModelRunner: everything that runs one model on one backend, apart from the architecture. It owns the backend
+// (when given one), the model, the KV cache object, the step-input staging (one pinned buffer, one host→device
+// copy per step), the graphs of decode steps (captured per padded batch size, replayed after), warm-up, and the
+// logits rows (an f32 device buffer, copied back per step). The model (src/model) maps weights and runs layers on
+// the tensors the runner prepared.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "engine/kv_cache.h"
 #include "engine/scheduler.h"
+#include "engine/step_builder.h"
 #include "model/model.h"
+#include "ops/backend.h"
 
 namespace peregrine::engine {
 
-// Where a scheduled sequence's logits landed; indices follow SchedulerOutput::seqs.
-struct LogitsRows {
-  std::vector<int> sample_row;         // row to sample the next token from, or -1
-  std::vector<int> prompt_row_begin;   // first row of the prompt-logprob rows, or -1
-  std::vector<int> prompt_row_count;   // rows for positions [num_computed, num_computed + count)
-  int num_rows = 0;
+struct RunnerOptions {
+  int max_num_seqs = 256;            // sequences per step
+  int max_num_batched_tokens = 2048; // tokens per step (must not exceed the model's workspace)
+  int max_model_len = 4096;          // longest sequence: sizes the block-table rows
+  int block_size = 16;
+  DType kv_dtype = DType::kF32;
+  bool use_graphs = true;            // capture and replay decode steps where the backend and model allow it
 };
 
 class ModelRunner {
  public:
-  explicit ModelRunner(model::Model& model);
+  // backend may be null when the caller keeps the model's backend alive; otherwise it is destroyed last.
+  ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<model::Model> model, const RunnerOptions& options);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
 
+  model::Model& model() { return *model_; }
+  const model::Model& model() const { return *model_; }
+  ops::Backend& backend() const { return backend_; }
+  const RunnerOptions& options() const { return options_; }
   int vocab_size() const { return vocab_; }
-  // Builds the batch. want_prompt_rows[i] != 0 asks logits for every prompt position sequence i computes
-  // this step (prompt logprobs); otherwise only the sampling row is returned.
-  void prepare(const SchedulerOutput& output, std::span<const uint8_t> want_prompt_rows, LogitsRows& rows);
-  // Runs the prepared batch; logits becomes [rows.num_rows * vocab].
-  void forward(std::vector<float>& logits);
-  const model::ForwardBatch& batch() const { return batch_; }
+
+  // The cache layout this model needs for num_blocks blocks (nothing allocated).
+  KvCacheConfig kv_cache_config(int num_blocks) const;
+  size_t kv_bytes_per_block() const { return kv_cache_config(1).bytes_per_block(); }
+  // (Re)allocates the KV cache; drops captured graphs (they point at the old pools).
+  void allocate_kv_cache(int num_blocks);
+  bool has_kv_cache() const { return kv_ != nullptr; }
+  KvCache& kv_cache();
+
+  // Builds the step's batch (the one step builder; requests may be empty: one sampling row per sampler).
+  void prepare(const SchedulerOutput& output, std::span<const LogitsRequest> requests, LogitsRows& rows);
+  // Runs the prepared batch: logits becomes [rows.num_rows * vocab] f32 on the host.
+  void execute(std::vector<float>& logits);
+  const ForwardBatch& batch() const { return batch_; }
+  // Runs an already built batch (tests, warm-up). Throws Error(kInvalidArgument) on a malformed batch.
+  void execute(const ForwardBatch& batch, std::vector<float>& logits);
+
+  // One one-token step on a one-block cache, so first-use allocations happen before memory is measured. Leaves
+  // that one-block cache allocated.
+  void profile_run();
+  // A largest-prefill step and every decode bucket once (capturing decode graphs where supported), so the first
+  // real requests pay no first-use costs. Needs an allocated KV cache; writes no KV.
+  void warm_up();
+  // Number of captured decode graphs (tests, logs).
+  int num_graphs() const;
 
  private:
-  model::Model& model_;
-  int vocab_;
-  int block_size_;
-  model::ForwardBatch batch_;
+  struct InputLayout {
+    size_t ids, positions, slots, qsl, seq_lens, logits, tables, total;  // offsets in int32 elements
+  };
+  void validate(const ForwardBatch& b) const;
+  int graph_bucket(int seqs) const;
+  // The model's forward plus the first chunk of logits rows, on the staged inputs (graph-capturable).
+  void run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len);
+  void release_graphs();
+
+  std::unique_ptr<ops::Backend> backend_owner_;  // destroyed after everything below
+  ops::Backend& backend_;
+  std::unique_ptr<model::Model> model_;
+  RunnerOptions options_;
+  int vocab_ = 0;
+  int max_blocks_per_seq_ = 0;  // block-table row stride on the device
+  int max_rows_per_chunk_ = 0;  // logits rows per compute_logits call
+  std::unique_ptr<KvCache> kv_;
+  ForwardBatch batch_;
+
+  InputLayout layout_{};
+  ops::DeviceBuffer inputs_;     // [layout_.total] int32 on the device
+  int32_t* staging_ = nullptr;   // [layout_.total] int32, pinned host memory
+  ops::DeviceBuffer logits_;     // [max_rows_per_chunk_, vocab] f32
+  // Decode graphs by padded batch size: 0 = not captured yet.
+  std::vector<int64_t> graphs_;
 };
 
 }  // namespace peregrine::engine

@@ -84,7 +84,7 @@ void SamplingParams::validate(int vocab_size) const {
 }
 
 void EngineConfig::validate() const {
-  if (model.empty()) fail("model: a model folder is required");
+  if (model.empty() && !(random_weights && !config_file.empty())) fail("model: a model folder is required");
   if (max_model_len < 0) fail("max_model_len must be >= 0, got " + std::to_string(max_model_len));
   if (max_num_seqs < 1) fail("max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
   if (max_num_batched_tokens < 0) {

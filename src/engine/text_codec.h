@@ -43,6 +43,8 @@ class TextCodec {
   virtual std::unique_ptr<IncrementalDetokenizer> make_detokenizer(std::span<const int32_t> prompt,
                                                                    bool skip_special_tokens,
                                                                    bool spaces_between_special_tokens) const = 0;
+  // False for an engine started without a tokenizer (text is empty; stop strings cannot match).
+  virtual bool has_tokenizer() const { return true; }
   virtual bool has_chat_template() const = 0;
   virtual std::string apply_chat_template(const nlohmann::ordered_json& messages, const ChatTemplateOptions& options) const = 0;
 };

@@ -1,6 +1,8 @@
 // Default implementations of the Backend's optional services (host backends).
 #include "ops/backend.h"
 
+#include <cstring>
+
 #include "core/status.h"
 #include "ops/host_memory.h"
 
@@ -14,5 +16,17 @@ int64_t Backend::capture_graph(const std::function<void()>&) {
 }
 void Backend::replay_graph(int64_t) { throw Error(ErrorCode::kUnsupported, name() + ": graph replay is not supported"); }
 void Backend::destroy_graph(int64_t) {}
+
+uint64_t Backend::copy_async(CopyDirection, std::span<const CopyRegion> regions) {
+  // Host memory on both sides: ordered after prior work by finishing it first.
+  synchronize();
+  for (const CopyRegion& r : regions) {
+    if (r.bytes) std::memcpy(r.dst, r.src, r.bytes);
+  }
+  return ++host_transfers_;
+}
+bool Backend::transfer_done(uint64_t) { return true; }
+void Backend::wait_transfer(uint64_t) {}
+void Backend::compute_waits_for(uint64_t) {}
 
 }  // namespace peregrine::ops

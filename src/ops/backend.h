@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "ops/ops.h"
@@ -56,6 +57,22 @@ class Backend {
   virtual void replay_graph(int64_t graph);
   virtual void destroy_graph(int64_t graph);
 
+  // Transfers on a copy queue of their own, so they overlap compute (KV swap to and from host memory). A
+  // transfer starts after all work enqueued before the call and runs in the background; its ticket says when it
+  // is done. Host memory in a transfer must be pinned (allocate_pinned) and stay untouched until it is done.
+  // Host backends copy synchronously (the ticket is done on return); CUDA uses a second stream and events.
+  struct CopyRegion {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  enum class CopyDirection { kDeviceToHost, kHostToDevice, kDeviceToDevice };
+  // Returns a ticket > 0 (also for an empty region list).
+  virtual uint64_t copy_async(CopyDirection direction, std::span<const CopyRegion> regions);
+  virtual bool transfer_done(uint64_t ticket);       // never blocks
+  virtual void wait_transfer(uint64_t ticket);       // the host waits
+  virtual void compute_waits_for(uint64_t ticket);   // work enqueued after this call starts after the transfer
+
   // Ops (see ops.h for semantics).
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void matmul(const MatmulParams& p) = 0;
@@ -65,6 +82,9 @@ class Backend {
   virtual void kv_write(const KvWriteParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;
+
+ private:
+  uint64_t host_transfers_ = 0;
 };
 
 // A buffer of backend memory, freed on destruction. The backend must outlive it.

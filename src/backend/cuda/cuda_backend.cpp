@@ -51,6 +51,7 @@ class CudaBackendImpl final : public CudaBackend {
     total_memory_ = prop.totalGlobalMem;
     try {
       PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
       PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMemset(error_word_, 0, sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(int)));
@@ -265,6 +266,50 @@ class CudaBackendImpl final : public CudaBackend {
     graphs_.erase(it);
   }
 
+  // Transfers: on copy_stream_, after an event recorded on the compute stream; a second event marks the end.
+  uint64_t copy_async(CopyDirection direction, std::span<const CopyRegion> regions) override {
+    if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: copy_async inside a graph capture");
+    prune_transfers();
+    cudaEvent_t start = take_event(), done = take_event();
+    PEREGRINE_CUDA_CHECK(cudaEventRecord(start, stream_));
+    PEREGRINE_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, start, 0));
+    const cudaMemcpyKind kind = direction == CopyDirection::kDeviceToHost   ? cudaMemcpyDeviceToHost
+                                : direction == CopyDirection::kHostToDevice ? cudaMemcpyHostToDevice
+                                                                            : cudaMemcpyDeviceToDevice;
+    for (const CopyRegion& r : regions) {
+      if (r.bytes) PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(r.dst, r.src, r.bytes, kind, copy_stream_));
+    }
+    PEREGRINE_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+    free_events_.push_back(start);  // reusable once recorded work is enqueued: later records replace it
+    const uint64_t ticket = ++last_ticket_;
+    transfers_[ticket] = done;
+    return ticket;
+  }
+  bool transfer_done(uint64_t ticket) override {
+    auto it = transfers_.find(ticket);
+    if (it == transfers_.end()) return true;
+    const cudaError_t err = cudaEventQuery(it->second);
+    if (err == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    PEREGRINE_CUDA_CHECK(err);
+    free_events_.push_back(it->second);
+    transfers_.erase(it);
+    return true;
+  }
+  void wait_transfer(uint64_t ticket) override {
+    auto it = transfers_.find(ticket);
+    if (it == transfers_.end()) return;
+    PEREGRINE_CUDA_CHECK(cudaEventSynchronize(it->second));
+    free_events_.push_back(it->second);
+    transfers_.erase(it);
+  }
+  void compute_waits_for(uint64_t ticket) override {
+    auto it = transfers_.find(ticket);
+    if (it != transfers_.end()) PEREGRINE_CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second, 0));
+  }
+
   void set_matmul_policy(MatmulPolicy policy) override {
     switch (policy) {
       case MatmulPolicy::kBatchInvariantSplitK: policy_ = cuda::LtPolicy::kBatchInvariantSplitK; break;
@@ -319,6 +364,29 @@ class CudaBackendImpl final : public CudaBackend {
     return gemm_->run(l, policy_, ws, scratch_[kGemmScratchSlot].bytes, stream_);
   }
 
+  cudaEvent_t take_event() {
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    PEREGRINE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  // Finished transfers nobody asked about give their events back.
+  void prune_transfers() {
+    for (auto it = transfers_.begin(); it != transfers_.end();) {
+      if (cudaEventQuery(it->second) == cudaSuccess) {
+        free_events_.push_back(it->second);
+        it = transfers_.erase(it);
+      } else {
+        (void)cudaGetLastError();
+        ++it;
+      }
+    }
+  }
+
   void sync_and_check() {
     if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: synchronize inside a graph capture");
     PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(error_host_, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
@@ -334,6 +402,11 @@ class CudaBackendImpl final : public CudaBackend {
 
   void release() noexcept {
     if (stream_) cudaStreamSynchronize(stream_);
+    if (copy_stream_) cudaStreamSynchronize(copy_stream_);
+    for (auto& [ticket, e] : transfers_) cudaEventDestroy(e);
+    transfers_.clear();
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    free_events_.clear();
     for (auto& [id, exec] : graphs_) cudaGraphExecDestroy(exec);
     graphs_.clear();
     gemm_.reset();
@@ -353,6 +426,8 @@ class CudaBackendImpl final : public CudaBackend {
     error_host_ = nullptr;
     if (stream_) cudaStreamDestroy(stream_);
     stream_ = nullptr;
+    if (copy_stream_) cudaStreamDestroy(copy_stream_);
+    copy_stream_ = nullptr;
     (void)cudaGetLastError();
   }
 
@@ -361,6 +436,10 @@ class CudaBackendImpl final : public CudaBackend {
   int sm_count_ = 0;
   size_t total_memory_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // transfers (copy_async)
+  std::map<uint64_t, cudaEvent_t> transfers_;  // pending transfers' completion events
+  std::vector<cudaEvent_t> free_events_;
+  uint64_t last_ticket_ = 0;
   int* error_word_ = nullptr;
   int* error_host_ = nullptr;
   void* gemm_workspace_ = nullptr;

@@ -29,9 +29,7 @@ struct CoreOptions {
 };
 
 std::unique_ptr<EngineCore> make_core(const CoreOptions& o, FakeModel** model_out = nullptr) {
-  auto model = std::make_unique<FakeModel>();
-  model->allocate_kv_cache({o.num_blocks, o.block_size, DType::kF32});
-  if (model_out) *model_out = model.get();
+  auto runner = testing::make_fake_runner(o.num_blocks, o.block_size, o.max_seqs, o.budget, o.max_model_len, model_out);
   EngineCoreConfig c;
   c.max_model_len = o.max_model_len;
   c.max_num_seqs = o.max_seqs;
@@ -42,7 +40,7 @@ std::unique_ptr<EngineCore> make_core(const CoreOptions& o, FakeModel** model_ou
   c.eos_token_ids = {kFakeEos};
   ModelInfo info;
   info.vocab_size = kFakeVocab;
-  return std::make_unique<EngineCore>(nullptr, std::move(model), std::make_shared<FakeCodec>(), c, info);
+  return std::make_unique<EngineCore>(std::move(runner), std::make_shared<FakeCodec>(), c, info);
 }
 
 // Collects deltas per request id.

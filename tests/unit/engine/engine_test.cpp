@@ -17,8 +17,7 @@ namespace {
 using testing::expected_greedy;
 
 std::unique_ptr<Engine> make_engine(int max_queued = 4096, int max_seqs = 16) {
-  auto model = std::make_unique<testing::FakeModel>();
-  model->allocate_kv_cache({256, 4, DType::kF32});
+  auto runner = testing::make_fake_runner(256, 4, max_seqs, 64, 256);
   EngineCoreConfig c;
   c.max_model_len = 256;
   c.max_num_seqs = max_seqs;
@@ -29,7 +28,7 @@ std::unique_ptr<Engine> make_engine(int max_queued = 4096, int max_seqs = 16) {
   c.max_queued_requests = max_queued;
   ModelInfo info;
   info.vocab_size = testing::kFakeVocab;
-  auto core = std::make_unique<EngineCore>(nullptr, std::move(model), std::make_shared<testing::FakeCodec>(), c, info);
+  auto core = std::make_unique<EngineCore>(std::move(runner), std::make_shared<testing::FakeCodec>(), c, info);
   return std::make_unique<Engine>(std::move(core));
 }
 

@@ -1,4 +1,4 @@
-// Test doubles for the engine: FakeModel implements model::Model over a paged "KV cache" that stores each
+// Test doubles for the engine: FakeModel implements model::Model over the runner's paged KV cache, storing each
 // slot's (token, position); a row's logits are a hash of the whole context read back through the block
 // table, so any bookkeeping error (wrong slot, wrong block, stale prefix block) changes the output or throws.
 // FakeCodec maps token ids to single characters. expected_greedy() computes the reference continuation.
@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/ref/ref_backend.h"
 #include "core/status.h"
+#include "engine/model_runner.h"
 #include "engine/text_codec.h"
 #include "model/model.h"
 
@@ -60,56 +62,70 @@ inline std::vector<int32_t> expected_greedy(std::vector<int32_t> context, int ma
   return out;
 }
 
+// A model whose "KV cache" is the runner's real KvCache (one layer, one KV head, head_dim 2, f32): each token
+// writes (token + 1, position + 1) into its slot of the K pool (0 means never written), and a row's logits hash
+// the whole context read back through the block table, so any slot, block or copy error changes the output or
+// throws. Runs on the ref backend (host memory), so the runner's inputs are readable directly.
 class FakeModel : public model::Model {
  public:
-  FakeModel() {
+  explicit FakeModel(ops::Backend& backend, int max_tokens = 4096) : backend_(backend), max_tokens_(max_tokens) {
     config_.vocab_size = kFakeVocab;
     config_.max_position_embeddings = 4096;
     config_.architecture_name = "FakeForCausalLM";
+    config_.num_hidden_layers = 1;
+    config_.num_key_value_heads = 1;
+    config_.head_dim = 2;
   }
   const io::ModelConfig& config() const override { return config_; }
-  ops::Backend& backend() const override {
-    throw Error(ErrorCode::kUnsupported, "FakeModel has no backend");
-  }
-  size_t kv_bytes_per_token(DType) const override { return 8; }
+  ops::Backend& backend() const override { return backend_; }
   size_t weight_bytes() const override { return 0; }
-  void allocate_kv_cache(const model::KvCacheSpec& spec) override {
-    spec_ = spec;
-    slots_.assign(static_cast<size_t>(spec.num_blocks) * spec.block_size, {-1, -1});
-  }
-  const model::KvCacheSpec& kv_cache_spec() const override { return spec_; }
+  int max_num_tokens() const override { return max_tokens_; }
+  int max_logits_rows() const override { return max_tokens_; }
 
-  void forward(const model::ForwardBatch& b, std::vector<float>& logits) override {
+  void forward(const model::StepInputs& in, std::span<const model::KvLayer> kv) override {
     ++num_forwards;
-    max_batch_tokens = std::max(max_batch_tokens, b.num_tokens());
-    for (int t = 0; t < b.num_tokens(); ++t) {
-      const int slot = b.slot_mapping[static_cast<size_t>(t)];
-      PEREGRINE_CHECK(slot >= 0 && slot < static_cast<int>(slots_.size()), "slot out of range");
-      slots_[static_cast<size_t>(slot)] = {b.token_ids[static_cast<size_t>(t)], b.positions[static_cast<size_t>(t)]};
+    const int t_count = static_cast<int>(in.token_ids.dim(0));
+    const int s_count = static_cast<int>(in.seq_lens.dim(0));
+    max_batch_tokens = std::max(max_batch_tokens, t_count);
+    const int32_t* ids = in.token_ids.as<const int32_t>();
+    const int32_t* pos = in.positions.as<const int32_t>();
+    const int32_t* slots = in.slot_mapping.as<const int32_t>();
+    const int32_t* qsl = in.query_start_loc.as<const int32_t>();
+    const int32_t* lens = in.seq_lens.as<const int32_t>();
+    const int32_t* tables = in.block_tables.as<const int32_t>();
+    const int64_t stride = in.block_tables.dim(1);
+    float* cells = kv[0].k.as<float>();
+    const int bs = static_cast<int>(kv[0].k.dim(1));
+    const int64_t num_slots = kv[0].k.dim(0) * bs;
+    for (int t = 0; t < t_count; ++t) {
+      if (slots[t] < 0) continue;
+      PEREGRINE_CHECK(slots[t] < num_slots, "slot out of range");
+      cells[2 * slots[t]] = static_cast<float>(ids[t] + 1);
+      cells[2 * slots[t] + 1] = static_cast<float>(pos[t] + 1);
     }
-    std::vector<std::vector<float>> row_logits(static_cast<size_t>(b.num_tokens()));
-    const int bs = spec_.block_size;
-    for (int s = 0; s < b.num_seqs(); ++s) {
-      for (int row = b.query_start_loc[static_cast<size_t>(s)]; row < b.query_start_loc[static_cast<size_t>(s) + 1];
-           ++row) {
-        const int p = b.positions[static_cast<size_t>(row)];
-        PEREGRINE_CHECK(p < b.seq_lens[static_cast<size_t>(s)], "position beyond seq_len");
+    row_logits_.assign(static_cast<size_t>(t_count) * kFakeVocab, 0.0f);
+    for (int s = 0; s < s_count; ++s) {
+      for (int row = qsl[s]; row < qsl[s + 1]; ++row) {
+        const int p = pos[row];
+        PEREGRINE_CHECK(p < lens[s], "position beyond seq_len");
         std::vector<int32_t> context;
         for (int j = 0; j <= p; ++j) {
-          const int block = b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + j / bs];
-          const auto& cell = slots_[static_cast<size_t>(block) * bs + j % bs];
-          PEREGRINE_CHECK(cell.second == j, "KV slot of position " + std::to_string(j) + " holds position " +
-                                                std::to_string(cell.second));
-          context.push_back(cell.first);
+          const int64_t slot = static_cast<int64_t>(tables[s * stride + j / bs]) * bs + j % bs;
+          const float* cell = cells + 2 * slot;
+          PEREGRINE_CHECK(static_cast<int>(cell[1]) == j + 1, "KV slot of position " + std::to_string(j) +
+                                                                  " holds position " + std::to_string(cell[1] - 1));
+          context.push_back(static_cast<int32_t>(cell[0]) - 1);
         }
-        row_logits[static_cast<size_t>(row)].resize(kFakeVocab);
-        fake_logits(context, row_logits[static_cast<size_t>(row)].data());
+        fake_logits(context, row_logits_.data() + static_cast<size_t>(row) * kFakeVocab);
       }
     }
-    logits.resize(b.logits_indices.size() * kFakeVocab);
-    for (size_t r = 0; r < b.logits_indices.size(); ++r) {
-      const auto& src = row_logits[static_cast<size_t>(b.logits_indices[r])];
-      std::copy(src.begin(), src.end(), logits.begin() + static_cast<ptrdiff_t>(r) * kFakeVocab);
+  }
+
+  void compute_logits(const TensorView& rows, const TensorView& out) override {
+    const int32_t* idx = rows.as<const int32_t>();
+    float* dst = out.as<float>();
+    for (int64_t r = 0; r < rows.dim(0); ++r) {
+      std::copy_n(row_logits_.data() + static_cast<size_t>(idx[r]) * kFakeVocab, kFakeVocab, dst + r * kFakeVocab);
     }
   }
 
@@ -117,10 +133,29 @@ class FakeModel : public model::Model {
   int max_batch_tokens = 0;
 
  private:
+  ops::Backend& backend_;
+  int max_tokens_;
   io::ModelConfig config_;
-  model::KvCacheSpec spec_;
-  std::vector<std::pair<int32_t, int32_t>> slots_;  // (token, position) per KV slot
+  std::vector<float> row_logits_;  // [T, vocab] of the last forward
 };
+
+// A runner over a FakeModel on its own ref backend, with a KV cache of num_blocks blocks.
+inline std::unique_ptr<ModelRunner> make_fake_runner(int num_blocks, int block_size, int max_num_seqs,
+                                                     int max_num_batched_tokens, int max_model_len,
+                                                     FakeModel** model_out = nullptr) {
+  auto backend = ops::make_ref_backend();
+  auto model = std::make_unique<FakeModel>(*backend, std::max(max_num_batched_tokens, 1));
+  if (model_out) *model_out = model.get();
+  RunnerOptions ro;
+  ro.max_num_seqs = max_num_seqs;
+  ro.max_num_batched_tokens = max_num_batched_tokens;
+  ro.max_model_len = max_model_len;
+  ro.block_size = block_size;
+  ro.kv_dtype = DType::kF32;
+  auto runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
+  runner->allocate_kv_cache(num_blocks);
+  return runner;
+}
 
 // Token v >= 2 is one character of kAlphabet; 0 and 1 are the special <s> and </s>.
 inline const std::string& fake_alphabet() {

@@ -177,7 +177,7 @@ TEST(ModelFolder, MissingAndMisshapenTensorsAreNamed) {
   fs::copy_file(src / "config.json", dir.path() / "config.json");
   auto backend = engine::create_backend(engine::resolve_device("cpu", "auto", DType::kF32), 1);
   model::ModelOptions mo;
-  mo.max_num_batched_tokens = 16;
+  mo.max_num_tokens = 16;
   auto load_error = [&] { return error_of([&] { model::load_model(dir.path(), *backend, mo); }); };
   EXPECT_NE(load_error().find("model.safetensors"), std::string::npos) << load_error();
 

@@ -5,34 +5,46 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/device_setup.h"
-#include "engine/simple_generate.h"
-#include "io/hf_config.h"
-#include "model/model.h"
 #include "ops/backend.h"
+#include "peregrine/engine.h"
 #include "test_fixtures.h"
 
 using namespace peregrine;
 
 namespace {
 
-std::vector<engine::SimpleGenerateResult> run(const std::filesystem::path& dir, const std::string& device,
-                                              const std::vector<std::vector<int32_t>>& prompts, int budget) {
-  io::ModelConfig config = io::load_model_config(dir);
-  auto choice = engine::resolve_device(device, "auto", config.torch_dtype);
-  auto backend = engine::create_backend(choice, 0);
-  model::ModelOptions mo;
-  mo.activation_dtype = choice.activation_dtype;
-  mo.max_num_batched_tokens = budget;
-  mo.max_num_seqs = static_cast<int>(prompts.size());
-  auto model = model::load_model(dir, *backend, mo);
-  engine::SimpleGenerateOptions go;
-  go.max_tokens = 24;
-  go.sampler.temperature = 0;
-  go.sampler.num_logprobs = 3;
-  go.ignore_eos = true;
-  go.kv_dtype = choice.kv_dtype;
-  return engine::simple_generate(*model, prompts, go, budget);
+// Greedy tokens and top-3 logprobs of each prompt, through the Engine with the given token budget per step.
+struct Run {
+  std::vector<int32_t> token_ids;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;
+};
+
+std::vector<Run> run(const std::filesystem::path& dir, const std::string& device,
+                     const std::vector<std::vector<int32_t>>& prompts, int budget) {
+  EngineConfig ec;
+  ec.model = dir.string();
+  ec.device = device;
+  ec.max_num_batched_tokens = budget;
+  ec.max_num_seqs = static_cast<int>(prompts.size());
+  ec.enable_prefix_caching = false;
+  ec.generation_config = "vllm";
+  auto engine = Engine::create(ec);
+  SamplingParams sp;
+  sp.max_tokens = 24;
+  sp.temperature = 0;
+  sp.logprobs = 3;
+  sp.ignore_eos = true;
+  std::vector<Run> runs;
+  for (const RequestOutput& r : engine->generate(prompts, sp)) {
+    Run one;
+    one.token_ids = r.outputs.at(0).token_ids;
+    for (const PositionLogprobs& pos : r.outputs.at(0).logprobs) {
+      one.top.emplace_back();
+      for (const TokenLogprob& t : pos.top) one.top.back().emplace_back(t.token_id, t.logprob);
+    }
+    runs.push_back(std::move(one));
+  }
+  return runs;
 }
 
 class Determinism : public ::testing::TestWithParam<std::string> {};
@@ -52,8 +64,8 @@ TEST_P(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
     auto alone = run(dir, device, {prompts[i]}, 512);
     for (const auto* other : {&together[i], &chunked[i]}) {
       ASSERT_EQ(other->token_ids, alone[0].token_ids) << "prompt " << i;
-      for (size_t s = 0; s < alone[0].samples.size(); ++s)
-        EXPECT_EQ(other->samples[s].top_logprobs, alone[0].samples[s].top_logprobs) << "prompt " << i << " step " << s;
+      for (size_t s = 0; s < alone[0].top.size(); ++s)
+        EXPECT_EQ(other->top[s], alone[0].top[s]) << "prompt " << i << " step " << s;
     }
   }
 }

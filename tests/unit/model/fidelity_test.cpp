@@ -7,11 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/device_setup.h"
 #include "ops/backend.h"
-#include "engine/simple_generate.h"
-#include "io/hf_config.h"
-#include "model/model.h"
+#include "peregrine/engine.h"
 #include "test_fixtures.h"
 
 namespace fs = std::filesystem;
@@ -66,14 +63,16 @@ TEST_P(Fidelity, MatchesTransformers) {
   const json ref = json::parse(in);
   const json& cases = ref["cases"];
 
-  io::ModelConfig config = io::load_model_config(dir);
-  engine::DeviceChoice choice = engine::resolve_device(fc.device, fc.dtype, config.torch_dtype);
-  auto backend = engine::create_backend(choice, 0);
-  model::ModelOptions mo;
-  mo.activation_dtype = choice.activation_dtype;
-  mo.max_num_batched_tokens = 1024;
-  mo.max_num_seqs = static_cast<int>(cases.size());
-  auto model = model::load_model(dir, *backend, mo);
+  // Through the Engine, as users run it.
+  EngineConfig ec;
+  ec.model = dir.string();
+  ec.device = fc.device;
+  ec.dtype = fc.dtype;
+  ec.max_num_batched_tokens = 1024;
+  ec.max_num_seqs = static_cast<int>(cases.size());
+  ec.generation_config = "vllm";
+  ec.skip_tokenizer_init = !fs::exists(dir / "tokenizer.json");  // the tiny architecture models have none
+  auto engine = Engine::create(ec);
 
   std::vector<std::vector<int32_t>> prompts;
   int max_out = 0;
@@ -81,32 +80,38 @@ TEST_P(Fidelity, MatchesTransformers) {
     prompts.push_back(c["prompt_ids"].get<std::vector<int32_t>>());
     max_out = std::max<int>(max_out, static_cast<int>(c["output_ids"].size()));
   }
-  engine::SimpleGenerateOptions go;
-  go.max_tokens = max_out;
-  go.sampler.temperature = 0;
-  go.sampler.num_logprobs = 5;
-  go.prompt_logprobs = 5;
-  go.ignore_eos = true;
-  go.kv_dtype = choice.kv_dtype;
-  auto results = engine::simple_generate(*model, prompts, go, 1024);
+  SamplingParams sp;
+  sp.max_tokens = max_out;
+  sp.temperature = 0;
+  sp.logprobs = 5;
+  sp.prompt_logprobs = 5;
+  sp.ignore_eos = true;
+  const std::vector<RequestOutput> results = engine->generate(prompts, sp);
+  auto top_of = [](const PositionLogprobs& pos) {
+    TopK top;
+    for (const TokenLogprob& t : pos.top) top.emplace_back(t.token_id, t.logprob);
+    return top;
+  };
 
   int compared_steps = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const json& c = cases[i];
-    const auto& r = results[i];
+    const CompletionOutput& r = results[i].outputs.at(0);
+    ASSERT_FALSE(results[i].error.has_value()) << *results[i].error;
     const std::string where = fc.name + " case " + std::to_string(i);
     if (c.contains("prefill_top5")) {
       const json& pre = c["prefill_top5"];
       ASSERT_EQ(pre.size(), prompts[i].size()) << where;
       for (size_t p = 0; p + 1 < pre.size(); ++p)
-        expect_top_close(pre[p], r.prompt_top[p + 1], fc.tolerance, where + " prefill position " + std::to_string(p));
+        expect_top_close(pre[p], top_of(results[i].prompt_logprobs[p + 1]), fc.tolerance,
+                         where + " prefill position " + std::to_string(p));
     }
     const auto ref_ids = c["output_ids"].get<std::vector<int32_t>>();
     const json& margins = c["top1_margin"];
     const json& top5 = c["top5_logprobs"];  // may cover only the first steps
     for (size_t s = 0; s < ref_ids.size(); ++s) {
       if (s < top5.size() && !top5[s].is_null()) {
-        expect_top_close(top5[s], r.samples[s].top_logprobs, fc.tolerance, where + " step " + std::to_string(s));
+        expect_top_close(top5[s], top_of(r.logprobs[s]), fc.tolerance, where + " step " + std::to_string(s));
         ++compared_steps;
       }
       // After a near-tie the two paths may part; ids must agree until then. The fp32 path parts at margins below

@@ -1,0 +1,218 @@
+// The step builder and the model runner: logits rows per sequence (prompt rows, the last k+1 rows that verify
+// drafted tokens), batch validation, warm-up, and truncating a sequence's KV tail. On pycoder-tiny (CPU): rows
+// asked for several positions at once equal, bit for bit, the rows of the same positions computed one step at a
+// time (CPU kernels keep rows independent of the batch).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/status.h"
+#include "engine/device_setup.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/model_runner.h"
+#include "engine/step_builder.h"
+#include "io/hf_config.h"
+#include "model/model.h"
+#include "test_fixtures.h"
+
+namespace peregrine::engine {
+namespace {
+
+Sequence make_seq(int num_tokens, int num_prompt, int computed, int block_size, int first_block) {
+  Sequence s;
+  for (int i = 0; i < num_tokens; ++i) s.token_ids.push_back(100 + i);
+  s.num_prompt_tokens = num_prompt;
+  s.num_computed_tokens = computed;
+  for (int b = 0; b < (num_tokens + block_size - 1) / block_size; ++b) s.block_table.push_back(first_block + b);
+  return s;
+}
+
+TEST(StepBuilder, LogitsRowsForPromptAndSampling) {
+  const int bs = 4;
+  // a: prefill of 6 prompt tokens, prompt rows and one sampling row (shared with the last prompt row).
+  // b: decode verifying 3 drafted tokens (4 new tokens, 4 sampling rows).
+  // c: a prompt chunk that does not sample, with prompt rows.
+  // d: prompt rows asked while decoding past the prompt: none exist, the sampling row alone.
+  Sequence a = make_seq(6, 6, 0, bs, 0), b = make_seq(10, 5, 6, bs, 2), c = make_seq(9, 9, 2, bs, 5),
+           d = make_seq(8, 3, 7, bs, 8);
+  SchedulerOutput out;
+  out.seqs = {{&a, 6, true}, {&b, 4, true}, {&c, 3, false}, {&d, 1, true}};
+  const LogitsRequest req[] = {{true, 1}, {false, 4}, {true, 1}, {true, 1}};
+  ForwardBatch batch;
+  LogitsRows rows;
+  build_forward_batch(out, req, bs, batch, rows);
+  EXPECT_EQ(batch.num_tokens(), 14);
+  EXPECT_EQ(batch.query_start_loc, (std::vector<int32_t>{0, 6, 10, 13, 14}));
+  EXPECT_EQ(batch.seq_lens, (std::vector<int32_t>{6, 10, 5, 8}));
+  EXPECT_EQ(batch.max_blocks_per_seq, 3);
+  // Rows: a's 6 prompt positions; b's last 4; c's 3 prompt positions; d's one.
+  EXPECT_EQ(batch.logits_indices, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
+  EXPECT_EQ(rows.prompt_row_begin, (std::vector<int>{0, -1, 10, -1}));
+  EXPECT_EQ(rows.prompt_row_count, (std::vector<int>{6, 0, 3, 0}));
+  EXPECT_EQ(rows.sample_row, (std::vector<int>{5, 6, -1, 13}));
+  EXPECT_EQ(rows.sample_row_count, (std::vector<int>{1, 4, 0, 1}));
+  // Slots follow the block tables: b's position 6 is in its block 1 (block id 3), offset 2.
+  EXPECT_EQ(batch.slot_mapping[6], 3 * bs + 2);
+
+  // Sampling rows reaching back into the prompt rows share them; more rows than new tokens are clamped.
+  Sequence e = make_seq(5, 5, 0, bs, 0);
+  out.seqs = {{&e, 5, true}};
+  const LogitsRequest both[] = {{true, 3}};
+  build_forward_batch(out, both, bs, batch, rows);
+  EXPECT_EQ(batch.logits_indices, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(rows.sample_row[0], 2);
+  EXPECT_EQ(rows.sample_row_count[0], 3);
+  const LogitsRequest many[] = {{false, 9}};
+  build_forward_batch(out, many, bs, batch, rows);
+  EXPECT_EQ(rows.sample_row_count[0], 5);
+  EXPECT_EQ(batch.logits_indices.size(), 5u);
+
+  // Warm-up batches write no KV.
+  build_forward_batch(out, {}, bs, batch, rows, /*write_kv=*/false);
+  for (int32_t s : batch.slot_mapping) EXPECT_EQ(s, -1);
+  EXPECT_EQ(batch.logits_indices, (std::vector<int32_t>{4}));
+}
+
+TEST(KvCacheManagerTruncate, ReleasesTailBlocksAndKeepsCachedOnes) {
+  KvCacheManager kv(8, 4, true);
+  Sequence s;
+  s.token_ids = {1, 2, 3, 4, 5, 6};
+  s.num_prompt_tokens = 6;
+  ASSERT_TRUE(kv.allocate_slots(s, 6, {}));
+  s.num_computed_tokens = 6;
+  kv.cache_full_blocks(s);  // block 0 (tokens 1..4) is cached
+  // Six drafted tokens with KV (positions 6..11), then four of them rejected.
+  for (int t = 7; t <= 12; ++t) s.token_ids.push_back(t);
+  ASSERT_TRUE(kv.allocate_slots(s, 6, {}));
+  s.num_computed_tokens = 12;
+  EXPECT_EQ(s.block_table.size(), 3u);
+  const int free_before = kv.pool().num_free();
+  kv.truncate(s, 8);
+  EXPECT_EQ(s.num_tokens(), 8);
+  EXPECT_EQ(s.num_computed_tokens, 8);
+  EXPECT_EQ(s.block_table.size(), 2u);
+  EXPECT_EQ(kv.pool().num_free(), free_before + 1);
+  // Below the prompt, or into a cached block: refused.
+  EXPECT_THROW(kv.truncate(s, 5), Error);
+  s.num_prompt_tokens = 2;
+  EXPECT_THROW(kv.truncate(s, 3), Error);
+  kv.free(s);
+}
+
+class RunnerOnModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto shared = testing::shared_dir();
+    dir_ = shared ? *shared / "models" / "pycoder-tiny" : testing::source_dir() / "models" / "pycoder-tiny";
+    if (!std::filesystem::exists(dir_ / "config.json")) GTEST_SKIP() << dir_ << " absent";
+    const io::ModelConfig config = io::load_model_config(dir_);
+    const DeviceChoice choice = resolve_device("cpu", "auto", config.torch_dtype);
+    auto backend = create_backend(choice, 0);
+    model::ModelOptions mo;
+    mo.activation_dtype = choice.activation_dtype;
+    mo.max_num_tokens = 256;
+    mo.max_logits_rows = 8;  // fewer than some steps ask for: later chunks are computed eagerly
+    auto model = model::load_model(dir_, *backend, mo);
+    RunnerOptions ro;
+    ro.max_num_seqs = 8;
+    ro.max_num_batched_tokens = 256;
+    ro.max_model_len = 512;
+    ro.block_size = 16;
+    ro.kv_dtype = choice.kv_dtype;
+    runner_ = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
+    runner_->allocate_kv_cache(64);
+    vocab_ = runner_->vocab_size();
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<ModelRunner> runner_;
+  int vocab_ = 0;
+};
+
+TEST_F(RunnerOnModel, SeveralRowsPerSequenceEqualOneStepAtATime) {
+  // A 40-token prompt computed whole, asking for its last 5 rows (as a verify step of 4 drafts would).
+  Sequence whole = make_seq(40, 36, 0, 16, 0);
+  for (int i = 0; i < 40; ++i) whole.token_ids[static_cast<size_t>(i)] = 300 + 7 * i;
+  SchedulerOutput out;
+  out.seqs = {{&whole, 40, true}};
+  const LogitsRequest five[] = {{false, 5}};
+  LogitsRows rows;
+  std::vector<float> together;
+  runner_->prepare(out, five, rows);
+  runner_->execute(together);
+  ASSERT_EQ(rows.sample_row_count[0], 5);
+  ASSERT_EQ(together.size(), static_cast<size_t>(5 * vocab_));
+
+  // The same tokens in other blocks: positions 0..35 as a prefill, then one decode step per token.
+  Sequence steps = whole;
+  steps.block_table = {10, 11, 12};
+  steps.num_computed_tokens = 0;
+  out.seqs = {{&steps, 36, true}};
+  std::vector<float> one;
+  runner_->prepare(out, {}, rows);
+  runner_->execute(one);
+  ASSERT_EQ(one.size(), static_cast<size_t>(vocab_));
+  EXPECT_EQ(std::memcmp(one.data(), together.data(), sizeof(float) * vocab_), 0) << "row of position 35";
+  for (int p = 36; p < 40; ++p) {
+    steps.num_computed_tokens = p;
+    out.seqs = {{&steps, 1, true}};
+    runner_->prepare(out, {}, rows);
+    runner_->execute(one);
+    EXPECT_EQ(std::memcmp(one.data(), together.data() + static_cast<size_t>(p - 35) * vocab_, sizeof(float) * vocab_), 0)
+        << "row of position " << p;
+  }
+
+  // Prompt rows for every position (more than one logits chunk) agree with the rows above too.
+  Sequence prompt = make_seq(40, 40, 0, 16, 20);
+  prompt.token_ids = whole.token_ids;
+  out.seqs = {{&prompt, 40, true}};
+  const LogitsRequest all[] = {{true, 1}};
+  std::vector<float> every;
+  runner_->prepare(out, all, rows);
+  runner_->execute(every);
+  ASSERT_EQ(rows.prompt_row_count[0], 40);
+  ASSERT_EQ(rows.sample_row[0], 39);
+  EXPECT_EQ(std::memcmp(every.data() + static_cast<size_t>(35) * vocab_, together.data(), sizeof(float) * 5 * vocab_), 0);
+}
+
+TEST_F(RunnerOnModel, MalformedBatchesAreRefusedAndWarmUpRuns) {
+  ForwardBatch b;
+  b.token_ids = {1, 2};
+  b.positions = {0, 1};
+  b.slot_mapping = {0, 1};
+  b.query_start_loc = {0, 2};
+  b.seq_lens = {2};
+  b.block_tables = {0};
+  b.max_blocks_per_seq = 1;
+  b.logits_indices = {1};
+  std::vector<float> logits;
+  runner_->execute(b, logits);
+  EXPECT_EQ(logits.size(), static_cast<size_t>(vocab_));
+  auto expect_bad = [&](ForwardBatch bad, const char* what) {
+    try {
+      runner_->execute(bad, logits);
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what;
+    }
+  };
+  ForwardBatch x = b;
+  x.token_ids[0] = vocab_;
+  expect_bad(x, "token id out of the vocabulary");
+  x = b;
+  x.block_tables = {64};
+  expect_bad(x, "block out of range");
+  x = b;
+  x.slot_mapping = {0, 64 * 16};
+  expect_bad(x, "slot out of range");
+  x = b;
+  x.logits_indices = {2};
+  expect_bad(x, "logits row out of range");
+  x = b;
+  x.query_start_loc = {0, 1};
+  expect_bad(x, "query_start_loc");
+  runner_->warm_up();
+  EXPECT_EQ(runner_->num_graphs(), 0);  // the CPU backend has no graphs
+}
+
+}  // namespace
+}  // namespace peregrine::engine
