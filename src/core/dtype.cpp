@@ -2,6 +2,7 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/status.h"
 
@@ -113,6 +114,13 @@ void convert_from_f32(DType t, const float* src, void* dst, size_t count) {
     default:
       throw Error(ErrorCode::kUnsupported, "cannot convert float32 to " + std::string(dtype_name(t)));
   }
+}
+
+float fp8_e4m3_to_f32(uint8_t v) {
+  const int e = (v >> 3) & 0xf, m = v & 7;
+  if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m) / 8.0f, -6) : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
+  return (v & 0x80) ? -mag : mag;
 }
 
 }  // namespace peregrine

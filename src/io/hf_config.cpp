@@ -219,6 +219,12 @@ ModelConfig parse_model_config(const std::string& text, const std::string& file)
   c.eos_token_ids = f.ids("eos_token_id");
   auto pad = f.ids("pad_token_id");
   if (!pad.empty()) c.pad_token_id = pad[0];
+  if (root.contains("quantization_config")) {
+    const json& q = root["quantization_config"];
+    if (!q.is_object() || !q.contains("quant_method") || !q["quant_method"].is_string())
+      throw Error(ErrorCode::kFormatError, file + ": field 'quantization_config.quant_method' must be a string");
+    c.quant_method = q["quant_method"].get<std::string>();
+  }
   return c;
 }
 
@@ -231,6 +237,8 @@ ModelConfig load_model_config(const fs::path& dir) {
     if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
       c.eos_token_ids.push_back(id);
   if (!c.bos_token_id && g.bos_token_id) c.bos_token_id = g.bos_token_id;
+  // Older GPTQ checkpoints keep their quantization settings in quantize_config.json only.
+  if (c.quant_method.empty() && fs::exists(dir / "quantize_config.json")) c.quant_method = "gptq";
   return c;
 }
 

@@ -60,6 +60,8 @@ struct ModelConfig {
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
   std::optional<int32_t> pad_token_id;
+  // quantization_config.quant_method (or quantize_config.json's), empty for a float checkpoint.
+  std::string quant_method;
 
   int64_t rotary_dim() const { return static_cast<int64_t>(head_dim * rope.partial_rotary_factor); }
 };

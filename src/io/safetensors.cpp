@@ -143,7 +143,7 @@ const TensorInfo& WeightStore::get(const std::string& name) const {
   return *it->second;
 }
 
-TensorView WeightStore::view(const std::string& name, std::initializer_list<int64_t> expected) const {
+TensorView WeightSource::view(const std::string& name, std::initializer_list<int64_t> expected) const {
   const TensorInfo& info = get(name);
   std::vector<int64_t> want(expected);
   if (info.shape != want) {

@@ -12,17 +12,9 @@
 
 #include "core/tensor.h"
 #include "io/mapped_file.h"
+#include "io/weight_source.h"
 
 namespace peregrine::io {
-
-struct TensorInfo {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  const std::byte* data;  // into the owning file's map
-  size_t bytes;
-  const std::filesystem::path* file;  // the shard it lives in
-};
 
 // One .safetensors file.
 class SafetensorsFile {
@@ -36,19 +28,17 @@ class SafetensorsFile {
   std::map<std::string, TensorInfo> tensors_;
 };
 
-// All tensors of a model folder (single file or sharded).
-class WeightStore {
+// All tensors of a model folder (single file or sharded): the safetensors WeightSource.
+class WeightStore final : public WeightSource {
  public:
   // Opens dir/model.safetensors.index.json if present, else dir/model.safetensors (or the only *.safetensors).
   static WeightStore open(const std::filesystem::path& dir);
 
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  bool contains(const std::string& name) const override { return index_.count(name) != 0; }
   // Throws Error(kNotFound) naming the tensor and the folder.
-  const TensorInfo& get(const std::string& name) const;
-  // A view with exactly this shape; throws Error(kFormatError) naming the tensor when the shape differs.
-  TensorView view(const std::string& name, std::initializer_list<int64_t> expected_shape) const;
-  size_t total_bytes() const;
-  std::vector<std::string> names() const;
+  const TensorInfo& get(const std::string& name) const override;
+  size_t total_bytes() const override;
+  std::vector<std::string> names() const override;
   const std::filesystem::path& dir() const { return dir_; }
 
  private:

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/status.h"
+#include "io/safetensors.h"
 #include "model/llama_weights.h"
 #include "model/model.h"
 #include "model/rope_scaling.h"
@@ -108,9 +109,9 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     const LayerWeights& w = weights_.layers[l];
     // residual += hidden; normed = rmsnorm(residual)
     backend_.rms_norm({hidden, residual, w.input_norm, normed, eps});
-    backend_.matmul({normed, w.q_proj, w.q_bias, q});
-    backend_.matmul({normed, w.k_proj, w.k_bias, k});
-    backend_.matmul({normed, w.v_proj, w.v_bias, v});
+    backend_.matmul(w.q_proj(normed, q));
+    backend_.matmul(w.k_proj(normed, k));
+    backend_.matmul(w.v_proj(normed, v));
     if (c.qk_norm) {
       TensorView qh = q.reshaped({t * nq, hd}), kh = k.reshaped({t * nkv, hd});
       backend_.rms_norm({qh, {}, w.q_norm, qh, eps});
@@ -132,12 +133,12 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     ap.max_query_len = in.max_query_len;
     ap.max_seq_len = in.max_seq_len;
     backend_.attention(ap);
-    backend_.matmul({attn, w.o_proj, w.o_bias, hidden});
+    backend_.matmul(w.o_proj(attn, hidden));
     backend_.rms_norm({hidden, residual, w.post_norm, normed, eps});
-    backend_.matmul({normed, w.gate_proj, w.gate_bias, gate});
-    backend_.matmul({normed, w.up_proj, w.up_bias, up});
+    backend_.matmul(w.gate_proj(normed, gate));
+    backend_.matmul(w.up_proj(normed, up));
     backend_.silu_mul({gate, up, gate});
-    backend_.matmul({gate, w.down_proj, w.down_bias, hidden});
+    backend_.matmul(w.down_proj(gate, hidden));
   }
   backend_.rms_norm({hidden, residual, weights_.final_norm, normed, eps});
 }
@@ -150,7 +151,7 @@ void LlamaModel::compute_logits(const TensorView& rows, const TensorView& out) {
   const TensorView normed = act(normed_, last_tokens_, h);
   const TensorView sel = act(selected_, n, h);
   backend_.gather_rows({normed, rows, sel});
-  backend_.matmul({sel, weights_.lm_head, {}, out});
+  backend_.matmul(weights_.lm_head(sel, out));
 }
 
 }  // namespace
@@ -158,7 +159,8 @@ void LlamaModel::compute_logits(const TensorView& rows, const TensorView& out) {
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, ops::Backend& backend, const ModelOptions& options) {
   io::ModelConfig config = io::load_model_config(dir);
   if (options.random_weights) return make_random_model(config, backend, options);
-  LlamaWeights weights = load_llama_weights(config, dir, backend, options);
+  LlamaWeights weights = load_llama_weights(config, std::make_unique<io::WeightStore>(io::WeightStore::open(dir)), dir,
+                                            backend, options);
   return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, options);
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "io/safetensors.h"
 
 namespace peregrine::model {
 namespace {
@@ -64,61 +65,66 @@ class Placer {
   size_t done_ = 0;
 };
 
+// Fills every tensor of the architecture through get(name, shape) (a float tensor placed on the backend).
+// Projections go through linear(prefix, N, K, has_bias), so a quantized checkpoint changes only that function.
 template <typename GetFn>
 void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get) {
   const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t f = c.intermediate_size;
-  w.embed_tokens = get("model.embed_tokens.weight", {c.vocab_size, h}, false);
+  auto linear = [&](const std::string& prefix, int64_t n, int64_t k, bool bias) {
+    Linear l;
+    l.weight = get(prefix + ".weight", {n, k});
+    if (bias) l.bias = get(prefix + ".bias", {n});
+    return l;
+  };
+  w.embed_tokens = get("model.embed_tokens.weight", {c.vocab_size, h});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights l;
-    l.input_norm = get(p + "input_layernorm.weight", {h}, false);
-    l.q_proj = get(p + "self_attn.q_proj.weight", {nq * hd, h}, false);
-    l.k_proj = get(p + "self_attn.k_proj.weight", {nkv * hd, h}, false);
-    l.v_proj = get(p + "self_attn.v_proj.weight", {nkv * hd, h}, false);
-    l.o_proj = get(p + "self_attn.o_proj.weight", {h, nq * hd}, false);
-    if (c.attention_bias) {
-      l.q_bias = get(p + "self_attn.q_proj.bias", {nq * hd}, false);
-      l.k_bias = get(p + "self_attn.k_proj.bias", {nkv * hd}, false);
-      l.v_bias = get(p + "self_attn.v_proj.bias", {nkv * hd}, false);
-    }
-    if (c.o_proj_bias) l.o_bias = get(p + "self_attn.o_proj.bias", {h}, false);
+    l.input_norm = get(p + "input_layernorm.weight", {h});
+    l.q_proj = linear(p + "self_attn.q_proj", nq * hd, h, c.attention_bias);
+    l.k_proj = linear(p + "self_attn.k_proj", nkv * hd, h, c.attention_bias);
+    l.v_proj = linear(p + "self_attn.v_proj", nkv * hd, h, c.attention_bias);
+    l.o_proj = linear(p + "self_attn.o_proj", h, nq * hd, c.o_proj_bias);
     if (c.qk_norm) {
-      l.q_norm = get(p + "self_attn.q_norm.weight", {hd}, false);
-      l.k_norm = get(p + "self_attn.k_norm.weight", {hd}, false);
+      l.q_norm = get(p + "self_attn.q_norm.weight", {hd});
+      l.k_norm = get(p + "self_attn.k_norm.weight", {hd});
     }
-    l.post_norm = get(p + "post_attention_layernorm.weight", {h}, false);
-    l.gate_proj = get(p + "mlp.gate_proj.weight", {f, h}, false);
-    l.up_proj = get(p + "mlp.up_proj.weight", {f, h}, false);
-    l.down_proj = get(p + "mlp.down_proj.weight", {h, f}, false);
-    if (c.mlp_bias) {
-      l.gate_bias = get(p + "mlp.gate_proj.bias", {f}, false);
-      l.up_bias = get(p + "mlp.up_proj.bias", {f}, false);
-      l.down_bias = get(p + "mlp.down_proj.bias", {h}, false);
-    }
+    l.post_norm = get(p + "post_attention_layernorm.weight", {h});
+    l.gate_proj = linear(p + "mlp.gate_proj", f, h, c.mlp_bias);
+    l.up_proj = linear(p + "mlp.up_proj", f, h, c.mlp_bias);
+    l.down_proj = linear(p + "mlp.down_proj", h, f, c.mlp_bias);
     w.layers.push_back(l);
   }
-  w.final_norm = get("model.norm.weight", {h}, false);
-  w.lm_head = c.tie_word_embeddings ? w.embed_tokens : get("lm_head.weight", {c.vocab_size, h}, false);
+  w.final_norm = get("model.norm.weight", {h});
+  if (c.tie_word_embeddings) {
+    w.lm_head.weight = w.embed_tokens;
+  } else {
+    w.lm_head = linear("lm_head", c.vocab_size, h, false);
+  }
 }
 
 }  // namespace
 
-LlamaWeights load_llama_weights(const io::ModelConfig& c, const std::filesystem::path& dir, ops::Backend& backend,
-                                const ModelOptions& options) {
+LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::WeightSource> source,
+                                const std::filesystem::path& where, ops::Backend& backend, const ModelOptions& options) {
+  if (!c.quant_method.empty()) {
+    throw Error(ErrorCode::kUnsupported, (where / "config.json").string() + ": quantization_config.quant_method '" +
+                                             c.quant_method + "' is not supported yet (dense float checkpoints only)");
+  }
   LlamaWeights w;
-  w.store = std::make_unique<io::WeightStore>(io::WeightStore::open(dir));
-  Placer placer(backend, w, options, w.store->total_bytes());
-  const io::WeightStore& store = *w.store;
-  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape, bool) {
-    TensorView v = store.view(name, shape);
+  w.source = std::move(source);
+  Placer placer(backend, w, options, w.source->total_bytes());
+  const io::WeightSource& src = *w.source;
+  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape) {
+    TensorView v = src.view(name, shape);
     if (!(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16))
-      throw Error(ErrorCode::kUnsupported, store.get(name).file->string() + ": tensor '" + name + "' has dtype " +
+      throw Error(ErrorCode::kUnsupported, src.get(name).file->string() + ": tensor '" + name + "' has dtype " +
                                                std::string(dtype_name(v.dtype)) + "; supported: F32, BF16, F16");
     return placer.place(v);
   });
-  if (!c.tie_word_embeddings && !store.contains("lm_head.weight"))
-    throw Error(ErrorCode::kNotFound, (dir / "config.json").string() +
+  if (!c.tie_word_embeddings && !src.contains("lm_head.weight"))
+    throw Error(ErrorCode::kNotFound, (where / "config.json").string() +
                                           ": tie_word_embeddings is false but tensor 'lm_head.weight' is missing");
   return w;
 }
@@ -140,7 +146,7 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   std::vector<float> scaled(kPattern);
   std::vector<std::byte> pattern(dtype_bytes(dtype, kPattern) * 2);  // twice, so any offset has kPattern values after it
   size_t tensor_index = 0;
-  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape, bool) {
+  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape) {
     TensorView v(static_cast<void*>(nullptr), dtype, shape);
     ops::DeviceBuffer buf(backend, v.bytes());
     v.data = buf.data();

@@ -55,8 +55,32 @@ void check_matmul(const MatmulParams& p) {
   require_dims(p.w, 2, op, "w");
   require_dims(p.out, 2, op, "out");
   require_float(p.x, op, "x");
-  require_float(p.w, op, "w");
   require_float(p.out, op, "out");
+  if (p.quant.quantized()) {
+    const WeightQuant& q = p.quant;
+    const DType c = p.w.dtype;
+    require(c == DType::kI4 || c == DType::kU8 || c == DType::kI8 || c == DType::kF8E4M3, op,
+            "quantized w must hold int4, uint8, int8 or float8_e4m3fn codes, got " + std::string(dtype_name(c)));
+    const int64_t n = p.w.dim(0), k = p.w.dim(1);
+    require(c != DType::kI4 || k % 2 == 0, op, "int4 codes need an even K");
+    require(q.group_size > 0 && q.group_size <= k, op, "quant.group_size must be in [1, K]");
+    require(q.block_rows >= 1, op, "quant.block_rows must be >= 1");
+    const int64_t groups = q.g_idx.empty() ? (k + q.group_size - 1) / q.group_size : q.scales.dim(q.scales.ndim - 1);
+    require_dims(q.scales, 2, op, "quant.scales");
+    require_float(q.scales, op, "quant.scales");
+    require(q.scales.dim(0) == (n + q.block_rows - 1) / q.block_rows && q.scales.dim(1) == groups, op,
+            "quant.scales shape " + q.scales.shape_string() + " must be [ceil(N / block_rows), groups]");
+    if (!q.zeros.empty()) {
+      require(q.zeros.dtype == DType::kF32, op, "quant.zeros must be f32");
+      require_dims(q.zeros, 2, op, "quant.zeros");
+      require(q.zeros.dim(0) == n && q.zeros.dim(1) == groups, op, "quant.zeros must be [N, groups]");
+    }
+    if (!q.g_idx.empty()) {
+      require(q.g_idx.dtype == DType::kI32 && q.g_idx.numel() == k, op, "quant.g_idx must be [K] int32");
+    }
+  } else {
+    require_float(p.w, op, "w");
+  }
   require(p.x.dim(1) == p.w.dim(1), op,
           "x " + p.x.shape_string() + " and w " + p.w.shape_string() + " disagree on K");
   require(p.out.dim(0) == p.x.dim(0) && p.out.dim(1) == p.w.dim(0), op,

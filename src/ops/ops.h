@@ -14,12 +14,34 @@ struct EmbeddingParams {
   TensorView out;        // [T, hidden] act
 };
 
+// How a matmul's weight is quantized; `scales` empty means a dense float weight (the default).
+// A quantized w holds codes of logical shape [N, K]: kI4 (two unsigned 4-bit codes per byte, the even k in the
+// low nibble; bytes N*K/2), kU8 (unsigned 8-bit), kI8 (signed 8-bit) or kF8E4M3 (float8 e4m3fn values).
+// With g(k) = g_idx[k] when given, else k / group_size:
+//   W[n, k] = (code(n, k) - zero(n, g(k))) * scales[n / block_rows, g(k)]
+// where zero(n, g) = zeros[n, g] when given, else 8 for kI4, 128 for kU8 and 0 for kI8 and kF8E4M3.
+// The matmul then computes out = x · Wᵀ (+ bias) with W dequantized (backends may quantize x too where the
+// format is defined that way; the ref backend never does).
+struct WeightQuant {
+  TensorView scales;        // [ceil(N / block_rows), num_groups] f32/bf16/f16; empty = not quantized
+  TensorView zeros;         // [N, num_groups] f32, zero points in code units; optional
+  TensorView g_idx;         // [K] int32 group of each input column (GPTQ act-order); optional
+  int64_t group_size = 0;   // input columns per group (K: one group per row)
+  int64_t block_rows = 1;   // output rows sharing a row of scales (128 for block-wise FP8)
+  bool quantized() const { return !scales.empty(); }
+};
+
 // out = x · wᵀ (+ bias). Rows of x are independent: a row's result must not depend on M (determinism).
 struct MatmulParams {
-  TensorView x;     // [M, K] act
-  TensorView w;     // [N, K] f32/bf16/f16 (the Hugging Face Linear layout)
-  TensorView bias;  // [N] optional (empty when none), any float dtype
-  TensorView out;   // [M, N] act
+  TensorView x;       // [M, K] act
+  TensorView w;       // [N, K] f32/bf16/f16 (the Hugging Face Linear layout), or codes (see WeightQuant)
+  TensorView bias;    // [N] optional (empty when none), any float dtype
+  TensorView out;     // [M, N] act
+  WeightQuant quant;  // not quantized unless scales are set
+
+  MatmulParams() = default;
+  MatmulParams(TensorView x_, TensorView w_, TensorView bias_, TensorView out_, WeightQuant quant_ = {})
+      : x(x_), w(w_), bias(bias_), out(out_), quant(quant_) {}
 };
 
 // When residual is set: residual += x (in place), then out = rmsnorm(residual) * weight.

@@ -105,6 +105,10 @@ class CpuBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
+    if (p.quant.quantized()) {
+      throw Error(ErrorCode::kUnsupported, std::string("cpu backend: matmul with quantized weights (") +
+                                               std::string(dtype_name(p.w.dtype)) + " codes) is not implemented yet");
+    }
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");
     cpu::MatmulArgs a;

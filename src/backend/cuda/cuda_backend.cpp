@@ -125,6 +125,10 @@ class CudaBackendImpl final : public CudaBackend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
+    if (p.quant.quantized()) {
+      throw Error(ErrorCode::kUnsupported, std::string("cuda backend: matmul with quantized weights (") +
+                                               std::string(dtype_name(p.w.dtype)) + " codes) is not implemented yet");
+    }
     cuda::GemmLaunch l{p.x.data, p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.out.data,
                        p.x.dtype, p.w.dtype, p.bias.dtype, p.out.dtype, p.x.dim(0), p.w.dim(0), p.x.dim(1)};
     if (l.m == 0 || l.n == 0) return;

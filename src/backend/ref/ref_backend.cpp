@@ -63,12 +63,46 @@ class RefBackend final : public Backend {
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
     int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
+    std::vector<double> row(static_cast<size_t>(k));
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t kk = 0; kk < k; ++kk) row[static_cast<size_t>(kk)] = weight(p, j, kk);
+      for (int64_t i = 0; i < m; ++i) {
         double acc = p.bias.empty() ? 0.0 : load(p.bias, j);
-        for (int64_t kk = 0; kk < k; ++kk) acc += load(p.x, i * k + kk) * load(p.w, j * k + kk);
+        for (int64_t kk = 0; kk < k; ++kk) acc += load(p.x, i * k + kk) * row[static_cast<size_t>(kk)];
         store(p.out, i * n + j, acc);
       }
+    }
+  }
+
+  // W[n, k] of a matmul, dequantized as ops.h defines it.
+  static double weight(const MatmulParams& p, int64_t n, int64_t k) {
+    const int64_t cols = p.w.dim(1);
+    if (!p.quant.quantized()) return load(p.w, n * cols + k);
+    const WeightQuant& q = p.quant;
+    const int64_t i = n * cols + k;
+    double code = 0, zero = 0;
+    switch (p.w.dtype) {
+      case DType::kI4: {
+        const uint8_t byte = static_cast<const uint8_t*>(p.w.data)[i / 2];
+        code = (i % 2 == 0) ? (byte & 0xf) : (byte >> 4);
+        zero = 8;
+        break;
+      }
+      case DType::kU8:
+        code = static_cast<const uint8_t*>(p.w.data)[i];
+        zero = 128;
+        break;
+      case DType::kI8: code = static_cast<const int8_t*>(p.w.data)[i]; break;
+      case DType::kF8E4M3: code = fp8_e4m3_to_f32(static_cast<const uint8_t*>(p.w.data)[i]); break;
+      default: throw Error(ErrorCode::kUnsupported, "ref matmul: unsupported weight codes");
+    }
+    const int64_t groups = q.scales.dim(1);
+    const int64_t g = q.g_idx.empty() ? k / q.group_size : q.g_idx.as<const int32_t>()[k];
+    if (g < 0 || g >= groups)
+      throw Error(ErrorCode::kInvalidArgument, "matmul: quant.g_idx[" + std::to_string(k) + "] = " + std::to_string(g) +
+                                                   " is outside [0, " + std::to_string(groups) + ")");
+    if (!q.zeros.empty()) zero = q.zeros.as<const float>()[n * groups + g];
+    return (code - zero) * load(q.scales, (n / q.block_rows) * groups + g);
   }
 
   void rms_norm(const RmsNormParams& p) override {

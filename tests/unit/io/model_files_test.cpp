@@ -202,4 +202,18 @@ TEST(ModelFolder, MissingAndMisshapenTensorsAreNamed) {
   EXPECT_NE(load_error().find("expected"), std::string::npos) << load_error();
 }
 
+TEST(ModelFolder, QuantizedCheckpointsAreRefusedByName) {
+  PEREGRINE_REQUIRE_SHARED(shared);
+  const fs::path dir = shared / "models" / "quant" / "gptq-w4g32-sym";
+  if (!fs::exists(dir / "config.json")) GTEST_SKIP() << dir << " absent";
+  const io::ModelConfig c = io::load_model_config(dir);
+  EXPECT_EQ(c.quant_method, "gptq");
+  auto backend = engine::create_backend(engine::resolve_device("cpu", "auto", DType::kF32), 1);
+  model::ModelOptions mo;
+  mo.max_num_tokens = 16;
+  const std::string e = error_of([&] { model::load_model(dir, *backend, mo); });
+  EXPECT_NE(e.find("quantization_config.quant_method 'gptq'"), std::string::npos) << e;
+  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+}
+
 }  // namespace
