@@ -10,7 +10,7 @@
 #include <random>
 
 #include "cli/bench.h"
-#include "core/status.h"
+#include "peregrine/error.h"
 #include "peregrine/engine.h"
 
 namespace peregrine::cli {

@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli/files.h"
 #include "cli/serving_bench.h"
 #include "cli/serving_bench_stats.h"
-#include "core/status.h"
-#include "io/hf_config.h"
+#include "peregrine/error.h"
 
 namespace peregrine::cli {
 namespace {
@@ -181,7 +181,7 @@ std::string http_get(const std::string& host, int port, const std::string& targe
 std::vector<json> make_prompts(const ServeBenchArgs& a, std::mt19937_64& rng) {
   std::vector<json> prompts;
   if (!a.dataset.empty()) {
-    json data = json::parse(io::read_text_file(a.dataset), nullptr, false);
+    json data = json::parse(read_file(a.dataset, "--dataset"), nullptr, false);
     if (data.is_discarded() || !data.is_array() || data.empty()) {
       throw Error(ErrorCode::kFormatError, a.dataset + ": expected a JSON list of {\"text\": ...}");
     }

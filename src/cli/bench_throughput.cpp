@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "cli/serving_bench.h"
-#include "core/status.h"
+#include "peregrine/error.h"
 #include "peregrine/engine.h"
 
 namespace peregrine::cli {

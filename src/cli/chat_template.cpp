@@ -1,12 +1,11 @@
 // `peregrine chat-template`: renders a conversation with a model's chat template and prints the prompt exactly
 // (no trailing newline added), for checking templates against transformers / @huggingface/jinja.
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/commands.h"
-#include "core/status.h"
-#include "tokenizer/chat_template.h"
+#include "cli/files.h"
+#include "peregrine/error.h"
+#include "peregrine/tokenizer.h"
 
 namespace peregrine::cli {
 namespace {
@@ -22,12 +21,9 @@ struct ChatTemplateArgs {
 };
 
 nlohmann::ordered_json read_json(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kNotFound, std::string(flag) + ": cannot read " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
+  const std::string text = read_file(path, flag);
   try {
-    return nlohmann::ordered_json::parse(text.str());
+    return nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kFormatError, std::string(flag) + ": " + path + ": malformed JSON: " + e.what());
   }
@@ -38,27 +34,24 @@ void run_chat_template(const ChatTemplateArgs& args) {
     throw Error(ErrorCode::kInvalidArgument, "chat-template: give --model DIR or --chat-template FILE");
   }
   nlohmann::ordered_json messages = read_json(args.messages_file, "--messages");
-  ChatRenderOptions options;
+  ChatRenderParams params;
   // A messages file may be a list of messages or an object {"messages": [...], "tools": [...]}.
   if (messages.is_object()) {
-    if (messages.contains("tools")) options.tools = messages["tools"];
+    if (messages.contains("tools")) params.tools = messages["tools"];
     nlohmann::ordered_json inner = messages.value("messages", nlohmann::ordered_json());
     messages = std::move(inner);
   }
-  if (!args.tools_file.empty()) options.tools = read_json(args.tools_file, "--tools");
+  if (!args.tools_file.empty()) params.tools = read_json(args.tools_file, "--tools");
   if (!args.kwargs.empty()) {
     try {
-      options.extra_kwargs = nlohmann::ordered_json::parse(args.kwargs);
+      params.kwargs = nlohmann::ordered_json::parse(args.kwargs);
     } catch (const nlohmann::json::exception& e) {
       throw Error(ErrorCode::kInvalidArgument, std::string("--kwargs: malformed JSON: ") + e.what());
     }
   }
-  options.add_generation_prompt = args.add_generation_prompt;
-  options.template_name = args.template_name;
-  const ChatTemplate chat_template = args.model_dir.empty()
-                                         ? load_chat_template(std::filesystem::path(), args.chat_template)
-                                         : load_chat_template(args.model_dir, args.chat_template);
-  const std::string prompt = render_chat(chat_template, messages, options);
+  params.add_generation_prompt = args.add_generation_prompt;
+  params.template_name = args.template_name;
+  const std::string prompt = render_chat_template(args.model_dir, args.chat_template, messages, params);
   std::cout.write(prompt.data(), static_cast<std::streamsize>(prompt.size()));
   std::cout.flush();
 }

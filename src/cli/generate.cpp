@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "core/status.h"
+#include "peregrine/error.h"
 #include "peregrine/engine.h"
 
 namespace peregrine::cli {
@@ -61,9 +61,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 void run_generate(const GenerateArgs& a) {
   if (a.prompts.empty() && a.prompt_ids.empty())
     throw Error(ErrorCode::kInvalidArgument, "give --prompt TEXT or --prompt-ids 1,2,3");
-  if (a.temperature < 0) throw Error(ErrorCode::kInvalidArgument, "--temperature must be >= 0");
-  if (a.top_p <= 0 || a.top_p > 1) throw Error(ErrorCode::kInvalidArgument, "--top-p must be in (0, 1]");
-  if (a.max_tokens < 1) throw Error(ErrorCode::kInvalidArgument, "--max-tokens must be >= 1");
+  // Sampling values are checked once, by SamplingParams::validate when the requests are submitted.
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> id_prompts;
   for (const auto& p : a.prompt_ids) id_prompts.push_back(parse_ids(p));

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "core/status.h"
+#include "peregrine/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Peregrine: an LLM inference and serving engine"};

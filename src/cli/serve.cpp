@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "cli/commands.h"
-#include "core/status.h"
+#include "peregrine/error.h"
 #include "peregrine/engine.h"
 #include "server/http_server.h"
 #include "server/openai_server.h"

@@ -11,19 +11,12 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "core/status.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/files.h"
+#include "peregrine/error.h"
+#include "peregrine/tokenizer.h"
 
 namespace peregrine::cli {
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::kNotFound, "cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::vector<int32_t> parse_id_list(const std::string& text) {
   std::vector<int32_t> ids;
@@ -53,7 +46,7 @@ struct TokenizeArgs {
 };
 
 void run_tokenize(const TokenizeArgs& a) {
-  auto tok = tokenizer::Tokenizer::load(a.model);
+  auto tok = Tokenizer::load(a.model);
   if (a.jsonl) {
     std::ifstream f(a.file, std::ios::binary);
     if (!f) throw Error(ErrorCode::kNotFound, "cannot read " + a.file);
@@ -82,7 +75,7 @@ void run_tokenize(const TokenizeArgs& a) {
     }
     return;
   }
-  std::string text = a.file.empty() ? a.text : read_all(a.file);
+  std::string text = a.file.empty() ? a.text : read_file(a.file, "--file");
   std::vector<int32_t> ids = tok->encode(text, !a.no_special);
   if (a.json) {
     std::cout << dump(nlohmann::json{{"ids", ids}}) << "\n";
@@ -97,21 +90,21 @@ struct DetokenizeArgs {
   bool keep_special = false, json = false, stream = false;
 };
 
-nlohmann::json detokenize_one(const tokenizer::Tokenizer& tok, const std::vector<int32_t>& ids, const DetokenizeArgs& a) {
+nlohmann::json detokenize_one(const Tokenizer& tok, const std::vector<int32_t>& ids, const DetokenizeArgs& a) {
   nlohmann::json out;
   out["text"] = tok.decode(ids, !a.keep_special);
   if (a.stream) {
-    tokenizer::StreamingDetokenizer stream(tok, !a.keep_special);
+    auto stream = tok.stream(!a.keep_special);
     nlohmann::json deltas = nlohmann::json::array();
-    for (int32_t id : ids) deltas.push_back(stream.push(id));
-    deltas.push_back(stream.flush());
+    for (int32_t id : ids) deltas.push_back(stream->push(id));
+    deltas.push_back(stream->flush());
     out["deltas"] = deltas;
   }
   return out;
 }
 
 void run_detokenize(const DetokenizeArgs& a) {
-  auto tok = tokenizer::Tokenizer::load(a.model);
+  auto tok = Tokenizer::load(a.model);
   if (!a.file.empty()) {
     std::ifstream f(a.file, std::ios::binary);
     if (!f) throw Error(ErrorCode::kNotFound, "cannot read " + a.file);

@@ -38,17 +38,5 @@ void observe(Histogram& h, double value) {
   ++h.count;
 }
 
-double histogram_quantile(const Histogram& h, double q) {
-  if (h.count == 0) return 0.0;
-  const double target = q * static_cast<double>(h.count);
-  uint64_t cum = 0;
-  for (size_t i = 0; i < h.counts.size(); ++i) {
-    cum += h.counts[i];
-    if (static_cast<double>(cum) >= target) {
-      return i < h.bounds.size() ? h.bounds[i] : std::numeric_limits<double>::infinity();
-    }
-  }
-  return std::numeric_limits<double>::infinity();
-}
 
 }  // namespace peregrine::engine

@@ -13,7 +13,5 @@ const std::vector<double>& ttft_bounds();
 const std::vector<double>& inter_token_bounds();
 const std::vector<double>& e2e_bounds();
 void observe(Histogram& h, double value);
-// The value below which a fraction q of observations fall (bucket upper bound; for benchmarks and logs).
-double histogram_quantile(const Histogram& h, double q);
 
 }  // namespace peregrine::engine

@@ -75,16 +75,6 @@ std::string translate_oniguruma(std::string_view p) {
   return out;
 }
 
-std::string escape_regex(std::string_view literal) {
-  std::string out;
-  for (char c : literal) {
-    auto u = static_cast<unsigned char>(c);
-    bool alnum = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z');
-    if (u < 0x80 && !alnum && u != ' ') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
 
 namespace {
 struct ThreadMatchState {

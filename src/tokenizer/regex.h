@@ -12,8 +12,6 @@ namespace peregrine::tokenizer {
 
 // Rewrites an Oniguruma (Ruby syntax) pattern into an equivalent PCRE2 pattern.
 std::string translate_oniguruma(std::string_view pattern);
-// Escapes a literal string so PCRE2 matches it verbatim.
-std::string escape_regex(std::string_view literal);
 
 class Regex {
  public:

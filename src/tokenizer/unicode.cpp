@@ -91,10 +91,8 @@ bool is_white_space(uint32_t cp) {
       return cp >= 0x2000 && cp <= 0x200A;
   }
 }
-bool is_letter(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_L_MASK) != 0; }
 bool is_number(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_N_MASK) != 0; }
 bool is_mark(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_M_MASK) != 0; }
-bool is_punctuation(uint32_t cp) { return (U_GET_GC_MASK(cp) & U_GC_P_MASK) != 0; }
 bool is_alphanumeric(uint32_t cp) { return u_isalpha(static_cast<UChar32>(cp)) || is_number(cp); }
 
 void Utf8LossyDecoder::feed(std::string_view bytes, std::string& out) {

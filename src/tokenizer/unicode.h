@@ -44,11 +44,9 @@ void append_utf8(std::string& out, uint32_t cp);
 
 // Unicode White_Space property (what Rust's char::is_whitespace and Oniguruma's \s use).
 bool is_white_space(uint32_t cp);
-// Letter (L*), number (N*), mark (M*), punctuation (P*) general categories.
-bool is_letter(uint32_t cp);
+// Number (N*) and mark (M*) general categories; letters or numbers.
 bool is_number(uint32_t cp);
 bool is_mark(uint32_t cp);
-bool is_punctuation(uint32_t cp);
 bool is_alphanumeric(uint32_t cp);
 
 // Incremental lossy UTF-8 decoder: feed bytes, get valid UTF-8 out; an invalid or truncated sequence becomes

@@ -48,7 +48,6 @@ class CudaBackendImpl final : public CudaBackend {
     PEREGRINE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda (") + prop.name + ")";
     sm_count_ = prop.multiProcessorCount;
-    total_memory_ = prop.totalGlobalMem;
     try {
       PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
@@ -324,7 +323,6 @@ class CudaBackendImpl final : public CudaBackend {
   void set_matmul_splits(int64_t n, int64_t k, int splits) override { gemm_->pin_splits(n, k, splits); }
   std::string describe_last_matmul() const override { return gemm_->describe_last_plan(); }
   int multiprocessor_count() const override { return sm_count_; }
-  size_t total_memory() const override { return total_memory_; }
   void* stream_handle() const override { return stream_; }
   int* device_error_word() override { return error_word_; }
 
@@ -438,7 +436,6 @@ class CudaBackendImpl final : public CudaBackend {
   int device_;
   std::string name_;
   int sm_count_ = 0;
-  size_t total_memory_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // transfers (copy_async)
   std::map<uint64_t, cudaEvent_t> transfers_;  // pending transfers' completion events

@@ -39,7 +39,6 @@ class CudaBackend : public Backend {
   // The cuBLASLt configuration of the last matmul (algo, tile, splits, reduction scheme), for tests and benches.
   virtual std::string describe_last_matmul() const = 0;
   virtual int multiprocessor_count() const = 0;
-  virtual size_t total_memory() const = 0;
   // The cudaStream_t all work is enqueued on, as an opaque handle (for kernels outside this backend).
   virtual void* stream_handle() const = 0;
   // Device scratch owned by the backend, one buffer per slot (0..7), grown on demand but never inside a

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "core/status.h"
+#include "peregrine/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"chat-template test driver"};
