@@ -13,7 +13,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 if [ ! -x "$out/tokenizer_fuzz" ] || [ -n "$(find src/tokenizer src/core bench/fuzz -newer "$out/tokenizer_fuzz" -name '*.[ch]*' -print -quit)" ]; then
   echo "tokenizer_fuzz.sh: building $out/tokenizer_fuzz"
   clang++ "${flags[@]}" bench/fuzz/tokenizer_fuzz.cpp src/tokenizer/{added_tokens,bpe_model,byte_level,decoders,fast_split,json_reader,normalizers,post_processors,pre_tokenizers,regex,streaming_detokenizer,tokenizer,unicode}.cpp \
-    src/core/status.cpp $(pkg-config --libs libpcre2-8 icu-uc) -lpthread -o "$out/tokenizer_fuzz"
+    $(pkg-config --libs libpcre2-8 icu-uc) -lpthread -o "$out/tokenizer_fuzz"
 fi
 # Seed with the test corpus, one file per string.
 python3 - "$out/corpus" <<'PY'

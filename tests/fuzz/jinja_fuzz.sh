@@ -13,7 +13,7 @@ jobs="${JOBS:-1}"
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -I"$root/src" -I"$root/include")
-sources=("$root"/src/tokenizer/jinja/*.cpp "$root/src/core/status.cpp" "$root/tests/fuzz/jinja_fuzz.cpp")
+sources=("$root"/src/tokenizer/jinja/*.cpp "$root/tests/fuzz/jinja_fuzz.cpp")
 printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   'clang++ "$@" -c "{}" -o "'"$out"'/obj/$(basename "{}" .cpp).o"' _ "${flags[@]}"
 clang++ -fsanitize=fuzzer,address,undefined "$out"/obj/*.o $(pkg-config --libs icu-uc) -o "$out/jinja_fuzz"
