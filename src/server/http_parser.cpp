@@ -186,7 +186,7 @@ size_t HttpRequestParser::feed(std::string_view data) {
         if (phase_ == Phase::kChunkSize) {
           const int v = hex_value(c);
           if (v >= 0) {
-            if (v != 0 || chunk_any_digit_) {
+            if (v != 0 || chunk_digits_ > 0) {
               // Leading zeros are not significant; 15 hex digits already exceed any body limit.
               if (++chunk_digits_ > 15) {
                 return fail_at(used, 413, "request body exceeds the limit of " + std::to_string(limits_.max_body_bytes) +
@@ -260,32 +260,50 @@ size_t HttpRequestParser::feed_head(std::string_view data) {
   const std::string_view chunk = data.substr(used, std::min(room, data.size() - used));
   const size_t old_size = head_.size();
   head_.append(chunk.data(), chunk.size());
-  // CR and LF only as pairs (no bare CR or LF), checked over the new bytes.
-  for (size_t i = old_size; i < head_.size(); ++i) {
-    const char c = head_[i];
-    const char prev = i > 0 ? head_[i - 1] : '\0';
-    if (c == '\n' && prev != '\r') {
-      return fail_at(used + (i - old_size) + 1, 400, "malformed HTTP request: lines must end with CRLF");
+  // The end of the header section, if it is in; bytes after it belong to the body or the next request and are
+  // not looked at here.
+  const size_t from = head_scanned_ >= 3 ? head_scanned_ - 3 : 0;
+  const size_t end = head_.find("\r\n\r\n", from);
+  const size_t head_end = end == std::string::npos ? head_.size() : end + 4;
+  // Checks run in byte order, so the outcome does not depend on how the bytes were split into reads: CR and LF
+  // only as pairs (no bare CR or LF) over the new bytes, the request line as soon as its CRLF is in (garbage
+  // fails without waiting for more), its length limit when no CRLF came in time.
+  size_t bad = 0;  // index just past an offending byte
+  auto crlf_ok = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      const char c = head_[i];
+      const char prev = i > 0 ? head_[i - 1] : '\0';
+      if ((c == '\n' && prev != '\r') || (prev == '\r' && c != '\n')) {
+        bad = i + 1;
+        return false;
+      }
     }
-    if (prev == '\r' && c != '\n') {
-      return fail_at(used + (i - old_size) + 1, 400, "malformed HTTP request: CR without LF");
-    }
-  }
-  // The request line is checked as soon as it is complete, so garbage fails without waiting for more.
+    return true;
+  };
+  auto crlf_error = [&] {
+    const bool lf = head_[bad - 1] == '\n';
+    return fail_at(used + (bad - old_size), 400,
+                   lf ? "malformed HTTP request: lines must end with CRLF" : "malformed HTTP request: CR without LF");
+  };
+  size_t checked = old_size;
   if (request_.method.empty()) {
     const size_t line_end = head_.find("\r\n", line_scanned_ > 0 ? line_scanned_ - 1 : 0);
-    if (line_end == std::string::npos) {
+    // A line longer than the limit shows when max + 2 bytes hold no CRLF (the byte at max may be its CR).
+    if (line_end == std::string::npos || line_end > limits_.max_request_line) {
+      const size_t shows_at = limits_.max_request_line + 2;
+      if (!crlf_ok(old_size, std::min(head_.size(), shows_at))) return crlf_error();
       line_scanned_ = head_.size();
-      if (head_.size() > limits_.max_request_line) {
+      if (head_.size() >= shows_at) {
         return fail_at(used + chunk.size(), 414,
                        "the request line exceeds " + std::to_string(limits_.max_request_line) + " bytes");
       }
-    } else if (!parse_request_line(std::string_view(head_).substr(0, line_end))) {
-      return used + chunk.size();
+      return used + chunk.size();  // no CRLF yet, so no end of the header section either
     }
+    if (!crlf_ok(old_size, std::min(line_end + 2, head_end))) return crlf_error();
+    if (!parse_request_line(std::string_view(head_).substr(0, line_end))) return used + chunk.size();
+    checked = std::max(old_size, line_end + 2);
   }
-  const size_t from = head_scanned_ >= 3 ? head_scanned_ - 3 : 0;
-  const size_t end = head_.find("\r\n\r\n", from);
+  if (!crlf_ok(checked, head_end)) return crlf_error();
   if (end == std::string::npos) {
     head_scanned_ = head_.size();
     if (head_.size() > limits_.max_header_bytes) {
@@ -293,7 +311,6 @@ size_t HttpRequestParser::feed_head(std::string_view data) {
     }
     return used + chunk.size();
   }
-  const size_t head_end = end + 4;
   const size_t extra = head_.size() - head_end;  // bytes of the body or of the next request
   head_.resize(head_end);
   if (head_.size() > limits_.max_header_bytes) {

@@ -126,6 +126,8 @@ TEST(HttpParser, ChunkSizeLinesAndExtensionsAreBounded) {
   while (z.state() == HttpRequestParser::State::kIncomplete && fed < (size_t{64} << 20)) fed += z.feed(zeros);
   EXPECT_EQ(z.state(), HttpRequestParser::State::kError);
   EXPECT_LE(fed, HttpParserLimits{}.max_chunk_line + zeros.size());
+  EXPECT_EQ(z.error_status(), 400);  // a long line, not a large size
+  EXPECT_EQ(status_of(head + std::string(900, '0') + "5\r\nhello\r\n0\r\n\r\n"), 0);
   // A little padding is fine; many small extensions are bounded in total.
   EXPECT_EQ(status_of(head + "0005\r\nhello\r\n0\r\n\r\n"), 0);
   std::string many = head;
