@@ -35,7 +35,10 @@ namespace {
 
 // Pipelined bytes kept while a response is pending; beyond this the socket is not read until it is complete.
 constexpr size_t kMaxBufferedBytes = 64 * 1024;
-constexpr size_t kReadChunk = 16 * 1024;
+constexpr size_t kReadChunk = 8 * 1024;
+// Response bytes queued for a client that does not read them (a stream it stopped consuming); beyond this the
+// connection is closed (its requests are aborted) instead of growing the queue.
+constexpr size_t kMaxQueuedBytes = size_t{32} << 20;
 // Connections beyond max_connections that are still answered 503 (more are closed at once).
 constexpr size_t kMaxRefusing = 64;
 constexpr auto kLinger = std::chrono::seconds(3);
@@ -156,7 +159,6 @@ class Session : public std::enable_shared_from_this<Session> {
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
-    in_.reserve(kReadChunk);
   }
   ~Session() {
     if (refuse_) --server_.num_refusing;
@@ -401,6 +403,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void queue_bytes(std::string bytes, bool final) {
     if (closed_) return;
+    queued_bytes_ += bytes.size();
+    if (queued_bytes_ > kMaxQueuedBytes) {
+      std::fprintf(stderr, "peregrine serve: closing connection %s: it has not read %zu bytes of its response\n",
+                   remote_.c_str(), queued_bytes_);
+      return close_now();
+    }
     outq_.push_back(std::move(bytes));
     if (final) final_queued_ = true;
     do_write();
@@ -411,6 +419,7 @@ class Session : public std::enable_shared_from_this<Session> {
     inflight_.clear();
     for (auto& s : outq_) inflight_ += s;
     outq_.clear();
+    queued_bytes_ = inflight_.size();
     writing_ = true;
     write_timer_.expires_after(to_duration(server_.options.write_timeout_s));
     write_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -423,6 +432,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_write(boost::system::error_code ec) {
     writing_ = false;
+    if (inflight_.capacity() > (size_t{1} << 20)) std::string().swap(inflight_);  // after a large response
+    queued_bytes_ = 0;
+    for (const auto& q : outq_) queued_bytes_ += q.size();
     write_timer_.cancel();
     if (closed_) return;
     if (ec) return close_now();
@@ -531,6 +543,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<ResponseChannel> channel_;
   std::deque<std::string> outq_;
   std::string inflight_;
+  size_t queued_bytes_ = 0;  // in outq_ and inflight_
   std::string remote_;
   uint64_t read_timer_gen_ = 0;
   const bool refuse_;           // over max_connections: answer 503 and close
