@@ -3,33 +3,43 @@
 #include "engine/stop_matcher.h"
 
 #include <algorithm>
-#include <deque>
 
 namespace peregrine::engine {
 
 StopMatcher::StopMatcher(const std::vector<std::string>& stops) {
-  // The trie, with per-node edge lists while building.
-  std::vector<std::vector<Edge>> children(1);
-  nodes_.emplace_back();
+  // The trie, as first-child / next-sibling lists while building (no allocation per node).
+  size_t total = 1;
+  for (const std::string& stop : stops) total += stop.size();
+  std::vector<uint32_t> first_child, next_sibling;
+  std::vector<unsigned char> byte_of;
+  first_child.reserve(total);
+  next_sibling.reserve(total);
+  byte_of.reserve(total);
+  nodes_.reserve(total);
+  auto add_node = [&](uint32_t depth, unsigned char c) {
+    Node n;
+    n.depth = depth;
+    nodes_.push_back(n);
+    first_child.push_back(0);
+    next_sibling.push_back(0);
+    byte_of.push_back(c);
+    return static_cast<uint32_t>(nodes_.size() - 1);
+  };
+  add_node(0, 0);
   for (size_t s = 0; s < stops.size(); ++s) {
     const std::string& stop = stops[s];
     if (stop.empty()) continue;
     uint32_t node = 0;
     for (char ch : stop) {
       const unsigned char c = static_cast<unsigned char>(ch);
-      auto& kids = children[node];
-      auto it = std::find_if(kids.begin(), kids.end(), [c](const Edge& e) { return e.byte == c; });
-      if (it != kids.end()) {
-        node = it->target;
-        continue;
+      uint32_t kid = first_child[node];
+      while (kid != 0 && byte_of[kid] != c) kid = next_sibling[kid];
+      if (kid == 0) {
+        kid = add_node(nodes_[node].depth + 1, c);
+        next_sibling[kid] = first_child[node];
+        first_child[node] = kid;
       }
-      const uint32_t next = static_cast<uint32_t>(nodes_.size());
-      Node n;
-      n.depth = nodes_[node].depth + 1;
-      nodes_.push_back(n);
-      children.emplace_back();
-      children[node].push_back({c, next});
-      node = next;
+      node = kid;
     }
     if (nodes_[node].match_len == 0) {  // the first of equal stop strings wins
       nodes_[node].match_len = static_cast<uint32_t>(stop.size());
@@ -37,25 +47,24 @@ StopMatcher::StopMatcher(const std::vector<std::string>& stops) {
     }
   }
   // Flatten: each node's edges sorted by byte, contiguous.
+  edges_.reserve(nodes_.size() - 1);
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    auto& kids = children[i];
-    std::sort(kids.begin(), kids.end(), [](const Edge& a, const Edge& b) { return a.byte < b.byte; });
     nodes_[i].edge_begin = static_cast<uint32_t>(edges_.size());
-    nodes_[i].edge_count = static_cast<uint32_t>(kids.size());
-    edges_.insert(edges_.end(), kids.begin(), kids.end());
-    kids.clear();
-    kids.shrink_to_fit();
+    for (uint32_t kid = first_child[i]; kid != 0; kid = next_sibling[kid]) edges_.push_back({byte_of[kid], kid});
+    nodes_[i].edge_count = static_cast<uint32_t>(edges_.size() - nodes_[i].edge_begin);
+    std::sort(edges_.begin() + nodes_[i].edge_begin, edges_.end(),
+              [](const Edge& a, const Edge& b) { return a.byte < b.byte; });
   }
   // Failure links in breadth-first order; a node without its own match inherits its failure node's (the
   // longest stop string ending here is then a proper suffix).
-  std::deque<uint32_t> queue;
+  std::vector<uint32_t> queue;
+  queue.reserve(nodes_.size());
   for (uint32_t e = nodes_[0].edge_begin; e < nodes_[0].edge_begin + nodes_[0].edge_count; ++e) {
     nodes_[edges_[e].target].fail = 0;
     queue.push_back(edges_[e].target);
   }
-  while (!queue.empty()) {
-    const uint32_t u = queue.front();
-    queue.pop_front();
+  for (size_t head = 0; head < queue.size(); ++head) {
+    const uint32_t u = queue[head];
     for (uint32_t e = nodes_[u].edge_begin; e < nodes_[u].edge_begin + nodes_[u].edge_count; ++e) {
       const unsigned char c = edges_[e].byte;
       const uint32_t v = edges_[e].target;
