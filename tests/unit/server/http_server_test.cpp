@@ -408,7 +408,7 @@ TEST_F(HttpServerTest, ConnectionsOverTheCapGet503) {
   // Once one closes, a new connection is served.
   a.close();
   bool served = false;
-  for (int i = 0; i < 200 && !served; ++i) {
+  for (int i = 0; i < 1000 && !served; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (server_->num_connections() >= 2) continue;
     tcp::socket d = connect();
