@@ -40,9 +40,9 @@ class StopMatcher {
   struct Node {
     uint32_t edge_begin = 0;  // edges_[edge_begin, edge_begin + edge_count), sorted by byte
     uint32_t edge_count = 0;
-    uint32_t fail = 0;        // the longest proper suffix of this node's string that is also a node
-    uint32_t depth = 0;       // length of this node's string
-    uint32_t match_len = 0;   // the longest stop string that ends here (0: none)
+    uint32_t fail = 0;       // the longest proper suffix of this node's string that is also a node
+    uint32_t depth = 0;      // length of this node's string
+    uint32_t match_len = 0;  // the longest stop string that ends here (0: none)
     uint32_t match_index = 0;
   };
   struct Edge {

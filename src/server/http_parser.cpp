@@ -13,8 +13,21 @@ namespace {
 bool is_tchar(unsigned char c) {
   if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
   switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-': case '.':
-    case '^': case '_': case '`': case '|': case '~':
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
       return true;
     default:
       return false;
@@ -22,9 +35,13 @@ bool is_tchar(unsigned char c) {
 }
 
 // Field-value octets: HTAB, SP, VCHAR, obs-text (RFC 9110 5.5). NUL, CR, LF and other controls are refused.
-bool is_field_char(unsigned char c) { return c == '\t' || (c >= 0x20 && c != 0x7f); }
+bool is_field_char(unsigned char c) {
+  return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
 
-bool is_ows(char c) { return c == ' ' || c == '\t'; }
+bool is_ows(char c) {
+  return c == ' ' || c == '\t';
+}
 
 std::string_view trim_ows(std::string_view s) {
   while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
@@ -140,8 +157,10 @@ size_t HttpRequestParser::feed(std::string_view data) {
         body_remaining_ -= n;
         used += n;
         if (body_remaining_ == 0) {
-          if (phase_ == Phase::kBody) complete();
-          else phase_ = Phase::kChunkDataCr;
+          if (phase_ == Phase::kBody)
+            complete();
+          else
+            phase_ = Phase::kChunkDataCr;
         }
         break;
       }
@@ -173,15 +192,17 @@ size_t HttpRequestParser::feed(std::string_view data) {
             break;
           }
           if (chunk_size_ > limits_.max_body_bytes - request_.body.size()) {
-            return fail_at(used, 413, "request body exceeds the limit of " + std::to_string(limits_.max_body_bytes) + " bytes");
+            return fail_at(used, 413,
+                           "request body exceeds the limit of " + std::to_string(limits_.max_body_bytes) + " bytes");
           }
           body_remaining_ = chunk_size_;
           phase_ = Phase::kChunkData;
           break;
         }
         if (++chunk_line_ > limits_.max_chunk_line) {
-          return fail_at(used, 400, "malformed chunked body: a chunk-size line is longer than " +
-                               std::to_string(limits_.max_chunk_line) + " bytes");
+          return fail_at(used, 400,
+                         "malformed chunked body: a chunk-size line is longer than " +
+                             std::to_string(limits_.max_chunk_line) + " bytes");
         }
         if (phase_ == Phase::kChunkSize) {
           const int v = hex_value(c);
@@ -189,8 +210,9 @@ size_t HttpRequestParser::feed(std::string_view data) {
             if (v != 0 || chunk_digits_ > 0) {
               // Leading zeros are not significant; 15 hex digits already exceed any body limit.
               if (++chunk_digits_ > 15) {
-                return fail_at(used, 413, "request body exceeds the limit of " + std::to_string(limits_.max_body_bytes) +
-                                     " bytes");
+                return fail_at(
+                    used, 413,
+                    "request body exceeds the limit of " + std::to_string(limits_.max_body_bytes) + " bytes");
               }
               chunk_size_ = chunk_size_ * 16 + static_cast<uint64_t>(v);
             }
@@ -212,18 +234,23 @@ size_t HttpRequestParser::feed(std::string_view data) {
         }
         // Phase::kChunkExt: BWS ";" name [= value] ..., checked for its characters and counted, never kept.
         if (c == '\r') {
-          if (!chunk_ext_seen_semicolon_) return fail_at(used, 400, "malformed chunked body: whitespace after the chunk size");
+          if (!chunk_ext_seen_semicolon_)
+            return fail_at(used, 400, "malformed chunked body: whitespace after the chunk size");
           phase_ = Phase::kChunkSizeLf;
           break;
         }
         if (++chunk_ext_total_ > limits_.max_chunk_ext_bytes) {
-          return fail_at(used, 400, "malformed chunked body: chunk extensions exceed " +
-                               std::to_string(limits_.max_chunk_ext_bytes) + " bytes");
+          return fail_at(used, 400,
+                         "malformed chunked body: chunk extensions exceed " +
+                             std::to_string(limits_.max_chunk_ext_bytes) + " bytes");
         }
-        if (!is_field_char(c)) return fail_at(used, 400, "malformed chunked body: control character in a chunk extension");
+        if (!is_field_char(c))
+          return fail_at(used, 400, "malformed chunked body: control character in a chunk extension");
         if (!chunk_ext_seen_semicolon_) {
-          if (c == ';') chunk_ext_seen_semicolon_ = true;
-          else if (!is_ows(static_cast<char>(c))) return fail_at(used, 400, "malformed chunked body: invalid chunk extension");
+          if (c == ';')
+            chunk_ext_seen_semicolon_ = true;
+          else if (!is_ows(static_cast<char>(c)))
+            return fail_at(used, 400, "malformed chunked body: invalid chunk extension");
         }
         break;
       }
@@ -307,14 +334,16 @@ size_t HttpRequestParser::feed_head(std::string_view data) {
   if (end == std::string::npos) {
     head_scanned_ = head_.size();
     if (head_.size() > limits_.max_header_bytes) {
-      return fail_at(used + chunk.size(), 431, "request headers exceed the limit of " + std::to_string(limits_.max_header_bytes) + " bytes");
+      return fail_at(used + chunk.size(), 431,
+                     "request headers exceed the limit of " + std::to_string(limits_.max_header_bytes) + " bytes");
     }
     return used + chunk.size();
   }
   const size_t extra = head_.size() - head_end;  // bytes of the body or of the next request
   head_.resize(head_end);
   if (head_.size() > limits_.max_header_bytes) {
-    return fail_at(used + chunk.size() - extra, 431, "request headers exceed the limit of " + std::to_string(limits_.max_header_bytes) + " bytes");
+    return fail_at(used + chunk.size() - extra, 431,
+                   "request headers exceed the limit of " + std::to_string(limits_.max_header_bytes) + " bytes");
   }
   parse_head();
   return used + chunk.size() - extra;
@@ -383,7 +412,8 @@ bool HttpRequestParser::parse_target(std::string_view target) {
     return true;
   } else {
     const size_t scheme_end = target.find("://");
-    const std::string_view scheme = scheme_end == std::string_view::npos ? std::string_view() : target.substr(0, scheme_end);
+    const std::string_view scheme =
+        scheme_end == std::string_view::npos ? std::string_view() : target.substr(0, scheme_end);
     if (!iequals(scheme, "http") && !iequals(scheme, "https")) {
       fail(400, "malformed HTTP request line: invalid request target");
       return false;
@@ -559,8 +589,10 @@ bool HttpRequestParser::finish_fields() {
       const std::string_view coding = trim_ows(list.substr(0, comma));
       if (!coding.empty()) {
         last = lower(coding);
-        if (last == "chunked") ++chunked;
-        else if (other.empty()) other = last;
+        if (last == "chunked")
+          ++chunked;
+        else if (other.empty())
+          other = last;
       }
       if (comma == std::string_view::npos) break;
       list.remove_prefix(comma + 1);
@@ -604,7 +636,8 @@ size_t HttpRequestParser::feed_trailer(std::string_view data) {
   while (used < data.size()) {
     const char c = data[used++];
     if (++trailer_bytes_ > limits_.max_header_bytes) {
-      return fail_at(used, 431, "the chunked trailer section exceeds " + std::to_string(limits_.max_header_bytes) + " bytes");
+      return fail_at(used, 431,
+                     "the chunked trailer section exceeds " + std::to_string(limits_.max_header_bytes) + " bytes");
     }
     if (!trailer_line_.empty() && trailer_line_.back() == '\r') {
       if (c != '\n') return fail_at(used, 400, "malformed chunked trailer: CR without LF");

@@ -25,13 +25,13 @@
 namespace peregrine::server {
 
 struct HttpRequest {
-  std::string method;     // "GET", "POST", ... (case-sensitive, as sent)
-  std::string target;     // the request target as sent
-  std::string path;       // target path without the query string ("/v1/models"; "*" for OPTIONS *)
-  std::string query;      // after '?', without it
-  std::string authority;  // the absolute-form target's authority, else the Host header ("" when absent)
-  int version = 11;       // 10 = HTTP/1.0, 11 = HTTP/1.1
-  bool keep_alive = true;       // the client allows another request on this connection
+  std::string method;             // "GET", "POST", ... (case-sensitive, as sent)
+  std::string target;             // the request target as sent
+  std::string path;               // target path without the query string ("/v1/models"; "*" for OPTIONS *)
+  std::string query;              // after '?', without it
+  std::string authority;          // the absolute-form target's authority, else the Host header ("" when absent)
+  int version = 11;               // 10 = HTTP/1.0, 11 = HTTP/1.1
+  bool keep_alive = true;         // the client allows another request on this connection
   bool expects_continue = false;  // Expect: 100-continue (HTTP/1.1)
   // Field names lower-cased; repeated fields joined with ", " (RFC 9110 5.3).
   std::map<std::string, std::string> headers;
@@ -45,13 +45,13 @@ struct HttpRequest {
 };
 
 struct HttpParserLimits {
-  size_t max_request_line = 8 * 1024;      // 414 beyond (the line itself, without CRLF)
-  size_t max_header_bytes = 64 * 1024;     // request line + fields + CRLFs: 431 beyond; also the trailer limit
-  size_t max_header_fields = 256;          // 431 beyond
+  size_t max_request_line = 8 * 1024;        // 414 beyond (the line itself, without CRLF)
+  size_t max_header_bytes = 64 * 1024;       // request line + fields + CRLFs: 431 beyond; also the trailer limit
+  size_t max_header_fields = 256;            // 431 beyond
   size_t max_body_bytes = size_t{16} << 20;  // 413 beyond
-  size_t max_chunk_line = 1024;            // one chunk-size line with its extensions: 400 beyond
-  size_t max_chunk_ext_bytes = 16 * 1024;  // all chunk extensions of one message: 400 beyond
-  size_t max_leading_empty_lines = 8;      // CRLFs tolerated before a request line (RFC 9112 2.2)
+  size_t max_chunk_line = 1024;              // one chunk-size line with its extensions: 400 beyond
+  size_t max_chunk_ext_bytes = 16 * 1024;    // all chunk extensions of one message: 400 beyond
+  size_t max_leading_empty_lines = 8;        // CRLFs tolerated before a request line (RFC 9112 2.2)
 };
 
 class HttpRequestParser {
@@ -79,8 +79,18 @@ class HttpRequestParser {
   void reset();
 
  private:
-  enum class Phase { kHead, kBody, kChunkSize, kChunkExt, kChunkSizeLf, kChunkData, kChunkDataCr, kChunkDataLf,
-                     kTrailer, kDone };
+  enum class Phase {
+    kHead,
+    kBody,
+    kChunkSize,
+    kChunkExt,
+    kChunkSizeLf,
+    kChunkData,
+    kChunkDataCr,
+    kChunkDataLf,
+    kTrailer,
+    kDone
+  };
 
   size_t feed_head(std::string_view data);
   void parse_head();  // head_ holds the request line and fields, each ending in CRLF, then the empty line
@@ -102,7 +112,7 @@ class HttpRequestParser {
   int error_status_ = 0;
   std::string error_message_;
 
-  std::string head_;       // the header section so far (bounded by max_header_bytes)
+  std::string head_;         // the header section so far (bounded by max_header_bytes)
   size_t head_scanned_ = 0;  // head_[0, head_scanned_) holds no CRLFCRLF
   size_t line_scanned_ = 0;  // head_[0, line_scanned_) holds no CRLF (until the request line is parsed)
   size_t leading_crlf_ = 0;  // empty lines skipped before the request line
@@ -122,7 +132,7 @@ class HttpRequestParser {
   uint64_t chunk_size_ = 0;
   size_t chunk_ext_total_ = 0;
   bool chunk_ext_seen_semicolon_ = false;
-  std::string trailer_line_;     // the current trailer line (bounded by max_header_bytes)
+  std::string trailer_line_;  // the current trailer line (bounded by max_header_bytes)
   size_t trailer_bytes_ = 0;
 };
 

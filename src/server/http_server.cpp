@@ -13,14 +13,14 @@
 
 #include <utility>  // NOTE: before Asio: Boost 1.74 uses std::exchange without including it
 
-#include <boost/asio.hpp>
+#include <pthread.h>
 #include <array>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <deque>
 #include <optional>
-#include <pthread.h>
 #include <unordered_map>
 
 #include "core/status.h"
@@ -49,29 +49,52 @@ std::chrono::steady_clock::duration to_duration(double seconds) {
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 421: return "Misdirected Request";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return status < 500 ? "Client Error" : "Server Error";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
+    case 421:
+      return "Misdirected Request";
+    case 422:
+      return "Unprocessable Content";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return status < 500 ? "Client Error" : "Server Error";
   }
 }
 
@@ -90,7 +113,9 @@ bool safe_header(const std::string& name, const std::string& value) {
   return !name.empty();
 }
 
-bool is_loopback(const net::ip::address& a) { return a.is_loopback(); }
+bool is_loopback(const net::ip::address& a) {
+  return a.is_loopback();
+}
 
 }  // namespace
 
@@ -122,8 +147,7 @@ struct HttpServer::Impl {
   std::atomic<size_t> num_refusing{0};
   std::atomic<size_t> active_requests{0};
   struct AtomicCounters {
-    std::atomic<uint64_t> requests{0}, r2xx{0}, r4xx{0}, r5xx{0}, r503{0}, protocol_errors{0}, accepted{0},
-        refused{0};
+    std::atomic<uint64_t> requests{0}, r2xx{0}, r4xx{0}, r5xx{0}, r503{0}, protocol_errors{0}, accepted{0}, refused{0};
   } counters;
   net::io_context ioc;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -132,9 +156,12 @@ struct HttpServer::Impl {
 
   void do_accept();
   void count_status(int status) {
-    if (status >= 500) ++counters.r5xx;
-    else if (status >= 400) ++counters.r4xx;
-    else if (status >= 200) ++counters.r2xx;
+    if (status >= 500)
+      ++counters.r5xx;
+    else if (status >= 400)
+      ++counters.r4xx;
+    else if (status >= 200)
+      ++counters.r2xx;
     if (status == 503) ++counters.r503;
   }
   bool host_allowed(const std::string& authority) const {
@@ -230,8 +257,9 @@ class Session : public std::enable_shared_from_this<Session> {
     response_started_ = true;
     server_.count_status(200);
     std::string head = status_line(200);
-    head += "Server: peregrine\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n"
-            "X-Content-Type-Options: nosniff\r\n";
+    head +=
+        "Server: peregrine\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n"
+        "X-Content-Type-Options: nosniff\r\n";
     for (const auto& [k, v] : extra) {
       if (safe_header(k, v)) head += k + ": " + v + "\r\n";
     }
@@ -373,9 +401,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (!server_.host_allowed(req.authority)) {
       std::string host = authority_host(req.authority).substr(0, 64);
-      return respond_now(421, "the Host header names '" + host +
-                                  "', which this server does not answer to (see --allowed-hosts)",
-                         {}, false);
+      return respond_now(
+          421, "the Host header names '" + host + "', which this server does not answer to (see --allowed-hosts)", {},
+          false);
     }
     req.remote = remote_;
     channel_ = std::make_shared<ResponseChannel>(weak_from_this());
@@ -425,9 +453,10 @@ class Session : public std::enable_shared_from_this<Session> {
     write_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec) self->guard([&] { self->close_now(); });  // the client does not read
     });
-    net::async_write(socket_, net::buffer(inflight_), [self = shared_from_this()](boost::system::error_code ec, size_t) {
-      self->guard([&] { self->on_write(ec); });
-    });
+    net::async_write(socket_, net::buffer(inflight_),
+                     [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                       self->guard([&] { self->on_write(ec); });
+                     });
   }
 
   void on_write(boost::system::error_code ec) {
@@ -463,7 +492,8 @@ class Session : public std::enable_shared_from_this<Session> {
     ++read_timer_gen_;
     const uint64_t gen = read_timer_gen_;
     // A refused connection (over max_connections) gets a few seconds to send its request, not a minute.
-    const double timeout = refuse_ ? std::min(5.0, server_.options.request_timeout_s) : server_.options.request_timeout_s;
+    const double timeout =
+        refuse_ ? std::min(5.0, server_.options.request_timeout_s) : server_.options.request_timeout_s;
     read_timer_.expires_after(to_duration(timeout));
     read_timer_.async_wait([self = shared_from_this(), gen](boost::system::error_code ec) {
       if (ec || gen != self->read_timer_gen_) return;
@@ -538,7 +568,7 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl& server_;
   HttpRequestParser parser_;
   std::array<char, kReadChunk> rbuf_;
-  std::string in_;     // bytes read and not yet parsed start at in_off_
+  std::string in_;  // bytes read and not yet parsed start at in_off_
   size_t in_off_ = 0;
   std::shared_ptr<ResponseChannel> channel_;
   std::deque<std::string> outq_;
@@ -546,7 +576,7 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t queued_bytes_ = 0;  // in outq_ and inflight_
   std::string remote_;
   uint64_t read_timer_gen_ = 0;
-  const bool refuse_;           // over max_connections: answer 503 and close
+  const bool refuse_;  // over max_connections: answer 503 and close
   bool registered_ = false;
   bool counted_active_ = false;  // counted in active_requests
   bool reading_ = false;
@@ -584,9 +614,10 @@ void ResponseChannel::send(int status, std::string_view content_type, std::strin
     headers = default_headers_;
   }
   headers.insert(headers.end(), extra.begin(), extra.end());
-  net::post(s->executor(), [s, status, ct = std::string(content_type), body = std::move(body), headers = std::move(headers)] {
-    s->guard([&] { s->queue_response(status, ct, body, headers); });
-  });
+  net::post(s->executor(),
+            [s, status, ct = std::string(content_type), body = std::move(body), headers = std::move(headers)] {
+              s->guard([&] { s->queue_response(status, ct, body, headers); });
+            });
 }
 
 void ResponseChannel::start_stream(const HeaderList& extra) {
@@ -678,7 +709,9 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler) : impl_(std::
   impl_->shutting_down = &shutting_down_;
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 void HttpServer::start() {
   Impl& im = *impl_;
@@ -769,7 +802,9 @@ size_t HttpServer::num_connections() const {
   return impl_->sessions.size();
 }
 
-size_t HttpServer::num_active_requests() const { return impl_->active_requests.load(); }
+size_t HttpServer::num_active_requests() const {
+  return impl_->active_requests.load();
+}
 
 HttpCounters HttpServer::counters() const {
   const auto& c = impl_->counters;
@@ -785,6 +820,8 @@ HttpCounters HttpServer::counters() const {
   return out;
 }
 
-const std::vector<std::string>& HttpServer::checked_hosts() const { return impl_->checked_hosts; }
+const std::vector<std::string>& HttpServer::checked_hosts() const {
+  return impl_->checked_hosts;
+}
 
 }  // namespace peregrine::server

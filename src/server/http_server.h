@@ -78,12 +78,12 @@ struct HttpServerOptions {
 // Counts since start, for /metrics. A response is counted when it is queued, before its bytes leave, so a client
 // that has its response always finds it counted.
 struct HttpCounters {
-  uint64_t requests = 0;          // requests parsed (and answered, or being answered)
+  uint64_t requests = 0;  // requests parsed (and answered, or being answered)
   uint64_t responses_2xx = 0;
   uint64_t responses_4xx = 0;
   uint64_t responses_5xx = 0;
-  uint64_t responses_503 = 0;     // of the 5xx: queue full, shutting down, too many connections
-  uint64_t protocol_errors = 0;   // requests refused by the parser (the connection is closed after the answer)
+  uint64_t responses_503 = 0;    // of the 5xx: queue full, shutting down, too many connections
+  uint64_t protocol_errors = 0;  // requests refused by the parser (the connection is closed after the answer)
   uint64_t connections_accepted = 0;
   uint64_t connections_refused = 0;  // over max_connections
 };

@@ -56,8 +56,9 @@ int status_of(const std::string& bytes, const HttpParserLimits& limits = {}) {
 }
 
 TEST(HttpParser, ParsesARequestWithABody) {
-  const Parsed p = parse("POST /v1/completions?x=1 HTTP/1.1\r\nHost: localhost:8000\r\nContent-Type: application/json\r\n"
-                         "Content-Length: 7\r\nX-A: 1\r\nx-a:  2 \r\n\r\n{\"a\":1}");
+  const Parsed p = parse(
+      "POST /v1/completions?x=1 HTTP/1.1\r\nHost: localhost:8000\r\nContent-Type: application/json\r\n"
+      "Content-Length: 7\r\nX-A: 1\r\nx-a:  2 \r\n\r\n{\"a\":1}");
   ASSERT_EQ(p.state, HttpRequestParser::State::kComplete);
   EXPECT_EQ(p.request.method, "POST");
   EXPECT_EQ(p.request.path, "/v1/completions");
@@ -86,8 +87,9 @@ TEST(HttpParser, LeavesPipelinedBytesForTheNextRequest) {
 }
 
 TEST(HttpParser, ChunkedBodiesWithExtensionsAndTrailers) {
-  const Parsed p = parse("POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
-                         "5;name=value;q=\"quoted\"\r\nhello\r\n0006 ; ext\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n");
+  const Parsed p = parse(
+      "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5;name=value;q=\"quoted\"\r\nhello\r\n0006 ; ext\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n");
   ASSERT_EQ(p.state, HttpRequestParser::State::kComplete) << p.message;
   EXPECT_EQ(p.request.body, "hello world");
   EXPECT_EQ(p.request.header("x-trailer"), nullptr);  // trailers are checked, not merged
@@ -141,9 +143,9 @@ TEST(HttpParser, ChunkSizeLinesAndExtensionsAreBounded) {
   EXPECT_EQ(status_of(head + "fffffffffffffffffffff\r\n"), 413);
   // Malformed framing.
   EXPECT_EQ(status_of(head + "x\r\n"), 400);
-  EXPECT_EQ(status_of(head + "5\r\nhelloXX"), 400);      // data not followed by CRLF
-  EXPECT_EQ(status_of(head + "5\nhello\r\n"), 400);      // bare LF
-  EXPECT_EQ(status_of(head + "5 \r\nhello\r\n"), 400);   // whitespace without an extension
+  EXPECT_EQ(status_of(head + "5\r\nhelloXX"), 400);          // data not followed by CRLF
+  EXPECT_EQ(status_of(head + "5\nhello\r\n"), 400);          // bare LF
+  EXPECT_EQ(status_of(head + "5 \r\nhello\r\n"), 400);       // whitespace without an extension
   EXPECT_EQ(status_of(head + "5;a\x01\r\nhello\r\n"), 400);  // control character
 }
 
@@ -165,19 +167,19 @@ TEST(HttpParser, AmbiguousOrUnsupportedFramingIsAnError) {
   EXPECT_EQ(status_of(start + "Content-Length: +5\r\n\r\nhello"), 400);
   EXPECT_EQ(status_of(start + "Content-Length: 0x5\r\n\r\nhello"), 400);
   EXPECT_EQ(status_of(start + "Content-Length: 99999999999999999999999\r\n\r\n"), 413);
-  EXPECT_EQ(status_of(start + "Content-Length : 5\r\n\r\nhello"), 400);  // whitespace before the colon
+  EXPECT_EQ(status_of(start + "Content-Length : 5\r\n\r\nhello"), 400);            // whitespace before the colon
   EXPECT_EQ(status_of(start + "Content-Length: 5\r\n folded\r\n\r\nhello"), 400);  // obs-fold
-  EXPECT_EQ(status_of(start + "X: a\rb\r\n\r\n"), 400);   // bare CR
-  EXPECT_EQ(status_of(start + "X: a\nb: c\r\n\r\n"), 400);  // bare LF
-  EXPECT_EQ(status_of(start + std::string("X: a\0b\r\n\r\n", 10)), 400);  // NUL
+  EXPECT_EQ(status_of(start + "X: a\rb\r\n\r\n"), 400);                            // bare CR
+  EXPECT_EQ(status_of(start + "X: a\nb: c\r\n\r\n"), 400);                         // bare LF
+  EXPECT_EQ(status_of(start + std::string("X: a\0b\r\n\r\n", 10)), 400);           // NUL
   EXPECT_EQ(status_of(start + "X\r\n\r\n"), 400);
   EXPECT_EQ(status_of(start + "Expect: something\r\n\r\n"), 417);
 }
 
 TEST(HttpParser, HostRulesAndTargetForms) {
-  EXPECT_EQ(status_of("GET / HTTP/1.1\r\n\r\n"), 400);                                   // missing Host
-  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"), 400);              // duplicate Host
-  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: a b\r\n\r\n"), 400);                      // invalid Host
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\n\r\n"), 400);                        // missing Host
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"), 400);  // duplicate Host
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: a b\r\n\r\n"), 400);           // invalid Host
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: a:80:90\r\n\r\n"), 400);
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: [::1]:8000\r\n\r\n"), 0);
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: \r\n\r\n"), 0);  // empty is valid (RFC 9112 3.2)

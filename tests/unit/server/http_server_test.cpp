@@ -230,7 +230,8 @@ TEST_F(HttpServerTest, PipelinedRequestsAreAnsweredInOrder) {
   for (int i = 0; i < 50; ++i) {
     std::string body = std::to_string(i);
     body.insert(body.begin(), 'n');  // NOTE: not "n" + to_string(i) (a GCC 12 -Wrestrict false positive)
-    batch += "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    batch +=
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   }
   send(s, batch);
   const std::string res = read_until(s, "HTTP/1.1 200", 50);
@@ -281,8 +282,9 @@ TEST_F(HttpServerTest, AFramingErrorClosesTheConnection) {
     EXPECT_EQ(handled_.load(), before);
   }
   tcp::socket cl = connect();
-  send(cl, "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
-               kGetEcho);
+  send(cl,
+       "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+           kGetEcho);
   std::string res;
   EXPECT_TRUE(read_to_eof(cl, &res));
   EXPECT_EQ(count_of(res, "HTTP/1.1 "), 1) << res;
@@ -452,14 +454,16 @@ TEST_F(HttpServerTest, ShutdownClosesIdleConnections) {
   tcp::socket s = connect();
   send(s, kGetEcho);
   read_until(s, "GET ");
-  for (int i = 0; i < 100 && server_->num_connections() != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 100 && server_->num_connections() != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(server_->num_connections(), 1u);
   server_->begin_shutdown();
   // The server ends the connection (at once when idle, or after the response it may still be finishing, by
   // shutting down its sending side and draining): the client sees end-of-stream and closes, as a real one does.
   read_to_eof(s);
   s.close();
-  for (int i = 0; i < 1000 && server_->num_connections() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 1000 && server_->num_connections() != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(server_->num_connections(), 0u);
   EXPECT_GE(server_->io_cpu_seconds(), 0.0);
 }
