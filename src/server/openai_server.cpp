@@ -165,6 +165,9 @@ void OpenAiServer::route(HttpRequest& request, const std::shared_ptr<ResponseCha
       throw HttpError(401, auth == nullptr ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key");
     }
   }
+  if (path == "*") {  // OPTIONS * (RFC 9110 9.3.7): what the server supports in general
+    return channel->send(204, "text/plain", "", {{"Allow", "GET, HEAD, POST, OPTIONS"}});
+  }
   struct Route {
     const char* path;
     const char* method;

@@ -241,6 +241,8 @@ test('Host rules: missing or repeated is 400, a foreign name 421, absolute-form 
   assert.equal(await status(`GET http://127.0.0.1:${server.port}/health HTTP/1.1\r\n${HOST()}\r\n`), 200);
   assert.equal(await status('GET /health HTTP/1.0\r\n\r\n'), 200);
   assert.equal(await status(`GET /health HTTP/2.0\r\n${HOST()}\r\n`), 505);
+  assert.equal(await status('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'), 505);  // an HTTP/2 prior-knowledge preface
+  assert.equal(await status(`OPTIONS * HTTP/1.1\r\n${HOST()}\r\n`), 204);
 });
 
 test('Connection: close is honoured and answered with Connection: close', async () => {
