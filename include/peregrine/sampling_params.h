@@ -2,6 +2,7 @@
 // validate() checks every field against the model (vocab size) and names the first offending field.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +36,10 @@ struct SamplingParams {
   static constexpr int kMaxLogprobs = 20;
   static constexpr int kMaxN = 128;
   static constexpr int kMaxStopStrings = 64;
+  // Stop strings are matched incrementally (an automaton of about 20 bytes per stop-string byte, built once per
+  // request), so these bound the memory and set-up work a request may ask of the engine thread.
+  static constexpr size_t kMaxStopStringBytes = 4096;
+  static constexpr size_t kMaxStopBytesTotal = 16384;
 
   bool is_greedy() const { return temperature < 1e-5f; }
   // Throws peregrine::Error(kInvalidArgument) naming the field, e.g. "top_p must be in (0, 1], got 1.5".

@@ -1,13 +1,18 @@
 // `peregrine serve <model_dir>`: the OpenAI/vLLM-compatible HTTP server. Flags carry vLLM's names; the startup
-// log says what was loaded, the KV capacity and the URL. SIGINT/SIGTERM: stop accepting, end in-flight requests
-// with a final event, exit 0 (a second signal exits at once).
+// log says what was loaded, the KV capacity and the URL. SIGINT/SIGTERM: stop accepting, let in-flight requests
+// finish for --shutdown-timeout seconds, then end the rest (streams with a final event and [DONE], whole responses
+// with a 503), exit 0 (a second signal exits at once).
 #include <signal.h>
 #include <sys/resource.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "peregrine/error.h"
@@ -26,7 +31,10 @@ struct ServeArgs {
   std::string api_key;
   size_t max_request_body_bytes = size_t{16} << 20;
   int io_threads = 2;
-  double shutdown_grace_s = 10.0;
+  double shutdown_timeout_s = 0.0;  // drain in-flight requests this long before aborting them (vLLM's default: 0)
+  size_t max_connections = 4096;
+  std::vector<std::string> allowed_origins, allowed_methods, allowed_headers, allowed_hosts;
+  bool allow_credentials = false;
   bool enable_auto_tool_choice = false;
   bool ignored_flag = false;
   std::string tool_call_parser;
@@ -39,6 +47,47 @@ void raise_fd_limit() {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
+}
+
+// vLLM takes these lists as JSON ('["https://a.example"]'); a comma-separated list or the flag repeated works too.
+std::vector<std::string> parse_list(const std::vector<std::string>& values, const char* flag) {
+  std::vector<std::string> out;
+  for (const std::string& v : values) {
+    if (!v.empty() && v.front() == '[') {
+      const nlohmann::json j = nlohmann::json::parse(v, nullptr, false);
+      if (j.is_discarded() || !j.is_array()) {
+        throw Error(ErrorCode::kInvalidArgument, std::string(flag) + ": '" + v + "' is not a JSON list of strings");
+      }
+      for (const auto& e : j) {
+        if (!e.is_string()) {
+          throw Error(ErrorCode::kInvalidArgument, std::string(flag) + ": '" + v + "' is not a JSON list of strings");
+        }
+        out.push_back(e.get<std::string>());
+      }
+      continue;
+    }
+    size_t start = 0;
+    while (start <= v.size()) {
+      const size_t comma = std::min(v.find(',', start), v.size());
+      std::string item = v.substr(start, comma - start);
+      while (!item.empty() && item.back() == ' ') item.pop_back();
+      while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+      // CLI11 reads '["a", "b"]' as a list itself and hands over the elements still quoted.
+      if (item.size() >= 2 && (item.front() == '"' || item.front() == '\'') && item.back() == item.front()) {
+        item = item.substr(1, item.size() - 2);
+      }
+      if (!item.empty()) out.push_back(item);
+      start = comma + 1;
+    }
+  }
+  for (const std::string& item : out) {
+    for (char c : item) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        throw Error(ErrorCode::kInvalidArgument, std::string(flag) + ": control character in '" + item + "'");
+      }
+    }
+  }
+  return out;
 }
 
 std::string mib(size_t bytes) {
@@ -61,6 +110,28 @@ void run_serve(ServeArgs& a) {
                                                    "' (known: " + server::tool_parser_names() + ")");
     }
   }
+  if (!(a.shutdown_timeout_s >= 0.0)) throw Error(ErrorCode::kInvalidArgument, "--shutdown-timeout must be >= 0");
+  if (a.max_connections < 1) throw Error(ErrorCode::kInvalidArgument, "--max-connections must be at least 1");
+  // The API key need not be on the command line (where `ps` shows it): vLLM's environment variable works too.
+  std::string key_source = "--api-key";
+  for (const char* env : {"PEREGRINE_API_KEY", "VLLM_API_KEY"}) {
+    if (!a.api_key.empty()) break;
+    if (const char* v = std::getenv(env); v != nullptr && *v != '\0') {
+      a.api_key = v;
+      key_source = env;
+    }
+  }
+  for (char c : a.api_key) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      throw Error(ErrorCode::kInvalidArgument, key_source + ": the API key must not contain spaces or control characters");
+    }
+  }
+  server::CorsOptions cors;
+  cors.allowed_origins = parse_list(a.allowed_origins, "--allowed-origins");
+  if (!a.allowed_methods.empty()) cors.allowed_methods = parse_list(a.allowed_methods, "--allowed-methods");
+  if (!a.allowed_headers.empty()) cors.allowed_headers = parse_list(a.allowed_headers, "--allowed-headers");
+  cors.allow_credentials = a.allow_credentials;
+  const std::vector<std::string> allowed_hosts = parse_list(a.allowed_hosts, "--allowed-hosts");
   if (a.enable_auto_tool_choice && !tool_parser) {
     throw Error(ErrorCode::kInvalidArgument, "--enable-auto-tool-choice needs --tool-call-parser (" +
                                                  server::tool_parser_names() + ")");
@@ -73,6 +144,14 @@ void run_serve(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
+  // Each connection is a descriptor; keep some for the model files and the process itself.
+  rlimit fds{};
+  if (getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur != RLIM_INFINITY && fds.rlim_cur > 128 &&
+      a.max_connections > fds.rlim_cur - 128) {
+    std::cerr << "peregrine serve: --max-connections lowered from " << a.max_connections << " to "
+              << fds.rlim_cur - 128 << " (the open-file limit is " << fds.rlim_cur << ")" << std::endl;
+    a.max_connections = static_cast<size_t>(fds.rlim_cur - 128);
+  }
 
   std::cerr << "peregrine serve: loading " << a.engine.model << " ..." << std::endl;
   std::unique_ptr<Engine> engine = Engine::create(a.engine);
@@ -80,18 +159,23 @@ void run_serve(ServeArgs& a) {
   server::ServerOptions so;
   so.served_model_names = a.served_model_names.empty() ? std::vector<std::string>{a.engine.model} : a.served_model_names;
   so.api_key = a.api_key;
+  so.cors = cors;
   if (a.enable_auto_tool_choice) so.tool_parser = tool_parser;
   server::HttpServerOptions ho;
   ho.host = a.host;
   ho.port = a.port;
   ho.max_body_bytes = a.max_request_body_bytes;
   ho.io_threads = a.io_threads;
+  ho.max_connections = a.max_connections;
+  ho.allowed_hosts = allowed_hosts;
   std::unique_ptr<server::OpenAiServer> api;
   server::HttpServer http(ho, [&api](server::HttpRequest&& r, std::shared_ptr<server::ResponseChannel> c) {
     api->handle(std::move(r), std::move(c));
   });
   so.io_cpu_seconds = [&http] { return http.io_cpu_seconds(); };
   so.num_connections = [&http] { return http.num_connections(); };
+  so.http_counters = [&http] { return http.counters(); };
+  so.shutting_down = [&http] { return http.shutting_down(); };
   api = std::make_unique<server::OpenAiServer>(*engine, so);
   http.start();
 
@@ -106,18 +190,42 @@ void run_serve(ServeArgs& a) {
             << "peregrine serve: serving " << so.served_model_names.front() << " on http://" << a.host << ":"
             << http.port() << " (Ctrl-C to stop)" << std::endl;
 
+  if (!a.api_key.empty()) std::cerr << "peregrine serve: /v1 routes need the API key (" << key_source << ")\n";
+  if (!http.checked_hosts().empty()) {
+    std::string names;
+    for (const std::string& h : http.checked_hosts()) names += (names.empty() ? "" : ", ") + h;
+    std::cerr << "peregrine serve: Host header checked against " << names << " (--allowed-hosts adds names)\n";
+  }
+
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << "peregrine serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-            << ": no longer accepting; ending in-flight requests" << std::endl;
-  http.begin_shutdown();
-  engine->shutdown();  // every live request gets its final delta (finish_reason abort)
-  // Let streams flush their final events and [DONE], then stop; a second signal stops at once.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.shutdown_grace_s);
+  const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   timespec tick{0, 20 * 1000 * 1000};
-  while (http.num_connections() > 0 && std::chrono::steady_clock::now() < deadline) {
-    if (sigtimedwait(&signals, nullptr, &tick) > 0) break;
+  auto wait_while = [&](double seconds, auto&& busy) {
+    // Returns false when a second signal cut the wait short.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (busy() && std::chrono::steady_clock::now() < deadline) {
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) return false;
+    }
+    return true;
+  };
+  http.begin_shutdown();
+  bool patient = true;
+  if (a.shutdown_timeout_s > 0) {
+    std::cerr << "peregrine serve: " << name << ": no longer accepting; letting " << http.num_active_requests()
+              << " in-flight requests finish for up to " << a.shutdown_timeout_s << " s" << std::endl;
+    patient = wait_while(a.shutdown_timeout_s, [&] { return http.num_active_requests() > 0; });
+    if (http.num_active_requests() > 0) {
+      std::cerr << "peregrine serve: ending " << http.num_active_requests() << " requests still in flight" << std::endl;
+    }
+  } else {
+    std::cerr << "peregrine serve: " << name << ": no longer accepting; ending in-flight requests" << std::endl;
   }
+  // Every live request gets its final delta (finish_reason abort): streams end with it and [DONE], whole
+  // responses with a 503.
+  engine->shutdown();
+  // Let those final bytes go out, then stop; a second signal stops at once.
+  if (patient) wait_while(5.0, [&] { return http.num_connections() > 0; });
   http.stop();
   std::cerr << "peregrine serve: stopped" << std::endl;
 }
@@ -132,7 +240,22 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port to listen on (0 = any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", args->served_model_names, "Model name(s) the API reports and accepts");
-  cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer <key>' on /v1 routes");
+  cmd->add_option("--api-key", args->api_key,
+                  "Require 'Authorization: Bearer <key>' on /v1 routes (default: $PEREGRINE_API_KEY or $VLLM_API_KEY)");
+  cmd->add_option("--allowed-origins", args->allowed_origins,
+                  "Origins whose browser pages may call the API (CORS), as a JSON list or comma-separated; "
+                  "\"*\" for any (default: none)");
+  cmd->add_option("--allowed-methods", args->allowed_methods, "Methods allowed to those origins (default: all)");
+  cmd->add_option("--allowed-headers", args->allowed_headers, "Request headers allowed to those origins (default: all)");
+  cmd->add_flag("--allow-credentials", args->allow_credentials, "Allow credentials (cookies, auth) in CORS requests");
+  cmd->add_option("--allowed-hosts", args->allowed_hosts,
+                  "Names the Host header may carry besides localhost and the bound address (checked on loopback "
+                  "addresses, and on others once given); \"*\" turns the check off");
+  cmd->add_option("--max-connections", args->max_connections, "Open HTTP connections; more get 503")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
+                  "On SIGTERM/SIGINT, seconds to let in-flight requests finish before aborting them")
+      ->capture_default_str();
   cmd->add_option("--tokenizer", e.tokenizer, "Folder with tokenizer.json (default: the model folder)");
   cmd->add_option("--max-model-len", e.max_model_len, "Context length (default: the model's)");
   cmd->add_option("--max-num-seqs", e.max_num_seqs, "Sequences running at once")->capture_default_str();

@@ -83,6 +83,9 @@ void Engine::Impl::run_loop() {
         std::string id = add->id;
         OutputCallback wrapped = [this, user = std::move(user), id](RequestOutput&& out) {
           const bool finished = out.finished;
+          // The final delta may complete a response at once: the stats must not show the request running
+          // after its client got the answer, so the snapshot is published before the callback runs.
+          if (finished) publish_stats();
           if (user) user(std::move(out));
           if (finished) {
             std::lock_guard<std::mutex> lock(mutex);

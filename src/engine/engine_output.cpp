@@ -8,37 +8,6 @@
 #include "engine/engine_stats.h"
 
 namespace peregrine::engine {
-namespace {
-
-// Length of the longest proper prefix of any stop string that text ends with.
-size_t stop_prefix_suffix(const std::string& text, const std::vector<std::string>& stops) {
-  size_t best = 0;
-  for (const std::string& stop : stops) {
-    const size_t max_k = std::min(stop.size() - 1, text.size());
-    for (size_t k = max_k; k > best; --k) {
-      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
-        best = k;
-        break;
-      }
-    }
-  }
-  return best;
-}
-
-// Finds the earliest stop string in text at or after `from`; returns npos when none.
-size_t find_stop(const std::string& text, size_t from, const std::vector<std::string>& stops, size_t& which) {
-  size_t best = std::string::npos;
-  for (size_t i = 0; i < stops.size(); ++i) {
-    const size_t pos = text.find(stops[i], from);
-    if (pos < best) {
-      best = pos;
-      which = i;
-    }
-  }
-  return best;
-}
-
-}  // namespace
 
 void EngineCore::finish_seq(RequestState& req, SeqState& ss, FinishReason reason) {
   if (ss.finished()) return;
@@ -92,15 +61,15 @@ void EngineCore::process_token(RequestState& req, SeqState& ss, int32_t token, d
     if (!delta.empty()) {
       const size_t old_size = ss.text.size();
       ss.text += delta;
-      if (may_stop && !p.stop.empty()) {
-        size_t longest = 0;
-        for (const auto& s : p.stop) longest = std::max(longest, s.size());
-        const size_t from = old_size >= longest - 1 ? old_size - (longest - 1) : 0;
-        size_t which = 0;
-        const size_t pos = find_stop(ss.text, from, p.stop, which);
-        if (pos != std::string::npos) {
-          ss.text.resize(pos + (p.include_stop_str_in_output ? p.stop[which].size() : 0));
-          ss.stop_string = p.stop[which];
+      if (!p.stop.empty()) {
+        // Incremental: only the new bytes are scanned, whatever the stop strings (engine/stop_matcher.h).
+        if (!req.stop_matcher) req.stop_matcher = std::make_unique<StopMatcher>(p.stop);
+        const auto match = req.stop_matcher->feed(ss.stop_state, delta, old_size);
+        // Before min_tokens a stop string does not count; the automaton still follows the text.
+        if (match && may_stop) {
+          const std::string& stop = p.stop[match->stop_index];
+          ss.text.resize(match->start + (p.include_stop_str_in_output ? stop.size() : 0));
+          ss.stop_string = stop;
           finish_seq(req, ss, FinishReason::kStop);
           return;
         }
@@ -124,9 +93,9 @@ void EngineCore::emit(RequestState& req) {
   for (auto& ssp : req.seqs) {
     SeqState& ss = *ssp;
     if (ss.finish_reported) continue;
-    const size_t safe = ss.finished() || req.params.stop.empty()
-                            ? ss.text.size()
-                            : ss.text.size() - stop_prefix_suffix(ss.text, req.params.stop);
+    // Text that could still be the start of a stop string is held back (O(1): the matcher's state says how much).
+    const size_t held = ss.finished() || !req.stop_matcher ? 0 : req.stop_matcher->held_back(ss.stop_state);
+    const size_t safe = std::max(ss.text.size() - std::min(held, ss.text.size()), ss.text_sent);
     const bool has_text = safe > ss.text_sent;
     if (!has_text && !ss.finished()) continue;
     CompletionOutput c;

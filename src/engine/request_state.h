@@ -12,6 +12,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sequence.h"
+#include "engine/stop_matcher.h"
 #include "engine/text_codec.h"
 #include "peregrine/engine.h"
 
@@ -26,6 +27,7 @@ struct SeqState {
   std::unique_ptr<IncrementalDetokenizer> detokenizer;
 
   std::string text;            // output text so far (cut at a stop string when one matched)
+  uint32_t stop_state = 0;     // the request's StopMatcher state after `text`
   size_t text_sent = 0;        // text[0, text_sent) was delivered
   size_t tokens_sent = 0;      // output token ids delivered
   std::vector<PositionLogprobs> pending_logprobs;  // logprobs of tokens not delivered yet
@@ -48,6 +50,7 @@ struct RequestState {
   OutputCallback callback;
   std::vector<std::unique_ptr<SeqState>> seqs;
   std::vector<int32_t> prompt_unique_tokens;  // sorted, for the repetition penalty (only when it is on)
+  std::unique_ptr<StopMatcher> stop_matcher;  // built at the first output text when there are stop strings
 
   std::vector<PositionLogprobs> prompt_logprobs;  // filled while the prompt is computed (when asked)
   bool prompt_logprobs_done = false;

@@ -59,8 +59,18 @@ void SamplingParams::validate(int vocab_size) const {
   if (stop.size() > static_cast<size_t>(kMaxStopStrings)) {
     fail("stop: at most " + std::to_string(kMaxStopStrings) + " stop strings, got " + std::to_string(stop.size()));
   }
+  size_t stop_bytes = 0;
   for (const auto& s : stop) {
     if (s.empty()) fail("stop: stop strings must not be empty");
+    if (s.size() > kMaxStopStringBytes) {
+      fail("stop: a stop string may be at most " + std::to_string(kMaxStopStringBytes) + " bytes, got " +
+           std::to_string(s.size()));
+    }
+    stop_bytes += s.size();
+  }
+  if (stop_bytes > kMaxStopBytesTotal) {
+    fail("stop: the stop strings may total at most " + std::to_string(kMaxStopBytesTotal) + " bytes, got " +
+         std::to_string(stop_bytes));
   }
   for (int32_t t : stop_token_ids) {
     if (t < 0 || t >= vocab_size) {

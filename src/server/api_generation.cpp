@@ -37,45 +37,6 @@ std::vector<int32_t> to_ids(const Json& v, const std::string& field, int vocab) 
   return ids;
 }
 
-// Chat messages with text-part content flattened to strings (what chat templates expect).
-Json normalize_messages(const Json& messages) {
-  if (!messages.is_array()) throw_bad_field("messages", "expected a list of messages");
-  if (messages.empty()) throw_bad_field("messages", "at least one message is required");
-  if (messages.size() > 100000) throw_bad_field("messages", "too many messages");
-  Json out = Json::array();
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const Json& m = messages[i];
-    const std::string name = at("messages", i);
-    if (!m.is_object()) throw_bad_field(name, "each message must be an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) throw_bad_field(name + ".role", "a string role is required");
-    Json msg = m;
-    auto content = m.find("content");
-    if (content != m.end() && content->is_array()) {
-      std::string text;
-      for (size_t j = 0; j < content->size(); ++j) {
-        const Json& part = (*content)[j];
-        const std::string pname = at(name + ".content", j);
-        if (!part.is_object()) throw_bad_field(pname, "each content part must be an object");
-        auto type = part.find("type");
-        if (type == part.end() || !type->is_string()) throw_bad_field(pname + ".type", "a string type is required");
-        if (*type != "text") {
-          throw_bad_field(pname + ".type", "content type '" + type->get<std::string>() + "' is not supported (text only)");
-        }
-        auto t = part.find("text");
-        if (t == part.end() || !t->is_string()) throw_bad_field(pname + ".text", "a string text is required");
-        if (!text.empty()) text += "\n";
-        text += t->get<std::string>();
-      }
-      msg["content"] = text;
-    } else if (content != m.end() && !content->is_string() && !content->is_null()) {
-      throw_bad_field(name + ".content", "expected a string, a list of content parts or null");
-    }
-    out.push_back(std::move(msg));
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string OpenAiServer::render_messages(const Fields& f, bool default_add_generation_prompt) const {
@@ -91,7 +52,7 @@ std::string OpenAiServer::render_messages(const Fields& f, bool default_add_gene
     throw_bad_field("continue_final_message", "cannot be true together with add_generation_prompt");
   }
   const Json* tools = f.get("tools");
-  if (tools && !tools->is_array()) throw_bad_field("tools", "expected a list of tools");
+  validate_tools(tools);
   options.tools = tools;
   const Json* kwargs = f.get("chat_template_kwargs");
   if (kwargs && !kwargs->is_object()) throw_bad_field("chat_template_kwargs", "expected an object");

@@ -5,6 +5,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -31,7 +32,12 @@ class HttpError : public std::exception {
 int http_status_for(ErrorCode code);
 // "BadRequestError", "AuthenticationError", "NotFoundError", ... (vLLM's names).
 const char* error_type_for(int status);
-// The JSON body (no trailing newline).
+// User input for an error message: at most max_bytes of it (cut on a UTF-8 boundary, "..." marking the cut), so
+// an error never echoes a whole hostile request back.
+std::string quote_input(std::string_view input, size_t max_bytes = 64);
+
+// The JSON body (no trailing newline). Messages longer than 1024 bytes are cut (a last guard against echoing
+// input that was not passed through quote_input).
 std::string error_body(int status, const std::string& message, const std::optional<std::string>& param = std::nullopt);
 
 }  // namespace peregrine::server

@@ -291,6 +291,15 @@ void GenerationJob::finish() {
     channel_->send_json(500, error_body(500, *error_));
     return;
   }
+  // An abort ends a request only when its client left (then nobody reads this) or when the server shuts down:
+  // a cut text is not a result, so it gets an error status rather than a 200.
+  for (const Choice& c : choices_) {
+    if (c.finish_reason == FinishReason::kAbort) {
+      channel_->send_json(503, error_body(503, "the request was aborted before it finished: the server is shutting down"),
+                          {{"Retry-After", "1"}});
+      return;
+    }
+  }
   Json body;
   body["id"] = options_.id;
   body["object"] = chat ? "chat.completion" : "text_completion";

@@ -125,11 +125,22 @@ std::string OpenAiServer::metrics_text() const {
               static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                   1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec));
   }
-  w.counter("peregrine:http_requests_total", "HTTP requests received.", static_cast<double>(http_requests_.load()));
-  w.counter("peregrine:http_client_errors_total", "HTTP 4xx responses.", static_cast<double>(http_errors_4xx_.load()));
-  w.counter("peregrine:http_server_errors_total", "HTTP 5xx responses.", static_cast<double>(http_errors_5xx_.load()));
-  w.counter("peregrine:http_rejected_total", "Requests refused with 503 (queue full or shutting down).",
-            static_cast<double>(http_rejected_503_.load()));
+  if (options_.http_counters) {
+    // Counted when a response is queued, before it is written: a client that has its response finds it here.
+    const HttpCounters c = options_.http_counters();
+    w.counter("peregrine:http_requests_total", "HTTP requests received.", static_cast<double>(c.requests));
+    w.counter("peregrine:http_client_errors_total", "HTTP 4xx responses.", static_cast<double>(c.responses_4xx));
+    w.counter("peregrine:http_server_errors_total", "HTTP 5xx responses.", static_cast<double>(c.responses_5xx));
+    w.counter("peregrine:http_rejected_total", "Requests refused with 503 (queue full, shutting down, connection cap).",
+              static_cast<double>(c.responses_503));
+    w.counter("peregrine:http_protocol_errors_total",
+              "Requests refused by the HTTP parser (malformed framing, limits); each closed its connection.",
+              static_cast<double>(c.protocol_errors));
+    w.counter("peregrine:http_connections_total", "HTTP connections accepted.",
+              static_cast<double>(c.connections_accepted));
+    w.counter("peregrine:http_connections_refused_total", "HTTP connections refused over --max-connections.",
+              static_cast<double>(c.connections_refused));
+  }
   return w.take();
 }
 

@@ -2,6 +2,7 @@
 // health, version, metrics). The generation endpoints are in api_generation.cpp, metrics in metrics.cpp.
 #include "server/openai_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -40,16 +41,55 @@ std::string OpenAiServer::new_id(const char* prefix) {
   return std::string(prefix) + buf;
 }
 
+bool api_key_matches(const std::string* authorization, const std::string& key) {
+  if (authorization == nullptr) return false;
+  std::string_view v = *authorization;
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  const size_t sp = v.find(' ');
+  if (sp == std::string_view::npos || !iequals(v.substr(0, sp), "bearer")) return false;
+  std::string_view token = v.substr(sp + 1);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+  // Every byte of the presented token is compared (against the key, cycled), so the time depends only on the
+  // token's length, never on how much of the key it got right.
+  volatile unsigned diff = token.size() == key.size() ? 0u : 1u;
+  if (key.empty()) return false;
+  for (size_t i = 0; i < token.size(); ++i) {
+    diff = diff | (static_cast<unsigned char>(token[i]) ^ static_cast<unsigned char>(key[i % key.size()]));
+  }
+  return diff == 0u;
+}
+
+namespace {
+
+// The media type of a Content-Type value, lower-cased, without parameters.
+std::string media_type(const std::string* content_type) {
+  if (!content_type) return {};
+  std::string_view v = *content_type;
+  v = v.substr(0, v.find(';'));
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  std::string out(v);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+bool contains_star(const std::vector<std::string>& items) {
+  return std::find(items.begin(), items.end(), "*") != items.end();
+}
+
+}  // namespace
+
 void OpenAiServer::handle(HttpRequest&& request, std::shared_ptr<ResponseChannel> channel) {
-  ++http_requests_;
   auto fail = [&](int status, const std::string& message, const std::optional<std::string>& param) {
-    if (status >= 500) ++http_errors_5xx_;
-    else ++http_errors_4xx_;
     HeaderList extra;
-    if (status == 503) {
-      ++http_rejected_503_;
-      extra.emplace_back("Retry-After", "1");
-    }
+    if (status == 503) extra.emplace_back("Retry-After", "1");
     if (status == 401) extra.emplace_back("WWW-Authenticate", "Bearer");
     channel->send_json(status, error_body(status, message, param), extra);
   };
@@ -66,15 +106,67 @@ void OpenAiServer::handle(HttpRequest&& request, std::shared_ptr<ResponseChannel
   }
 }
 
+bool OpenAiServer::origin_allowed(const std::string& origin) const {
+  for (const std::string& o : options_.cors.allowed_origins) {
+    if (o == "*" || o == origin) return true;
+  }
+  return false;
+}
+
+bool OpenAiServer::handle_cors(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel) {
+  const std::string* origin = request.header("origin");
+  const CorsOptions& cors = options_.cors;
+  const bool preflight = request.method == "OPTIONS" && origin && request.header("access-control-request-method");
+  if (!origin || !origin_allowed(*origin)) {
+    if (preflight) {
+      throw HttpError(403, origin && !cors.allowed_origins.empty()
+                               ? "cross-origin request from " + quote_input(*origin) + " is not allowed (--allowed-origins)"
+                               : "cross-origin requests are not allowed (start the server with --allowed-origins)");
+    }
+    return false;
+  }
+  // Credentials forbid the "*" wildcard in the response: the origin is echoed instead.
+  const bool wildcard = contains_star(cors.allowed_origins) && !cors.allow_credentials;
+  HeaderList headers;
+  headers.emplace_back("Access-Control-Allow-Origin", wildcard ? "*" : *origin);
+  if (!wildcard) headers.emplace_back("Vary", "Origin");
+  if (cors.allow_credentials) headers.emplace_back("Access-Control-Allow-Credentials", "true");
+  if (!preflight) {
+    channel->set_default_headers(std::move(headers));
+    return false;
+  }
+  const std::string& method = *request.header("access-control-request-method");
+  if (!contains_star(cors.allowed_methods) &&
+      std::find(cors.allowed_methods.begin(), cors.allowed_methods.end(), method) == cors.allowed_methods.end()) {
+    throw HttpError(403, "cross-origin method " + quote_input(method) + " is not allowed (--allowed-methods)");
+  }
+  headers.emplace_back("Access-Control-Allow-Methods",
+                       contains_star(cors.allowed_methods) ? "GET, POST, OPTIONS" : join(cors.allowed_methods));
+  if (const std::string* asked = request.header("access-control-request-headers")) {
+    headers.emplace_back("Access-Control-Allow-Headers",
+                         contains_star(cors.allowed_headers) ? *asked : join(cors.allowed_headers));
+  } else if (!contains_star(cors.allowed_headers)) {
+    headers.emplace_back("Access-Control-Allow-Headers", join(cors.allowed_headers));
+  }
+  headers.emplace_back("Access-Control-Max-Age", "600");
+  channel->send(204, "text/plain", "", headers);
+  return true;
+}
+
 void OpenAiServer::route(HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel) {
   const std::string& path = request.path;
   const std::string& method = request.method;
-  // The API key guards the OpenAI routes, as in vLLM (health and metrics stay open for probes).
+  if (handle_cors(request, channel)) return;
+  // The API key guards the OpenAI routes, as in vLLM (health and metrics stay open for probes). Only the
+  // Authorization header carries it (never the query string or a cookie).
   if (!options_.api_key.empty() && starts_with(path, "/v1")) {
     const std::string* auth = request.header("authorization");
-    if (auth == nullptr || *auth != "Bearer " + options_.api_key) {
+    if (!api_key_matches(auth, options_.api_key)) {
       throw HttpError(401, auth == nullptr ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key");
     }
+  }
+  if (path == "*") {  // OPTIONS * (RFC 9110 9.3.7): what the server supports in general
+    return channel->send(204, "text/plain", "", {{"Allow", "GET, HEAD, POST, OPTIONS"}});
   }
   struct Route {
     const char* path;
@@ -88,8 +180,21 @@ void OpenAiServer::route(HttpRequest& request, const std::shared_ptr<ResponseCha
   };
   for (const Route& r : routes) {
     if (path != r.path) continue;
-    if (method != r.method && !(method == "HEAD" && std::string(r.method) == "GET")) {
-      throw HttpError(405, "method " + method + " is not allowed on " + path + " (use " + r.method + ")");
+    const bool get_route = std::string_view(r.method) == "GET";
+    if (method == "OPTIONS") {
+      return channel->send(204, "text/plain", "", {{"Allow", get_route ? "GET, HEAD, OPTIONS" : "POST, OPTIONS"}});
+    }
+    if (method != r.method && !(method == "HEAD" && get_route)) {
+      throw HttpError(405, "method " + quote_input(method) + " is not allowed on " + path + " (use " + r.method + ")");
+    }
+    if (!get_route) {
+      // JSON only: a browser can send text/plain or form bodies across origins without asking (no preflight),
+      // so anything else is refused before it can start work.
+      const std::string type = media_type(request.header("content-type"));
+      if (type != "application/json") {
+        throw HttpError(415, type.empty() ? "the request needs 'Content-Type: application/json'"
+                                          : "Content-Type must be application/json, got " + quote_input(type));
+      }
     }
     switch (r.id) {
       case 0: return handle_completions(request, channel);
@@ -97,12 +202,16 @@ void OpenAiServer::route(HttpRequest& request, const std::shared_ptr<ResponseCha
       case 2: return handle_models(channel);
       case 3: return handle_tokenize(request, channel);
       case 4: return handle_detokenize(request, channel);
-      case 5: return channel->send(200, "text/plain", "");
+      case 5:
+        if (options_.shutting_down && options_.shutting_down()) {
+          throw HttpError(503, "the server is shutting down");
+        }
+        return channel->send(200, "text/plain", "");
       case 6: return channel->send_json(200, Json{{"version", kVersion}}.dump());
       case 7: return channel->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text());
     }
   }
-  throw HttpError(404, "no route for " + method + " " + path);
+  throw HttpError(404, "no route for " + quote_input(method) + " " + quote_input(path));
 }
 
 void OpenAiServer::handle_models(const std::shared_ptr<ResponseChannel>& channel) {

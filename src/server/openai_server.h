@@ -19,15 +19,28 @@
 
 namespace peregrine::server {
 
+// Cross-origin access for browsers (vLLM's --allowed-origins, --allowed-methods, --allowed-headers,
+// --allow-credentials). Off by default: no origin may read responses, and preflights are refused.
+struct CorsOptions {
+  std::vector<std::string> allowed_origins;          // exact origins ("https://app.example"), or "*"
+  std::vector<std::string> allowed_methods = {"*"};  // for preflights
+  std::vector<std::string> allowed_headers = {"*"};
+  bool allow_credentials = false;
+};
+
 struct ServerOptions {
   std::vector<std::string> served_model_names;  // the first is reported; any is accepted as `model`
-  std::string api_key;                          // empty = no authentication
+  std::string api_key;                          // empty = no authentication (checked in constant time)
+  CorsOptions cors;
   int max_prompts_per_request = 1024;
   // --enable-auto-tool-choice with --tool-call-parser: chat requests with tools get their calls parsed.
   std::optional<ToolParserKind> tool_parser;
-  // For /metrics: CPU seconds of the HTTP I/O threads and the open connections (optional).
+  // For /metrics: CPU seconds of the HTTP I/O threads, the open connections and the HTTP counters (optional).
   std::function<double()> io_cpu_seconds;
   std::function<size_t()> num_connections;
+  std::function<HttpCounters()> http_counters;
+  // True once the server is shutting down (new generation requests get 503; /health answers 503).
+  std::function<bool()> shutting_down;
 };
 
 class OpenAiServer {
@@ -41,6 +54,10 @@ class OpenAiServer {
 
  private:
   void route(HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  // CORS: the headers for a request from an allowed Origin (none otherwise); answers preflights. Returns true
+  // when the request was a preflight (answered).
+  bool handle_cors(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  bool origin_allowed(const std::string& origin) const;
   void handle_completions(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
   void handle_chat(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
   void handle_tokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
@@ -55,11 +72,10 @@ class OpenAiServer {
   int64_t start_time_ = 0;
   std::atomic<uint64_t> id_counter_{0};
   uint64_t id_salt_ = 0;
-  // HTTP counters for /metrics.
-  std::atomic<uint64_t> http_requests_{0};
-  std::atomic<uint64_t> http_errors_4xx_{0};
-  std::atomic<uint64_t> http_errors_5xx_{0};
-  std::atomic<uint64_t> http_rejected_503_{0};
 };
+
+// True when `authorization` is "Bearer <key>" (the scheme in any case), compared in time that does not depend on
+// where the key differs.
+bool api_key_matches(const std::string* authorization, const std::string& key);
 
 }  // namespace peregrine::server

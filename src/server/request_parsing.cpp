@@ -134,13 +134,120 @@ std::vector<int32_t> Fields::int_list(const char* name, size_t max_count) const 
   return out;
 }
 
+namespace {
+
+std::string at(const std::string& field, size_t i) { return field + "[" + std::to_string(i) + "]"; }
+
+// Assistant tool_calls: [{"id"?: str, "type"?: "function", "function": {"name": str, "arguments": str | object}}].
+void validate_tool_calls(const Json& calls, const std::string& name) {
+  if (!calls.is_array()) throw_bad_field(name, "expected a list of tool calls");
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Json& c = calls[i];
+    const std::string cname = at(name, i);
+    if (!c.is_object()) throw_bad_field(cname, "each tool call must be an object");
+    if (auto id = c.find("id"); id != c.end() && !id->is_string() && !id->is_null()) {
+      throw_bad_field(cname + ".id", "expected a string");
+    }
+    if (auto type = c.find("type"); type != c.end() && !type->is_null() && *type != "function") {
+      throw_bad_field(cname + ".type", "expected \"function\"");
+    }
+    auto fn = c.find("function");
+    if (fn == c.end() || !fn->is_object()) throw_bad_field(cname + ".function", "an object with name and arguments is required");
+    auto fname = fn->find("name");
+    if (fname == fn->end() || !fname->is_string()) throw_bad_field(cname + ".function.name", "a string name is required");
+    auto args = fn->find("arguments");
+    if (args == fn->end() || !(args->is_string() || args->is_object())) {
+      throw_bad_field(cname + ".function.arguments", "expected a JSON string (or an object)");
+    }
+  }
+}
+
+}  // namespace
+
+Json normalize_messages(const Json& messages) {
+  if (!messages.is_array()) throw_bad_field("messages", "expected a list of messages");
+  if (messages.empty()) throw_bad_field("messages", "at least one message is required");
+  if (messages.size() > 100000) throw_bad_field("messages", "too many messages");
+  Json out = Json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    const std::string name = at("messages", i);
+    if (!m.is_object()) throw_bad_field(name, "each message must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) throw_bad_field(name + ".role", "a string role is required");
+    Json msg = m;
+    auto content = m.find("content");
+    if (content != m.end() && content->is_array()) {
+      std::string text;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const Json& part = (*content)[j];
+        const std::string pname = at(name + ".content", j);
+        if (!part.is_object()) throw_bad_field(pname, "each content part must be an object");
+        auto type = part.find("type");
+        if (type == part.end() || !type->is_string()) throw_bad_field(pname + ".type", "a string type is required");
+        if (*type != "text") {
+          throw_bad_field(pname + ".type",
+                          "content type '" + quote_input(type->get<std::string>()) + "' is not supported (text only)");
+        }
+        auto t = part.find("text");
+        if (t == part.end() || !t->is_string()) throw_bad_field(pname + ".text", "a string text is required");
+        if (!text.empty()) text += "\n";
+        text += t->get<std::string>();
+      }
+      msg["content"] = text;
+    } else if (content != m.end() && !content->is_string() && !content->is_null()) {
+      throw_bad_field(name + ".content", "expected a string, a list of content parts or null");
+    }
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      validate_tool_calls(*calls, name + ".tool_calls");
+    }
+    if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_string() && !id->is_null()) {
+      throw_bad_field(name + ".tool_call_id", "expected a string");
+    }
+    if (auto n = m.find("name"); n != m.end() && !n->is_string() && !n->is_null()) {
+      throw_bad_field(name + ".name", "expected a string");
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+void validate_tools(const Json* tools) {
+  if (!tools) return;
+  if (!tools->is_array()) throw_bad_field("tools", "expected a list of tools");
+  if (tools->size() > 1024) throw_bad_field("tools", "at most 1024 tools allowed");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const Json& t = (*tools)[i];
+    const std::string name = at("tools", i);
+    if (!t.is_object()) throw_bad_field(name, "each tool must be an object");
+    if (auto type = t.find("type"); type != t.end() && *type != "function") {
+      throw_bad_field(name + ".type", "only \"function\" tools are supported");
+    }
+    auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) throw_bad_field(name + ".function", "an object with the function's name is required");
+    auto fname = fn->find("name");
+    if (fname == fn->end() || !fname->is_string() || fname->get_ref<const std::string&>().empty()) {
+      throw_bad_field(name + ".function.name", "a non-empty string name is required");
+    }
+    if (auto d = fn->find("description"); d != fn->end() && !d->is_string() && !d->is_null()) {
+      throw_bad_field(name + ".function.description", "expected a string");
+    }
+    if (auto p = fn->find("parameters"); p != fn->end() && !p->is_object() && !p->is_null()) {
+      throw_bad_field(name + ".function.parameters", "expected a JSON Schema object");
+    }
+    if (auto st = fn->find("strict"); st != fn->end() && !st->is_boolean() && !st->is_null()) {
+      throw_bad_field(name + ".function.strict", "expected a boolean");
+    }
+  }
+}
+
 void check_model(const Fields& fields, const std::vector<std::string>& served_names) {
   const auto model = fields.string("model");
   if (!model) return;
   for (const auto& name : served_names) {
     if (*model == name) return;
   }
-  throw HttpError(404, "The model `" + *model + "` does not exist.", std::string("model"));
+  throw HttpError(404, "The model `" + quote_input(*model) + "` does not exist.", std::string("model"));
 }
 
 ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, Endpoint endpoint) {
@@ -181,7 +288,7 @@ ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, E
       char* end = nullptr;
       const long long id = std::strtoll(key.c_str(), &end, 10);
       if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX) {
-        throw_bad_field("logit_bias", "keys must be token ids, got '" + key + "'");
+        throw_bad_field("logit_bias", "keys must be token ids, got '" + quote_input(key) + "'");
       }
       if (!it.value().is_number() || !std::isfinite(it.value().get<double>())) {
         throw_bad_field("logit_bias", "the bias of token " + key + " must be a number");
@@ -190,6 +297,20 @@ ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, E
     }
   }
   p.stop = f.strings("stop", SamplingParams::kMaxStopStrings);
+  {
+    size_t total = 0;
+    for (const std::string& s : p.stop) {
+      if (s.size() > SamplingParams::kMaxStopStringBytes) {
+        throw_bad_field("stop", "a stop string may be at most " + std::to_string(SamplingParams::kMaxStopStringBytes) +
+                                    " bytes, got " + std::to_string(s.size()));
+      }
+      total += s.size();
+    }
+    if (total > SamplingParams::kMaxStopBytesTotal) {
+      throw_bad_field("stop", "the stop strings may total at most " + std::to_string(SamplingParams::kMaxStopBytesTotal) +
+                                  " bytes, got " + std::to_string(total));
+    }
+  }
   p.stop_token_ids = f.int_list("stop_token_ids", 1024);
   if (auto v = f.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;

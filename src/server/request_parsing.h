@@ -52,6 +52,14 @@ struct ParsedSampling {
 // Reads the sampling fields on top of the engine's defaults (generation_config.json).
 ParsedSampling parse_sampling(const Fields& fields, const SamplingParams& defaults, Endpoint endpoint);
 
+// Chat messages with text-part content flattened to strings (what chat templates expect); 400 naming the field
+// (messages[i].content[j].type, ...) for a malformed message or assistant tool_calls.
+Json normalize_messages(const Json& messages);
+
+// `tools`: OpenAI function tools, checked as vLLM checks them ({"type": "function", "function": {"name": str,
+// "description"?: str, "parameters"?: object, "strict"?: bool}}); 400 naming the field. nullptr: none.
+void validate_tools(const Json* tools);
+
 // Checks `model` against the served names: 404 "The model `x` does not exist." when it is not one of them.
 void check_model(const Fields& fields, const std::vector<std::string>& served_names);
 

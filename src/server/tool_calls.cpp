@@ -207,9 +207,9 @@ std::string ToolCallStream::feed(std::string_view delta) {
   if (holding_) return {};
   if (!plain_ && kind_ == ToolParserKind::kLlama3Json) {
     // A call is the whole output: decide on the first non-space characters.
-    size_t p = 0;
-    while (p < text_.size() && is_ascii_space(text_[p])) ++p;
-    const std::string_view rest = std::string_view(text_).substr(p);
+    // Resumes where the last delta's scan stopped: leading whitespace is not rescanned per token.
+    while (scanned_ < text_.size() && is_ascii_space(text_[scanned_])) ++scanned_;
+    const std::string_view rest = std::string_view(text_).substr(scanned_);
     if (rest.empty()) return {};
     if (rest.front() == '{' || rest.substr(0, kPythonTag.size()) == kPythonTag) {
       holding_ = true;

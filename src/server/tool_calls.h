@@ -53,6 +53,7 @@ class ToolCallStream {
   ToolParserKind kind_;
   std::string text_;
   size_t sent_ = 0;       // bytes of text_ already released as content
+  size_t scanned_ = 0;    // llama3_json: leading whitespace already skipped
   bool holding_ = false;  // a call marker was seen: everything from here waits for finish()
   bool plain_ = false;    // llama3_json: the output does not start a call, so all of it is content
 };

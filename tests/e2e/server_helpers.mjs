@@ -11,10 +11,14 @@ export const MODEL = path.join(ROOT, 'models', 'pycoder-tiny');
 export const CHAT_TEMPLATE = path.join(ROOT, 'tests', 'e2e', 'fixtures', 'server_chat_template.jinja');
 
 // Starts a server; resolves to { url, port, proc, log(), stop() }.
-export async function startServer(extraArgs = [], { timeoutMs = 120000 } = {}) {
+// env: extra environment variables for the server (e.g. VLLM_API_KEY).
+export async function startServer(extraArgs = [], { timeoutMs = 120000, env = {} } = {}) {
   const args = ['serve', MODEL, '--port', '0', '--device', 'cpu', '--num-gpu-blocks-override', '4096',
     '--max-model-len', '1024', ...extraArgs];
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const childEnv = { ...process.env, ...env };
+  // Tests pass API keys explicitly; one in the developer's environment must not leak into a server.
+  for (const k of ['VLLM_API_KEY', 'PEREGRINE_API_KEY']) if (!(k in env)) delete childEnv[k];
+  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv });
   let log = '';
   proc.stdout.on('data', (d) => { log += d; });
   const port = await new Promise((resolve, reject) => {

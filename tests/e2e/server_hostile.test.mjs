@@ -70,6 +70,20 @@ const cases = [
   ['chat top_logprobs without logprobs', CHAT, { ...chat, top_logprobs: 2 }, 400, 'top_logprobs', /top_logprobs/],
   ['chat max_completion_tokens negative', CHAT, { ...chat, max_completion_tokens: -1 }, 400, 'max_completion_tokens', /max_completion_tokens/],
   ['chat tools not a list', CHAT, { ...chat, tools: 'calc' }, 400, 'tools', /tools/],
+  ['chat tool without function', CHAT, { ...chat, tools: [{ type: 'function' }] }, 400, 'tools[0].function', /function/],
+  ['chat tool function without name', CHAT, { ...chat, tools: [{ type: 'function', function: { parameters: {} } }] }, 400,
+    'tools[0].function.name', /name/],
+  ['chat tool name not a string', CHAT, { ...chat, tools: [{ type: 'function', function: { name: 5 } }] }, 400,
+    'tools[0].function.name', /name/],
+  ['chat tool parameters not an object', CHAT, { ...chat, tools: [{ type: 'function', function: { name: 'a', parameters: 'x' } }] },
+    400, 'tools[0].function.parameters', /parameters/],
+  ['chat tool of another type', CHAT, { ...chat, tools: [{ type: 'code_interpreter', function: { name: 'a' } }] }, 400,
+    'tools[0].type', /function/],
+  ['chat tool entry not an object', CHAT, { ...chat, tools: [7] }, 400, 'tools[0]', /tools\[0\]/],
+  ['chat assistant tool_calls malformed', CHAT, { ...chat, messages: [{ role: 'user', content: 'hi' },
+    { role: 'assistant', tool_calls: [{ function: { name: 'a', arguments: 5 } }] }] }, 400,
+    'messages[1].tool_calls[0].function.arguments', /arguments/],
+  ['stop string over 4 KiB', C, { ...ok, stop: ['s'.repeat(5000)] }, 400, 'stop', /stop/],
   ['chat json response_format', CHAT, { ...chat, response_format: { type: 'json_object' } }, 400, 'response_format', /response_format/],
   ['tokenize without prompt', '/tokenize', { model: MODEL }, 400, 'prompt', /prompt/],
   ['detokenize with strings', '/detokenize', { tokens: ['a'] }, 400, 'tokens', /tokens/],
@@ -118,6 +132,45 @@ test('wrong methods, unknown routes and broken HTTP', async () => {
       setTimeout(() => { sock.destroy(); resolve(); }, 50);
     });
   });
+});
+
+test('error messages quote user input only truncated', async () => {
+  const res = await postJson(server.port, C, { ...ok, model: 'm'.repeat(20000) });
+  assert.equal(res.status, 404);
+  const message = JSON.parse(res.body).error.message;
+  assert.match(message, /does not exist/);
+  assert.ok(message.length < 200, `message of ${message.length} characters`);
+  const route = await request(server.port, 'GET', '/' + 'p'.repeat(5000));
+  assert.equal(route.status, 404);
+  assert.ok(JSON.parse(route.body).error.message.length < 200);
+});
+
+// A browser may POST text/plain or a form across origins without a preflight: JSON endpoints accept only JSON.
+test('JSON endpoints refuse other content types (415)', async () => {
+  const body = JSON.stringify({ ...ok, max_tokens: 1 });
+  for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', undefined]) {
+    const headers = type ? { 'Content-Type': type } : {};
+    for (const path of [C, CHAT, '/tokenize', '/detokenize']) {
+      const res = await request(server.port, 'POST', path, { body, headers });
+      assert.equal(res.status, 415, `${path} with ${type}: ${res.body}`);
+      assert.equal(JSON.parse(res.body).error.code, 415);
+    }
+  }
+  for (const type of ['application/json; charset=utf-8', 'Application/JSON']) {
+    const res = await request(server.port, 'POST', C, { body, headers: { 'Content-Type': type } });
+    assert.equal(res.status, 200, type);
+  }
+});
+
+test('CORS is off by default: preflights are refused and no response allows an origin', async () => {
+  const preflight = await request(server.port, 'OPTIONS', C, { headers: { Origin: 'http://evil.example',
+    'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'content-type' } });
+  assert.equal(preflight.status, 403);
+  assert.equal(preflight.headers['access-control-allow-origin'], undefined);
+  const get = await request(server.port, 'GET', '/v1/models', { headers: { Origin: 'http://evil.example' } });
+  assert.equal(get.status, 200);
+  assert.equal(get.headers['access-control-allow-origin'], undefined);
+  assert.equal(get.headers['x-content-type-options'], 'nosniff');
 });
 
 test('the server is healthy afterwards and still generates', async () => {

@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import OpenAI from 'openai';
 import { startServer, postJson, request, parseMetrics, metric, sleep, MODEL } from './server_helpers.mjs';
 
@@ -106,4 +107,139 @@ test('SIGTERM ends in-flight streams with a final event and [DONE], then exits 0
   const { code } = await server.exited;
   assert.equal(code, 0, server.log());
   assert.match(server.log(), /SIGTERM: no longer accepting/);
+});
+
+test('API key from VLLM_API_KEY or PEREGRINE_API_KEY: the Bearer scheme in any case, the Authorization header only', async () => {
+  for (const env of [{ VLLM_API_KEY: 'env-key' }, { PEREGRINE_API_KEY: 'env-key' }]) {
+    const server = await startServer([], { env });
+    try {
+      const body = { prompt: 'x', max_tokens: 1 };
+      assert.equal((await postJson(server.port, '/v1/completions', body)).status, 401);
+      for (const scheme of ['Bearer', 'bearer', 'BEARER']) {
+        const r = await postJson(server.port, '/v1/completions', body, { Authorization: `${scheme} env-key` });
+        assert.equal(r.status, 200, scheme);
+      }
+      assert.equal((await postJson(server.port, '/v1/completions', body, { Authorization: 'Bearer env-ke' })).status, 401);
+      assert.equal((await postJson(server.port, '/v1/completions', body, { Authorization: 'Basic env-key' })).status, 401);
+      // Not from the query string, a cookie or another header.
+      assert.equal((await postJson(server.port, '/v1/completions?api_key=env-key', body)).status, 401);
+      assert.equal((await postJson(server.port, '/v1/completions', body, { Cookie: 'api_key=env-key' })).status, 401);
+      assert.equal((await postJson(server.port, '/v1/completions', body, { 'X-Api-Key': 'env-key' })).status, 401);
+      assert.doesNotMatch(server.log(), /env-key/);  // never logged
+    } finally {
+      assert.equal((await server.stop()).code, 0);
+    }
+  }
+});
+
+test('CORS with --allowed-origins: allowed origins get CORS headers and preflights, others do not', async () => {
+  const server = await startServer(['--allowed-origins', '["http://app.example"]', '--api-key', 'k']);
+  try {
+    const preflight = await request(server.port, 'OPTIONS', '/v1/completions', { headers: {
+      Origin: 'http://app.example', 'Access-Control-Request-Method': 'POST',
+      'Access-Control-Request-Headers': 'authorization, content-type' } });
+    assert.equal(preflight.status, 204);  // no API key on a preflight
+    assert.equal(preflight.headers['access-control-allow-origin'], 'http://app.example');
+    assert.match(preflight.headers['access-control-allow-methods'], /POST/);
+    assert.equal(preflight.headers['access-control-allow-headers'], 'authorization, content-type');
+    assert.equal(preflight.headers.vary, 'Origin');
+    const res = await postJson(server.port, '/v1/completions', { prompt: 'x', max_tokens: 1 },
+      { Authorization: 'Bearer k', Origin: 'http://app.example' });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers['access-control-allow-origin'], 'http://app.example');
+    const denied = await postJson(server.port, '/v1/completions', { prompt: 'x', max_tokens: 1 }, { Origin: 'http://app.example' });
+    assert.equal(denied.status, 401);
+    assert.equal(denied.headers['access-control-allow-origin'], 'http://app.example');  // so the page can read why
+    const other = await request(server.port, 'OPTIONS', '/v1/completions', { headers: {
+      Origin: 'http://evil.example', 'Access-Control-Request-Method': 'POST' } });
+    assert.equal(other.status, 403);
+    assert.equal(other.headers['access-control-allow-origin'], undefined);
+  } finally {
+    assert.equal((await server.stop()).code, 0);
+  }
+});
+
+test('--max-connections: connections beyond the cap get 503', async () => {
+  const server = await startServer(['--max-connections', '3']);
+  const open = [];
+  try {
+    const get = (sock) => new Promise((resolve) => {
+      let data = '';
+      const onData = (d) => {
+        data += d;
+        if (/\r\n\r\n/.test(data)) { sock.off('data', onData); resolve(data); }
+      };
+      sock.on('data', onData);
+      sock.on('close', () => resolve(data));
+      sock.write(`GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`);
+    });
+    for (let i = 0; i < 3; i++) {
+      const sock = net.connect(server.port, '127.0.0.1');
+      sock.on('error', () => {});
+      await new Promise((r) => sock.once('connect', r));
+      open.push(sock);
+      assert.match(await get(sock), /^HTTP\/1\.1 200/);
+    }
+    const extra = net.connect(server.port, '127.0.0.1');
+    extra.on('error', () => {});
+    await new Promise((r) => extra.once('connect', r));
+    const refused = await get(extra);
+    assert.match(refused, /^HTTP\/1\.1 503/);
+    extra.destroy();
+    open.pop().destroy();
+    let served = false;
+    for (let i = 0; i < 100 && !served; i++) {
+      await sleep(20);
+      served = (await request(server.port, 'GET', '/health')).status === 200;
+    }
+    assert.ok(served, 'a freed slot is used again');
+  } finally {
+    for (const s of open) s.destroy();
+    assert.equal((await server.stop()).code, 0);
+  }
+});
+
+// Non-streamed request: resolves with the response once it is complete.
+function longRequest(port, body) {
+  return postJson(port, '/v1/completions', { prompt: 'def main():\n', temperature: 0, ignore_eos: true, ...body });
+}
+
+async function waitRunning(port, n = 1) {
+  for (let i = 0; i < 500; i++) {
+    const m = await metrics(port);
+    if (metric(m, 'vllm:num_requests_running') >= n) return;
+    await sleep(10);
+  }
+  throw new Error('request never started running');
+}
+
+test('SIGTERM with --shutdown-timeout lets in-flight requests finish', async () => {
+  const server = await startServer(['--shutdown-timeout', '120']);
+  const pending = longRequest(server.port, { max_tokens: 200 });
+  await waitRunning(server.port);
+  server.proc.kill('SIGTERM');
+  const res = await pending;
+  assert.equal(res.status, 200, res.body);
+  const body = JSON.parse(res.body);
+  assert.equal(body.usage.completion_tokens, 200);
+  assert.equal(body.choices[0].finish_reason, 'length');
+  const { code } = await server.exited;
+  assert.equal(code, 0, server.log());
+  assert.match(server.log(), /letting \d+ in-flight requests finish for up to 120 s/);  // the generation (and perhaps the last /metrics poll)
+});
+
+test('SIGTERM cuts non-streamed requests with a 503, not a 200 with truncated text', async () => {
+  // Default --shutdown-timeout 0 aborts at once; with 1 s the 900-token request is still running when it ends.
+  for (const args of [[], ['--shutdown-timeout', '1']]) {
+    const server = await startServer(args);
+    const pending = longRequest(server.port, { max_tokens: 900 });
+    await waitRunning(server.port);
+    server.proc.kill('SIGTERM');
+    const res = await pending;
+    assert.equal(res.status, 503, `${args}: ${res.body}`);
+    assert.equal(JSON.parse(res.body).error.code, 503);
+    assert.match(JSON.parse(res.body).error.message, /shutting down/);
+    const { code } = await server.exited;
+    assert.equal(code, 0, server.log());
+  }
 });

@@ -65,6 +65,32 @@ SamplingParams greedy(int max_tokens) {
   return p;
 }
 
+// /metrics race: a server answers from the final callback, so by then the stats must no longer count the request
+// as running (and must count it as finished). They were published only after the step, so a client that read
+// /metrics right after its response saw num_requests_running = 1.
+TEST(Engine, StatsAreCurrentWhenTheFinalCallbackRuns) {
+  auto engine = make_engine();
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  EngineStats at_final;
+  engine->add_request("r", {5, 6, 7}, greedy(4), [&](RequestOutput&& out) {
+    if (!out.finished) return;
+    EngineStats s = engine->stats();
+    std::lock_guard<std::mutex> lock(m);
+    at_final = s;
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return done; });
+  EXPECT_EQ(at_final.num_running, 0);
+  EXPECT_EQ(at_final.num_waiting, 0);
+  EXPECT_EQ(at_final.requests_finished_length, 1u);
+  EXPECT_EQ(at_final.e2e_seconds.count, 1u);
+  EXPECT_EQ(at_final.num_used_kv_blocks, 0);
+}
+
 TEST(Engine, GenerateReturnsEveryPromptInOrder) {
   auto engine = make_engine();
   std::vector<std::vector<int32_t>> prompts;

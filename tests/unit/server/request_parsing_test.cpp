@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/errors.h"
+#include "server/openai_server.h"
 #include "server/request_parsing.h"
 
 namespace peregrine::server {
@@ -117,6 +118,114 @@ TEST(Errors, OpenAiShapeAndStatusMapping) {
   EXPECT_EQ(http_status_for(ErrorCode::kInvalidArgument), 400);
   EXPECT_EQ(http_status_for(ErrorCode::kUnavailable), 503);
   EXPECT_EQ(http_status_for(ErrorCode::kInternal), 500);
+}
+
+// The engine-stall defect: stop strings beyond what the engine bounds are refused up front, naming the field.
+TEST(RequestParsing, StopStringsOverTheLimitsAre400) {
+  const std::string huge = "\"" + std::string(70000, 'x') + "\"";
+  std::string many = "[";
+  for (int i = 0; i < 64; ++i) many += (i ? "," : "") + huge;
+  many += "]";
+  for (const std::string& stop : {many, huge, "[" + std::string(5, ' ') + "\"" + std::string(4097, 'y') + "\"]"}) {
+    HttpError e = error_of([&] { parse("{\"stop\": " + stop + ", \"n\": 8}"); });
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param().value_or(""), "stop");
+  }
+  std::string total = "[";
+  for (int i = 0; i < 5; ++i) total += (i ? ",\"" : "\"") + std::string(4000, 'z') + "\"";
+  total += "]";
+  EXPECT_EQ(error_of([&] { parse("{\"stop\": " + total + "}"); }).status(), 400);
+  EXPECT_NO_THROW(parse("{\"stop\": [\"" + std::string(4096, 'z') + "\"]}"));
+}
+
+// vLLM answers malformed tools with 400; so does this server, naming the field.
+TEST(RequestParsing, MalformedToolsAre400) {
+  struct Case {
+    const char* tools;
+    const char* param;
+  } cases[] = {
+      {R"("calc")", "tools"},
+      {R"([1])", "tools[0]"},
+      {R"([{"type": "function"}])", "tools[0].function"},
+      {R"([{"type": "function", "function": "add"}])", "tools[0].function"},
+      {R"([{"type": "function", "function": {}}])", "tools[0].function.name"},
+      {R"([{"type": "function", "function": {"name": 7}}])", "tools[0].function.name"},
+      {R"([{"type": "function", "function": {"name": ""}}])", "tools[0].function.name"},
+      {R"([{"type": "retrieval", "function": {"name": "a"}}])", "tools[0].type"},
+      {R"([{"function": {"name": "a", "parameters": "x"}}])", "tools[0].function.parameters"},
+      {R"([{"function": {"name": "a", "description": 3}}])", "tools[0].function.description"},
+      {R"([{"function": {"name": "a", "strict": "yes"}}])", "tools[0].function.strict"},
+  };
+  for (const Case& c : cases) {
+    const Json tools = Json::parse(c.tools);
+    HttpError e = error_of([&] { validate_tools(&tools); });
+    EXPECT_EQ(e.status(), 400) << c.tools;
+    EXPECT_EQ(e.param().value_or(""), c.param) << c.tools;
+  }
+  const Json good = Json::parse(R"([{"type": "function", "function": {"name": "add", "description": "adds",
+                                     "parameters": {"type": "object"}, "strict": false}}, {"function": {"name": "b"}}])");
+  EXPECT_NO_THROW(validate_tools(&good));
+  EXPECT_NO_THROW(validate_tools(nullptr));
+}
+
+TEST(RequestParsing, MessagesAndTheirToolCallsAreChecked) {
+  const Json ok = Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "add", "arguments": "{\"a\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "2"}])");
+  const Json n = normalize_messages(ok);
+  EXPECT_EQ(n[0]["content"], "a\nb");
+  struct Case {
+    const char* messages;
+    const char* param;
+  } cases[] = {
+      {R"([{"role": "assistant", "tool_calls": "x"}])", "messages[0].tool_calls"},
+      {R"([{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}])", "messages[0].tool_calls[0].function.name"},
+      {R"([{"role": "assistant", "tool_calls": [{"function": {"name": "a", "arguments": 5}}]}])",
+       "messages[0].tool_calls[0].function.arguments"},
+      {R"([{"role": "assistant", "tool_calls": [{"id": 5, "function": {"name": "a", "arguments": "{}"}}]}])",
+       "messages[0].tool_calls[0].id"},
+      {R"([{"role": "tool", "tool_call_id": 1, "content": "x"}])", "messages[0].tool_call_id"},
+      {R"([{"role": "user", "content": [{"type": "image_url"}]}])", "messages[0].content[0].type"},
+  };
+  for (const Case& c : cases) {
+    const Json m = Json::parse(c.messages);
+    HttpError e = error_of([&] { normalize_messages(m); });
+    EXPECT_EQ(e.status(), 400) << c.messages;
+    EXPECT_EQ(e.param().value_or(""), c.param) << c.messages;
+  }
+}
+
+TEST(Errors, UserInputIsQuotedOnlyTruncated) {
+  EXPECT_EQ(quote_input("short"), "short");
+  const std::string cut = quote_input(std::string(1000, 'a'));
+  EXPECT_EQ(cut, std::string(64, 'a') + "...");
+  // Never in the middle of a UTF-8 character.
+  std::string utf8 = std::string(63, 'a') + "\xc3\xa9" + std::string(100, 'b');
+  EXPECT_EQ(quote_input(utf8), std::string(63, 'a') + "...");
+  // The unknown model is quoted, not echoed whole.
+  const Json body = Json{{"model", std::string(100000, 'm')}};
+  Fields f(body);
+  HttpError e = error_of([&] { check_model(f, {"served"}); });
+  EXPECT_LT(e.message().size(), 200u);
+  // Any message is cut in the body at the last.
+  const Json err = Json::parse(error_body(400, std::string(50000, 'e')));
+  EXPECT_LE(err["error"]["message"].get<std::string>().size(), 1100u);
+}
+
+TEST(ApiKey, BearerSchemeInAnyCaseAndExactKey) {
+  const std::string key = "sekrit-key";
+  const std::string bearer = "Bearer sekrit-key", lower = "bearer sekrit-key", upper = "BEARER  sekrit-key";
+  EXPECT_TRUE(api_key_matches(&bearer, key));
+  EXPECT_TRUE(api_key_matches(&lower, key));
+  EXPECT_TRUE(api_key_matches(&upper, key));
+  for (const std::string bad : {"Bearer sekrit-ke", "Bearer sekrit-keyy", "Basic sekrit-key", "sekrit-key",
+                                "Bearer", "Bearer ", "Bearersekrit-key", "Bearer SEKRIT-KEY", ""}) {
+    EXPECT_FALSE(api_key_matches(&bad, key)) << bad;
+  }
+  EXPECT_FALSE(api_key_matches(nullptr, key));
+  const std::string empty_token = "Bearer x";
+  EXPECT_FALSE(api_key_matches(&empty_token, ""));
 }
 
 }  // namespace
