@@ -17,8 +17,7 @@
 #include "cli/commands.h"
 #include "peregrine/error.h"
 #include "peregrine/engine.h"
-#include "server/http_server.h"
-#include "server/openai_server.h"
+#include "peregrine/server.h"
 
 namespace peregrine::cli {
 namespace {
@@ -102,13 +101,9 @@ void run_serve(ServeArgs& a) {
                                                  " is not supported yet: Peregrine serves a model on one device");
   }
   if (a.port < 0 || a.port > 65535) throw Error(ErrorCode::kInvalidArgument, "--port must be in [0, 65535]");
-  std::optional<server::ToolParserKind> tool_parser;
-  if (!a.tool_call_parser.empty()) {
-    tool_parser = server::tool_parser_from_name(a.tool_call_parser);
-    if (!tool_parser) {
-      throw Error(ErrorCode::kInvalidArgument, "--tool-call-parser: unknown parser '" + a.tool_call_parser +
-                                                   "' (known: " + server::tool_parser_names() + ")");
-    }
+  if (!a.tool_call_parser.empty() && !is_tool_call_parser(a.tool_call_parser)) {
+    throw Error(ErrorCode::kInvalidArgument, "--tool-call-parser: unknown parser '" + a.tool_call_parser +
+                                                 "' (known: " + tool_call_parser_names() + ")");
   }
   if (!(a.shutdown_timeout_s >= 0.0)) throw Error(ErrorCode::kInvalidArgument, "--shutdown-timeout must be >= 0");
   if (a.max_connections < 1) throw Error(ErrorCode::kInvalidArgument, "--max-connections must be at least 1");
@@ -126,15 +121,22 @@ void run_serve(ServeArgs& a) {
       throw Error(ErrorCode::kInvalidArgument, key_source + ": the API key must not contain spaces or control characters");
     }
   }
-  server::CorsOptions cors;
-  cors.allowed_origins = parse_list(a.allowed_origins, "--allowed-origins");
-  if (!a.allowed_methods.empty()) cors.allowed_methods = parse_list(a.allowed_methods, "--allowed-methods");
-  if (!a.allowed_headers.empty()) cors.allowed_headers = parse_list(a.allowed_headers, "--allowed-headers");
-  cors.allow_credentials = a.allow_credentials;
-  const std::vector<std::string> allowed_hosts = parse_list(a.allowed_hosts, "--allowed-hosts");
-  if (a.enable_auto_tool_choice && !tool_parser) {
-    throw Error(ErrorCode::kInvalidArgument, "--enable-auto-tool-choice needs --tool-call-parser (" +
-                                                 server::tool_parser_names() + ")");
+  ServerConfig sc;
+  sc.host = a.host;
+  sc.port = a.port;
+  sc.api_key = a.api_key;
+  sc.max_request_body_bytes = a.max_request_body_bytes;
+  sc.io_threads = a.io_threads;
+  sc.allowed_origins = parse_list(a.allowed_origins, "--allowed-origins");
+  sc.allowed_methods = parse_list(a.allowed_methods, "--allowed-methods");
+  sc.allowed_headers = parse_list(a.allowed_headers, "--allowed-headers");
+  sc.allow_credentials = a.allow_credentials;
+  sc.allowed_hosts = parse_list(a.allowed_hosts, "--allowed-hosts");
+  sc.enable_auto_tool_choice = a.enable_auto_tool_choice;
+  sc.tool_call_parser = a.tool_call_parser;
+  if (a.enable_auto_tool_choice && a.tool_call_parser.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--enable-auto-tool-choice needs --tool-call-parser (" + tool_call_parser_names() + ")");
   }
   // Signals are taken by sigwait() on this thread only; every thread started below inherits the mask.
   sigset_t signals;
@@ -156,28 +158,9 @@ void run_serve(ServeArgs& a) {
   std::cerr << "peregrine serve: loading " << a.engine.model << " ..." << std::endl;
   std::unique_ptr<Engine> engine = Engine::create(a.engine);
   const ModelInfo& info = engine->info();
-  server::ServerOptions so;
-  so.served_model_names = a.served_model_names.empty() ? std::vector<std::string>{a.engine.model} : a.served_model_names;
-  so.api_key = a.api_key;
-  so.cors = cors;
-  if (a.enable_auto_tool_choice) so.tool_parser = tool_parser;
-  server::HttpServerOptions ho;
-  ho.host = a.host;
-  ho.port = a.port;
-  ho.max_body_bytes = a.max_request_body_bytes;
-  ho.io_threads = a.io_threads;
-  ho.max_connections = a.max_connections;
-  ho.allowed_hosts = allowed_hosts;
-  std::unique_ptr<server::OpenAiServer> api;
-  server::HttpServer http(ho, [&api](server::HttpRequest&& r, std::shared_ptr<server::ResponseChannel> c) {
-    api->handle(std::move(r), std::move(c));
-  });
-  so.io_cpu_seconds = [&http] { return http.io_cpu_seconds(); };
-  so.num_connections = [&http] { return http.num_connections(); };
-  so.http_counters = [&http] { return http.counters(); };
-  so.shutting_down = [&http] { return http.shutting_down(); };
-  api = std::make_unique<server::OpenAiServer>(*engine, so);
-  http.start();
+  sc.served_model_names = a.served_model_names.empty() ? std::vector<std::string>{a.engine.model} : a.served_model_names;
+  sc.max_connections = a.max_connections;
+  std::unique_ptr<ApiServer> http = ApiServer::start(*engine, sc);
 
   std::cerr << "peregrine serve: loaded " << info.architecture << " from " << info.model_path << " ("
             << mib(info.weight_bytes) << " of weights, " << info.dtype << " on " << info.backend << ") in "
@@ -186,14 +169,15 @@ void run_serve(ServeArgs& a) {
             << info.kv_capacity_tokens << " tokens (" << mib(info.kv_cache_bytes) << "), max_model_len "
             << info.max_model_len << ", prefix caching " << (a.engine.enable_prefix_caching ? "on" : "off")
             << (info.has_chat_template ? ", chat template loaded" : ", no chat template")
-            << (so.tool_parser ? ", tool calls parsed (" + a.tool_call_parser + ")" : std::string()) << "\n"
-            << "peregrine serve: serving " << so.served_model_names.front() << " on http://" << a.host << ":"
-            << http.port() << " (Ctrl-C to stop)" << std::endl;
+            << (sc.enable_auto_tool_choice ? ", tool calls parsed (" + a.tool_call_parser + ")" : std::string())
+            << "\n"
+            << "peregrine serve: serving " << sc.served_model_names.front() << " on http://" << a.host << ":"
+            << http->port() << " (Ctrl-C to stop)" << std::endl;
 
   if (!a.api_key.empty()) std::cerr << "peregrine serve: /v1 routes need the API key (" << key_source << ")\n";
-  if (!http.checked_hosts().empty()) {
+  if (!http->checked_hosts().empty()) {
     std::string names;
-    for (const std::string& h : http.checked_hosts()) names += (names.empty() ? "" : ", ") + h;
+    for (const std::string& h : http->checked_hosts()) names += (names.empty() ? "" : ", ") + h;
     std::cerr << "peregrine serve: Host header checked against " << names << " (--allowed-hosts adds names)\n";
   }
 
@@ -209,14 +193,14 @@ void run_serve(ServeArgs& a) {
     }
     return true;
   };
-  http.begin_shutdown();
+  http->begin_shutdown();
   bool patient = true;
   if (a.shutdown_timeout_s > 0) {
-    std::cerr << "peregrine serve: " << name << ": no longer accepting; letting " << http.num_active_requests()
+    std::cerr << "peregrine serve: " << name << ": no longer accepting; letting " << http->num_active_requests()
               << " in-flight requests finish for up to " << a.shutdown_timeout_s << " s" << std::endl;
-    patient = wait_while(a.shutdown_timeout_s, [&] { return http.num_active_requests() > 0; });
-    if (http.num_active_requests() > 0) {
-      std::cerr << "peregrine serve: ending " << http.num_active_requests() << " requests still in flight" << std::endl;
+    patient = wait_while(a.shutdown_timeout_s, [&] { return http->num_active_requests() > 0; });
+    if (http->num_active_requests() > 0) {
+      std::cerr << "peregrine serve: ending " << http->num_active_requests() << " requests still in flight" << std::endl;
     }
   } else {
     std::cerr << "peregrine serve: " << name << ": no longer accepting; ending in-flight requests" << std::endl;
@@ -225,8 +209,8 @@ void run_serve(ServeArgs& a) {
   // responses with a 503.
   engine->shutdown();
   // Let those final bytes go out, then stop; a second signal stops at once.
-  if (patient) wait_while(5.0, [&] { return http.num_connections() > 0; });
-  http.stop();
+  if (patient) wait_while(5.0, [&] { return http->num_connections() > 0; });
+  http->stop();
   std::cerr << "peregrine serve: stopped" << std::endl;
 }
 

@@ -2,7 +2,7 @@
 #include "engine/tokenizer_codec.h"
 
 #include "core/status.h"
-#include "core/text.h"
+#include "peregrine/text.h"
 
 namespace peregrine::engine {
 namespace {

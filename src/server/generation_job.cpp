@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/status.h"
+#include "peregrine/error.h"
 #include "server/errors.h"
 
 namespace peregrine::server {

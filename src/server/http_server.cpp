@@ -23,7 +23,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "core/status.h"
+#include "peregrine/error.h"
 #include "server/errors.h"
 
 namespace peregrine::server {

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <random>
 
-#include "core/status.h"
+#include "peregrine/error.h"
 #include "server/errors.h"
 
 namespace peregrine::server {

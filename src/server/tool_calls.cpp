@@ -1,7 +1,7 @@
 // Tool-call parsers (see tool_calls.h).
 #include "server/tool_calls.h"
 
-#include "core/text.h"
+#include "peregrine/text.h"
 
 #include <nlohmann/json.hpp>
 #include <random>

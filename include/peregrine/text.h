@@ -1,4 +1,4 @@
-// Small text helpers shared across rooms.
+// Small ASCII text helpers shared by the engine and the server (and usable by applications).
 #pragma once
 
 #include <string_view>
