@@ -23,13 +23,18 @@ enum class ErrorCode {
 class Error : public std::exception {
  public:
   Error(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  // `field`: the request or config field at fault (e.g. "top_p"), for APIs that report it apart (OpenAI `param`).
+  Error(ErrorCode code, std::string message, std::string field)
+      : code_(code), message_(std::move(message)), field_(std::move(field)) {}
   ErrorCode code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }
+  const std::string& field() const noexcept { return field_; }  // empty when not about one field
   const char* what() const noexcept override { return message_.c_str(); }
 
  private:
   ErrorCode code_;
   std::string message_;
+  std::string field_;
 };
 
 }  // namespace peregrine

@@ -42,7 +42,9 @@ struct SamplingParams {
   static constexpr size_t kMaxStopBytesTotal = 16384;
 
   bool is_greedy() const { return temperature < 1e-5f; }
-  // Throws peregrine::Error(kInvalidArgument) naming the field, e.g. "top_p must be in (0, 1], got 1.5".
+  // Throws peregrine::Error(kInvalidArgument) naming the field, e.g. "top_p must be in (0, 1], got 1.5", with
+  // Error::field() set. The one validator of sampling values (engine, server, CLI and Python all call it).
+  // vocab_size <= 0 skips the checks that need the model's vocabulary (token ids in logit_bias, stop_token_ids).
   void validate(int vocab_size) const;
 };
 

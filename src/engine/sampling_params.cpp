@@ -12,6 +12,10 @@ namespace peregrine {
 namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+// A bad field: the message names it, and so does Error::field() (the server's `param`).
+[[noreturn]] void bad(const char* field, const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, message, field);
+}
 
 std::string num(double v) {
   std::string s = std::to_string(v);
@@ -33,62 +37,62 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 void SamplingParams::validate(int vocab_size) const {
-  if (n < 1 || n > kMaxN) fail("n must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
-  if (!std::isfinite(temperature) || temperature < 0.0f) fail("temperature must be >= 0, got " + num(temperature));
-  if (!std::isfinite(top_p) || top_p <= 0.0f || top_p > 1.0f) fail("top_p must be in (0, 1], got " + num(top_p));
-  if (top_k < -1) fail("top_k must be -1 (disable) or at least 1, got " + std::to_string(top_k));
-  if (!std::isfinite(min_p) || min_p < 0.0f || min_p > 1.0f) fail("min_p must be in [0, 1], got " + num(min_p));
+  if (n < 1 || n > kMaxN) bad("n", "n must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
+  if (!std::isfinite(temperature) || temperature < 0.0f) bad("temperature", "temperature must be >= 0, got " + num(temperature));
+  if (!std::isfinite(top_p) || top_p <= 0.0f || top_p > 1.0f) bad("top_p", "top_p must be in (0, 1], got " + num(top_p));
+  if (top_k < -1) bad("top_k", "top_k must be -1 (disable) or at least 1, got " + std::to_string(top_k));
+  if (!std::isfinite(min_p) || min_p < 0.0f || min_p > 1.0f) bad("min_p", "min_p must be in [0, 1], got " + num(min_p));
   if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f) {
-    fail("repetition_penalty must be > 0, got " + num(repetition_penalty));
+    bad("repetition_penalty", "repetition_penalty must be > 0, got " + num(repetition_penalty));
   }
   if (!std::isfinite(presence_penalty) || presence_penalty < -2.0f || presence_penalty > 2.0f) {
-    fail("presence_penalty must be in [-2, 2], got " + num(presence_penalty));
+    bad("presence_penalty", "presence_penalty must be in [-2, 2], got " + num(presence_penalty));
   }
   if (!std::isfinite(frequency_penalty) || frequency_penalty < -2.0f || frequency_penalty > 2.0f) {
-    fail("frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
+    bad("frequency_penalty", "frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
   }
   for (const auto& [token, bias] : logit_bias) {
-    if (token < 0 || token >= vocab_size) {
-      fail("logit_bias: token id " + std::to_string(token) + " is out of the vocabulary [0, " +
+    if (token < 0 || (vocab_size > 0 && token >= vocab_size)) {
+      bad("logit_bias", "logit_bias: token id " + std::to_string(token) + " is out of the vocabulary [0, " +
            std::to_string(vocab_size) + ")");
     }
     if (!std::isfinite(bias) || bias < -100.0f || bias > 100.0f) {
-      fail("logit_bias: bias for token " + std::to_string(token) + " must be in [-100, 100], got " + num(bias));
+      bad("logit_bias", "logit_bias: bias for token " + std::to_string(token) + " must be in [-100, 100], got " + num(bias));
     }
   }
   if (stop.size() > static_cast<size_t>(kMaxStopStrings)) {
-    fail("stop: at most " + std::to_string(kMaxStopStrings) + " stop strings, got " + std::to_string(stop.size()));
+    bad("stop", "stop: at most " + std::to_string(kMaxStopStrings) + " stop strings, got " + std::to_string(stop.size()));
   }
   size_t stop_bytes = 0;
   for (const auto& s : stop) {
-    if (s.empty()) fail("stop: stop strings must not be empty");
+    if (s.empty()) bad("stop", "stop: stop strings must not be empty");
     if (s.size() > kMaxStopStringBytes) {
-      fail("stop: a stop string may be at most " + std::to_string(kMaxStopStringBytes) + " bytes, got " +
+      bad("stop", "stop: a stop string may be at most " + std::to_string(kMaxStopStringBytes) + " bytes, got " +
            std::to_string(s.size()));
     }
     stop_bytes += s.size();
   }
   if (stop_bytes > kMaxStopBytesTotal) {
-    fail("stop: the stop strings may total at most " + std::to_string(kMaxStopBytesTotal) + " bytes, got " +
+    bad("stop", "stop: the stop strings may total at most " + std::to_string(kMaxStopBytesTotal) + " bytes, got " +
          std::to_string(stop_bytes));
   }
   for (int32_t t : stop_token_ids) {
-    if (t < 0 || t >= vocab_size) {
-      fail("stop_token_ids: token id " + std::to_string(t) + " is out of the vocabulary [0, " +
+    if (t < 0 || (vocab_size > 0 && t >= vocab_size)) {
+      bad("stop_token_ids", "stop_token_ids: token id " + std::to_string(t) + " is out of the vocabulary [0, " +
            std::to_string(vocab_size) + ")");
     }
   }
-  if (min_tokens < 0) fail("min_tokens must be >= 0, got " + std::to_string(min_tokens));
-  if (max_tokens && *max_tokens < 1) fail("max_tokens must be at least 1, got " + std::to_string(*max_tokens));
+  if (min_tokens < 0) bad("min_tokens", "min_tokens must be >= 0, got " + std::to_string(min_tokens));
+  if (max_tokens && *max_tokens < 1) bad("max_tokens", "max_tokens must be at least 1, got " + std::to_string(*max_tokens));
   if (max_tokens && min_tokens > *max_tokens) {
-    fail("min_tokens must be <= max_tokens, got min_tokens " + std::to_string(min_tokens) + " and max_tokens " +
+    bad("min_tokens", "min_tokens must be <= max_tokens, got min_tokens " + std::to_string(min_tokens) + " and max_tokens " +
          std::to_string(*max_tokens));
   }
   if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) {
-    fail("logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(*logprobs));
+    bad("logprobs", "logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " + std::to_string(*logprobs));
   }
   if (prompt_logprobs && (*prompt_logprobs < 0 || *prompt_logprobs > kMaxLogprobs)) {
-    fail("prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+    bad("prompt_logprobs", "prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
          std::to_string(*prompt_logprobs));
   }
 }

@@ -98,7 +98,7 @@ void OpenAiServer::handle(HttpRequest&& request, std::shared_ptr<ResponseChannel
   } catch (const HttpError& e) {
     fail(e.status(), e.message(), e.param());
   } catch (const Error& e) {
-    fail(http_status_for(e.code()), e.message(), std::nullopt);
+    fail(http_status_for(e.code()), e.message(), e.field().empty() ? std::nullopt : std::optional<std::string>(e.field()));
   } catch (const nlohmann::json::exception& e) {
     fail(400, std::string("invalid request: ") + e.what(), std::nullopt);
   } catch (const std::exception& e) {

@@ -265,20 +265,21 @@ ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, E
     p.max_tokens = static_cast<int>(*max_tokens);
     out.max_tokens_given = true;
   }
-  if (auto v = f.integer("n", 1, SamplingParams::kMaxN)) p.n = static_cast<int>(*v);
-  if (auto best_of = f.integer("best_of", 1, SamplingParams::kMaxN); best_of && *best_of != p.n) {
+  // Types here; value ranges are SamplingParams::validate's (called at the end, once, as for every caller).
+  constexpr int64_t kInt32 = INT32_MAX;
+  if (auto v = f.integer("n", INT32_MIN, kInt32)) p.n = static_cast<int>(*v);
+  if (auto best_of = f.integer("best_of", INT32_MIN, kInt32); best_of && *best_of != p.n) {
     throw_bad_field("best_of", "only best_of equal to n is supported");
   }
-  if (auto v = f.number("temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
-  if (auto v = f.number("top_p", 0.0, 1.0)) {
-    if (*v <= 0.0) throw_bad_field("top_p", "must be in (0, 1], got 0");
-    p.top_p = static_cast<float>(*v);
-  }
-  if (auto v = f.integer("top_k", -1, INT32_MAX)) p.top_k = static_cast<int>(*v);
-  if (auto v = f.number("min_p", 0.0, 1.0)) p.min_p = static_cast<float>(*v);
-  if (auto v = f.number("presence_penalty", -2.0, 2.0)) p.presence_penalty = static_cast<float>(*v);
-  if (auto v = f.number("frequency_penalty", -2.0, 2.0)) p.frequency_penalty = static_cast<float>(*v);
-  if (auto v = f.number("repetition_penalty", 1e-6, 1e6)) p.repetition_penalty = static_cast<float>(*v);
+  constexpr double kAny = 3.0e38;  // finite floats; ranges below are the engine's
+  // The OpenAI API caps temperature at 2 (an API contract, beside the engine's >= 0).
+  if (auto v = f.number("temperature", -kAny, 2.0)) p.temperature = static_cast<float>(*v);
+  if (auto v = f.number("top_p", -kAny, kAny)) p.top_p = static_cast<float>(*v);
+  if (auto v = f.integer("top_k", INT32_MIN, kInt32)) p.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", -kAny, kAny)) p.min_p = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty", -kAny, kAny)) p.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.number("frequency_penalty", -kAny, kAny)) p.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.number("repetition_penalty", -kAny, kAny)) p.repetition_penalty = static_cast<float>(*v);
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) p.seed = static_cast<uint64_t>(*v);
   if (const Json* bias = f.get("logit_bias")) {
     if (!bias->is_object()) throw_bad_field("logit_bias", "expected an object of token id -> bias");
@@ -296,28 +297,14 @@ ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, E
       p.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
     }
   }
-  p.stop = f.strings("stop", SamplingParams::kMaxStopStrings);
-  {
-    size_t total = 0;
-    for (const std::string& s : p.stop) {
-      if (s.size() > SamplingParams::kMaxStopStringBytes) {
-        throw_bad_field("stop", "a stop string may be at most " + std::to_string(SamplingParams::kMaxStopStringBytes) +
-                                    " bytes, got " + std::to_string(s.size()));
-      }
-      total += s.size();
-    }
-    if (total > SamplingParams::kMaxStopBytesTotal) {
-      throw_bad_field("stop", "the stop strings may total at most " + std::to_string(SamplingParams::kMaxStopBytesTotal) +
-                                  " bytes, got " + std::to_string(total));
-    }
-  }
+  p.stop = f.strings("stop", SamplingParams::kMaxStopStrings);  // the count bounds parsing work; sizes: validate
   p.stop_token_ids = f.int_list("stop_token_ids", 1024);
   if (auto v = f.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
-  if (auto v = f.integer("min_tokens", 0, kMaxTokens)) p.min_tokens = static_cast<int>(*v);
+  if (auto v = f.integer("min_tokens", INT32_MIN, kInt32)) p.min_tokens = static_cast<int>(*v);
   if (auto v = f.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
   if (auto v = f.boolean("spaces_between_special_tokens")) p.spaces_between_special_tokens = *v;
-  if (auto v = f.integer("prompt_logprobs", 0, SamplingParams::kMaxLogprobs)) p.prompt_logprobs = static_cast<int>(*v);
+  if (auto v = f.integer("prompt_logprobs", INT32_MIN, kInt32)) p.prompt_logprobs = static_cast<int>(*v);
 
   if (endpoint == Endpoint::kCompletions) {
     if (auto v = f.integer("logprobs", 0, SamplingParams::kMaxLogprobs)) out.top_logprobs = static_cast<int>(*v);
@@ -339,8 +326,11 @@ ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, E
     out.include_usage = sf.boolean("include_usage").value_or(false);
     (void)sf.boolean("continuous_usage_stats");
   }
-  if (p.min_tokens > 0 && p.max_tokens && p.min_tokens > *p.max_tokens) {
-    throw_bad_field("min_tokens", "must be <= max_tokens");
+  // The one validator of sampling values; the vocabulary-dependent checks run when the engine takes the request.
+  try {
+    p.validate(0);
+  } catch (const Error& e) {
+    throw HttpError(400, e.message(), e.field().empty() ? std::nullopt : std::optional<std::string>(e.field()));
   }
   return out;
 }
