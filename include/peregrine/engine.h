@@ -87,6 +87,12 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t num_preemptions = 0;
+  // Speculative decoding (vLLM's spec_decode counters): verify steps of a sequence with drafts, drafted and accepted
+  // tokens, and accepted tokens by draft position.
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_position;
   uint64_t requests_finished_stop = 0;
   uint64_t requests_finished_length = 0;
   uint64_t requests_finished_abort = 0;

@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include "peregrine/speculative_config.h"
+
 namespace peregrine {
 
 struct EngineConfig {
@@ -32,6 +34,7 @@ struct EngineConfig {
   int num_threads = 0;                  // CPU backend threads; 0 = all cores
   int tensor_parallel_size = 1;         // only 1 is supported
   bool enforce_eager = false;           // GPU: run decode without CUDA graphs (as vLLM's --enforce-eager)
+  SpeculativeConfig speculative;        // --speculative-config (off by default)
   // Benchmarks: random weights built from config_file (or the model folder's config.json); the tokenizer still
   // comes from `tokenizer` or the model folder.
   bool random_weights = false;

@@ -37,6 +37,9 @@ struct CompletionOutput {
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token_id;
   int num_output_tokens = 0;  // total generated so far (not the delta)
+  // Speculative decoding: draft tokens verified for this completion and how many were accepted (totals).
+  int num_draft_tokens = 0;
+  int num_accepted_tokens = 0;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };

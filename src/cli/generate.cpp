@@ -35,6 +35,7 @@ struct GenerateArgs {
   std::string dtype = "auto";
   int threads = 0;
   int max_num_batched_tokens = 2048;
+  std::string speculative_config;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -77,6 +78,7 @@ void run_generate(const GenerateArgs& a) {
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_num_seqs = std::max<int>(static_cast<int>(a.prompts.size() + id_prompts.size()), 1);
   ec.seed = a.seed;
+  ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   ec.skip_tokenizer_init = !has_tokenizer;
   ec.generation_config = "vllm";  // the flags say how to sample; generation_config.json is not applied
   // A KV cache for exactly this batch (plus a little), so startup zeroes no more memory than the run uses. Text
@@ -135,6 +137,10 @@ void run_generate(const GenerateArgs& a) {
         j["prompt_logprobs"] = pl;
       }
       j["finish_reason"] = finish_reason_name(out.finish_reason);
+      if (ec.speculative.enabled()) {
+        j["num_draft_tokens"] = out.num_draft_tokens;
+        j["num_accepted_tokens"] = out.num_accepted_tokens;
+      }
       std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else if (has_tokenizer) {
       std::cout << out.text << "\n";
@@ -175,6 +181,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU threads; 0 = all cores")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens, "Tokens per forward step")
       ->capture_default_str();
+  cmd->add_option("--speculative-config", args->speculative_config,
+                  "Speculative decoding as JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'");
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -37,6 +37,7 @@ struct ServeArgs {
   bool enable_auto_tool_choice = false;
   bool ignored_flag = false;
   std::string tool_call_parser;
+  std::string speculative_config;
 };
 
 // Many concurrent connections need file descriptors: raise the soft limit to the hard one.
@@ -105,6 +106,7 @@ void run_serve(ServeArgs& a) {
     throw Error(ErrorCode::kInvalidArgument, "--tool-call-parser: unknown parser '" + a.tool_call_parser +
                                                  "' (known: " + tool_call_parser_names() + ")");
   }
+  a.engine.speculative = SpeculativeConfig::parse(a.speculative_config);
   if (!(a.shutdown_timeout_s >= 0.0)) throw Error(ErrorCode::kInvalidArgument, "--shutdown-timeout must be >= 0");
   if (a.max_connections < 1) throw Error(ErrorCode::kInvalidArgument, "--max-connections must be at least 1");
   // The API key need not be on the command line (where `ps` shows it): vLLM's environment variable works too.
@@ -267,6 +269,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-request-body-bytes", args->max_request_body_bytes, "Larger bodies get 413")
       ->capture_default_str();
   cmd->add_flag("--enforce-eager", e.enforce_eager, "GPU: decode without CUDA graphs");
+  cmd->add_option("--speculative-config", args->speculative_config,
+                  "Speculative decoding as JSON (vLLM's form): ngram, lookahead (see the README)");
   // vLLM flags that change nothing here, accepted so vLLM command lines work unchanged: Peregrine never runs code
   // from a model folder, and logs neither each request nor periodic stats.
   cmd->add_flag("--trust-remote-code", args->ignored_flag, "Accepted for vLLM compatibility (no model code is ever run)");

@@ -204,6 +204,8 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<int32_
         a.stop_string = c.stop_string;
         a.stop_token_id = c.stop_token_id;
         a.num_output_tokens = c.num_output_tokens;
+        a.num_draft_tokens = c.num_draft_tokens;
+        a.num_accepted_tokens = c.num_accepted_tokens;
       }
       if (delta.finished) {
         acc.finished = true;

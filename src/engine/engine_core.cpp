@@ -15,6 +15,9 @@ namespace {
 
 SchedulerConfig scheduler_config(const EngineCoreConfig& c) {
   SchedulerConfig s;
+  // Verification tokens a step may carry beyond one per sequence: a quarter of the budget (at least one chain).
+  s.max_draft_tokens_per_step =
+      c.speculative.enabled() ? std::max(c.speculative.max_verify_tokens(), c.max_num_batched_tokens / 4) : 0;
   s.max_num_seqs = c.max_num_seqs;
   s.max_num_batched_tokens = c.max_num_batched_tokens;
   s.max_model_len = c.max_model_len;
@@ -57,6 +60,7 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
   stats_.inter_token_seconds = make_latency_histogram(inter_token_bounds());
   stats_.time_per_output_token_seconds = make_latency_histogram(inter_token_bounds());
   stats_.e2e_seconds = make_latency_histogram(e2e_bounds());
+  stats_.spec_accepted_per_position.assign(static_cast<size_t>(std::max(0, config.speculative.max_verify_tokens())), 0);
 }
 
 EngineCore::~EngineCore() = default;
@@ -222,7 +226,8 @@ void EngineCore::compute_prompt_logprobs(RequestState& req, const float* rows, i
   if (static_cast<int>(req.prompt_logprobs.size()) >= prompt_len) req.prompt_logprobs_done = true;
 }
 
-int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws) const {
+int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws,
+                                 std::span<const int32_t> drafts) const {
   const SamplingParams& p = req.params;
   const int vocab = runner_->vocab_size();
   const bool edit = needs_logits_edits(p);
@@ -233,7 +238,8 @@ int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, Sa
   sp.top_p = p.top_p;
   sp.min_p = p.min_p;
   sp.num_logprobs = -1;
-  const int32_t token = ws.sampler.sample(row, vocab, sp, ss.rng).token;
+  const int32_t token =
+      drafts.empty() ? ws.sampler.sample(row, vocab, sp, ss.rng).token : ws.sampler.verify(row, vocab, sp, ss.rng, drafts).token;
   if (edit) ws.edits.restore(row);
   if (p.logprobs) {
     const double lse = Sampler::log_sum_exp(row, vocab);
@@ -242,6 +248,60 @@ int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, Sa
     ss.pending_logprobs.push_back(std::move(lp));
   }
   return token;
+}
+
+int EngineCore::verify_drafts(RequestState& req, SeqState& ss, const float* rows, int num_drafts, double now) {
+  const int vocab = runner_->vocab_size();
+  Sequence& seq = ss.seq;
+  const std::vector<int32_t> drafts(seq.draft_tokens.begin(), seq.draft_tokens.begin() + num_drafts);
+  int accepted = 0;
+  for (int j = 0; j <= num_drafts; ++j) {
+    float* row = const_cast<float*>(rows) + static_cast<size_t>(j) * vocab;
+    const std::span<const int32_t> proposal =
+        j < num_drafts ? std::span<const int32_t>(drafts).subspan(static_cast<size_t>(j), 1) : std::span<const int32_t>();
+    const int32_t token = sample_token(ss, req, row, workspaces_[0], proposal);
+    const bool hit = j < num_drafts && token == drafts[static_cast<size_t>(j)];
+    if (hit) {
+      ++accepted;
+      if (static_cast<size_t>(j) < stats_.spec_accepted_per_position.size()) ++stats_.spec_accepted_per_position[static_cast<size_t>(j)];
+    }
+    process_token(req, ss, token, now);
+    if (ss.finished() || !hit) break;
+  }
+  ++stats_.spec_num_drafts;
+  stats_.spec_num_draft_tokens += static_cast<uint64_t>(num_drafts);
+  stats_.spec_num_accepted_tokens += static_cast<uint64_t>(accepted);
+  ss.num_draft_tokens += num_drafts;
+  ss.num_accepted_tokens += accepted;
+  // Adaptive length: grow while everything is accepted, else ask for one more than was accepted.
+  const int k = config_.speculative.num_speculative_tokens;
+  if (config_.speculative.adaptive) {
+    const int cur = ss.draft_length > 0 ? ss.draft_length : k;
+    ss.draft_length = accepted == num_drafts ? std::min(k, cur + 2) : std::clamp(accepted + 1, 1, k);
+  }
+  return accepted;
+}
+
+void EngineCore::propose_drafts() {
+  propose_seqs_.clear();
+  propose_limits_.clear();
+  const auto& spec = config_.speculative;
+  for (Sequence* seq : scheduler_.running()) {
+    if (seq->num_computed_tokens + 1 != seq->num_tokens() || seq->request == nullptr) continue;
+    propose_seqs_.push_back(seq);
+  }
+  // Above this many decoding sequences a step is no longer bound by reading the weights: no speculation.
+  const int limit = spec.disable_by_batch_size > 0 ? spec.disable_by_batch_size : kDefaultSpecBatchLimit;
+  const bool off = static_cast<int>(propose_seqs_.size()) > limit;
+  for (Sequence* seq : propose_seqs_) {
+    const RequestState& req = *seq->request;
+    const SeqState& ss = *req.seqs[static_cast<size_t>(seq->index)];
+    // At most one token fewer than the request may still produce (the step emits drafts + 1 tokens).
+    const int room = std::min(req.max_total_tokens, config_.max_model_len) - seq->num_tokens() - 1;
+    const int want = ss.draft_length > 0 ? ss.draft_length : spec.num_speculative_tokens;
+    propose_limits_.push_back(off ? 0 : std::max(0, std::min(want, room)));
+  }
+  proposer_->propose(propose_seqs_, propose_limits_);
 }
 
 void EngineCore::step() {
@@ -263,6 +323,7 @@ void EngineCore::step() {
       release_queued(req);
     }
     logits_requests_[i].prompt_rows = seq.index == 0 && req.params.prompt_logprobs && !req.prompt_logprobs_done;
+    logits_requests_[i].sample_rows = 1 + out.seqs[i].num_draft_tokens;  // the next token, and one per draft
   }
   runner_->prepare(out, logits_requests_, rows_);
   const auto t2 = Clock::now();
@@ -283,7 +344,7 @@ void EngineCore::step() {
       compute_prompt_logprobs(req, logits_.data() + static_cast<size_t>(rows_.prompt_row_begin[i]) * vocab,
                               rows_.prompt_row_count[i], begin_positions[i]);
     }
-    if (rows_.sample_row[i] >= 0) {
+    if (rows_.sample_row[i] >= 0 && out.seqs[i].num_draft_tokens == 0) {
       sampled.emplace_back(&ss, -1);
       rows.push_back(logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab);
     }
@@ -316,6 +377,23 @@ void EngineCore::step() {
 
   const double t_now = now();
   for (auto& [ss, token] : sampled) process_token(*ss->seq.request, *ss, token, t_now);
+  // Sequences that verify drafts: their rows are sampled in order (each with the state the earlier tokens left)
+  // and the tokens processed as they come, so the result is what decoding them one by one gives.
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const int drafts = out.seqs[i].num_draft_tokens;
+    if (drafts == 0 || rows_.sample_row[i] < 0) continue;
+    Sequence& seq = *out.seqs[i].seq;
+    RequestState& req = *seq.request;
+    SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
+    const int accepted =
+        verify_drafts(req, ss, logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab, drafts, t_now);
+    if (!ss.finished()) scheduler_.accept_drafts(&seq, accepted);
+  }
+  for (const ScheduledSeq& s : out.seqs) {
+    s.seq->draft_tokens.clear();
+    s.seq->draft_parents.clear();
+  }
+  if (proposer_) propose_drafts();
   for (RequestState* req : touched_) {
     if (req) emit(*req);  // null: delivered and ended since it was listed
   }

@@ -17,6 +17,7 @@
 #include "engine/request_state.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/spec/proposer.h"
 #include "engine/text_codec.h"
 #include "peregrine/engine.h"
 
@@ -33,10 +34,14 @@ struct EngineCoreConfig {
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
   int max_queued_requests = 4096;
+  // Speculative decoding (off unless enabled; the proposer is given with set_proposer).
+  SpeculativeConfig speculative;
 };
 
 class EngineCore {
  public:
+  // Default of speculative_config.disable_by_batch_size (measured: docs/BENCHMARKS.md, speculative decoding).
+  static constexpr int kDefaultSpecBatchLimit = 16;
   // The runner must have its KV cache allocated with config.num_blocks blocks of config.block_size.
   EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<const TextCodec> codec,
              const EngineCoreConfig& config, ModelInfo info);
@@ -50,6 +55,8 @@ class EngineCore {
   void set_default_sampling_params(const SamplingParams& p) { default_params_ = p; }
   // Decremented when a request leaves the waiting queue (first scheduled, or ended before); may be null.
   void set_queued_counter(std::atomic<int>* counter) { queued_counter_ = counter; }
+  // The proposer of draft tokens when config().speculative is enabled (loop thread, before the first step).
+  void set_proposer(std::unique_ptr<Proposer> proposer) { proposer_ = std::move(proposer); }
 
   // Checks a request against the model and limits (any thread). Throws Error(kInvalidArgument).
   void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
@@ -79,7 +86,14 @@ class EngineCore {
   };
   PositionLogprobs make_logprobs(const float* row, int32_t chosen, int top_k, double lse,
                                  std::span<const int32_t> context, SamplingWorkspace& ws) const;
-  int32_t sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws) const;
+  // drafts: the tokens proposed for this position (verification); empty for plain sampling.
+  int32_t sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws,
+                       std::span<const int32_t> drafts = {}) const;
+  // Verifies one sequence's drafts on its rows (in order, each sampled with what the earlier tokens left) and
+  // processes the tokens it emits; returns the number of drafts accepted.
+  int verify_drafts(RequestState& req, SeqState& ss, const float* rows, int num_drafts, double now);
+  // Fills the drafts of the sequences that decode next (the proposer, the adaptive lengths, the batch limit).
+  void propose_drafts();
   void process_token(RequestState& req, SeqState& ss, int32_t token, double now);
   void finish_seq(RequestState& req, SeqState& ss, FinishReason reason);
   void emit(RequestState& req);
@@ -101,6 +115,9 @@ class EngineCore {
   int64_t next_seq_id_ = 1;
   uint64_t seed_counter_ = 0;
   std::atomic<int>* queued_counter_ = nullptr;
+  std::unique_ptr<Proposer> proposer_;
+  std::vector<Sequence*> propose_seqs_;
+  std::vector<int> propose_limits_;
   std::chrono::steady_clock::time_point epoch_;
   EngineStats stats_;
 };

@@ -171,6 +171,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   core_config.enable_prefix_caching = config.enable_prefix_caching;
   core_config.seed = config.seed;
   core_config.max_queued_requests = config.max_queued_requests;
+  core_config.speculative = config.speculative;
   core_config.eos_token_ids = model_config.eos_token_ids;
   for (int32_t id : tokenizer_eos) {
     if (std::find(core_config.eos_token_ids.begin(), core_config.eos_token_ids.end(), id) ==
@@ -205,6 +206,18 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
 
   auto core = std::make_unique<engine::EngineCore>(std::move(runner), std::move(codec), core_config, std::move(info));
   core->set_default_sampling_params(defaults);
+  if (config.speculative.enabled()) {
+    using Method = SpeculativeConfig::Method;
+    if (config.speculative.method == Method::kDraftModel || config.speculative.method == Method::kSelf) {
+      throw Error(ErrorCode::kUnsupported, std::string("speculative_config.method '") +
+                                               SpeculativeConfig::method_name(config.speculative.method) +
+                                               "' is not available yet (use ngram or lookahead)",
+                  "speculative_config");
+    }
+    const engine::TextCodec& text = core->codec();
+    core->set_proposer(engine::make_text_proposer(
+        config.speculative, [&text](const std::string& s) { return text.encode(s, false); }));
+  }
   return std::make_unique<Engine>(std::move(core));
 }
 

@@ -13,6 +13,7 @@ void EngineCore::finish_seq(RequestState& req, SeqState& ss, FinishReason reason
   if (ss.finished()) return;
   ss.finish_reason = reason;
   scheduler_.finish(&ss.seq);
+  if (proposer_) proposer_->forget(ss.seq);
   ++req.num_finished;
   switch (reason) {
     case FinishReason::kStop: ++stats_.requests_finished_stop; break;
@@ -113,6 +114,8 @@ void EngineCore::emit(RequestState& req) {
     c.stop_string = ss.stop_string;
     c.stop_token_id = ss.stop_token_id;
     c.num_output_tokens = static_cast<int>(num_output);
+    c.num_draft_tokens = ss.num_draft_tokens;
+    c.num_accepted_tokens = ss.num_accepted_tokens;
     if (ss.finished()) ss.finish_reported = true;
     out.outputs.push_back(std::move(c));
   }

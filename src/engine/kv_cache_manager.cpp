@@ -93,6 +93,15 @@ void KvCacheManager::free(Sequence& seq) {
   seq.num_cached_blocks = 0;
 }
 
+void KvCacheManager::release_blocks_after(Sequence& seq, int num_tokens) {
+  const size_t keep = static_cast<size_t>((num_tokens + block_size_ - 1) / block_size_);
+  if (seq.block_table.size() <= keep) return;
+  PEREGRINE_CHECK(static_cast<int>(keep) >= seq.num_cached_blocks, "releasing a cached block");
+  std::vector<int> tail(seq.block_table.rbegin(), seq.block_table.rend() - static_cast<ptrdiff_t>(keep));
+  pool_.release(tail);
+  seq.block_table.resize(keep);
+}
+
 void KvCacheManager::truncate(Sequence& seq, int num_tokens) {
   PEREGRINE_CHECK(num_tokens >= seq.num_prompt_tokens && num_tokens <= seq.num_tokens(),
                   "truncate outside [prompt length, length]");

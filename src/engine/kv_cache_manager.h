@@ -41,6 +41,8 @@ class KvCacheManager {
   // at most num_tokens tokens and releases the blocks past them. Blocks registered in the prefix cache are never
   // cut (only verified tokens are cached); num_tokens must be at least the prompt length.
   void truncate(Sequence& seq, int num_tokens);
+  // Releases seq's blocks past those holding its first num_tokens positions (rejected drafts' blocks).
+  void release_blocks_after(Sequence& seq, int num_tokens);
 
   uint64_t num_queried_tokens() const { return queried_tokens_; }
   uint64_t num_hit_tokens() const { return hit_tokens_; }

@@ -33,6 +33,10 @@ struct SeqState {
   std::vector<PositionLogprobs> pending_logprobs;  // logprobs of tokens not delivered yet
   double cumulative_logprob = 0.0;
   double last_token_time = 0.0;
+  // Speculative decoding: drafts verified and accepted so far, and the draft length to ask for next.
+  int num_draft_tokens = 0;
+  int num_accepted_tokens = 0;
+  int draft_length = 0;  // 0 = the configured num_speculative_tokens
 
   FinishReason finish_reason = FinishReason::kNone;
   std::optional<std::string> stop_string;

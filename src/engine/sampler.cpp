@@ -137,9 +137,35 @@ int32_t Sampler::sample_filtered(const float* logits, int32_t vocab, const Sampl
     }
     return vocab - 1;
   }
+  double mass = 0;
+  const size_t keep = filter(logits, vocab, p, mass);
+  double u = rng.uniform() * mass;
+  for (size_t i = 0; i < keep; ++i) {
+    u -= probs_[i];
+    if (u < 0) return candidates_[i].second;
+  }
+  return candidates_[keep - 1].second;
+}
+
+// candidates_[0, keep) and probs_[0, keep): the tokens the filters keep, best first, with their probabilities at
+// this temperature (not renormalized; `mass` is their sum). Without any filter every token is kept, unsorted.
+size_t Sampler::filter(const float* logits, int32_t vocab, const SamplerParams& p, double& mass) {
+  const double inv_t = 1.0 / p.temperature;
+  float max_logit = logits[0];
+  for (int32_t i = 1; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  const double top = max_logit * inv_t;
+  const bool by_k = p.top_k > 0 && p.top_k < vocab;
+  const bool by_p = p.top_p < 1.0f;
+  const bool by_min_p = p.min_p > 0.0f;
   candidates_.clear();
   candidates_.reserve(static_cast<size_t>(vocab));
   for (int32_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i], i);
+  if (!by_k && !by_p && !by_min_p) {  // every token, unsorted
+    probs_.resize(static_cast<size_t>(vocab));
+    mass = 0;
+    for (int32_t i = 0; i < vocab; ++i) mass += probs_[static_cast<size_t>(i)] = std::exp(logits[i] * inv_t - top);
+    return static_cast<size_t>(vocab);
+  }
   auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
@@ -158,12 +184,12 @@ int32_t Sampler::sample_filtered(const float* logits, int32_t vocab, const Sampl
     size_t k = std::min<size_t>(256, candidates_.size());
     for (;;) {
       std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<long>(k) - 1, candidates_.end(), better);
-      double mass = 0;
-      for (size_t i = 0; i < k; ++i) mass += std::exp(candidates_[i].first * inv_t - top);
-      mass /= total_all;
+      double prefix = 0;
+      for (size_t i = 0; i < k; ++i) prefix += std::exp(candidates_[i].first * inv_t - top);
+      prefix /= total_all;
       float kth_logit = candidates_[0].first;
       for (size_t i = 0; i < k; ++i) kth_logit = std::min(kth_logit, candidates_[i].first);
-      const bool p_done = !by_p || mass >= p.top_p;
+      const bool p_done = !by_p || prefix >= p.top_p;
       const bool min_p_done = !by_min_p || std::exp((kth_logit - max_logit) * inv_t) < p.min_p;
       if ((p_done && min_p_done) || k == candidates_.size()) break;
       k = std::min(candidates_.size(), k * 4);
@@ -191,14 +217,68 @@ int32_t Sampler::sample_filtered(const float* logits, int32_t vocab, const Sampl
     while (n < keep && probs_[n] >= p.min_p * probs_[0]) ++n;
     keep = n;
   }
-  double mass = 0;
+  mass = 0;
   for (size_t i = 0; i < keep; ++i) mass += probs_[i];
-  double u = rng.uniform() * mass;
-  for (size_t i = 0; i < keep; ++i) {
-    u -= probs_[i];
-    if (u < 0) return candidates_[i].second;
+  return keep;
+}
+
+SampledToken Sampler::verify(const float* logits, int32_t vocab, const SamplerParams& p, SamplerRng& rng,
+                             std::span<const int32_t> drafts) {
+  SampledToken result;
+  if (p.temperature <= 0.0f || p.top_k == 1) {
+    result.token = argmax(logits, vocab);
+  } else {
+    double mass = 0;
+    const size_t keep = filter(logits, vocab, p, mass);
+    // Multi-draft rejection with point-mass proposals: draft c is accepted with probability p'(c), p' being the
+    // filtered distribution without the drafts already rejected; otherwise a token is drawn from what is left.
+    // The output has exactly the distribution sample() draws from.
+    removed_.clear();
+    double remaining = mass;
+    int32_t token = -1;
+    for (int32_t c : drafts) {
+      double pc = 0;
+      for (size_t i = 0; i < keep; ++i) {
+        if (candidates_[i].second == c) {
+          pc = probs_[i];
+          break;
+        }
+      }
+      if (std::find(removed_.begin(), removed_.end(), c) != removed_.end()) pc = 0;
+      if (pc > 0 && rng.uniform() * remaining < pc) {
+        token = c;
+        break;
+      }
+      if (pc > 0) {
+        remaining -= pc;
+        removed_.push_back(c);
+      }
+    }
+    if (token < 0) {
+      double u = rng.uniform() * remaining;
+      for (size_t i = 0; i < keep && token < 0; ++i) {
+        if (std::find(removed_.begin(), removed_.end(), candidates_[i].second) != removed_.end()) continue;
+        u -= probs_[i];
+        if (u < 0) token = candidates_[i].second;
+      }
+      if (token < 0) {  // rounding at the very end of the distribution: the last token still left
+        for (size_t i = keep; i-- > 0;) {
+          if (std::find(removed_.begin(), removed_.end(), candidates_[i].second) == removed_.end()) {
+            token = candidates_[i].second;
+            break;
+          }
+        }
+        if (token < 0) token = drafts.empty() ? candidates_[0].second : drafts.back();
+      }
+    }
+    result.token = token;
   }
-  return candidates_[keep - 1].second;
+  if (p.num_logprobs >= 0) {
+    double lse = log_sum_exp(logits, vocab);
+    result.logprob = static_cast<float>(logits[result.token] - lse);
+    result.top_logprobs = top_logprobs(logits, vocab, p.num_logprobs, lse);
+  }
+  return result;
 }
 
 }  // namespace peregrine::engine

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,13 @@ class Sampler {
   // logits: [vocab] f32 (not modified). Thread-compatible: one call per row, any thread.
   SampledToken sample(const float* logits, int32_t vocab, const SamplerParams& params, SamplerRng& rng);
 
+  // Speculative verification at one position: the token to emit there, given the draft tokens proposed for it
+  // (distinct, in order of preference). Greedy: the argmax (the caller sees which draft, if any, it equals).
+  // Sampling: drafts are accepted by multi-draft rejection with point-mass proposals, so the result has exactly
+  // the distribution sample() draws from (other random draws than sample(), so seeded outputs differ).
+  SampledToken verify(const float* logits, int32_t vocab, const SamplerParams& params, SamplerRng& rng,
+                      std::span<const int32_t> drafts);
+
   // log_softmax helpers, exposed for prompt logprobs and tests.
   static double log_sum_exp(const float* logits, int32_t vocab);
   // The first index of the largest logit (NaNs skipped; a NaN at index 0 gives 0); vectorized where AVX2 exists.
@@ -48,9 +56,11 @@ class Sampler {
 
  private:
   int32_t sample_filtered(const float* logits, int32_t vocab, const SamplerParams& params, SamplerRng& rng);
+  size_t filter(const float* logits, int32_t vocab, const SamplerParams& params, double& mass);
 
   std::vector<std::pair<float, int32_t>> candidates_;  // scratch
   std::vector<double> probs_;                          // scratch
+  std::vector<int32_t> removed_;                       // scratch: rejected drafts
 };
 
 }  // namespace peregrine::engine

@@ -117,6 +117,7 @@ void EngineConfig::validate() const {
          " is not supported yet: Peregrine runs a model on one device (use 1)");
   }
   if (num_threads < 0) fail("num_threads must be >= 0, got " + std::to_string(num_threads));
+  speculative.validate();
 }
 
 }  // namespace peregrine

@@ -25,6 +25,7 @@ void Scheduler::add(Sequence* seq) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
+  draft_budget_ = config_.max_draft_tokens_per_step;
 
   // Running sequences: decodes first, then the next chunks of prompts being prefilled.
   std::vector<Sequence*> decodes;
@@ -81,18 +82,29 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
 }
 
 bool Scheduler::schedule_running(Sequence* seq, SchedulerOutput& out, int& budget) {
-  const int num_new = std::min(seq->num_tokens() - seq->num_computed_tokens, budget);
+  int num_new = std::min(seq->num_tokens() - seq->num_computed_tokens, budget);
   PEREGRINE_CHECK(num_new > 0, "running sequence with nothing to compute");
   PEREGRINE_CHECK(seq->num_tokens() <= config_.max_model_len, "sequence longer than max_model_len");
+  // A decode carries its drafts (as many as the budgets and the context allow; a prefix of a tree is a tree).
+  int drafts = 0;
+  if (num_new == 1 && seq->num_computed_tokens + 1 == seq->num_tokens() && !seq->draft_tokens.empty()) {
+    drafts = std::min({static_cast<int>(seq->draft_tokens.size()), budget - 1, draft_budget_,
+                       config_.max_model_len - seq->num_tokens()});
+    drafts = std::max(drafts, 0);
+    num_new += drafts;
+  }
+  seq->draft_tokens.resize(static_cast<size_t>(drafts));
+  seq->draft_parents.resize(static_cast<size_t>(drafts));
   const int needed = kv_.num_blocks_to_allocate(*seq, num_new, {});
   if (needed > kv_.pool().num_free() && !make_room(needed, seq, out, budget)) return false;
   const bool ok = kv_.allocate_slots(*seq, num_new, {});
   PEREGRINE_CHECK(ok, "allocation failed after make_room");
-  const bool samples = seq->num_computed_tokens + num_new == seq->num_tokens();
-  out.seqs.push_back({seq, num_new, samples});
+  const bool samples = seq->num_computed_tokens + num_new == seq->num_tokens() + drafts;
+  out.seqs.push_back({seq, num_new, samples, drafts});
   out.num_batched_tokens += num_new;
-  if (num_new == 1 && samples) ++out.num_decodes;
+  if (num_new == 1 + drafts && samples) ++out.num_decodes;
   budget -= num_new;
+  draft_budget_ -= drafts;
   return true;
 }
 
@@ -132,13 +144,16 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out, int& budget) {
   for (auto it = out.seqs.begin(); it != out.seqs.end(); ++it) {
     if (it->seq == victim) {
       budget += it->num_new_tokens;
+      draft_budget_ += it->num_draft_tokens;
       out.num_batched_tokens -= it->num_new_tokens;
-      if (it->num_new_tokens == 1 && it->samples) --out.num_decodes;
+      if (it->num_new_tokens == 1 + it->num_draft_tokens && it->samples) --out.num_decodes;
       out.seqs.erase(it);
       break;
     }
   }
   kv_.free(*victim);
+  victim->draft_tokens.clear();
+  victim->draft_parents.clear();
   victim->status = SeqStatus::kWaiting;
   ++victim->num_preemptions;
   ++num_preemptions_;
@@ -150,7 +165,8 @@ void Scheduler::preempt(Sequence* victim, SchedulerOutput& out, int& budget) {
 void Scheduler::on_step_computed(const SchedulerOutput& output) {
   for (const ScheduledSeq& s : output.seqs) {
     Sequence* seq = s.seq;
-    seq->num_computed_tokens += s.num_new_tokens;
+    // Drafts' KV counts once they are accepted (accept_drafts); only verified tokens reach the prefix cache.
+    seq->num_computed_tokens += s.num_new_tokens - s.num_draft_tokens;
     kv_.cache_full_blocks(*seq);
     if (!seq->fork_waiters.empty() && seq->prompt_done()) {
       for (Sequence* sibling : seq->fork_waiters) {
@@ -160,6 +176,14 @@ void Scheduler::on_step_computed(const SchedulerOutput& output) {
       seq->fork_waiters.clear();
     }
   }
+}
+
+void Scheduler::accept_drafts(Sequence* seq, int accepted) {
+  PEREGRINE_CHECK(accepted >= 0 && seq->num_computed_tokens + accepted <= seq->num_tokens() - 1,
+                  "more accepted drafts than tokens");
+  seq->num_computed_tokens += accepted;
+  kv_.cache_full_blocks(*seq);
+  kv_.release_blocks_after(*seq, seq->num_computed_tokens + 1);
 }
 
 void Scheduler::finish(Sequence* seq) {

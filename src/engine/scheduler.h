@@ -14,6 +14,8 @@
 namespace peregrine::engine {
 
 struct SchedulerConfig {
+  // Draft tokens one step may verify over all sequences (0 = no speculation).
+  int max_draft_tokens_per_step = 0;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int max_model_len = 4096;
@@ -28,6 +30,9 @@ struct ScheduledSeq {
   int num_new_tokens = 0;
   // This chunk reaches the sequence's last token, so the step samples its next token.
   bool samples = false;
+  // Of num_new_tokens, the last num_draft_tokens are the sequence's draft tokens (positions num_tokens() on), to be
+  // verified; their KV counts as computed only once accepted (Scheduler::accept_drafts).
+  int num_draft_tokens = 0;
 };
 
 // The scheduler's decision for one step: the batch rows in order (decodes, then prefill chunks).
@@ -55,6 +60,9 @@ class Scheduler {
   void on_step_computed(const SchedulerOutput& output);
   // Removes a sequence (finished or aborted) wherever it is and frees its blocks.
   void finish(Sequence* seq);
+  // After verification: the first `accepted` scheduled drafts of seq were accepted (and are now part of its
+  // token_ids), so their KV counts as computed; KV blocks past what the sequence now needs are released.
+  void accept_drafts(Sequence* seq, int accepted);
 
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -76,6 +84,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // admission order
   std::deque<Sequence*> waiting_;   // preempted sequences go to the front
   uint64_t num_preemptions_ = 0;
+  int draft_budget_ = 0;  // draft tokens still allowed in the step being scheduled
 };
 
 }  // namespace peregrine::engine

@@ -33,6 +33,17 @@ struct Sequence {
   std::vector<Sequence*> fork_waiters;   // set on the leader
   int num_preemptions = 0;
 
+  // Speculative decoding: tokens proposed to follow token_ids, verified by the next step (never part of
+  // token_ids until accepted). draft_parents[i] is the index of draft i's parent in draft_tokens, -1 for the
+  // last real token (a chain has parents -1, 0, 1, ...; a token tree branches). Cleared when scheduled or preempted.
+  std::vector<int32_t> draft_tokens;
+  std::vector<int32_t> draft_parents;
+  bool is_draft_chain() const {
+    for (size_t i = 0; i < draft_parents.size(); ++i)
+      if (draft_parents[i] != static_cast<int32_t>(i) - 1) return false;
+    return true;
+  }
+
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool prompt_done() const { return num_computed_tokens >= num_prompt_tokens; }

@@ -42,11 +42,17 @@ void build_forward_batch(const SchedulerOutput& output, std::span<const LogitsRe
     const int begin = seq.num_computed_tokens;
     const int end = begin + s.num_new_tokens;
     PEREGRINE_CHECK(s.num_new_tokens > 0, "a scheduled sequence computes no token");
-    PEREGRINE_CHECK(end <= seq.num_tokens(), "scheduled past the sequence's tokens");
+    PEREGRINE_CHECK(s.num_draft_tokens <= static_cast<int>(seq.draft_tokens.size()), "scheduled drafts missing");
+    PEREGRINE_CHECK(s.num_draft_tokens == 0 || begin + s.num_new_tokens - s.num_draft_tokens == seq.num_tokens(),
+                    "drafts scheduled without the sequence's last token");
+    PEREGRINE_CHECK(end <= seq.num_tokens() + s.num_draft_tokens, "scheduled past the sequence's tokens");
     PEREGRINE_CHECK(static_cast<int>(seq.block_table.size()) * block_size >= end, "block table too short");
+    PEREGRINE_CHECK(s.num_draft_tokens == 0 || seq.is_draft_chain(), "token-tree drafts need tree attention");
     const int row0 = static_cast<int>(b.token_ids.size());
+    const int real = seq.num_tokens();
     for (int p = begin; p < end; ++p) {
-      b.token_ids.push_back(seq.token_ids[static_cast<size_t>(p)]);
+      // Draft tokens follow the real ones (a chain: positions continue, one KV slot each).
+      b.token_ids.push_back(p < real ? seq.token_ids[static_cast<size_t>(p)] : seq.draft_tokens[static_cast<size_t>(p - real)]);
       b.positions.push_back(p);
       b.slot_mapping.push_back(
           write_kv ? seq.block_table[static_cast<size_t>(p / block_size)] * block_size + p % block_size : -1);

@@ -1,0 +1,58 @@
+// SpeculativeConfig: speculative decoding as vLLM's --speculative-config spells it (a JSON object), plus
+// Peregrine's own methods. Drafted tokens are verified by the target model in one forward; the output is exactly
+// what decoding without speculation produces (greedy: token for token; sampling: the same distribution).
+//   {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": a, "prompt_lookup_max": b}
+//       the longest recent n-gram match (n in [a, b]) in the request's own prompt and output proposes K tokens.
+//   {"method": "lookahead", "num_speculative_tokens": K, "cache_tokens": N, "max_tree_tokens": T,
+//    "num_branches": B, "warmup_files": [...], "prompt_lookup_min": a, "prompt_lookup_max": b}
+//       a suffix cache over the prompts and outputs of all requests (bounded to N tokens, oldest dropped first,
+//       optionally seeded from files) proposes up to B branches merged into a token tree of at most T nodes.
+//   {"method": "draft_model", "model": DIR, "num_speculative_tokens": K}
+//       a smaller model with the same vocabulary drafts K tokens greedily, batched, with its own paged KV.
+//   {"method": "self", "draft_num_layers": N | "draft_layers": [...], "num_speculative_tokens": K}
+//       the target's own first layers draft (no second model).
+// Common keys: "disable_by_batch_size" (no speculation while more sequences than this decode; 0 = the default
+// the engine measured), "adaptive" (per-request draft length follows its acceptance; default true).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace peregrine {
+
+struct SpeculativeConfig {
+  enum class Method { kNone, kNgram, kLookahead, kDraftModel, kSelf };
+  Method method = Method::kNone;
+  int num_speculative_tokens = 0;
+  // ngram and lookahead: the n-gram window matched against the context.
+  int prompt_lookup_min = 1;
+  int prompt_lookup_max = 4;
+  // lookahead
+  int64_t cache_tokens = 1 << 22;  // tokens the global cache keeps
+  int max_tree_tokens = 0;         // nodes of a verified token tree; 0 = num_speculative_tokens (a chain)
+  int num_branches = 1;            // branches proposed at each depth (merged into the tree)
+  std::vector<std::string> warmup_files;
+  // draft_model
+  std::string model;
+  // self
+  std::vector<int> draft_layers;
+  int draft_num_layers = 0;
+  // scheduling
+  int disable_by_batch_size = 0;
+  bool adaptive = true;
+
+  bool enabled() const { return method != Method::kNone; }
+  // Tokens one sequence may verify in a step (the tree size, or K for a chain).
+  int max_verify_tokens() const { return max_tree_tokens > 0 ? max_tree_tokens : num_speculative_tokens; }
+  static const char* method_name(Method m);
+
+  // Parses vLLM's JSON form. Throws Error(kInvalidArgument) naming the key ("speculative_config.KEY: ...") for an
+  // unknown method or key, a wrong type or a value out of range. An empty string gives the disabled config.
+  static SpeculativeConfig parse(std::string_view json);
+  // Checks an already filled config the same way.
+  void validate() const;
+};
+
+}  // namespace peregrine

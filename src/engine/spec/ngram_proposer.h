@@ -1,0 +1,45 @@
+// NgramProposer ("ngram", vLLM's prompt lookup): the longest n-gram (n from prompt_lookup_max down to
+// prompt_lookup_min) that ends the sequence and occurred earlier in its own prompt or output proposes the tokens
+// that followed its most recent earlier occurrence. An index per sequence (n-gram hash -> latest end position) is
+// kept up to date as tokens arrive, so a proposal costs O(max n) and not a scan of the context.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/spec/proposer.h"
+
+namespace peregrine::engine {
+
+// The per-sequence index, also used by the lookahead cache for the sequence's own context.
+class NgramIndex {
+ public:
+  NgramIndex(int min_n, int max_n) : min_n_(min_n), max_n_(max_n), maps_(static_cast<size_t>(max_n - min_n + 1)) {}
+  // Brings the index up to date with tokens (n-grams ending before the last token are indexed).
+  void update(const std::vector<int32_t>& tokens);
+  // Up to k tokens predicted to follow `tokens` (the continuation of the latest earlier match of the longest
+  // suffix; a continuation that reaches the end repeats itself, following periodic text). Returns the n matched
+  // (0 = none).
+  int propose(const std::vector<int32_t>& tokens, int k, std::vector<int32_t>& out) const;
+
+ private:
+  static uint64_t hash(const int32_t* t, int n);
+  int min_n_, max_n_;
+  std::vector<std::unordered_map<uint64_t, int32_t>> maps_;  // [n - min_n]: hash of tokens[e-n+1..e] -> latest e
+  int32_t indexed_ = 0;  // n-grams ending at positions < indexed_ are in the maps
+};
+
+class NgramProposer final : public Proposer {
+ public:
+  explicit NgramProposer(const SpeculativeConfig& config) : config_(config) {}
+  void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override;
+  void forget(const Sequence& seq) override { index_.erase(seq.id); }
+
+ private:
+  SpeculativeConfig config_;
+  std::unordered_map<int64_t, NgramIndex> index_;  // by sequence id
+  std::vector<int32_t> scratch_;
+};
+
+}  // namespace peregrine::engine

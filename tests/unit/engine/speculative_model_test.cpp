@@ -1,0 +1,89 @@
+// Speculative decoding on the real model (pycoder-tiny, CPU): greedy output token for token identical to plain
+// decoding for every text method, alone and in a batch, on code-completion and code-editing prompts (where the
+// output re-types the input, so drafts are accepted), with logprobs equal too.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "peregrine/engine.h"
+#include "test_fixtures.h"
+
+namespace peregrine {
+namespace {
+
+const std::filesystem::path kModel = std::filesystem::path(PEREGRINE_SOURCE_DIR) / "models" / "pycoder-tiny";
+
+std::vector<std::string> prompts() {
+  std::vector<std::string> out = {
+      "def fibonacci(n):\n    ",
+      "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        ",
+      "import os\nimport sys\n\ndef main():\n    ",
+  };
+  // Editing-like prompts: a file, an instruction-like comment, and the file's first lines again.
+  auto shared = testing::shared_dir();
+  if (shared && std::filesystem::exists(*shared / "data" / "code-dev.json")) {
+    std::ifstream in(*shared / "data" / "code-dev.json");
+    const auto data = nlohmann::json::parse(in);
+    for (size_t i = 0; i < data.size() && out.size() < 8; i += 7) {
+      std::string text = data[i]["text"].get<std::string>().substr(0, 900);
+      const size_t cut = text.find('\n', 300);
+      out.push_back(text + "\n# Rewrite the code above with clearer names.\n" + text.substr(0, cut == std::string::npos ? 300 : cut));
+    }
+  }
+  return out;
+}
+
+std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<std::string>& ps, int max_seqs) {
+  EngineConfig c;
+  c.model = kModel.string();
+  c.device = "cpu";
+  c.max_num_seqs = max_seqs;
+  c.max_model_len = 2048;
+  c.generation_config = "vllm";
+  c.speculative = spec;
+  auto engine = Engine::create(c);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 64;
+  p.logprobs = 2;
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& s : ps) ids.push_back(engine->tokenize(s, true));
+  if (max_seqs == 1) {
+    std::vector<RequestOutput> out;
+    for (const auto& one : ids) out.push_back(engine->generate({one}, p).at(0));
+    return out;
+  }
+  return engine->generate(ids, p);
+}
+
+TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryTextMethod) {
+  if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
+  const auto ps = prompts();
+  const auto plain = run(SpeculativeConfig{}, ps, 8);
+  for (const char* json : {R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
+                           R"({"method": "lookahead", "num_speculative_tokens": 6})"}) {
+    const SpeculativeConfig spec = SpeculativeConfig::parse(json);
+    for (int max_seqs : {1, 8}) {
+      const auto got = run(spec, ps, max_seqs);
+      int drafted = 0, accepted = 0;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        const CompletionOutput& a = got[i].outputs.at(0);
+        const CompletionOutput& b = plain[i].outputs.at(0);
+        ASSERT_EQ(a.token_ids, b.token_ids) << json << " prompt " << i << " max_seqs " << max_seqs;
+        ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+        for (size_t j = 0; j < a.logprobs.size(); ++j) {
+          EXPECT_EQ(a.logprobs[j].chosen.logprob, b.logprobs[j].chosen.logprob) << json << " prompt " << i << " token " << j;
+        }
+        drafted += a.num_draft_tokens;
+        accepted += a.num_accepted_tokens;
+      }
+      EXPECT_GT(accepted, 0) << json;
+      std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json, max_seqs, drafted, accepted);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace peregrine

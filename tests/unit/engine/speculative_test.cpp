@@ -1,0 +1,524 @@
+// Speculative decoding on the FakeModel (whose logits hash the whole context read back through the KV cache, so a
+// rejected draft's KV that leaked into a later step, or a cached block holding unverified tokens, changes the
+// output): greedy output identical to plain decoding with drafts right, partly right and wrong, in batches with
+// chunking, preemption, prefix-cache hits and n > 1; stop conditions and logprobs mid-acceptance; sampling keeps the
+// target distribution (chi-square); the config's validation; the n-gram and lookahead proposers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/engine_core.h"
+#include "engine/spec/lookahead_proposer.h"
+#include "engine/spec/ngram_proposer.h"
+#include "peregrine/error.h"
+#include "unit/engine/fake_model.h"
+
+namespace peregrine::engine {
+namespace {
+
+using testing::expected_greedy;
+using testing::fake_logits;
+using testing::FakeCodec;
+using testing::kFakeEos;
+using testing::kFakeVocab;
+
+// Proposes the true greedy continuation, each token replaced by a random one with probability `wrong`.
+class OracleProposer final : public Proposer {
+ public:
+  OracleProposer(double wrong, uint64_t seed) : wrong_(wrong), rng_(seed) {}
+  void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& s = *seqs[i];
+      s.draft_tokens.clear();
+      s.draft_parents.clear();
+      if (max_drafts[i] <= 0) continue;
+      const int k = 1 + static_cast<int>(rng_() % static_cast<uint64_t>(max_drafts[i]));
+      std::vector<int32_t> truth = expected_greedy(s.token_ids, k, /*stop_at_eos=*/false);
+      for (int j = 0; j < k; ++j) {
+        int32_t t = truth[static_cast<size_t>(j)];
+        if (std::uniform_real_distribution<double>(0, 1)(rng_) < wrong_) t = 2 + static_cast<int32_t>(rng_() % (kFakeVocab - 2));
+        s.draft_tokens.push_back(t);
+        s.draft_parents.push_back(j - 1);
+      }
+      ++calls;
+    }
+  }
+  int calls = 0;
+
+ private:
+  double wrong_;
+  std::mt19937_64 rng_;
+};
+
+// Always proposes the same drafts.
+class FixedProposer final : public Proposer {
+ public:
+  explicit FixedProposer(std::vector<int32_t> drafts) : drafts_(std::move(drafts)) {}
+  void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i]->draft_tokens.assign(drafts_.begin(), drafts_.begin() + std::min<int>(max_drafts[i], static_cast<int>(drafts_.size())));
+      seqs[i]->draft_parents.clear();
+      for (size_t j = 0; j < seqs[i]->draft_tokens.size(); ++j) seqs[i]->draft_parents.push_back(static_cast<int32_t>(j) - 1);
+    }
+  }
+
+ private:
+  std::vector<int32_t> drafts_;
+};
+
+struct Options {
+  int num_blocks = 256;
+  int block_size = 4;
+  int budget = 64;
+  int max_seqs = 16;
+  bool caching = true;
+  int k = 4;                 // num_speculative_tokens; 0 = no speculation
+  bool adaptive = true;
+  int disable_by_batch_size = 1000;
+};
+
+std::unique_ptr<EngineCore> make_core(const Options& o, std::unique_ptr<Proposer> proposer) {
+  auto runner = testing::make_fake_runner(o.num_blocks, o.block_size, o.max_seqs, o.budget, 256);
+  EngineCoreConfig c;
+  c.max_model_len = 256;
+  c.max_num_seqs = o.max_seqs;
+  c.max_num_batched_tokens = o.budget;
+  c.block_size = o.block_size;
+  c.num_blocks = o.num_blocks;
+  c.enable_prefix_caching = o.caching;
+  c.eos_token_ids = {kFakeEos};
+  if (o.k > 0) {
+    c.speculative.method = SpeculativeConfig::Method::kNgram;
+    c.speculative.num_speculative_tokens = o.k;
+    c.speculative.adaptive = o.adaptive;
+    c.speculative.disable_by_batch_size = o.disable_by_batch_size;
+  }
+  ModelInfo info;
+  info.vocab_size = kFakeVocab;
+  auto core = std::make_unique<EngineCore>(std::move(runner), std::make_shared<FakeCodec>(), c, info);
+  if (proposer) core->set_proposer(std::move(proposer));
+  return core;
+}
+
+struct Collector {
+  std::map<std::string, std::vector<RequestOutput>> deltas;
+  OutputCallback callback_for(const std::string& id) {
+    return [this, id](RequestOutput&& out) { deltas[id].push_back(std::move(out)); };
+  }
+  std::vector<int32_t> tokens(const std::string& id, int index = 0) const {
+    std::vector<int32_t> t;
+    for (const auto& d : deltas.at(id))
+      for (const auto& c : d.outputs)
+        if (c.index == index) t.insert(t.end(), c.token_ids.begin(), c.token_ids.end());
+    return t;
+  }
+  std::string text(const std::string& id, int index = 0) const {
+    std::string s;
+    for (const auto& d : deltas.at(id))
+      for (const auto& c : d.outputs)
+        if (c.index == index) s += c.text;
+    return s;
+  }
+  std::vector<PositionLogprobs> logprobs(const std::string& id, int index = 0) const {
+    std::vector<PositionLogprobs> l;
+    for (const auto& d : deltas.at(id))
+      for (const auto& c : d.outputs)
+        if (c.index == index) l.insert(l.end(), c.logprobs.begin(), c.logprobs.end());
+    return l;
+  }
+  const CompletionOutput& last(const std::string& id, int index = 0) const {
+    const CompletionOutput* found = nullptr;
+    for (const auto& d : deltas.at(id))
+      for (const auto& c : d.outputs)
+        if (c.index == index) found = &c;
+    return *found;
+  }
+};
+
+void run(EngineCore& core) {
+  for (int i = 0; i < 200000 && core.has_unfinished(); ++i) core.step();
+  ASSERT_FALSE(core.has_unfinished());
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (auto& t : p) t = 2 + static_cast<int32_t>(rng() % (kFakeVocab - 2));
+  return p;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+TEST(Speculative, GreedyIdenticalWithRightPartlyRightAndWrongDrafts) {
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 48; ++i) {
+    auto p = random_prompt(rng, 1 + static_cast<int>(rng() % 30));
+    if (i % 4 == 1) p.insert(p.begin(), prompts[0].begin(), prompts[0].end());  // prefix-cache hits
+    prompts.push_back(p);
+  }
+  auto params_of = [](size_t i) {
+    SamplingParams p = greedy(5 + static_cast<int>(i % 23));
+    if (i % 5 == 2) p.n = 2;
+    if (i % 7 == 3) p.stop_token_ids = {static_cast<int32_t>(2 + i % 60)};
+    if (i % 6 == 4) p.min_tokens = 3;
+    return p;
+  };
+  // The reference: the same requests without speculation.
+  auto plain = make_core({.num_blocks = 400, .budget = 64, .max_seqs = 48, .k = 0}, nullptr);
+  Collector ref;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string id = testing::make_id("r", static_cast<int>(i));
+    plain->add_request(id, prompts[i], params_of(i), ref.callback_for(id), 0.0);
+  }
+  run(*plain);
+  for (double wrong : {0.0, 0.3, 1.0}) {
+    for (int num_blocks : {400, 90}) {  // 90: preemption
+      for (int budget : {64, 9}) {      // 9: chunked prefill and the token budget trimming drafts
+        auto proposer = std::make_unique<OracleProposer>(wrong, 5);
+        OracleProposer* oracle = proposer.get();
+        auto core = make_core({.num_blocks = num_blocks, .budget = budget, .max_seqs = 48}, std::move(proposer));
+        Collector col;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          const std::string id = testing::make_id("r", static_cast<int>(i));
+          core->add_request(id, prompts[i], params_of(i), col.callback_for(id), 0.0);
+        }
+        run(*core);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          const std::string id = testing::make_id("r", static_cast<int>(i));
+          for (int c = 0; c < params_of(i).n; ++c) {
+            ASSERT_EQ(col.tokens(id, c), ref.tokens(id, c))
+                << id << " completion " << c << " (wrong " << wrong << ", blocks " << num_blocks << ", budget " << budget << ")";
+            EXPECT_EQ(col.last(id, c).finish_reason, ref.last(id, c).finish_reason) << id;
+          }
+        }
+        const EngineStats s = core->stats();
+        EXPECT_GT(oracle->calls, 0);
+        EXPECT_GT(s.spec_num_drafts, 0u);
+        if (wrong == 0.0) {
+          EXPECT_GT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens / 2);
+        }
+        if (wrong == 1.0) {
+          EXPECT_LT(s.spec_num_accepted_tokens, s.spec_num_draft_tokens / 10 + 1);
+        }
+        EXPECT_EQ(s.num_used_kv_blocks, 0) << "blocks leaked";
+        uint64_t per_pos = 0;
+        for (uint64_t v : s.spec_accepted_per_position) per_pos += v;
+        EXPECT_EQ(per_pos, s.spec_num_accepted_tokens);
+      }
+    }
+  }
+}
+
+TEST(Speculative, FewerStepsWithRightDraftsAndCountsPerRequest) {
+  std::vector<int32_t> prompt{5, 6, 7, 8, 9};
+  auto spec = make_core({.adaptive = false}, std::make_unique<OracleProposer>(0.0, 1));
+  Collector col;
+  spec->add_request("a", prompt, greedy(40), col.callback_for("a"), 0.0);
+  run(*spec);
+  EXPECT_EQ(col.tokens("a"), expected_greedy(prompt, 40));
+  const CompletionOutput& last = col.last("a");
+  EXPECT_GT(last.num_draft_tokens, 0);
+  EXPECT_EQ(last.num_accepted_tokens, last.num_draft_tokens);  // a perfect oracle
+  // One prefill step, then each verify step emits up to k + 1 tokens.
+  EXPECT_LT(spec->stats().num_steps, 40u / 2);
+}
+
+TEST(Speculative, LogprobsAndStopStringsMidAcceptanceMatchPlainDecoding) {
+  std::mt19937 rng(3);
+  for (int i = 0; i < 12; ++i) {
+    const auto prompt = random_prompt(rng, 4 + i);
+    const auto truth = expected_greedy(prompt, 30, false);
+    SamplingParams p = greedy(30);
+    p.logprobs = 3;
+    // A stop string made of two output characters in the middle of the continuation.
+    std::string text;
+    for (int32_t t : truth) text += t >= 2 ? testing::fake_alphabet()[static_cast<size_t>(t - 2)] : '#';
+    if (i % 2 == 0) p.stop = {text.substr(7 + i % 5, 2)};
+    if (i % 3 == 0) p.include_stop_str_in_output = true;
+    auto spec = make_core({}, std::make_unique<OracleProposer>(0.2, static_cast<uint64_t>(i)));
+    auto plain = make_core({.k = 0}, nullptr);
+    Collector a, b;
+    spec->add_request("x", prompt, p, a.callback_for("x"), 0.0);
+    plain->add_request("x", prompt, p, b.callback_for("x"), 0.0);
+    run(*spec);
+    run(*plain);
+    EXPECT_EQ(a.tokens("x"), b.tokens("x")) << i;
+    EXPECT_EQ(a.text("x"), b.text("x")) << i;
+    EXPECT_EQ(a.last("x").stop_string, b.last("x").stop_string) << i;
+    const auto la = a.logprobs("x"), lb = b.logprobs("x");
+    ASSERT_EQ(la.size(), lb.size()) << i;
+    for (size_t j = 0; j < la.size(); ++j) {
+      EXPECT_EQ(la[j].chosen.token_id, lb[j].chosen.token_id);
+      EXPECT_EQ(la[j].chosen.logprob, lb[j].chosen.logprob);
+      ASSERT_EQ(la[j].top.size(), lb[j].top.size());
+      for (size_t r = 0; r < la[j].top.size(); ++r) EXPECT_EQ(la[j].top[r].logprob, lb[j].top[r].logprob);
+    }
+    EXPECT_EQ(a.last("x").cumulative_logprob, b.last("x").cumulative_logprob);
+  }
+}
+
+TEST(Speculative, OutputsBecomeCachedPromptsOnlyAsVerifiedTokens) {
+  // Request 2's prompt is request 1's prompt plus its output: the prefix cache then serves blocks whose tokens
+  // were accepted drafts. Any unverified KV in them would change request 2's output (the fake model reads it).
+  auto core = make_core({.block_size = 4}, std::make_unique<OracleProposer>(0.4, 9));
+  Collector col;
+  std::vector<int32_t> prompt{3, 4, 5, 6, 7, 8, 9, 10, 11};
+  core->add_request("a", prompt, greedy(30), col.callback_for("a"), 0.0);
+  run(*core);
+  std::vector<int32_t> second = prompt;
+  const auto out = col.tokens("a");
+  second.insert(second.end(), out.begin(), out.end());
+  core->add_request("b", second, greedy(20), col.callback_for("b"), 0.0);
+  run(*core);
+  EXPECT_EQ(col.tokens("b"), expected_greedy(second, 20));
+  EXPECT_GT(col.deltas["b"].front().num_cached_tokens, 16);
+}
+
+TEST(Speculative, NoDraftsAboveTheBatchLimit) {
+  auto proposer = std::make_unique<OracleProposer>(0.0, 2);
+  auto core = make_core({.disable_by_batch_size = 2}, std::move(proposer));
+  Collector col;
+  std::mt19937 rng(1);
+  for (int i = 0; i < 4; ++i) core->add_request(testing::make_id("r", static_cast<int>(i)), random_prompt(rng, 5), greedy(10), col.callback_for(testing::make_id("r", static_cast<int>(i))), 0.0);
+  run(*core);
+  // Four sequences decode together until they end at the same length: never speculated.
+  EXPECT_EQ(core->stats().spec_num_draft_tokens, 0u);
+}
+
+// The empirical distribution of the emitted tokens with verification equals the model's (chi-square, 20k samples).
+TEST(Speculative, SamplingKeepsTheTargetDistribution) {
+  const std::vector<int32_t> prompt{7, 3, 9};
+  std::vector<float> l1(kFakeVocab);
+  fake_logits(prompt, l1.data());
+  // The draft for the first token: the most likely one (often accepted), then a likely second token.
+  const int32_t d0 = static_cast<int32_t>(std::max_element(l1.begin(), l1.end()) - l1.begin());
+  std::vector<int32_t> ctx = prompt;
+  ctx.push_back(d0);
+  std::vector<float> l2(kFakeVocab);
+  fake_logits(ctx, l2.data());
+  const int32_t d1 = static_cast<int32_t>(std::max_element(l2.begin(), l2.end()) - l2.begin());
+  SamplingParams p;
+  p.temperature = 1.3f;
+  p.top_k = 20;
+  p.max_tokens = 3;
+  p.ignore_eos = true;
+  auto probs = [&](const std::vector<float>& logits) {  // temperature then top-k, as the sampler does
+    std::vector<std::pair<float, int>> v;
+    for (int i = 0; i < kFakeVocab; ++i) v.emplace_back(logits[static_cast<size_t>(i)], i);
+    std::sort(v.begin(), v.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    std::vector<double> q(kFakeVocab, 0.0);
+    double z = 0;
+    for (int i = 0; i < 20; ++i) z += std::exp((v[static_cast<size_t>(i)].first - v[0].first) / p.temperature);
+    for (int i = 0; i < 20; ++i) q[static_cast<size_t>(v[static_cast<size_t>(i)].second)] = std::exp((v[static_cast<size_t>(i)].first - v[0].first) / p.temperature) / z;
+    return q;
+  };
+  // Token 1 is sampled plainly by the prefill step; token 2 by verifying the draft d1 (the likeliest token after
+  // prompt + d0). Its distribution is checked where token 1 was d0, against softmax(l2) under the same filters.
+  const int n = 20000;
+  auto core = make_core({.max_seqs = 64, .k = 2, .adaptive = false}, std::make_unique<FixedProposer>(std::vector<int32_t>{d1, d0}));
+  std::vector<int> first(kFakeVocab, 0), second(kFakeVocab, 0);
+  int conditioned = 0;
+  std::map<std::string, std::vector<int32_t>> outs;
+  for (int i = 0; i < n; ++i) {
+    SamplingParams q = p;
+    q.seed = static_cast<uint64_t>(i) * 7919u + 1u;
+    const std::string id = std::to_string(i);
+    core->add_request(id, prompt, q, [&outs, id](RequestOutput&& o) {
+      for (auto& c : o.outputs) outs[id].insert(outs[id].end(), c.token_ids.begin(), c.token_ids.end());
+    }, 0.0);
+    if (core->num_requests() >= 64) {
+      while (core->num_requests() > 0) core->step();
+    }
+  }
+  run(*core);
+  for (auto& [id, toks] : outs) {
+    ASSERT_EQ(toks.size(), 3u);
+    ++first[static_cast<size_t>(toks[0])];
+    if (toks[0] == d0) {
+      ++conditioned;
+      ++second[static_cast<size_t>(toks[1])];
+    }
+  }
+  EXPECT_GT(core->stats().spec_num_accepted_tokens, 1000u);  // the drafts were really used
+  auto chi2 = [](const std::vector<int>& counts, const std::vector<double>& q, int total, int& dof) {
+    double x = 0;
+    dof = -1;
+    for (size_t i = 0; i < q.size(); ++i) {
+      if (q[i] * total < 5) continue;  // merge-free: only well-populated cells
+      const double e = q[i] * total;
+      x += (counts[i] - e) * (counts[i] - e) / e;
+      ++dof;
+    }
+    return x;
+  };
+  int dof1 = 0, dof2 = 0;
+  const double x1 = chi2(first, probs(l1), n, dof1);
+  const double x2 = chi2(second, probs(l2), conditioned, dof2);
+  // 99.9% quantile of chi-square with dof degrees of freedom (Wilson-Hilferty), so the test fails by chance
+  // once in a thousand runs at most; it is deterministic here (seeded).
+  auto q999 = [](int k) {
+    const double z = 3.090, a = 2.0 / (9.0 * k);
+    return k * std::pow(1 - a + z * std::sqrt(a), 3);
+  };
+  EXPECT_LT(x1, q999(dof1)) << "first token, dof " << dof1;
+  EXPECT_LT(x2, q999(dof2)) << "second token given the first was d0, dof " << dof2 << ", n " << conditioned;
+  // Tokens that fell outside the top-k never appear.
+  const auto q2 = probs(l2);
+  for (int i = 0; i < kFakeVocab; ++i)
+    if (q2[static_cast<size_t>(i)] == 0) {
+      EXPECT_EQ(second[static_cast<size_t>(i)], 0);
+    }
+}
+
+TEST(SpeculativeSampler, VerifyKeepsTheDistributionWithSeveralDrafts) {
+  std::mt19937 rng(5);
+  std::vector<float> logits(50);
+  for (float& l : logits) l = std::normal_distribution<float>(0, 2)(rng);
+  SamplerParams sp;
+  sp.temperature = 0.9f;
+  sp.top_p = 0.95f;
+  Sampler s;
+  SamplerRng r(42);
+  // Exact distribution of sample(): draw a lot of plain samples with another stream for the cells.
+  const int n = 40000;
+  std::vector<int> plain(50, 0), verified(50, 0);
+  SamplerRng r2(43);
+  for (int i = 0; i < n; ++i) ++plain[static_cast<size_t>(s.sample(logits.data(), 50, sp, r2).token)];
+  const int32_t drafts[] = {3, 17, 8};
+  for (int i = 0; i < n; ++i) ++verified[static_cast<size_t>(s.verify(logits.data(), 50, sp, r, drafts).token)];
+  // Two-sample chi-square.
+  double x = 0;
+  int dof = -1;
+  for (int i = 0; i < 50; ++i) {
+    const double tot = plain[static_cast<size_t>(i)] + verified[static_cast<size_t>(i)];
+    if (tot < 10) continue;
+    const double e = tot / 2;
+    x += (plain[static_cast<size_t>(i)] - e) * (plain[static_cast<size_t>(i)] - e) / e +
+         (verified[static_cast<size_t>(i)] - e) * (verified[static_cast<size_t>(i)] - e) / e;
+    ++dof;
+  }
+  const double a = 2.0 / (9.0 * dof), q999 = dof * std::pow(1 - a + 3.090 * std::sqrt(a), 3);
+  EXPECT_LT(x, q999) << "dof " << dof;
+  // Greedy verification is the argmax.
+  SamplerParams g;
+  g.temperature = 0;
+  EXPECT_EQ(s.verify(logits.data(), 50, g, r, drafts).token, Sampler::argmax(logits.data(), 50));
+}
+
+TEST(SpeculativeConfigTest, ParsesVllmFormAndNamesBadKeys) {
+  SpeculativeConfig c = SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})");
+  EXPECT_EQ(c.method, SpeculativeConfig::Method::kNgram);
+  EXPECT_EQ(c.num_speculative_tokens, 5);
+  EXPECT_EQ(c.prompt_lookup_max, 4);
+  EXPECT_FALSE(SpeculativeConfig::parse("").enabled());
+  auto error_of = [](const char* json) {
+    try {
+      SpeculativeConfig::parse(json);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return e.message();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error_of(R"({"method": "eagle", "num_speculative_tokens": 2})").find("speculative_config.method"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram"})").find("num_speculative_tokens"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2, "colour": 1})").find("speculative_config.colour"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": "4"})").find("num_speculative_tokens"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 0})").find("num_speculative_tokens"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5, "prompt_lookup_max": 3})")
+                .find("prompt_lookup_min"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "draft_model", "num_speculative_tokens": 2})").find("speculative_config.model"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "self", "num_speculative_tokens": 2})").find("draft_num_layers"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "lookahead", "num_speculative_tokens": 2, "num_branches": 3})").find("max_tree_tokens"), std::string::npos);
+  EXPECT_NE(error_of(R"([1, 2])").find("JSON object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2, "cache_tokens": 5})").find("speculative_config.cache_tokens"), std::string::npos);
+}
+
+TEST(NgramProposerTest, LongestRecentMatchAndPeriodicContinuation) {
+  SpeculativeConfig c;
+  c.method = SpeculativeConfig::Method::kNgram;
+  c.num_speculative_tokens = 4;
+  c.prompt_lookup_min = 1;
+  c.prompt_lookup_max = 3;
+  NgramProposer p(c);
+  Sequence s;
+  s.id = 1;
+  // ... 1 2 3 7 8 ... 1 2 3 9 10 ... 2 3 -> the latest "2 3" was followed by 9 10.
+  s.token_ids = {1, 2, 3, 7, 8, 5, 1, 2, 3, 9, 10, 4, 6, 2, 3};
+  Sequence* seqs[] = {&s};
+  const int limits[] = {4};
+  p.propose(seqs, limits);
+  EXPECT_EQ(s.draft_tokens, (std::vector<int32_t>{9, 10, 4, 6}));
+  EXPECT_EQ(s.draft_parents, (std::vector<int32_t>{-1, 0, 1, 2}));
+  // Periodic text: "5 6 5 6 5" -> continues 6 5 6 5.
+  Sequence q;
+  q.id = 2;
+  q.token_ids = {5, 6, 5, 6, 5};
+  Sequence* qs[] = {&q};
+  p.propose(qs, limits);
+  EXPECT_EQ(q.draft_tokens, (std::vector<int32_t>{6, 5, 6, 5}));
+  // No earlier occurrence: nothing proposed; a limit of 0: nothing.
+  Sequence r;
+  r.id = 3;
+  r.token_ids = {1, 2, 3};
+  Sequence* rs[] = {&r};
+  p.propose(rs, limits);
+  EXPECT_TRUE(r.draft_tokens.empty());
+  const int zero[] = {0};
+  p.propose(seqs, zero);
+  EXPECT_TRUE(s.draft_tokens.empty());
+  // Growing text keeps the index current.
+  s.token_ids.insert(s.token_ids.end(), {9, 10, 11, 12, 2, 3, 9});
+  p.propose(seqs, limits);
+  EXPECT_EQ(s.draft_tokens, (std::vector<int32_t>{10, 11, 12, 2}));
+}
+
+TEST(LookaheadProposerTest, LearnsFromOtherRequestsAndStaysBounded) {
+  SpeculativeConfig c;
+  c.method = SpeculativeConfig::Method::kLookahead;
+  c.num_speculative_tokens = 3;
+  c.prompt_lookup_min = 2;
+  c.prompt_lookup_max = 3;
+  c.cache_tokens = 1024;
+  LookaheadProposer p(c, [](const std::string&) { return std::vector<int32_t>{}; });
+  // A finished request taught it "40 41 42 43 44".
+  Sequence a;
+  a.id = 1;
+  a.token_ids = {1, 40, 41, 42, 43, 44, 2};
+  p.observe(a);
+  p.forget(a);
+  Sequence b;
+  b.id = 2;
+  b.token_ids = {7, 8, 40, 41};
+  Sequence* seqs[] = {&b};
+  const int limits[] = {3};
+  p.propose(seqs, limits);
+  EXPECT_EQ(b.draft_tokens, (std::vector<int32_t>{42, 43, 44}));
+  // Its own text outweighs another document's continuation of the same n-gram.
+  b.token_ids = {7, 8, 40, 41, 50, 51, 9, 40, 41};
+  p.propose(seqs, limits);
+  EXPECT_EQ(b.draft_tokens, (std::vector<int32_t>{50, 51, 9}));
+  // Bounded: many finished documents later, the cache holds at most cache_tokens (live text aside).
+  for (int d = 0; d < 400; ++d) {
+    std::vector<int32_t> doc(20);
+    for (int i = 0; i < 20; ++i) doc[static_cast<size_t>(i)] = 100 + d * 20 + i;
+    p.add_document(doc);
+  }
+  EXPECT_LE(p.cached_tokens(), c.cache_tokens + static_cast<int64_t>(b.token_ids.size()));
+  // The oldest documents went first: the very first one is forgotten, the last one is known.
+  std::vector<int32_t> out;
+  p.propose_for({42, 43}, -1, 3, out);  // only the first document had it
+  EXPECT_TRUE(out.empty());
+  p.propose_for({100 + 399 * 20, 100 + 399 * 20 + 1}, -1, 3, out);
+  EXPECT_EQ(out, (std::vector<int32_t>{100 + 399 * 20 + 2, 100 + 399 * 20 + 3, 100 + 399 * 20 + 4}));
+}
+
+}  // namespace
+}  // namespace peregrine::engine
