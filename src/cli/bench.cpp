@@ -13,6 +13,7 @@ void register_bench(CLI::App& app) {
   register_bench_throughput(*bench);
   register_bench_serve(*bench);
   register_bench_prefix_cache(*bench);
+  register_bench_speculative(*bench);
 }
 
 }  // namespace peregrine::cli

@@ -28,6 +28,7 @@ struct LatencyArgs {
   std::string dtype = "auto";
   int threads = 0;
   bool json = false;
+  std::string speculative_config;
 };
 
 double now_s() {
@@ -86,6 +87,7 @@ void run_latency(const LatencyArgs& a) {
   ec.enable_prefix_caching = false;
   ec.skip_tokenizer_init = true;
   ec.generation_config = "vllm";
+  ec.speculative = SpeculativeConfig::parse(a.speculative_config);
   std::unique_ptr<Engine> engine = Engine::create(ec);  // graphs captured here: ready to serve after this
   const ModelInfo& info = engine->info();
   const double ready_s = now_s() - start;
@@ -195,6 +197,7 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--dtype", args->dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads; 0 = all cores")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
+  cmd->add_option("--speculative-config", args->speculative_config, "Speculative decoding as JSON");
   cmd->callback([args] { run_latency(*args); });
 }
 

@@ -20,6 +20,7 @@ struct ThroughputArgs {
   int output_len = 400;
   std::string concurrency = "1,8,32,64";
   int prompts_per_level = 0;  // 0 = the concurrency itself
+  std::string speculative_config;
 };
 
 std::vector<int> parse_list(const std::string& s, const char* flag) {
@@ -51,6 +52,7 @@ void run_throughput(ThroughputArgs& a) {
   for (int c : levels) max_level = std::max(max_level, c);
   if (a.engine.max_num_seqs < max_level) a.engine.max_num_seqs = max_level;
   if (a.engine.max_model_len == 0) a.engine.max_model_len = a.input_len + a.output_len;
+  a.engine.speculative = SpeculativeConfig::parse(a.speculative_config);
   const auto t0 = std::chrono::steady_clock::now();
   auto engine = Engine::create(a.engine);
   const ModelInfo& info = engine->info();
@@ -110,6 +112,12 @@ void run_throughput(ThroughputArgs& a) {
               100 * s.step_schedule_seconds / total, 100 * s.step_prepare_seconds / total,
               100 * s.step_forward_seconds / total, 100 * s.step_sample_seconds / total,
               100 * s.step_update_seconds / total);
+  if (s.spec_num_drafts > 0) {
+    std::printf("speculation: %llu verify steps, %llu drafted, %llu accepted, %.2f tokens per verify step\n",
+                static_cast<unsigned long long>(s.spec_num_drafts), static_cast<unsigned long long>(s.spec_num_draft_tokens),
+                static_cast<unsigned long long>(s.spec_num_accepted_tokens),
+                1.0 + static_cast<double>(s.spec_num_accepted_tokens) / static_cast<double>(s.spec_num_drafts));
+  }
 }
 
 // TTFT of a prompt whose first `cached` tokens are in the prefix cache vs the same-length prompt cold.
@@ -199,6 +207,7 @@ void register_bench_throughput(CLI::App& bench) {
   cmd->add_option("--gpu-memory-utilization", e.gpu_memory_utilization, "Device memory fraction")->capture_default_str();
   cmd->add_option("--kv-cache-memory-bytes", e.kv_cache_memory_bytes, "KV cache size in bytes");
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
+  cmd->add_option("--speculative-config", args->speculative_config, "Speculative decoding as JSON (random ids rarely match)");
   cmd->callback([args] { run_throughput(*args); });
 }
 

@@ -9,5 +9,6 @@ namespace peregrine::cli {
 void register_bench_throughput(CLI::App& bench);
 void register_bench_serve(CLI::App& bench);
 void register_bench_prefix_cache(CLI::App& bench);
+void register_bench_speculative(CLI::App& bench);
 
 }  // namespace peregrine::cli

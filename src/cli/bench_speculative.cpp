@@ -1,0 +1,225 @@
+// `peregrine bench speculative`: speculative decoding on code workloads, each method beside plain decoding in the
+// same run. Workloads from a dataset of files (a JSON list of {"text": ...}, e.g. ../shared/data/code-dev.json):
+//   complete: the first half of a file; the model continues it.
+//   edit:     a whole file, an instruction-like comment, then the file's first lines again, so the output mostly
+//             re-types the input, as code-editing assistants do.
+// At each concurrency, closed-loop (a new request starts when one ends), greedy, the same prompts for every
+// method: output tokens/s, the speedup over plain decoding, tokens emitted per verify step, the draft acceptance,
+// and whether every output equals plain decoding's (it must).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/files.h"
+#include "cli/serving_bench.h"
+#include "peregrine/engine.h"
+#include "peregrine/error.h"
+
+namespace peregrine::cli {
+namespace {
+
+struct SpecArgs {
+  EngineConfig engine;
+  std::string dataset;
+  std::string workloads = "complete,edit";
+  std::string concurrency = "1,8,32";
+  std::vector<std::string> methods;  // JSON configs; plain decoding always runs first
+  int num_prompts = 0;               // per level; 0 = max(concurrency, 8)
+  int output_len = 128;
+  int max_prompt_chars = 3000;
+  std::string json_out;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// The workload's prompt texts, cut to whole lines within max_chars.
+std::vector<std::string> make_prompts(const std::vector<std::string>& files, const std::string& workload, size_t max_chars) {
+  auto cut_lines = [](const std::string& text, size_t n) {
+    if (text.size() <= n) return text;
+    const size_t nl = text.rfind('\n', n);
+    size_t end = nl == std::string::npos ? n : nl + 1;
+    while (end > 0 && end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // whole characters
+    return text.substr(0, end);
+  };
+  std::vector<std::string> out;
+  for (const std::string& f : files) {
+    if (f.size() < 200) continue;
+    if (workload == "complete") {
+      out.push_back(cut_lines(f, std::min(max_chars, f.size() / 2)));
+    } else if (workload == "edit") {
+      const std::string body = cut_lines(f, max_chars * 2 / 3);
+      out.push_back(body + "\n\n# Rewrite the code above with clearer names and docstrings, keeping its behaviour.\n" +
+                    cut_lines(body, std::min<size_t>(body.size(), 160)));
+    } else {
+      throw Error(ErrorCode::kInvalidArgument, "--workloads: unknown workload '" + workload + "' (complete, edit)");
+    }
+  }
+  if (out.empty()) throw Error(ErrorCode::kInvalidArgument, "--dataset: no file of at least 200 characters");
+  return out;
+}
+
+struct LevelResult {
+  double seconds = 0;
+  uint64_t output_tokens = 0;
+  uint64_t verify_steps = 0, drafted = 0, accepted = 0;
+  std::vector<std::vector<int32_t>> outputs;  // per prompt index
+};
+
+LevelResult run_level(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int concurrency, int count,
+                      int output_len) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = output_len;
+  LevelResult r;
+  r.outputs.resize(static_cast<size_t>(count));
+  std::mutex mutex;
+  std::condition_variable cv;
+  int in_flight = 0, next = 0, done = 0;
+  const EngineStats before = engine.stats();
+  static int batch = 0;
+  const std::string prefix = "spec-" + std::to_string(batch++) + "-";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mutex);
+  while (done < count) {
+    while (in_flight < concurrency && next < count) {
+      const int i = next++;
+      ++in_flight;
+      lock.unlock();
+      engine.add_request(prefix + std::to_string(i), prompts[static_cast<size_t>(i) % prompts.size()], p,
+                         [&, i](RequestOutput&& o) {
+                           std::lock_guard<std::mutex> g(mutex);
+                           for (auto& c : o.outputs)
+                             r.outputs[static_cast<size_t>(i)].insert(r.outputs[static_cast<size_t>(i)].end(),
+                                                                      c.token_ids.begin(), c.token_ids.end());
+                           if (o.finished) {
+                             --in_flight;
+                             ++done;
+                             cv.notify_all();
+                           }
+                         });
+      lock.lock();
+    }
+    cv.wait(lock, [&] { return done == count || (in_flight < concurrency && next < count); });
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& o : r.outputs) r.output_tokens += o.size();
+  lock.unlock();
+  // The stats snapshot is published after the step that delivered the last output.
+  EngineStats after = engine.stats();
+  for (int spin = 0; spin < 200 && after.generation_tokens < before.generation_tokens + r.output_tokens; ++spin) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    after = engine.stats();
+  }
+  r.verify_steps = after.spec_num_drafts - before.spec_num_drafts;
+  r.drafted = after.spec_num_draft_tokens - before.spec_num_draft_tokens;
+  r.accepted = after.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
+  return r;
+}
+
+void run_speculative(SpecArgs& a) {
+  if (a.dataset.empty()) throw Error(ErrorCode::kInvalidArgument, "--dataset FILE is required (a JSON list of {\"text\"})");
+  const nlohmann::json data = nlohmann::json::parse(read_file(a.dataset, "--dataset"), nullptr, false);
+  if (data.is_discarded() || !data.is_array()) throw Error(ErrorCode::kFormatError, a.dataset + ": expected a JSON list of {\"text\": ...}");
+  std::vector<std::string> files;
+  for (const auto& e : data)
+    if (e.is_object() && e.contains("text") && e["text"].is_string()) files.push_back(e["text"].get<std::string>());
+  std::vector<int> levels;
+  for (const std::string& c : split(a.concurrency)) levels.push_back(std::max(1, std::stoi(c)));
+  const int top = *std::max_element(levels.begin(), levels.end());
+  a.engine.max_num_seqs = std::max(a.engine.max_num_seqs, top);
+  a.engine.generation_config = "vllm";
+  std::vector<std::string> configs{""};
+  configs.insert(configs.end(), a.methods.begin(), a.methods.end());
+  nlohmann::json report = nlohmann::json::array();
+  std::printf("%-9s %-34s %5s %8s %10s %8s %11s %8s %9s\n", "workload", "method", "conc", "seconds", "output tok/s",
+              "speedup", "tok/verify", "accept", "identical");
+  for (const std::string& workload : split(a.workloads)) {
+    const std::vector<std::string> texts = make_prompts(files, workload, static_cast<size_t>(a.max_prompt_chars));
+    std::map<int, LevelResult> plain;
+    for (const std::string& cfg : configs) {
+      EngineConfig ec = a.engine;
+      ec.speculative = SpeculativeConfig::parse(cfg);
+      std::string label = "plain";
+      if (!cfg.empty()) {
+        const auto j = nlohmann::json::parse(cfg);
+        label = j["method"].get<std::string>() + " k=" + std::to_string(j["num_speculative_tokens"].get<int>());
+        if (j.contains("max_tree_tokens")) label += " tree=" + std::to_string(j["max_tree_tokens"].get<int>());
+        if (j.contains("model")) label += " (" + std::filesystem::path(j["model"].get<std::string>()).filename().string() + ")";
+      }
+      for (int c : levels) {
+        // A fresh engine per level: a cache that learns (lookahead) must not have seen these prompts' outputs.
+        auto engine = Engine::create(ec);
+        std::vector<std::vector<int32_t>> prompts;
+        for (const std::string& t : texts) prompts.push_back(engine->tokenize(t, true));
+        // Warm up (first-use allocations, page faults) on a prompt of its own.
+        run_level(*engine, {engine->tokenize("import os\n\n\ndef main():\n", true)}, 1, 1, 8);
+        const int count = a.num_prompts > 0 ? a.num_prompts : std::max(c, 8);
+        LevelResult r = run_level(*engine, prompts, c, count, a.output_len);
+        const double tps = static_cast<double>(r.output_tokens) / r.seconds;
+        double speedup = 1.0;
+        bool identical = true;
+        if (cfg.empty()) {
+          plain[c] = r;
+        } else {
+          const LevelResult& base = plain.at(c);
+          speedup = tps / (static_cast<double>(base.output_tokens) / base.seconds);
+          identical = r.outputs == base.outputs;
+        }
+        const double per_verify = r.verify_steps ? 1.0 + static_cast<double>(r.accepted) / static_cast<double>(r.verify_steps) : 1.0;
+        const double acceptance = r.drafted ? static_cast<double>(r.accepted) / static_cast<double>(r.drafted) : 0.0;
+        std::printf("%-9s %-34s %5d %8.2f %12.1f %7.2fx %11.2f %7.0f%% %9s\n", workload.c_str(), label.c_str(), c,
+                    r.seconds, tps, speedup, per_verify, 100 * acceptance, identical ? "yes" : "NO");
+        std::fflush(stdout);
+        report.push_back({{"workload", workload}, {"method", label}, {"config", cfg}, {"concurrency", c},
+                          {"seconds", r.seconds}, {"output_tokens", r.output_tokens}, {"output_tokens_per_s", tps},
+                          {"speedup", speedup}, {"tokens_per_verify_step", per_verify}, {"acceptance", acceptance},
+                          {"verify_steps", r.verify_steps}, {"drafted", r.drafted}, {"accepted", r.accepted},
+                          {"identical_to_plain", identical}});
+        if (!identical) throw Error(ErrorCode::kInternal, "speculative output differs from plain decoding (" + label + ")");
+      }
+    }
+  }
+  if (!a.json_out.empty()) {
+    std::FILE* f = std::fopen(a.json_out.c_str(), "w");
+    if (!f) throw Error(ErrorCode::kIoError, "--json-out: cannot write " + a.json_out);
+    std::fputs(report.dump(1).c_str(), f);
+    std::fclose(f);
+  }
+}
+
+}  // namespace
+
+void register_bench_speculative(CLI::App& bench) {
+  auto args = std::make_shared<SpecArgs>();
+  CLI::App* cmd = bench.add_subcommand("speculative", "Speculative decoding on code workloads, beside plain decoding");
+  EngineConfig& e = args->engine;
+  cmd->add_option("--model", e.model, "Hugging Face model folder")->required();
+  cmd->add_option("--dataset", args->dataset, "JSON list of {\"text\": ...} files (e.g. ../shared/data/code-dev.json)")->required();
+  cmd->add_option("--workloads", args->workloads, "complete, edit (comma-separated)")->capture_default_str();
+  cmd->add_option("--concurrency", args->concurrency, "Comma-separated concurrency levels")->capture_default_str();
+  cmd->add_option("--speculative-config", args->methods, "A method to measure, as JSON (repeatable)")->required();
+  cmd->add_option("--num-prompts", args->num_prompts, "Requests per level (default: max(concurrency, 8))");
+  cmd->add_option("--output-len", args->output_len, "Tokens generated per request")->capture_default_str();
+  cmd->add_option("--max-prompt-chars", args->max_prompt_chars, "Prompt text cut to whole lines within this")->capture_default_str();
+  cmd->add_option("--device", e.device, "auto | cpu | cuda")->capture_default_str();
+  cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
+  cmd->add_option("--max-model-len", e.max_model_len, "Context length")->capture_default_str();
+  cmd->add_option("--json-out", args->json_out, "Write every row as JSON here");
+  cmd->callback([args] { run_speculative(*args); });
+}
+
+}  // namespace peregrine::cli
