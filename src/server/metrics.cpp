@@ -21,6 +21,11 @@ class Writer {
     header(name, help, "counter");
     for (const auto& [v, x] : values) line(std::string(name), std::string(label) + "=\"" + v + "\"", x);
   }
+  void counter_by(const char* name, const char* help, const char* label,
+                  const std::vector<std::pair<std::string, double>>& values) {
+    header(name, help, "counter");
+    for (const auto& [v, x] : values) line(std::string(name), std::string(label) + "=\"" + v + "\"", x);
+  }
   void histogram(const char* name, const char* help, const Histogram& h) {
     header(name, help, "histogram");
     uint64_t cum = 0;
@@ -94,6 +99,19 @@ std::string OpenAiServer::metrics_text() const {
   w.counter("vllm:prompt_tokens_total", "Prefill tokens processed.", static_cast<double>(s.prompt_tokens));
   w.counter("vllm:generation_tokens_total", "Generation tokens processed.", static_cast<double>(s.generation_tokens));
   w.counter("vllm:num_preemptions_total", "Cumulative preemptions.", static_cast<double>(s.num_preemptions));
+  w.counter("vllm:spec_decode_num_drafts_total", "Verify steps of sequences that carried drafts.",
+            static_cast<double>(s.spec_num_drafts));
+  w.counter("vllm:spec_decode_num_draft_tokens_total", "Draft tokens verified.", static_cast<double>(s.spec_num_draft_tokens));
+  w.counter("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+            static_cast<double>(s.spec_num_accepted_tokens));
+  {
+    std::vector<std::pair<std::string, double>> per_pos;
+    for (size_t i = 0; i < s.spec_accepted_per_position.size(); ++i)
+      per_pos.emplace_back(std::to_string(i), static_cast<double>(s.spec_accepted_per_position[i]));
+    if (!per_pos.empty())
+      w.counter_by("vllm:spec_decode_num_accepted_tokens_per_pos_total", "Draft tokens accepted, by draft position.",
+                   "position", per_pos);
+  }
   w.counter_by("vllm:request_success_total", "Finished sequences by finish reason.", "finished_reason",
                {{"stop", static_cast<double>(s.requests_finished_stop)},
                 {"length", static_cast<double>(s.requests_finished_length)},
