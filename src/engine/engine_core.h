@@ -74,6 +74,7 @@ class EngineCore {
   const Scheduler& scheduler() const { return scheduler_; }
   double now() const;
   ModelRunner& runner() { return *runner_; }
+  KvCacheManager& kv_manager() { return scheduler_.kv(); }
 
  private:
   void compute_prompt_logprobs(RequestState& req, const float* rows, int count, int first_position);

@@ -8,6 +8,7 @@
 #include "engine/device_setup.h"
 #include "engine/engine_core.h"
 #include "engine/model_runner.h"
+#include "engine/spec/model_proposer.h"
 #include "engine/tokenizer_codec.h"
 #include "io/hf_config.h"
 #include "model/model.h"
@@ -123,10 +124,59 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   runner_options.use_graphs = !config.enforce_eager;
   auto runner = std::make_unique<engine::ModelRunner>(std::move(backend), std::move(model), runner_options);
 
+  // Speculative decoding with a model: the draft model loads now, so the KV sizing below leaves room for its cache.
+  using Method = SpeculativeConfig::Method;
+  const SpeculativeConfig& spec = config.speculative;
+  std::unique_ptr<engine::ModelRunner> draft_runner;
+  if (spec.method == Method::kDraftModel) {
+    const io::ModelConfig draft_config = io::load_model_config(spec.model);
+    if (draft_config.vocab_size != model_config.vocab_size) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "speculative_config.model: " + spec.model + " has a vocabulary of " +
+                      std::to_string(draft_config.vocab_size) + " tokens, the model " +
+                      std::to_string(model_config.vocab_size) + "; a draft model must share the tokenizer",
+                  "speculative_config");
+    }
+    model::ModelOptions draft_options = options;
+    draft_options.random_weights = false;
+    draft_options.on_load_progress = nullptr;
+    auto draft = model::load_model(spec.model, runner->backend(), draft_options);
+    engine::RunnerOptions dro = runner_options;
+    dro.max_model_len = std::min<int>(max_model_len, static_cast<int>(draft_config.max_position_embeddings));
+    draft_runner = std::make_unique<engine::ModelRunner>(nullptr, std::move(draft), dro);
+  }
+  std::vector<int> self_layers;
+  if (spec.method == Method::kSelf) {
+    const int layers = static_cast<int>(model_config.num_hidden_layers);
+    if (spec.draft_num_layers > 0) {
+      if (spec.draft_num_layers >= layers) {
+        throw Error(ErrorCode::kInvalidArgument, "speculative_config.draft_num_layers: " +
+                                                     std::to_string(spec.draft_num_layers) + " is not fewer than the model's " +
+                                                     std::to_string(layers) + " layers", "speculative_config");
+      }
+      for (int l = 0; l < spec.draft_num_layers; ++l) self_layers.push_back(l);
+    } else {
+      self_layers = spec.draft_layers;
+      if (self_layers.back() >= layers || static_cast<int>(self_layers.size()) >= layers) {
+        throw Error(ErrorCode::kInvalidArgument, "speculative_config.draft_layers: the model has " + std::to_string(layers) +
+                                                     " layers (indices 0.." + std::to_string(layers - 1) +
+                                                     "); draft with fewer", "speculative_config");
+      }
+    }
+    // The draft layers read and write the target's KV of those layers: only a prefix of the stack computes
+    // exactly the KV the target would.
+    for (size_t i = 0; i < self_layers.size(); ++i) {
+      if (self_layers[i] != static_cast<int>(i)) {
+        throw Error(ErrorCode::kUnsupported, "speculative_config.draft_layers: only the first layers (0, 1, 2, ...) can "
+                                             "draft, since they share the model's KV", "speculative_config");
+      }
+    }
+  }
+
   // Warm up with a one-block cache (first-use allocations happen now), then size the real one from what is left.
   runner->profile_run();
   ops::Backend& device = runner->backend();
-  const size_t block_bytes = runner->kv_bytes_per_block();
+  const size_t block_bytes = runner->kv_bytes_per_block() + (draft_runner ? draft_runner->kv_bytes_per_block() : 0);
   size_t num_blocks = 0;
   if (config.num_kv_blocks_override > 0) {
     num_blocks = static_cast<size_t>(config.num_kv_blocks_override);
@@ -158,9 +208,13 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     max_model_len = static_cast<int>(capacity);
   }
   runner->allocate_kv_cache(static_cast<int>(num_blocks));
+  if (draft_runner) draft_runner->allocate_kv_cache(static_cast<int>(num_blocks));
   // On a GPU, run every decode bucket once now (graph capture) so first requests pay nothing; on the CPU there
   // is nothing to capture and a full-budget prefill would only slow startup.
-  if (!device.is_host()) runner->warm_up();
+  if (!device.is_host()) {
+    runner->warm_up();
+    if (draft_runner) draft_runner->warm_up();
+  }
 
   engine::EngineCoreConfig core_config;
   core_config.max_model_len = max_model_len;
@@ -208,15 +262,25 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   core->set_default_sampling_params(defaults);
   if (config.speculative.enabled()) {
     using Method = SpeculativeConfig::Method;
-    if (config.speculative.method == Method::kDraftModel || config.speculative.method == Method::kSelf) {
-      throw Error(ErrorCode::kUnsupported, std::string("speculative_config.method '") +
-                                               SpeculativeConfig::method_name(config.speculative.method) +
-                                               "' is not available yet (use ngram or lookahead)",
-                  "speculative_config");
+    if (spec.method == Method::kDraftModel) {
+      core->set_proposer(std::make_unique<engine::ModelProposer>(std::move(draft_runner), static_cast<int>(num_blocks),
+                                                                 config.block_size, core_config.eos_token_ids));
+    } else if (spec.method == Method::kSelf) {
+      engine::ModelRunner& target = core->runner();
+      model::ModelOptions sub_options = options;
+      sub_options.random_weights = false;
+      engine::RunnerOptions sro = runner_options;
+      auto self_runner = std::make_unique<engine::ModelRunner>(
+          nullptr, target.model().layer_subset(self_layers, sub_options), sro);
+      self_runner->use_kv_cache(engine::KvCache::view_of(target.kv_cache(), self_layers));
+      if (!target.backend().is_host()) self_runner->warm_up();
+      core->set_proposer(std::make_unique<engine::ModelProposer>(std::move(self_runner), core->kv_manager(),
+                                                                 core_config.eos_token_ids));
+    } else {
+      const engine::TextCodec& text = core->codec();
+      core->set_proposer(engine::make_text_proposer(
+          config.speculative, [&text](const std::string& s) { return text.encode(s, false); }));
     }
-    const engine::TextCodec& text = core->codec();
-    core->set_proposer(engine::make_text_proposer(
-        config.speculative, [&text](const std::string& s) { return text.encode(s, false); }));
   }
   return std::make_unique<Engine>(std::move(core));
 }

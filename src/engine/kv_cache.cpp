@@ -44,6 +44,21 @@ KvCache::KvCache(ops::Backend& backend, const KvCacheConfig& config) : backend_(
   }
 }
 
+KvCache::KvCache(ops::Backend& backend, const KvCacheConfig& config, std::vector<model::KvLayer> views)
+    : backend_(backend), config_(config), view_(true), views_(std::move(views)) {}
+
+std::unique_ptr<KvCache> KvCache::view_of(const KvCache& base, std::span<const int> layers) {
+  KvCacheConfig c = base.config_;
+  c.num_layers = static_cast<int>(layers.size());
+  std::vector<model::KvLayer> views;
+  for (int l : layers) {
+    if (l < 0 || l >= base.config_.num_layers)
+      throw Error(ErrorCode::kInvalidArgument, "KV cache view: layer " + std::to_string(l) + " does not exist");
+    views.push_back(base.views_[static_cast<size_t>(l)]);
+  }
+  return std::unique_ptr<KvCache>(new KvCache(base.backend_, c, std::move(views)));
+}
+
 void KvCache::check_block(int block, const char* what) const {
   if (block < 0 || block >= config_.num_blocks)
     throw Error(ErrorCode::kInvalidArgument, std::string("KV cache ") + what + ": block " + std::to_string(block) +
@@ -66,6 +81,7 @@ void KvCache::block_regions(int block, std::vector<std::byte*>& out) const {
 }
 
 void KvCache::copy_blocks(std::span<const std::pair<int, int>> src_dst) {
+  if (view_) throw Error(ErrorCode::kUnsupported, "KV cache view: blocks are moved through the cache it views");
   std::vector<std::byte*> src, dst;
   for (const auto& [s, d] : src_dst) {
     check_block(s, "copy_blocks source");
@@ -100,6 +116,7 @@ void append_region(std::vector<ops::Backend::CopyRegion>& regions, void* dst, co
 }  // namespace
 
 uint64_t KvCache::swap_out(std::span<const int> blocks, HostKvBuffer& host, std::span<const int> host_slots) {
+  if (view_) throw Error(ErrorCode::kUnsupported, "KV cache view: blocks are moved through the cache it views");
   if (blocks.size() != host_slots.size())
     throw Error(ErrorCode::kInvalidArgument, "KV swap_out: blocks and host slots differ in number");
   if (host.slot_bytes() != config_.bytes_per_block())
@@ -124,6 +141,7 @@ uint64_t KvCache::swap_out(std::span<const int> blocks, HostKvBuffer& host, std:
 }
 
 uint64_t KvCache::swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks) {
+  if (view_) throw Error(ErrorCode::kUnsupported, "KV cache view: blocks are moved through the cache it views");
   if (blocks.size() != host_slots.size())
     throw Error(ErrorCode::kInvalidArgument, "KV swap_in: blocks and host slots differ in number");
   if (host.slot_bytes() != config_.bytes_per_block())

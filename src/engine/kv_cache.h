@@ -69,6 +69,10 @@ class KvCache {
  public:
   // Allocates every pool and zeroes it. Throws Error(kResourceExhausted) when the device is full.
   KvCache(ops::Backend& backend, const KvCacheConfig& config);
+  // A view of some of base's layers (self-speculation: the draft layers read and write the target's KV). It owns
+  // nothing (base must outlive it) and cannot copy or swap blocks.
+  static std::unique_ptr<KvCache> view_of(const KvCache& base, std::span<const int> layers);
+  bool is_view() const { return view_; }
 
   const KvCacheConfig& config() const { return config_; }
   int num_blocks() const { return config_.num_blocks; }
@@ -93,8 +97,10 @@ class KvCache {
   // The regions of one block of every layer, device side, in slot order (K, V per layer; then scales).
   void block_regions(int block, std::vector<std::byte*>& out) const;
 
+  KvCache(ops::Backend& backend, const KvCacheConfig& config, std::vector<model::KvLayer> views);
   ops::Backend& backend_;
   KvCacheConfig config_;
+  bool view_ = false;
   std::vector<ops::DeviceBuffer> k_, v_, k_scales_, v_scales_;
   std::vector<model::KvLayer> views_;
 };

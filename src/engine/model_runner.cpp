@@ -77,6 +77,11 @@ void ModelRunner::allocate_kv_cache(int num_blocks) {
   kv_ = std::make_unique<KvCache>(backend_, kv_cache_config(num_blocks));
 }
 
+void ModelRunner::use_kv_cache(std::unique_ptr<KvCache> cache) {
+  release_graphs();
+  kv_ = std::move(cache);
+}
+
 KvCache& ModelRunner::kv_cache() {
   PEREGRINE_CHECK(kv_ != nullptr, "the KV cache is not allocated");
   return *kv_;

@@ -47,6 +47,8 @@ class ModelRunner {
   size_t kv_bytes_per_block() const { return kv_cache_config(1).bytes_per_block(); }
   // (Re)allocates the KV cache; drops captured graphs (they point at the old pools).
   void allocate_kv_cache(int num_blocks);
+  // Runs on a cache it does not own instead (a view of another runner's cache: self-speculation).
+  void use_kv_cache(std::unique_ptr<KvCache> cache);
   bool has_kv_cache() const { return kv_ != nullptr; }
   KvCache& kv_cache();
 

@@ -37,6 +37,7 @@ class LlamaModel final : public Model {
   }
   void forward(const StepInputs& in, std::span<const KvLayer> kv) override;
   void compute_logits(const TensorView& rows, const TensorView& out) override;
+  std::unique_ptr<Model> layer_subset(std::span<const int> layers, const ModelOptions& options) const override;
 
  private:
   void allocate_workspace();
@@ -152,6 +153,26 @@ void LlamaModel::compute_logits(const TensorView& rows, const TensorView& out) {
   const TensorView sel = act(selected_, n, h);
   backend_.gather_rows({normed, rows, sel});
   backend_.matmul(weights_.lm_head(sel, out));
+}
+
+std::unique_ptr<Model> LlamaModel::layer_subset(std::span<const int> layers, const ModelOptions& options) const {
+  if (layers.empty()) throw Error(ErrorCode::kInvalidArgument, "a layer subset needs at least one layer");
+  LlamaWeights view;  // views into this model's weights; owns nothing
+  view.embed_tokens = weights_.embed_tokens;
+  view.final_norm = weights_.final_norm;
+  view.lm_head = weights_.lm_head;
+  int prev = -1;
+  for (int l : layers) {
+    if (l <= prev || l >= static_cast<int>(weights_.layers.size()))
+      throw Error(ErrorCode::kInvalidArgument, "layer subset: layer " + std::to_string(l) + " is out of order or not in [0, " +
+                                                   std::to_string(weights_.layers.size()) + ")");
+    view.layers.push_back(weights_.layers[static_cast<size_t>(l)]);
+    prev = l;
+  }
+  view.total_bytes = 0;
+  io::ModelConfig c = config_;
+  c.num_hidden_layers = static_cast<int64_t>(layers.size());
+  return std::make_unique<LlamaModel>(std::move(c), std::move(view), backend_, options);
 }
 
 }  // namespace

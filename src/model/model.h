@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 
+#include "core/status.h"
 #include "io/hf_config.h"
 #include "ops/backend.h"
 
@@ -68,6 +69,14 @@ class Model {
   // out[r, :] = lm_head(final hidden of token row rows[r]) as f32, for the last forward's rows.
   // rows: [R] int32 on the device, R <= max_logits_rows(); out: [R, vocab] f32 on the device.
   virtual void compute_logits(const TensorView& rows, const TensorView& out) = 0;
+  // A model of only these layers (increasing indices) followed by this model's final norm and LM head, sharing its
+  // weights (self-speculation drafts with it; this model must outlive it). Its forward takes KV for those layers
+  // only. Throws Error(kUnsupported) when the architecture cannot.
+  virtual std::unique_ptr<Model> layer_subset(std::span<const int> layers, const ModelOptions& options) const {
+    (void)layers;
+    (void)options;
+    throw Error(ErrorCode::kUnsupported, "this architecture cannot run a subset of its layers");
+  }
 };
 
 // Loads a Hugging Face folder (config.json, safetensors) onto the backend. Throws Error naming the file

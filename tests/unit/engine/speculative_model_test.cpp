@@ -58,12 +58,19 @@ std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<
   return engine->generate(ids, p);
 }
 
-TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryTextMethod) {
+TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
   if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
   const auto ps = prompts();
   const auto plain = run(SpeculativeConfig{}, ps, 8);
-  for (const char* json : {R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
-                           R"({"method": "lookahead", "num_speculative_tokens": 6})"}) {
+  std::vector<std::string> configs = {R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
+                                      R"({"method": "lookahead", "num_speculative_tokens": 6})",
+                                      R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3})"};
+  auto shared = testing::shared_dir();
+  if (shared && std::filesystem::exists(*shared / "models" / "pycoder-draft" / "config.json")) {
+    configs.push_back(R"({"method": "draft_model", "num_speculative_tokens": 4, "model": ")" +
+                      (*shared / "models" / "pycoder-draft").string() + "\"}");
+  }
+  for (const std::string& json : configs) {
     const SpeculativeConfig spec = SpeculativeConfig::parse(json);
     for (int max_seqs : {1, 8}) {
       const auto got = run(spec, ps, max_seqs);
@@ -80,7 +87,7 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryTextMethod) {
         accepted += a.num_accepted_tokens;
       }
       EXPECT_GT(accepted, 0) << json;
-      std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json, max_seqs, drafted, accepted);
+      std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json.c_str(), max_seqs, drafted, accepted);
     }
   }
 }
