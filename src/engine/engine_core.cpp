@@ -292,7 +292,9 @@ void EngineCore::propose_drafts() {
   }
   // Above this many decoding sequences a step is no longer bound by reading the weights: no speculation.
   const int limit = spec.disable_by_batch_size > 0 ? spec.disable_by_batch_size : kDefaultSpecBatchLimit;
-  const bool off = static_cast<int>(propose_seqs_.size()) > limit;
+  const int batch = static_cast<int>(propose_seqs_.size());
+  const bool off = batch > limit || (spec.adaptive && !spec_controller_.speculate(batch));
+  step_speculated_ = !off;
   for (Sequence* seq : propose_seqs_) {
     const RequestState& req = *seq->request;
     const SeqState& ss = *req.seqs[static_cast<size_t>(seq->index)];
@@ -379,12 +381,15 @@ void EngineCore::step() {
   for (auto& [ss, token] : sampled) process_token(*ss->seq.request, *ss, token, t_now);
   // Sequences that verify drafts: their rows are sampled in order (each with the state the earlier tokens left)
   // and the tokens processed as they come, so the result is what decoding them one by one gives.
+  const uint64_t accepted_before = stats_.spec_num_accepted_tokens;
+  int drafting_seqs = 0;
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     const int drafts = out.seqs[i].num_draft_tokens;
     if (drafts == 0 || rows_.sample_row[i] < 0) continue;
     Sequence& seq = *out.seqs[i].seq;
     RequestState& req = *seq.request;
     SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
+    ++drafting_seqs;
     const int accepted =
         verify_drafts(req, ss, logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab, drafts, t_now);
     if (!ss.finished()) scheduler_.accept_drafts(&seq, accepted);
@@ -393,7 +398,22 @@ void EngineCore::step() {
     s.seq->draft_tokens.clear();
     s.seq->draft_parents.clear();
   }
-  if (proposer_) propose_drafts();
+  if (proposer_) {
+    // Measure this step for the controller when it was a pure decode step (no prompt chunk in it).
+    bool decode_only = true;
+    int emitted = 0;
+    for (const ScheduledSeq& s : out.seqs) {
+      decode_only = decode_only && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens &&
+                    s.seq->num_output_tokens() > 0;
+    }
+    for (const auto& [ss, token] : sampled) emitted += token >= 0 ? 1 : 0;
+    emitted += static_cast<int>(stats_.spec_num_accepted_tokens - accepted_before) + drafting_seqs;
+    if (decode_only) {
+      spec_controller_.record(static_cast<int>(out.seqs.size()), step_speculated_, emitted,
+                              std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    propose_drafts();
+  }
   for (RequestState* req : touched_) {
     if (req) emit(*req);  // null: delivered and ended since it was listed
   }

@@ -18,6 +18,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/spec/proposer.h"
+#include "engine/spec/spec_controller.h"
 #include "engine/text_codec.h"
 #include "peregrine/engine.h"
 
@@ -40,8 +41,9 @@ struct EngineCoreConfig {
 
 class EngineCore {
  public:
-  // Default of speculative_config.disable_by_batch_size (measured: docs/BENCHMARKS.md, speculative decoding).
-  static constexpr int kDefaultSpecBatchLimit = 16;
+  // Default of speculative_config.disable_by_batch_size: no hard limit; the SpecController measures where
+  // speculation stops paying.
+  static constexpr int kDefaultSpecBatchLimit = 1 << 20;
   // The runner must have its KV cache allocated with config.num_blocks blocks of config.block_size.
   EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<const TextCodec> codec,
              const EngineCoreConfig& config, ModelInfo info);
@@ -119,6 +121,8 @@ class EngineCore {
   std::unique_ptr<Proposer> proposer_;
   std::vector<Sequence*> propose_seqs_;
   std::vector<int> propose_limits_;
+  SpecController spec_controller_;
+  bool step_speculated_ = false;  // the mode the current step's drafts were proposed in
   std::chrono::steady_clock::time_point epoch_;
   EngineStats stats_;
 };

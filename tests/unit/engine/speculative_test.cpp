@@ -12,6 +12,7 @@
 #include "engine/engine_core.h"
 #include "engine/spec/lookahead_proposer.h"
 #include "engine/spec/ngram_proposer.h"
+#include "engine/spec/spec_controller.h"
 #include "peregrine/error.h"
 #include "unit/engine/fake_model.h"
 
@@ -410,6 +411,26 @@ TEST(SpeculativeSampler, VerifyKeepsTheDistributionWithSeveralDrafts) {
   SamplerParams g;
   g.temperature = 0;
   EXPECT_EQ(s.verify(logits.data(), 50, g, r, drafts).token, Sampler::argmax(logits.data(), 50));
+}
+
+TEST(SpecControllerTest, RunsTheFasterModePerBatchSizeAndKeepsExploring) {
+  SpecController c;
+  // Batch 1: speculation emits 2.5x the tokens per second; batch 32: it costs 20%.
+  int on1 = 0, on32 = 0;
+  for (int step = 0; step < 400; ++step) {
+    const bool a = c.speculate(1);
+    c.record(1, a, a ? 5 : 2, 0.01);
+    on1 += a ? 1 : 0;
+    const bool b = c.speculate(32);
+    c.record(32, b, b ? 32 : 40, 0.01);
+    on32 += b ? 1 : 0;
+  }
+  EXPECT_GT(on1, 400 - 400 / SpecController::kExploreEvery - SpecController::kWarmSteps - 2);
+  EXPECT_LT(on32, 400 / SpecController::kExploreEvery + SpecController::kWarmSteps + 2);
+  EXPECT_GT(c.rate(1, true), c.rate(1, false));
+  EXPECT_LT(c.rate(32, true), c.rate(32, false));
+  // Buckets are powers of two: 20 and 32 share one.
+  EXPECT_EQ(c.rate(20, true), c.rate(32, true));
 }
 
 TEST(SpeculativeConfigTest, ParsesVllmFormAndNamesBadKeys) {
