@@ -254,19 +254,52 @@ int EngineCore::verify_drafts(RequestState& req, SeqState& ss, const float* rows
   const int vocab = runner_->vocab_size();
   Sequence& seq = ss.seq;
   const std::vector<int32_t> drafts(seq.draft_tokens.begin(), seq.draft_tokens.begin() + num_drafts);
+  const std::vector<int32_t> parents(seq.draft_parents.begin(), seq.draft_parents.begin() + num_drafts);
+  const int first_slot = seq.num_computed_tokens;  // draft c's KV is at sequence slot first_slot + c
+  // Walk the tree from the last real token: at each node its children are the candidates (in the proposer's
+  // order); the emitted token either is one of them (accepted: go down) or ends the walk. A chain is a tree.
   int accepted = 0;
-  for (int j = 0; j <= num_drafts; ++j) {
-    float* row = const_cast<float*>(rows) + static_cast<size_t>(j) * vocab;
-    const std::span<const int32_t> proposal =
-        j < num_drafts ? std::span<const int32_t>(drafts).subspan(static_cast<size_t>(j), 1) : std::span<const int32_t>();
-    const int32_t token = sample_token(ss, req, row, workspaces_[0], proposal);
-    const bool hit = j < num_drafts && token == drafts[static_cast<size_t>(j)];
-    if (hit) {
+  int node = -1;
+  std::vector<int32_t> candidates, path;
+  for (;;) {
+    candidates.clear();
+    std::vector<int> child_of;
+    for (int c = 0; c < num_drafts; ++c) {
+      if (parents[static_cast<size_t>(c)] == node) {
+        candidates.push_back(drafts[static_cast<size_t>(c)]);
+        child_of.push_back(c);
+      }
+    }
+    float* row = const_cast<float*>(rows) + static_cast<size_t>(node + 1) * vocab;
+    const int32_t token = sample_token(ss, req, row, workspaces_[0], candidates);
+    int hit = -1;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (candidates[i] == token) {
+        hit = child_of[i];
+        break;
+      }
+    }
+    if (hit >= 0) {
+      const size_t depth = path.size();
+      if (depth < stats_.spec_accepted_per_position.size()) ++stats_.spec_accepted_per_position[depth];
       ++accepted;
-      if (static_cast<size_t>(j) < stats_.spec_accepted_per_position.size()) ++stats_.spec_accepted_per_position[static_cast<size_t>(j)];
+      path.push_back(hit);
     }
     process_token(req, ss, token, now);
-    if (ss.finished() || !hit) break;
+    if (ss.finished() || hit < 0) break;
+    node = hit;
+  }
+  // The accepted path's KV moves to consecutive positions (a no-op for a chain), as decoding it would have left it.
+  if (!ss.finished() && !path.empty()) {
+    std::vector<std::pair<int64_t, int64_t>> moves;
+    const int bs = runner_->kv_cache().block_size();
+    auto physical = [&](int64_t slot) {
+      return static_cast<int64_t>(seq.block_table[static_cast<size_t>(slot / bs)]) * bs + slot % bs;
+    };
+    for (size_t m = 0; m < path.size(); ++m) {
+      if (path[m] != static_cast<int32_t>(m)) moves.emplace_back(physical(first_slot + path[m]), physical(first_slot + static_cast<int64_t>(m)));
+    }
+    if (!moves.empty()) runner_->kv_cache().copy_token_slots(moves);
   }
   ++stats_.spec_num_drafts;
   stats_.spec_num_draft_tokens += static_cast<uint64_t>(num_drafts);

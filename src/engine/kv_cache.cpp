@@ -98,6 +98,30 @@ void KvCache::copy_blocks(std::span<const std::pair<int, int>> src_dst) {
   }
 }
 
+void KvCache::copy_token_slots(std::span<const std::pair<int64_t, int64_t>> src_dst) {
+  // Works on views too: it moves rows inside the pools the views point at.
+  const int64_t slots = static_cast<int64_t>(config_.num_blocks) * config_.block_size;
+  const size_t row = dtype_bytes(config_.dtype, static_cast<size_t>(config_.num_kv_heads) * config_.head_dim);
+  const size_t srow = sizeof(float) * static_cast<size_t>(config_.num_kv_heads) * config_.scales_per_token_head;
+  for (const auto& [s, d] : src_dst) {
+    if (s < 0 || s >= slots || d < 0 || d >= slots)
+      throw Error(ErrorCode::kInvalidArgument, "KV cache copy_token_slots: slot out of range");
+    if (s == d) continue;
+    for (const model::KvLayer& l : views_) {
+      backend_.copy_on_device(static_cast<std::byte*>(l.k.data) + static_cast<size_t>(d) * row,
+                              static_cast<const std::byte*>(l.k.data) + static_cast<size_t>(s) * row, row);
+      backend_.copy_on_device(static_cast<std::byte*>(l.v.data) + static_cast<size_t>(d) * row,
+                              static_cast<const std::byte*>(l.v.data) + static_cast<size_t>(s) * row, row);
+      if (srow) {
+        backend_.copy_on_device(static_cast<std::byte*>(l.k_scales.data) + static_cast<size_t>(d) * srow,
+                                static_cast<const std::byte*>(l.k_scales.data) + static_cast<size_t>(s) * srow, srow);
+        backend_.copy_on_device(static_cast<std::byte*>(l.v_scales.data) + static_cast<size_t>(d) * srow,
+                                static_cast<const std::byte*>(l.v_scales.data) + static_cast<size_t>(s) * srow, srow);
+      }
+    }
+  }
+}
+
 namespace {
 
 // Joins regions that continue each other on both sides into one copy.

@@ -84,6 +84,9 @@ class KvCache {
 
   // dst block := src block for every pair, every layer (on the compute queue, ordered with the steps).
   void copy_blocks(std::span<const std::pair<int, int>> src_dst);
+  // dst token slot := src token slot (physical slots, block * block_size + offset) for every pair, every layer, K, V
+  // and scales, in order (speculative trees: an accepted path's KV moves to consecutive positions).
+  void copy_token_slots(std::span<const std::pair<int64_t, int64_t>> src_dst);
   // Copies blocks[i] into host slot host_slots[i] after all work enqueued so far; returns the transfer's ticket.
   uint64_t swap_out(std::span<const int> blocks, HostKvBuffer& host, std::span<const int> host_slots);
   // Copies host slot host_slots[i] into blocks[i]; the host slots must stay unchanged until the ticket is done.

@@ -46,6 +46,7 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
   layout_.qsl = take(s + 1);
   layout_.seq_lens = take(s);
   layout_.logits = take(t);
+  layout_.parents = take(t);
   layout_.tables = take(s * static_cast<size_t>(max_blocks_per_seq_));
   layout_.total = off;
   inputs_ = ops::DeviceBuffer(backend_, layout_.total * sizeof(int32_t));
@@ -153,9 +154,18 @@ void ModelRunner::validate(const ForwardBatch& b) const {
     if (id < 0 || id >= vocab_) bad("token id " + std::to_string(id) + " out of the vocabulary");
   for (int32_t r : b.logits_indices)
     if (r < 0 || r >= t) bad("logits index out of range");
+  if (!b.tree_parents.empty()) {
+    if (b.tree_parents.size() != static_cast<size_t>(t)) bad("tree_parents must have one entry per token");
+    for (int i = 0; i < s; ++i) {
+      for (int r = 0; r < b.query_start_loc[i + 1] - b.query_start_loc[i]; ++r) {
+        const int32_t par = b.tree_parents[static_cast<size_t>(b.query_start_loc[i] + r)];
+        if (r == 0 ? par != -1 : (par < 0 || par >= r)) bad("tree_parents: a row's parent must precede it");
+      }
+    }
+  }
 }
 
-void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len) {
+void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree) {
   auto ints = [&](size_t off, std::initializer_list<int64_t> dims) {
     return TensorView(static_cast<int32_t*>(inputs_.data()) + off, DType::kI32, dims);
   };
@@ -168,6 +178,7 @@ void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int ma
   in.block_tables = ints(layout_.tables, {seqs, max_blocks_per_seq_});
   in.max_query_len = max_query_len;
   in.max_seq_len = max_seq_len;
+  if (tree) in.tree_parents = ints(layout_.parents, {tokens});
   model_->forward(in, kv_->layers());
   const int64_t n = std::min<int64_t>(max_rows_per_chunk_, rows);
   if (n > 0) {
@@ -183,7 +194,7 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
   model_->prepare_step(*std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1});
   // A pure decode step with a logits row per sequence replays a graph, padded to its bucket with dummy
   // sequences (slot -1: nothing written; one key from block 0: finite, discarded).
-  const int bucket = max_q == 1 && options_.use_graphs && backend_.supports_graphs() && model_->graph_safe() &&
+  const int bucket = max_q == 1 && b.tree_parents.empty() && options_.use_graphs && backend_.supports_graphs() && model_->graph_safe() &&
                              b.logits_indices.size() == static_cast<size_t>(b.num_seqs())
                          ? graph_bucket(b.num_seqs())
                          : 0;
@@ -204,6 +215,8 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
   for (int i = b.num_seqs() + 1; i <= s; ++i) st[layout_.qsl + i] = st[layout_.qsl + i - 1] + 1;
   put(layout_.seq_lens, b.seq_lens, s, 1);
   put(layout_.logits, b.logits_indices, r, 0);
+  const bool tree = !b.tree_parents.empty();
+  if (tree) std::copy(b.tree_parents.begin(), b.tree_parents.end(), st + layout_.parents);
   // Padded rows of a graph step read their dummy sequence's token (row i). NOTE: only past the real rows: a
   // sequence may own several rows (prompt logprobs, verification).
   for (int i = static_cast<int>(b.logits_indices.size()); i < r; ++i) st[layout_.logits + i] = i;
@@ -227,7 +240,7 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
       graphs_[bucket] = backend_.capture_graph([&] { run_compute(t, s, r, 1, graph_len); });
     }
   } else {
-    run_compute(t, s, r, max_q, max_len);
+    run_compute(t, s, r, max_q, max_len, tree);
   }
 
   // Logits of the real rows back to the host as f32; rows past the first chunk (prompt logprobs of long

@@ -71,12 +71,12 @@ class ModelRunner {
 
  private:
   struct InputLayout {
-    size_t ids, positions, slots, qsl, seq_lens, logits, tables, total;  // offsets in int32 elements
+    size_t ids, positions, slots, qsl, seq_lens, logits, parents, tables, total;  // offsets in int32 elements
   };
   void validate(const ForwardBatch& b) const;
   int graph_bucket(int seqs) const;
   // The model's forward plus the first chunk of logits rows, on the staged inputs (graph-capturable).
-  void run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len);
+  void run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree = false);
   void release_graphs();
 
   std::unique_ptr<ops::Backend> backend_owner_;  // destroyed after everything below

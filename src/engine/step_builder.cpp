@@ -16,6 +16,7 @@ void ForwardBatch::clear() {
   block_tables.clear();
   max_blocks_per_seq = 0;
   logits_indices.clear();
+  tree_parents.clear();
 }
 
 void build_forward_batch(const SchedulerOutput& output, std::span<const LogitsRequest> requests, int block_size,
@@ -47,13 +48,35 @@ void build_forward_batch(const SchedulerOutput& output, std::span<const LogitsRe
                     "drafts scheduled without the sequence's last token");
     PEREGRINE_CHECK(end <= seq.num_tokens() + s.num_draft_tokens, "scheduled past the sequence's tokens");
     PEREGRINE_CHECK(static_cast<int>(seq.block_table.size()) * block_size >= end, "block table too short");
-    PEREGRINE_CHECK(s.num_draft_tokens == 0 || seq.is_draft_chain(), "token-tree drafts need tree attention");
+    // A token tree: drafts whose parents are not simply the previous draft.
+    bool tree = false;
+    for (int d = 0; d < s.num_draft_tokens; ++d) tree = tree || seq.draft_parents[static_cast<size_t>(d)] != d - 1;
+    if (tree && b.tree_parents.empty()) {
+      // The step's first tree: the rows before it are chains.
+      for (size_t j = 0; j + 1 < b.query_start_loc.size(); ++j)
+        for (int32_t r = b.query_start_loc[j]; r < b.query_start_loc[j + 1]; ++r)
+          b.tree_parents.push_back(r - b.query_start_loc[j] - 1);
+    }
+    const bool parents_wanted = tree || !b.tree_parents.empty();
     const int row0 = static_cast<int>(b.token_ids.size());
     const int real = seq.num_tokens();
+    std::vector<int> depth(static_cast<size_t>(s.num_draft_tokens), 0);
     for (int p = begin; p < end; ++p) {
-      // Draft tokens follow the real ones (a chain: positions continue, one KV slot each).
-      b.token_ids.push_back(p < real ? seq.token_ids[static_cast<size_t>(p)] : seq.draft_tokens[static_cast<size_t>(p - real)]);
-      b.positions.push_back(p);
+      // Drafts follow the real tokens, one KV slot each (slot index p); a tree node's RoPE position is its depth
+      // past the last real token, and its parent row is its parent draft's (the last real token's for -1).
+      const int d = p - real;  // draft index, < 0 for real tokens
+      b.token_ids.push_back(d < 0 ? seq.token_ids[static_cast<size_t>(p)] : seq.draft_tokens[static_cast<size_t>(d)]);
+      int position = p;
+      int32_t parent_row = p - begin - 1;
+      if (tree && d >= 0) {
+        const int32_t parent = seq.draft_parents[static_cast<size_t>(d)];
+        PEREGRINE_CHECK(parent >= -1 && parent < d, "draft parents must precede their children");
+        depth[static_cast<size_t>(d)] = parent < 0 ? 1 : depth[static_cast<size_t>(parent)] + 1;
+        position = real - 1 + depth[static_cast<size_t>(d)];
+        parent_row = (real - 1 - begin) + (parent + 1);
+      }
+      b.positions.push_back(position);
+      if (parents_wanted) b.tree_parents.push_back(parent_row);
       b.slot_mapping.push_back(
           write_kv ? seq.block_table[static_cast<size_t>(p / block_size)] * block_size + p % block_size : -1);
     }

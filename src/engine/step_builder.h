@@ -21,6 +21,9 @@ struct ForwardBatch {
   std::vector<int32_t> block_tables;     // [S * max_blocks_per_seq], 0 padded
   int max_blocks_per_seq = 0;
   std::vector<int32_t> logits_indices;   // [R] token rows whose logits are returned, in order
+  // [T] when some sequence verifies a token tree: each row's parent row within its sequence (-1 for the first),
+  // with chains as parents i - 1 (ops.h AttentionParams::tree_parents); empty otherwise.
+  std::vector<int32_t> tree_parents;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }

@@ -133,6 +133,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     ap.sliding_window = static_cast<int>(c.sliding_window);
     ap.max_query_len = in.max_query_len;
     ap.max_seq_len = in.max_seq_len;
+    ap.tree_parents = in.tree_parents;
     backend_.attention(ap);
     backend_.matmul(w.o_proj(attn, hidden));
     backend_.rms_norm({hidden, residual, w.post_norm, normed, eps});

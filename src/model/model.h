@@ -31,6 +31,7 @@ struct StepInputs {
   TensorView query_start_loc;  // [S + 1] int32: token rows of sequence s are [qsl[s], qsl[s+1])
   TensorView seq_lens;         // [S] int32, context of s after this step (cached + new)
   TensorView block_tables;     // [S, max_blocks_per_seq] int32
+  TensorView tree_parents;     // [T] int32 when a sequence verifies a token tree (ops.h AttentionParams), else empty
   int max_query_len = 0;       // true maxima over the step (bounds for kernel grids)
   int max_seq_len = 0;
 };

@@ -53,6 +53,8 @@ class Backend {
   // Graphs: record the ops `record` enqueues, replay them later on the buffers' current contents. Every buffer
   // the ops touch must outlive the graph. Run the same ops once eagerly before capturing.
   virtual bool supports_graphs() const { return false; }
+  // Whether attention takes AttentionParams::tree_parents (token-tree verification).
+  virtual bool supports_tree_attention() const { return true; }
   virtual int64_t capture_graph(const std::function<void()>& record);
   virtual void replay_graph(int64_t graph);
   virtual void destroy_graph(int64_t graph);

@@ -162,6 +162,26 @@ void check_attention(const AttentionParams& p) {
   require(p.q.dim(2) == p.k_cache.dim(3), op, "q head_dim differs from the cache's");
   require(p.q.dim(1) % p.k_cache.dim(2) == 0, op, "num_q_heads must be a multiple of num_kv_heads");
   require(p.out.numel() == p.q.numel(), op, "out must have the shape of q");
+  if (!p.tree_parents.empty()) {
+    require_dims(p.tree_parents, 1, op, "tree_parents");
+    require_dtype(p.tree_parents, DType::kI32, op, "tree_parents");
+    require(p.tree_parents.dim(0) == p.q.dim(0), op, "tree_parents must have one entry per query row");
+    require(p.sliding_window == 0, op, "tree_parents and a sliding window do not combine");
+  }
+}
+
+void check_tree_parents(const AttentionParams& p) {
+  if (p.tree_parents.empty()) return;
+  const int32_t* parents = p.tree_parents.as<const int32_t>();
+  const int32_t* qsl = p.query_start_loc.as<const int32_t>();
+  for (int64_t s = 0; s < p.seq_lens.dim(0); ++s) {
+    for (int32_t i = 0; i < qsl[s + 1] - qsl[s]; ++i) {
+      const int32_t par = parents[qsl[s] + i];
+      require(i == 0 ? par == -1 : (par >= 0 && par < i), "attention",
+              "tree_parents: row " + std::to_string(i) + " of sequence " + std::to_string(s) +
+                  " needs a parent among the rows before it (-1 for the first)");
+    }
+  }
 }
 
 void check_gather_rows(const GatherRowsParams& p) {

@@ -13,6 +13,8 @@ void check_rope(const RopeParams& p);
 void check_silu_mul(const SiluMulParams& p);
 void check_kv_write(const KvWriteParams& p);
 void check_attention(const AttentionParams& p);
+// Host backends: tree_parents form a tree per sequence (read from host memory).
+void check_tree_parents(const AttentionParams& p);
 void check_gather_rows(const GatherRowsParams& p);
 
 bool is_float_dtype(DType t);  // f32, bf16, f16

@@ -101,6 +101,13 @@ struct AttentionParams {
   int sliding_window = 0;
   int max_query_len = 0;       // max over s of q_len (a hint: 1 means pure decode)
   int max_seq_len = 0;         // max over s of seq_lens[s]
+  // Token trees (speculative verification), optional: tree_parents[t] is the row (within its sequence) of row t's
+  // parent, -1 for the sequence's first row; parents precede children. Row i of sequence s then keeps its KV at
+  // sequence slot ctx + i (ctx = seq_lens[s] - q_len, the cached context) and attends to keys [0, ctx) and to the
+  // rows on its path from the first row (its ancestors and itself) in depth order: the keys a sequence holding
+  // exactly that path would see at positions ctx .. ctx + depth(i). Its RoPE position is the caller's
+  // (ctx + depth(i)). Parents i - 1 everywhere is the causal rule above. Not combined with a sliding window.
+  TensorView tree_parents;     // [T] int32
 };
 
 // out[r, :] = x[indices[r], :]

@@ -89,7 +89,7 @@ HostTensor run_ref(const AttnCase& c, const AttnInputs& in) {
   HostTensor out(c.act, in.q.shape);
   ops::AttentionParams p{in.q.view(), in.k_cache.view(), in.v_cache.view(), out.view(), in.qsl.view(),
                          in.lens.view(), in.tables.view(), 1.0f / std::sqrt(static_cast<float>(c.hd)), c.window,
-                         in.max_query_len, in.max_seq_len};
+                         in.max_query_len, in.max_seq_len, {}};
   ref().attention(p);
   return out;
 }
@@ -99,7 +99,7 @@ HostTensor run_gpu(const AttnCase& c, const AttnInputs& in) {
   DeviceTensor out(HostTensor(c.act, in.q.shape));
   out.poison();
   ops::AttentionParams p{q.view(), kc.view(), vc.view(), out.view(), qsl.view(), lens.view(), tables.view(),
-                         1.0f / std::sqrt(static_cast<float>(c.hd)), c.window, in.max_query_len, in.max_seq_len};
+                         1.0f / std::sqrt(static_cast<float>(c.hd)), c.window, in.max_query_len, in.max_seq_len, {}};
   gpu().attention(p);
   return out.to_host();
 }

@@ -172,10 +172,12 @@ inline void update_pair(const SoftmaxState& s, int64_t r, int64_t hd_pad, const 
 template <class E>
 inline void load_tile_heads(const typename E::T* cache, const int32_t* table, int64_t bs, int64_t hkv, int64_t hd,
                             int64_t hd_pad, int64_t first_key, int64_t lo, int64_t hi, float* dst,
-                            int64_t head_stride) {
+                            int64_t head_stride, const peregrine::cpu::AttentionItem& it) {
   const int64_t slot_elems = hkv * hd;
   for (int64_t j = first_key + lo; j <= first_key + hi; ++j) {
-    const typename E::T* row = cache + (static_cast<int64_t>(table[j / bs]) * bs + j % bs) * slot_elems;
+    // A tree row reads its path's keys where they are (the same values a chain would have at these positions).
+    const int64_t slot = it.tail != nullptr && j >= it.tail_from ? it.tail[j - it.tail_from] : j;
+    const typename E::T* row = cache + (static_cast<int64_t>(table[slot / bs]) * bs + slot % bs) * slot_elems;
     float* out = dst + (j - first_key) * hd_pad;
     if (hd % (2 * kLanes) == 0) {  // the common head sizes (64, 128): whole vectors, no padding
       for (int64_t h = 0; h < hkv; ++h, row += hd, out += head_stride)
@@ -222,7 +224,8 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
   const int64_t window = a.sliding_window;
   const int64_t tile = peregrine::cpu::attention_tile_keys(bs);
   const int64_t seg_tiles = peregrine::cpu::attention_segment_keys(bs) / tile;
-  const int64_t pos0 = a.seq_lens[it.seq] - q_len + it.row_begin;  // position of the item's first row
+  // Position of the item's first row (a tree row's is its depth past the context).
+  const int64_t pos0 = it.tail != nullptr ? it.tail_from + it.tail_len - 1 : a.seq_lens[it.seq] - q_len + it.row_begin;
   const int64_t pos_last = pos0 + rows - 1;
   const int64_t first_lo = window > 0 ? max_i(0, pos0 - window + 1) : 0;
   const int64_t t_lo = first_lo / tile, t_hi = pos_last / tile;
@@ -253,13 +256,13 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
     for (int64_t t = t0; t <= t1; ++t) {
       // Keys of this tile that some row of the item sees, and the next tile's, to prefetch.
       const int64_t o_lo = max_i(t * tile, first_lo) - t * tile, o_hi = min_i(t * tile + tile - 1, pos_last) - t * tile;
-      if (t < t1) {
+      if (t < t1 && it.tail == nullptr) {
         const int64_t next_hi = min_i((t + 2) * tile - 1, pos_last);
         prefetch_keys(k_cache, table, bs, stride, (t + 1) * tile, next_hi);
         prefetch_keys(v_cache, table, bs, stride, (t + 1) * tile, next_hi);
       }
-      load_tile_heads<E>(k_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, k_tile, head_stride);
-      load_tile_heads<E>(v_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, v_tile, head_stride);
+      load_tile_heads<E>(k_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, k_tile, head_stride, it);
+      load_tile_heads<E>(v_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, v_tile, head_stride, it);
       for (int64_t kvh = 0; kvh < a.hkv; ++kvh) {
         const float* kt = k_tile + kvh * head_stride;
         const float* vt = v_tile + kvh * head_stride;

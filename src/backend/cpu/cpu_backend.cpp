@@ -243,6 +243,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
   std::vector<float> partials_;              // attention: per-segment softmax states of split items
+  std::vector<int32_t> tails_;               // attention: token-tree rows' paths (sequence slots)
 };
 
 void CpuBackend::validate_attention(const AttentionParams& p) const {
@@ -299,12 +300,44 @@ void CpuBackend::attention(const AttentionParams& p) {
   const int64_t rows_per_item = std::max<int64_t>(1, 256 / a.hq);
   const int64_t seg_keys = cpu::attention_segment_keys(a.block_size);
   std::vector<cpu::AttentionItem> items;
-  for (int64_t s = 0; s < num_seqs; ++s) {
-    const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
-    const int32_t segs = static_cast<int32_t>((a.seq_lens[s] + seg_keys - 1) / seg_keys);
-    for (int64_t r = 0; r < q_len; r += rows_per_item)
-      items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(r),
-                       static_cast<int32_t>(std::min(q_len, r + rows_per_item)), 0, segs});
+  check_tree_parents(p);
+  const int32_t* parents = p.tree_parents.empty() ? nullptr : p.tree_parents.as<const int32_t>();
+  if (parents) {
+    // Token trees: one item per row, each with its path's slots (root first).
+    size_t total = 0;
+    std::vector<int32_t> depth(static_cast<size_t>(p.q.dim(0)), 0);
+    for (int64_t s = 0; s < num_seqs; ++s)
+      for (int32_t i = a.query_start_loc[s]; i < a.query_start_loc[s + 1]; ++i) {
+        const int32_t par = parents[i];
+        depth[static_cast<size_t>(i)] = par < 0 ? 0 : depth[static_cast<size_t>(a.query_start_loc[s] + par)] + 1;
+        total += static_cast<size_t>(depth[static_cast<size_t>(i)]) + 1;
+      }
+    tails_.assign(total, 0);
+    size_t at = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int32_t q0 = a.query_start_loc[s], q_len = a.query_start_loc[s + 1] - q0;
+      const int32_t ctx = a.seq_lens[s] - q_len;
+      const int32_t segs = static_cast<int32_t>((a.seq_lens[s] + seg_keys - 1) / seg_keys);
+      for (int32_t i = 0; i < q_len; ++i) {
+        const int32_t len = depth[static_cast<size_t>(q0 + i)] + 1;
+        int32_t r = i;
+        for (int32_t d = len - 1; d >= 0; --d, r = parents[q0 + r]) tails_[at + static_cast<size_t>(d)] = ctx + r;
+        cpu::AttentionItem it{static_cast<int32_t>(s), i, i + 1, 0, segs};
+        it.tail = tails_.data() + at;
+        it.tail_from = ctx;
+        it.tail_len = len;
+        items.push_back(it);
+        at += static_cast<size_t>(len);
+      }
+    }
+  } else {
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
+      const int32_t segs = static_cast<int32_t>((a.seq_lens[s] + seg_keys - 1) / seg_keys);
+      for (int64_t r = 0; r < q_len; r += rows_per_item)
+        items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(r),
+                         static_cast<int32_t>(std::min(q_len, r + rows_per_item)), 0, segs});
+    }
   }
   auto cost = [&](const cpu::AttentionItem& x) {
     return static_cast<int64_t>(x.row_end - x.row_begin) *
@@ -325,7 +358,10 @@ void CpuBackend::attention(const AttentionParams& p) {
       }
       merges.push_back(it);
       for (int32_t g = it.seg_begin; g < it.seg_end; ++g) {
-        split.push_back({it.seq, it.row_begin, it.row_end, g, g + 1});
+        cpu::AttentionItem part = it;
+        part.seg_begin = g;
+        part.seg_end = g + 1;
+        split.push_back(part);
         partial_offsets.push_back(partial_floats);
         partial_floats += state;
       }

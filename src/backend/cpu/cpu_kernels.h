@@ -61,6 +61,11 @@ struct AttentionItem {
   int32_t row_end = 0;
   int32_t seg_begin = 0;
   int32_t seg_end = 0;
+  // A token-tree row (one row per item): its keys at positions >= tail_from live at sequence slots tail[pos -
+  // tail_from] (its path), and the row sits at position tail_from + tail_len - 1. Null for causal rows.
+  const int32_t* tail = nullptr;
+  int32_t tail_from = 0;
+  int32_t tail_len = 0;
 };
 
 // Floats of one softmax state (m, l, acc) for `rows` query rows of every head; head_dim padded to 16.

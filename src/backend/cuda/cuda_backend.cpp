@@ -176,6 +176,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   void attention(const AttentionParams& p) override {
     check_attention(p);
+    if (!p.tree_parents.empty())
+      throw Error(ErrorCode::kUnsupported, "cuda backend: token-tree attention (tree_parents) is not implemented yet");
     if (p.out.dtype != p.q.dtype || p.v_cache.dtype != p.k_cache.dtype)
       throw Error(ErrorCode::kUnsupported, "attention on cuda: out must match q and v_cache must match k_cache");
     cuda::AttentionLaunch l{};
@@ -231,6 +233,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   bool supports_graphs() const override { return true; }
+  bool supports_tree_attention() const override { return false; }
   int64_t capture_graph(const std::function<void()>& record) override {
     if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: capture_graph called inside a capture");
     PEREGRINE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

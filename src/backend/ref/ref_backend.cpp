@@ -187,21 +187,37 @@ class RefBackend final : public Backend {
     const int32_t* qsl = p.query_start_loc.as<const int32_t>();
     const int32_t* lens = p.seq_lens.as<const int32_t>();
     const int32_t* tables = p.block_tables.as<const int32_t>();
+    check_tree_parents(p);
+    const int32_t* parents = p.tree_parents.empty() ? nullptr : p.tree_parents.as<const int32_t>();
     std::vector<double> scores;
+    std::vector<int64_t> keys;  // the sequence slots a row attends to, in position order
     for (int64_t s = 0; s < num_seqs; ++s) {
       int64_t q_len = qsl[s + 1] - qsl[s];
       int64_t seq_len = lens[s];
+      const int64_t ctx = seq_len - q_len;
       for (int64_t i = 0; i < q_len; ++i) {
         int64_t row = qsl[s] + i;
         int64_t pos = seq_len - q_len + i;
         int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+        keys.clear();
+        if (parents) {
+          for (int64_t j = 0; j < ctx; ++j) keys.push_back(j);
+          std::vector<int64_t> path;
+          for (int64_t r = i; r >= 0; r = parents[qsl[s] + r]) path.push_back(ctx + r);
+          keys.insert(keys.end(), path.rbegin(), path.rend());
+          first = 0;
+          pos = static_cast<int64_t>(keys.size()) - 1;
+        } else {
+          for (int64_t j = 0; j <= pos; ++j) keys.push_back(j);
+        }
         for (int64_t h = 0; h < hq; ++h) {
           int64_t kvh = h / group;
           scores.assign(static_cast<size_t>(pos + 1 - first), 0.0);
           double max_score = -std::numeric_limits<double>::infinity();
           for (int64_t j = first; j <= pos; ++j) {
-            int64_t block = tables[s * max_blocks + j / block_size];
-            int64_t base = ((block * block_size + j % block_size) * hkv + kvh) * hd;
+            const int64_t slot = keys[static_cast<size_t>(j)];
+            int64_t block = tables[s * max_blocks + slot / block_size];
+            int64_t base = ((block * block_size + slot % block_size) * hkv + kvh) * hd;
             double dot = 0;
             for (int64_t d = 0; d < hd; ++d) dot += load(p.q, (row * hq + h) * hd + d) * load(p.k_cache, base + d);
             scores[j - first] = dot * p.scale;
@@ -212,8 +228,9 @@ class RefBackend final : public Backend {
           for (int64_t d = 0; d < hd; ++d) {
             double acc = 0;
             for (int64_t j = first; j <= pos; ++j) {
-              int64_t block = tables[s * max_blocks + j / block_size];
-              int64_t base = ((block * block_size + j % block_size) * hkv + kvh) * hd;
+              const int64_t slot = keys[static_cast<size_t>(j)];
+              int64_t block = tables[s * max_blocks + slot / block_size];
+              int64_t base = ((block * block_size + slot % block_size) * hkv + kvh) * hd;
               acc += scores[j - first] * load(p.v_cache, base + d);
             }
             store(p.out, (row * hq + h) * hd + d, acc / sum);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <queue>
 #include <sstream>
 
 #include "core/status.h"
@@ -119,7 +120,14 @@ void LookaheadProposer::rebuild() {
 
 void LookaheadProposer::propose_for(const std::vector<int32_t>& context, int64_t own_doc, int k,
                                     std::vector<int32_t>& out) {
+  std::vector<int32_t> parents;
+  propose_tree(context, own_doc, k, out, parents);
+}
+
+void LookaheadProposer::propose_tree(const std::vector<int32_t>& context, int64_t own_doc, int k,
+                                     std::vector<int32_t>& out, std::vector<int32_t>& parents) {
   out.clear();
+  parents.clear();
   const int32_t len = static_cast<int32_t>(context.size());
   const int min_n = config_.prompt_lookup_min;
   if (k <= 0) return;
@@ -166,31 +174,58 @@ void LookaheadProposer::propose_for(const std::vector<int32_t>& context, int64_t
       }
     }
     if (trie_.size() == 1) continue;
-    // The heaviest path.
-    int32_t node = 0;
-    while (static_cast<int>(out.size()) < k) {
-      int32_t best = -1;
-      for (int32_t c = trie_[static_cast<size_t>(node)].first_child; c >= 0; c = trie_[static_cast<size_t>(c)].next_sibling)
-        if (best < 0 || trie_[static_cast<size_t>(c)].weight > trie_[static_cast<size_t>(best)].weight) best = c;
-      if (best < 0) break;
-      out.push_back(trie_[static_cast<size_t>(best)].token);
-      node = best;
+    const int tree_nodes = config_.max_tree_tokens > 0 && config_.num_branches > 1 ? config_.max_tree_tokens : 0;
+    if (tree_nodes == 0) {
+      // The heaviest path.
+      int32_t node = 0;
+      while (static_cast<int>(out.size()) < k) {
+        int32_t best = -1;
+        for (int32_t c = trie_[static_cast<size_t>(node)].first_child; c >= 0; c = trie_[static_cast<size_t>(c)].next_sibling)
+          if (best < 0 || trie_[static_cast<size_t>(c)].weight > trie_[static_cast<size_t>(best)].weight) best = c;
+        if (best < 0) break;
+        out.push_back(trie_[static_cast<size_t>(best)].token);
+        parents.push_back(static_cast<int32_t>(out.size()) - 2);
+        node = best;
+      }
+      return;
+    }
+    // A token tree: best-first over the trie (heaviest nodes first, at most num_branches children per node,
+    // depth at most k), so parents come before children and siblings in order of weight.
+    struct Open {
+      double weight;
+      int32_t trie_node, parent, depth;
+      bool operator<(const Open& o) const { return weight < o.weight; }
+    };
+    std::priority_queue<Open> open;
+    auto push_children = [&](int32_t tn, int32_t parent, int32_t depth) {
+      if (depth > k) return;
+      std::vector<std::pair<double, int32_t>> kids;
+      for (int32_t c = trie_[static_cast<size_t>(tn)].first_child; c >= 0; c = trie_[static_cast<size_t>(c)].next_sibling)
+        kids.emplace_back(trie_[static_cast<size_t>(c)].weight, c);
+      std::sort(kids.begin(), kids.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      for (size_t i = 0; i < kids.size() && static_cast<int>(i) < config_.num_branches; ++i)
+        open.push({kids[i].first, kids[i].second, parent, depth});
+    };
+    push_children(0, -1, 1);
+    while (!open.empty() && static_cast<int>(out.size()) < tree_nodes) {
+      const Open best = open.top();
+      open.pop();
+      out.push_back(trie_[static_cast<size_t>(best.trie_node)].token);
+      parents.push_back(best.parent);
+      push_children(best.trie_node, static_cast<int32_t>(out.size()) - 1, best.depth + 1);
     }
     return;
   }
 }
 
 void LookaheadProposer::propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) {
-  std::vector<int32_t> drafts;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& seq = *seqs[i];
     seq.draft_tokens.clear();
     seq.draft_parents.clear();
     if (max_drafts[i] <= 0) continue;
     observe(seq);
-    propose_for(seq.token_ids, doc_of_seq_[seq.id], max_drafts[i], drafts);
-    seq.draft_tokens = drafts;
-    for (size_t j = 0; j < drafts.size(); ++j) seq.draft_parents.push_back(static_cast<int32_t>(j) - 1);
+    propose_tree(seq.token_ids, doc_of_seq_[seq.id], max_drafts[i], seq.draft_tokens, seq.draft_parents);
   }
 }
 

@@ -33,6 +33,10 @@ class LookaheadProposer final : public Proposer {
   size_t num_documents() const { return live_docs_; }
   // The proposal for a context, as propose() makes it (tests).
   void propose_for(const std::vector<int32_t>& context, int64_t own_doc, int k, std::vector<int32_t>& out);
+  // The same as a token tree when max_tree_tokens and num_branches ask for one (parents[i] < i, -1 = the last
+  // real token), else a chain.
+  void propose_tree(const std::vector<int32_t>& context, int64_t own_doc, int k, std::vector<int32_t>& out,
+                    std::vector<int32_t>& parents);
   // Adds a finished document (warm-up files; tests).
   void add_document(std::vector<int32_t> tokens);
 

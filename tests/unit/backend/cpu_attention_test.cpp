@@ -179,6 +179,65 @@ TEST_P(CpuAttention, QueryResultIndependentOfBatchAndChunking) {
   }
 }
 
+// Token trees (speculative verification): each row attends to the context and its own path, matching the
+// reference; and a tree row's bits equal those of a decode of exactly its path laid out as a chain (what the
+// engine gets after accepting the path and moving its KV), over short and long (several segments) contexts.
+TEST_P(CpuAttention, TreeRowsMatchReferenceAndTheirPathDecodedAsAChain) {
+  auto ref = ops::make_ref_backend();
+  std::mt19937 rng(4242);
+  for (DType cache : {DType::kF32, DType::kBF16}) {
+    AttnCase c{12, 4, 64, 16, 0, cache, {{100, 9}, {0, 5}, {600, 12}, {3, 1}}};
+    PagedBatch batch(c, rng);
+    std::vector<int32_t> parents;
+    for (const SeqSpec& sp : c.seqs) {
+      for (int64_t i = 0; i < sp.q_len; ++i) {
+        // The second sequence is a chain (a prefill chunk); the others random trees.
+        parents.push_back(i == 0 ? -1 : (&sp == &c.seqs[1] ? static_cast<int32_t>(i - 1) : static_cast<int32_t>(rng() % i)));
+      }
+    }
+    Buffer tree = int_buffer(parents);
+    const int64_t row = c.hq * c.hd;
+    Buffer got = poisoned(DType::kF32, batch.tokens * row), want = poisoned(DType::kF32, batch.tokens * row);
+    ops::AttentionParams pg = batch.params(got), pw = batch.params(want);
+    pg.tree_parents = tree.view({batch.tokens});
+    pw.tree_parents = tree.view({batch.tokens});
+    make(3)->attention(pg);
+    ref->attention(pw);
+    expect_close(got, want, 2e-5f, std::string("tree attention ") + std::string(dtype_name(cache)));
+
+    // Rows of the third sequence as chain decodes of their paths.
+    const int64_t first_row = 9 + 5, ctx = 600, kv_row = c.hkv * c.hd;
+    const size_t slot_bytes = dtype_bytes(cache, static_cast<size_t>(kv_row));
+    for (int64_t i = 0; i < 12; ++i) {
+      std::vector<int64_t> path;
+      for (int64_t r = i; r >= 0; r = parents[static_cast<size_t>(first_row + r)]) path.push_back(r);
+      std::reverse(path.begin(), path.end());
+      PagedBatch d = batch;
+      const int32_t* table = batch.tables.i32() + 2 * batch.max_blocks;
+      auto slot_of = [&](int64_t j) { return static_cast<int64_t>(table[j / c.block_size]) * c.block_size + j % c.block_size; };
+      for (size_t m = 0; m < path.size(); ++m) {  // the path's KV moved to consecutive positions
+        const int64_t from = slot_of(ctx + path[m]), to = slot_of(ctx + static_cast<int64_t>(m));
+        std::memcpy(static_cast<char*>(d.k_cache.data()) + to * slot_bytes, static_cast<char*>(batch.k_cache.data()) + from * slot_bytes, slot_bytes);
+        std::memcpy(static_cast<char*>(d.v_cache.data()) + to * slot_bytes, static_cast<char*>(batch.v_cache.data()) + from * slot_bytes, slot_bytes);
+      }
+      const int64_t len = ctx + static_cast<int64_t>(path.size());
+      d.c.seqs = {{len - 1, 1}};
+      d.tokens = 1;
+      d.qsl = int_buffer({0, 1});
+      d.lens = int_buffer({static_cast<int32_t>(len)});
+      d.tables = int_buffer(std::vector<int32_t>(table, table + batch.max_blocks));
+      d.q = Buffer(DType::kF32, row);
+      std::memcpy(d.q.data(), batch.q.f32() + (first_row + i) * row, static_cast<size_t>(row) * 4);
+      for (int threads : {1, 3}) {
+        Buffer out = poisoned(DType::kF32, row);
+        make(threads)->attention(d.params(out));
+        EXPECT_EQ(std::memcmp(out.data(), got.f32() + (first_row + i) * row, static_cast<size_t>(row) * 4), 0)
+            << "tree row " << i << " (depth " << path.size() - 1 << ") vs its path as a chain, threads " << threads;
+      }
+    }
+  }
+}
+
 PEREGRINE_INSTANTIATE_ISA_TESTS(CpuAttention);
 
 }  // namespace

@@ -104,13 +104,24 @@ class FakeModel : public model::Model {
       cells[2 * slots[t] + 1] = static_cast<float>(pos[t] + 1);
     }
     row_logits_.assign(static_cast<size_t>(t_count) * kFakeVocab, 0.0f);
+    const int32_t* parents = in.tree_parents.empty() ? nullptr : in.tree_parents.as<const int32_t>();
     for (int s = 0; s < s_count; ++s) {
+      const int ctx = lens[s] - (qsl[s + 1] - qsl[s]);
       for (int row = qsl[s]; row < qsl[s + 1]; ++row) {
         const int p = pos[row];
         PEREGRINE_CHECK(p < lens[s], "position beyond seq_len");
+        // The sequence slot holding each position this row sees: the context, then (a tree) its own path.
+        std::vector<int> slot_of(static_cast<size_t>(p) + 1);
+        for (int j = 0; j <= p; ++j) slot_of[static_cast<size_t>(j)] = j;
+        if (parents) {
+          int j = p;
+          for (int r = row - qsl[s]; r >= 0; r = parents[qsl[s] + r]) slot_of[static_cast<size_t>(j--)] = ctx + r;
+          PEREGRINE_CHECK(j == ctx - 1, "a tree row's depth does not match its position");
+        }
         std::vector<int32_t> context;
         for (int j = 0; j <= p; ++j) {
-          const int64_t slot = static_cast<int64_t>(tables[s * stride + j / bs]) * bs + j % bs;
+          const int64_t sj = slot_of[static_cast<size_t>(j)];
+          const int64_t slot = static_cast<int64_t>(tables[s * stride + sj / bs]) * bs + sj % bs;
           const float* cell = cells + 2 * slot;
           PEREGRINE_CHECK(static_cast<int>(cell[1]) == j + 1, "KV slot of position " + std::to_string(j) +
                                                                   " holds position " + std::to_string(cell[1] - 1));

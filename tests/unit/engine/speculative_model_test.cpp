@@ -64,6 +64,7 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
   const auto plain = run(SpeculativeConfig{}, ps, 8);
   std::vector<std::string> configs = {R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
                                       R"({"method": "lookahead", "num_speculative_tokens": 6})",
+                                      R"({"method": "lookahead", "num_speculative_tokens": 5, "num_branches": 3, "max_tree_tokens": 12})",
                                       R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3})"};
   auto shared = testing::shared_dir();
   if (shared && std::filesystem::exists(*shared / "models" / "pycoder-draft" / "config.json")) {

@@ -53,6 +53,47 @@ class OracleProposer final : public Proposer {
   std::mt19937_64 rng_;
 };
 
+// Proposes a token tree: at each depth (up to max_drafts) the true greedy token and `width - 1` wrong siblings,
+// in random order, so the verifier must find the right branch; with `wrong` the true one is sometimes missing.
+class OracleTreeProposer final : public Proposer {
+ public:
+  OracleTreeProposer(int width, double wrong, uint64_t seed) : width_(width), wrong_(wrong), rng_(seed) {}
+  void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& s = *seqs[i];
+      s.draft_tokens.clear();
+      s.draft_parents.clear();
+      if (max_drafts[i] <= 0) continue;
+      const int depth = 1 + static_cast<int>(rng_() % static_cast<uint64_t>(max_drafts[i]));
+      const std::vector<int32_t> truth = expected_greedy(s.token_ids, depth, false);
+      int32_t parent = -1;
+      for (int d = 0; d < depth; ++d) {
+        const int right = static_cast<int>(rng_() % static_cast<uint64_t>(width_));
+        int32_t next_parent = -1;
+        for (int b = 0; b < width_; ++b) {
+          int32_t t = 2 + static_cast<int32_t>(rng_() % (kFakeVocab - 2));
+          if (b == right && std::uniform_real_distribution<double>(0, 1)(rng_) >= wrong_) t = truth[static_cast<size_t>(d)];
+          if (b != right && t == truth[static_cast<size_t>(d)]) t = t == 2 ? 3 : 2;  // siblings differ from the truth
+          bool dup = false;
+          for (size_t c = 0; c < s.draft_tokens.size(); ++c)
+            dup = dup || (s.draft_parents[c] == parent && s.draft_tokens[c] == t);
+          if (dup) continue;
+          s.draft_tokens.push_back(t);
+          s.draft_parents.push_back(parent);
+          if (b == right) next_parent = static_cast<int32_t>(s.draft_tokens.size()) - 1;
+        }
+        if (next_parent < 0) break;
+        parent = next_parent;
+      }
+    }
+  }
+
+ private:
+  int width_;
+  double wrong_;
+  std::mt19937_64 rng_;
+};
+
 // Always proposes the same drafts.
 class FixedProposer final : public Proposer {
  public:
@@ -213,6 +254,42 @@ TEST(Speculative, GreedyIdenticalWithRightPartlyRightAndWrongDrafts) {
         for (uint64_t v : s.spec_accepted_per_position) per_pos += v;
         EXPECT_EQ(per_pos, s.spec_num_accepted_tokens);
       }
+    }
+  }
+}
+
+TEST(Speculative, TokenTreesGiveGreedyIdenticalOutputAndMoveTheAcceptedPath) {
+  std::mt19937 rng(23);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 32; ++i) prompts.push_back(random_prompt(rng, 1 + static_cast<int>(rng() % 25)));
+  auto plain = make_core({.num_blocks = 400, .max_seqs = 32, .k = 0}, nullptr);
+  Collector ref;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string id = testing::make_id("t", static_cast<int>(i));
+    SamplingParams p = greedy(8 + static_cast<int>(i % 20));
+    if (i % 4 == 1) p.n = 2;
+    plain->add_request(id, prompts[i], p, ref.callback_for(id), 0.0);
+  }
+  run(*plain);
+  for (double wrong : {0.0, 0.4}) {
+    for (int num_blocks : {400, 80}) {
+      auto core = make_core({.num_blocks = num_blocks, .max_seqs = 32, .k = 5}, std::make_unique<OracleTreeProposer>(3, wrong, 7));
+      Collector col;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::string id = testing::make_id("t", static_cast<int>(i));
+        SamplingParams p = greedy(8 + static_cast<int>(i % 20));
+        if (i % 4 == 1) p.n = 2;
+        core->add_request(id, prompts[i], p, col.callback_for(id), 0.0);
+      }
+      run(*core);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::string id = testing::make_id("t", static_cast<int>(i));
+        for (int c = 0; c < (i % 4 == 1 ? 2 : 1); ++c)
+          ASSERT_EQ(col.tokens(id, c), ref.tokens(id, c)) << id << " wrong " << wrong << " blocks " << num_blocks;
+      }
+      const EngineStats s = core->stats();
+      EXPECT_GT(s.spec_num_accepted_tokens, s.spec_num_drafts / 2);
+      EXPECT_EQ(s.num_used_kv_blocks, 0);
     }
   }
 }
