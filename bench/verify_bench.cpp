@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     ro.max_num_batched_tokens = budget;
     ro.max_model_len = context + max_k + 16;
     ro.kv_dtype = choice.kv_dtype;
+    ro.verify_rows = 16;  // verify steps replay graphs, as the engine's do
     engine::ModelRunner runner(std::move(backend), std::move(model), ro);
     const int per_seq = (context + max_k + 16 + 15) / 16;
     runner.allocate_kv_cache(per_seq * max_b);

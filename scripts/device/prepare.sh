@@ -57,6 +57,7 @@ if [ "$binaries" -eq 1 ]; then
   mkdir -p "$dev/bin"
   cp "$b/peregrine" "$b/tests/unit/model_tests" "$b/tests/unit/engine_model_tests" "$b/tests/cuda/cuda_ops_tests" "$dev/bin/"
   [ -x "$b/bench/cuda/cuda_ops_bench" ] && cp "$b/bench/cuda/cuda_ops_bench" "$dev/bin/"
+  [ -x "$b/bench/verify_bench" ] && cp "$b/bench/verify_bench" "$dev/bin/"
   strip "$dev"/bin/* 2>/dev/null || true
 fi
 if [ -n "$old" ]; then mkdir -p "$dev/bin" && cp "$old" "$dev/bin/peregrine-old" && strip "$dev/bin/peregrine-old" || true; fi

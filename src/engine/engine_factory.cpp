@@ -122,6 +122,11 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   runner_options.block_size = config.block_size;
   runner_options.kv_dtype = choice.kv_dtype;
   runner_options.use_graphs = !config.enforce_eager;
+  if (config.speculative.enabled()) {
+    runner_options.verify_rows = 2;
+    while (runner_options.verify_rows < 1 + config.speculative.max_verify_tokens() && runner_options.verify_rows < 16)
+      runner_options.verify_rows *= 2;
+  }
   auto runner = std::make_unique<engine::ModelRunner>(std::move(backend), std::move(model), runner_options);
 
   // Speculative decoding with a model: the draft model loads now, so the KV sizing below leaves room for its cache.
@@ -142,6 +147,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     draft_options.on_load_progress = nullptr;
     auto draft = model::load_model(spec.model, runner->backend(), draft_options);
     engine::RunnerOptions dro = runner_options;
+    dro.verify_rows = 0;  // the drafter only decodes
     dro.max_model_len = std::min<int>(max_model_len, static_cast<int>(draft_config.max_position_embeddings));
     draft_runner = std::make_unique<engine::ModelRunner>(nullptr, std::move(draft), dro);
   }
@@ -275,6 +281,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
       model::ModelOptions sub_options = options;
       sub_options.random_weights = false;
       engine::RunnerOptions sro = runner_options;
+      sro.verify_rows = 0;
       auto self_runner = std::make_unique<engine::ModelRunner>(
           nullptr, target.model().layer_subset(self_layers, sub_options), sro);
       self_runner->use_kv_cache(engine::KvCache::view_of(target.kv_cache(), self_layers));

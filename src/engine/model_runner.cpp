@@ -10,6 +10,7 @@ namespace peregrine::engine {
 namespace {
 
 constexpr int kMaxGraphBatch = 256;
+constexpr int kMaxGraphQuery = 16;  // rows per sequence of a graphed verify step
 
 }  // namespace
 
@@ -89,13 +90,17 @@ KvCache& ModelRunner::kv_cache() {
 }
 
 int ModelRunner::num_graphs() const {
-  return static_cast<int>(std::count_if(graphs_.begin(), graphs_.end(), [](int64_t g) { return g > 0; }));
+  return static_cast<int>(std::count_if(graphs_.begin(), graphs_.end(), [](int64_t g) { return g > 0; })) +
+         static_cast<int>(verify_graphs_.size());
 }
 
 void ModelRunner::release_graphs() {
   for (int64_t g : graphs_)
     if (g > 0) backend_.destroy_graph(g);
   graphs_.clear();
+  for (auto& [key, g] : verify_graphs_)
+    if (g > 0) backend_.destroy_graph(g);
+  verify_graphs_.clear();
 }
 
 // Decode graphs exist for padded batch sizes 1, 2, 4, ..., up to max_num_seqs (capped at 256).
@@ -198,9 +203,30 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
                              b.logits_indices.size() == static_cast<size_t>(b.num_seqs())
                          ? graph_bucket(b.num_seqs())
                          : 0;
-  const int s = bucket ? bucket : b.num_seqs();
-  const int t = bucket ? bucket : b.num_tokens();
-  const int r = bucket ? bucket : static_cast<int>(b.logits_indices.size());
+  // A verify step (every row's logits wanted, at most kMaxGraphQuery rows per sequence: a decode with its drafts)
+  // replays a graph of vs sequences x vq rows, each sequence padded with rows that write nothing.
+  int vq = 0, vs = 0;
+  const int kv_len = max_blocks_per_seq_ * kv_->block_size();
+  const bool graphs = options_.use_graphs && backend_.supports_graphs() && model_->graph_safe();
+  if (!bucket && max_q > 1 && max_q <= kMaxGraphQuery && b.tree_parents.empty() && (graphs || options_.pad_verify_steps) &&
+      b.logits_indices.size() == static_cast<size_t>(b.num_tokens())) {
+    int q = 2;
+    while (q < max_q) q *= 2;
+    const int sb = graph_bucket(b.num_seqs());
+    bool fits = sb > 0 && sb * q <= max_rows_per_chunk_ && sb * q <= options_.max_num_batched_tokens;
+    for (int i = 0; fits && i < b.num_tokens(); ++i) fits = b.logits_indices[static_cast<size_t>(i)] == i;
+    for (int i = 0; fits && i < b.num_seqs(); ++i) {
+      const int qi = b.query_start_loc[i + 1] - b.query_start_loc[i];
+      fits = b.seq_lens[static_cast<size_t>(i)] + (q - qi) <= kv_len;
+    }
+    if (fits) {
+      vq = q;
+      vs = sb;
+    }
+  }
+  const int s = bucket ? bucket : vs ? vs : b.num_seqs();
+  const int t = bucket ? bucket : vs ? vs * vq : b.num_tokens();
+  const int r = bucket ? bucket : vs ? vs * vq : static_cast<int>(b.logits_indices.size());
 
   // Stage every int32 input at its fixed offset, then one host→device copy.
   int32_t* st = staging_;
@@ -226,6 +252,33 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
     if (have) std::copy_n(b.block_tables.begin() + static_cast<long>(i) * have, have, row);
     std::fill(row + have, row + max_blocks_per_seq_, 0);
   }
+  if (vs) {
+    // The padded verify layout: sequence i owns rows [i * vq, (i + 1) * vq); its real rows first, then rows at the
+    // next positions with slot -1 (their outputs are discarded); the real rows' logits come first.
+    int next_logit = 0;
+    for (int i = 0; i < vs; ++i) {
+      const int q0 = i < b.num_seqs() ? b.query_start_loc[i] : 0;
+      const int qi = i < b.num_seqs() ? b.query_start_loc[i + 1] - q0 : 0;
+      const int last_pos = qi > 0 ? b.positions[static_cast<size_t>(q0 + qi - 1)] : 0;
+      for (int r2 = 0; r2 < vq; ++r2) {
+        const size_t row = static_cast<size_t>(i * vq + r2);
+        if (r2 < qi) {
+          st[layout_.ids + row] = b.token_ids[static_cast<size_t>(q0 + r2)];
+          st[layout_.positions + row] = b.positions[static_cast<size_t>(q0 + r2)];
+          st[layout_.slots + row] = b.slot_mapping[static_cast<size_t>(q0 + r2)];
+          st[layout_.logits + next_logit++] = static_cast<int32_t>(row);
+        } else {
+          st[layout_.ids + row] = 0;
+          st[layout_.positions + row] = last_pos + (r2 - qi + 1);
+          st[layout_.slots + row] = -1;
+        }
+      }
+      st[layout_.qsl + i] = i * vq;
+      st[layout_.seq_lens + i] = i < b.num_seqs() ? b.seq_lens[static_cast<size_t>(i)] + (vq - qi) : vq;
+    }
+    st[layout_.qsl + vs] = vs * vq;
+    for (int i = next_logit; i < vs * vq; ++i) st[layout_.logits + i] = i;
+  }
   const size_t used = layout_.tables + static_cast<size_t>(s) * max_blocks_per_seq_;
   backend_.copy_from_host_async(inputs_.data(), staging_, used * sizeof(int32_t));
 
@@ -238,6 +291,16 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
     } else {
       run_compute(t, s, r, 1, graph_len);  // eager first, so workspaces and plans exist before capture
       graphs_[bucket] = backend_.capture_graph([&] { run_compute(t, s, r, 1, graph_len); });
+    }
+  } else if (vs && !graphs) {
+    run_compute(t, s, r, vq, kv_len);  // the padded layout, eagerly (tests)
+  } else if (vs) {
+    int64_t& g = verify_graphs_[vs * 64 + vq];
+    if (g > 0) {
+      backend_.replay_graph(g);
+    } else {
+      run_compute(t, s, r, vq, kv_len);
+      g = backend_.capture_graph([&] { run_compute(t, s, r, vq, kv_len); });
     }
   } else {
     run_compute(t, s, r, max_q, max_len, tree);
@@ -298,6 +361,28 @@ void ModelRunner::warm_up() {
   const int64_t prefill = std::min<int64_t>(options_.max_num_batched_tokens, static_cast<int64_t>(max_blocks_per_seq_) * bs);
   if (prefill <= static_cast<int64_t>(kv_->num_blocks()) * bs) run(1, static_cast<int>(prefill), static_cast<int>(prefill));
   for (int seqs = 1; seqs <= std::min(options_.max_num_seqs, kMaxGraphBatch); seqs *= 2) run(seqs, 1, 1);
+  // Verify steps (a decode and its drafts per sequence, every row's logits), for the shapes their graphs take.
+  if (options_.verify_rows > 1 && backend_.supports_graphs() && options_.use_graphs && model_->graph_safe()) {
+    for (int q = 2; q <= std::min(options_.verify_rows, kMaxGraphQuery); q *= 2) {
+      for (int seqs = 1; seqs <= std::min(options_.max_num_seqs, kMaxGraphBatch); seqs *= 2) {
+        if (seqs * q > max_rows_per_chunk_ || seqs * q > options_.max_num_batched_tokens) break;
+        std::vector<Sequence> dummies(static_cast<size_t>(seqs));
+        SchedulerOutput out;
+        std::vector<LogitsRequest> req;
+        for (Sequence& d : dummies) {
+          d.token_ids.assign(1, 0);
+          d.num_prompt_tokens = 1;
+          d.draft_tokens.assign(static_cast<size_t>(q - 1), 0);
+          for (int j = 0; j < q - 1; ++j) d.draft_parents.push_back(j - 1);
+          d.block_table.assign(static_cast<size_t>((q + bs - 1) / bs), 0);
+          out.seqs.push_back({&d, q, true, q - 1});
+          req.push_back({false, q});
+        }
+        build_forward_batch(out, req, bs, batch, rows, /*write_kv=*/false);
+        execute(batch, logits);
+      }
+    }
+  }
   backend_.synchronize();
 }
 

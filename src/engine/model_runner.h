@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,6 +27,10 @@ struct RunnerOptions {
   int block_size = 16;
   DType kv_dtype = DType::kF32;
   bool use_graphs = true;            // capture and replay decode steps where the backend and model allow it
+  // Tests: lay verify steps out padded as graphs replay them, also where there are no graphs (run eagerly).
+  bool pad_verify_steps = false;
+  // Speculative decoding: warm_up also captures verify-step graphs of up to this many rows per sequence (0 = none).
+  int verify_rows = 0;
 };
 
 class ModelRunner {
@@ -95,6 +100,8 @@ class ModelRunner {
   ops::DeviceBuffer logits_;     // [max_rows_per_chunk_, vocab] f32
   // Decode graphs by padded batch size: 0 = not captured yet.
   std::vector<int64_t> graphs_;
+  // Verify-step graphs by (padded sequences, rows per sequence): key sequences * 64 + rows.
+  std::map<int, int64_t> verify_graphs_;
 };
 
 }  // namespace peregrine::engine

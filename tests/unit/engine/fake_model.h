@@ -108,6 +108,7 @@ class FakeModel : public model::Model {
     for (int s = 0; s < s_count; ++s) {
       const int ctx = lens[s] - (qsl[s + 1] - qsl[s]);
       for (int row = qsl[s]; row < qsl[s + 1]; ++row) {
+        if (slots[row] < 0) continue;  // padding (a graph-shaped step): writes nothing, its output is discarded
         const int p = pos[row];
         PEREGRINE_CHECK(p < lens[s], "position beyond seq_len");
         // The sequence slot holding each position this row sees: the context, then (a tree) its own path.
@@ -153,7 +154,7 @@ class FakeModel : public model::Model {
 // A runner over a FakeModel on its own ref backend, with a KV cache of num_blocks blocks.
 inline std::unique_ptr<ModelRunner> make_fake_runner(int num_blocks, int block_size, int max_num_seqs,
                                                      int max_num_batched_tokens, int max_model_len,
-                                                     FakeModel** model_out = nullptr) {
+                                                     FakeModel** model_out = nullptr, bool pad_verify_steps = false) {
   auto backend = ops::make_ref_backend();
   auto model = std::make_unique<FakeModel>(*backend, std::max(max_num_batched_tokens, 1));
   if (model_out) *model_out = model.get();
@@ -163,6 +164,7 @@ inline std::unique_ptr<ModelRunner> make_fake_runner(int num_blocks, int block_s
   ro.max_model_len = max_model_len;
   ro.block_size = block_size;
   ro.kv_dtype = DType::kF32;
+  ro.pad_verify_steps = pad_verify_steps;
   auto runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
   runner->allocate_kv_cache(num_blocks);
   return runner;

@@ -174,6 +174,62 @@ TEST_F(RunnerOnModel, SeveralRowsPerSequenceEqualOneStepAtATime) {
   EXPECT_EQ(std::memcmp(every.data() + static_cast<size_t>(35) * vocab_, together.data(), sizeof(float) * 5 * vocab_), 0);
 }
 
+TEST_F(RunnerOnModel, PaddedVerifyLayoutGivesTheSameRows) {
+  // Three sequences verifying 4, 2 and 0 drafts; the padded layout (what verify graphs replay) must give the same
+  // logits, bit for bit, as the plain one.
+  const io::ModelConfig config = io::load_model_config(dir_);
+  auto make = [&](bool pad) {
+    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
+    model::ModelOptions mo;
+    mo.max_num_tokens = 256;
+    mo.max_logits_rows = 64;
+    auto model = model::load_model(dir_, *backend, mo);
+    RunnerOptions ro;
+    ro.max_num_seqs = 8;
+    ro.max_num_batched_tokens = 256;
+    ro.max_model_len = 512;
+    ro.pad_verify_steps = pad;
+    auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
+    r->allocate_kv_cache(64);
+    return r;
+  };
+  std::vector<float> plain_logits, padded_logits;
+  for (bool pad : {false, true}) {
+    auto runner = make(pad);
+    std::vector<Sequence> seqs;
+    for (int i = 0; i < 3; ++i) {
+      seqs.push_back(make_seq(60, 30 + 5 * i, 0, 16, i * 4));  // blocks for 60 positions, 30 + 5i tokens
+      seqs.back().token_ids.resize(static_cast<size_t>(30 + 5 * i));
+    }
+    LogitsRows rows;
+    std::vector<float> logits;
+    for (auto& q : seqs) {  // prefill each context but its last token
+      SchedulerOutput out;
+      out.seqs = {{&q, q.num_tokens() - 1, false}};
+      runner->prepare(out, {}, rows);
+      runner->execute(logits);
+      q.num_computed_tokens = q.num_tokens() - 1;
+    }
+    SchedulerOutput out;
+    std::vector<LogitsRequest> req;
+    const int drafts[] = {4, 2, 0};
+    for (int i = 0; i < 3; ++i) {
+      seqs[static_cast<size_t>(i)].draft_tokens.assign(static_cast<size_t>(drafts[i]), 77 + i);
+      for (int j = 0; j < drafts[i]; ++j) seqs[static_cast<size_t>(i)].draft_parents.push_back(j - 1);
+      out.seqs.push_back({&seqs[static_cast<size_t>(i)], 1 + drafts[i], true, drafts[i]});
+      req.push_back({false, 1 + drafts[i]});
+    }
+    runner->prepare(out, req, rows);
+    runner->execute(pad ? padded_logits : plain_logits);
+  }
+  ASSERT_EQ(plain_logits.size(), static_cast<size_t>(9 * vocab_));
+  ASSERT_EQ(padded_logits.size(), plain_logits.size());
+  for (int r = 0; r < 9; ++r) {
+    EXPECT_EQ(std::memcmp(plain_logits.data() + static_cast<size_t>(r) * vocab_, padded_logits.data() + static_cast<size_t>(r) * vocab_,
+                          sizeof(float) * vocab_), 0) << "row " << r;
+  }
+}
+
 TEST_F(RunnerOnModel, MalformedBatchesAreRefusedAndWarmUpRuns) {
   ForwardBatch b;
   b.token_ids = {1, 2};

@@ -119,10 +119,11 @@ struct Options {
   int k = 4;                 // num_speculative_tokens; 0 = no speculation
   bool adaptive = true;
   int disable_by_batch_size = 1000;
+  bool pad_verify = false;  // the padded (graph) layout of verify steps
 };
 
 std::unique_ptr<EngineCore> make_core(const Options& o, std::unique_ptr<Proposer> proposer) {
-  auto runner = testing::make_fake_runner(o.num_blocks, o.block_size, o.max_seqs, o.budget, 256);
+  auto runner = testing::make_fake_runner(o.num_blocks, o.block_size, o.max_seqs, o.budget, 256, nullptr, o.pad_verify);
   EngineCoreConfig c;
   c.max_model_len = 256;
   c.max_num_seqs = o.max_seqs;
@@ -223,9 +224,10 @@ TEST(Speculative, GreedyIdenticalWithRightPartlyRightAndWrongDrafts) {
   for (double wrong : {0.0, 0.3, 1.0}) {
     for (int num_blocks : {400, 90}) {  // 90: preemption
       for (int budget : {64, 9}) {      // 9: chunked prefill and the token budget trimming drafts
+       for (bool pad : {false, true}) {   // verify steps as graphs lay them out (padded), run eagerly here
         auto proposer = std::make_unique<OracleProposer>(wrong, 5);
         OracleProposer* oracle = proposer.get();
-        auto core = make_core({.num_blocks = num_blocks, .budget = budget, .max_seqs = 48}, std::move(proposer));
+        auto core = make_core({.num_blocks = num_blocks, .budget = budget, .max_seqs = 48, .pad_verify = pad}, std::move(proposer));
         Collector col;
         for (size_t i = 0; i < prompts.size(); ++i) {
           const std::string id = testing::make_id("r", static_cast<int>(i));
@@ -254,6 +256,7 @@ TEST(Speculative, GreedyIdenticalWithRightPartlyRightAndWrongDrafts) {
         for (uint64_t v : s.spec_accepted_per_position) per_pos += v;
         EXPECT_EQ(per_pos, s.spec_num_accepted_tokens);
       }
+       }
     }
   }
 }
