@@ -51,6 +51,7 @@ for m in qwen3-qknorm mistral-swa llama-yarn; do cp -r "$shared/models/arch/$m" 
 for extra in ${SHARED_EXTRA:-}; do cp -r "$shared/$extra" "$dev/shared/$(dirname "$extra")/"; done
 cp "$shared"/models/*.reference.json "$dev/shared/models/"
 cp "$shared"/configs/*.json "$dev/shared/configs/"
+cp "$shared/data/code-dev.json" "$dev/shared/"
 if [ "$binaries" -eq 1 ]; then
   b=build/cuda
   [ -x "$b/peregrine" ] || { echo "prepare.sh: no CUDA build at $b (cmake --preset cuda && cmake --build --preset cuda)" >&2; exit 1; }
