@@ -263,5 +263,27 @@ TEST(Engine, GenerateRefusesABadPromptAfterEndingTheOthers) {
             expected_greedy({3, 4}, 3));
 }
 
+TEST(SamplingParams, VocabularyChecksWaitForTheModel) {
+  auto message = [](const SamplingParams& p, int vocab) -> std::string {
+    try {
+      p.validate(vocab);
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return "";
+  };
+  SamplingParams p;
+  p.logit_bias = {{50000, 1.0f}};
+  p.stop_token_ids = {7};
+  EXPECT_EQ(message(p, 0), "");  // vocabulary not known yet (the Python SamplingParams checks at construction)
+  EXPECT_EQ(message(p, 1000), "logit_bias: token id 50000 is out of the vocabulary [0, 1000)");
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_EQ(message(p, 0), "logit_bias: token id -1 is negative");
+  p.logit_bias.clear();
+  p.stop_token_ids = {-3};
+  EXPECT_EQ(message(p, 0), "stop_token_ids: token id -3 is negative");
+  EXPECT_EQ(message(p, 1000), "stop_token_ids: token id -3 is out of the vocabulary [0, 1000)");
+}
+
 }  // namespace
 }  // namespace peregrine::engine
