@@ -7,7 +7,7 @@ An argument vLLM has and Peregrine does not implement yet is refused by name wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 from . import _core
@@ -34,7 +34,8 @@ _MAPPED: dict[str, tuple[str, type]] = {
     "kv_cache_memory_bytes": ("kv_cache_memory_bytes", int),
 }
 
-# Options of later work: accepted only with the value that means "off" (what vLLM does by default).
+# Options of later work: accepted only with the value that means "off" (what vLLM does by default). When the engine
+# gains one (an EngineConfig field), move it to _MAPPED, or convert it in build_config (speculative_config is a dict).
 _NOT_YET: dict[str, tuple[Any, str]] = {
     "speculative_config": (None, "speculative decoding is not supported yet"),
     "quantization": (None, "quantized models are not supported yet"),
@@ -115,7 +116,7 @@ def build_config(caller: str, model: Any, kwargs: dict[str, Any]) -> "_core.Engi
 
 @dataclass
 class EngineArgs:
-    """vLLM's EngineArgs: the engine arguments as one object (``LLM(**vars(args))`` works the same)."""
+    """vLLM's EngineArgs: the engine arguments as one object (``LLM(args.model, **args.to_kwargs())``)."""
 
     model: str
     tokenizer: Optional[str] = None
@@ -139,12 +140,10 @@ class EngineArgs:
     kv_cache_dtype: str = "auto"
     trust_remote_code: bool = False
     disable_log_stats: bool = False
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def to_kwargs(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("model", "extra")}
-        out.update(self.extra)
-        return out
+        """The arguments other than model, for LLM(model, **kwargs)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
 
 
 @dataclass

@@ -100,14 +100,6 @@ py::str text(std::string_view bytes) {
   return py::reinterpret_steal<py::str>(s);
 }
 
-void raise_error(ErrorCode code, const std::string& message) {
-  PyObject* type = type_for(code);
-  py::object error = py::reinterpret_borrow<py::object>(type)(message);
-  error.attr("code") = code_name(code);
-  PyErr_SetObject(type, error.ptr());
-  throw py::error_already_set();
-}
-
 void register_errors(py::module_& module) {
   py::handle runtime_error(PyExc_RuntimeError);
   g_errors.base = new_type(module, "PeregrineError",

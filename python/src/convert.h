@@ -26,7 +26,4 @@ py::str text(std::string_view bytes);
 // from peregrine::Error.
 void register_errors(py::module_& module);
 
-// Raises the exception type the package uses for `code` (from C++ code holding the GIL).
-[[noreturn]] void raise_error(ErrorCode code, const std::string& message);
-
 }  // namespace peregrine::python

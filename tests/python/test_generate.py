@@ -172,3 +172,18 @@ def test_skip_special_tokens(llm):
     hidden = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=3, logit_bias={eos: 100.0},
                                                  ignore_eos=True), use_tqdm=False)[0].outputs[0]
     assert hidden.text == ""
+
+
+def test_our_progress_bar():
+    import io
+
+    from peregrine._progress import _Bar
+
+    out = io.StringIO()
+    bar = _Bar(4, "Processed prompts", stream=out, min_interval=0)
+    for _ in range(4):
+        bar.update(1)
+    bar.close()
+    lines = out.getvalue().split("\r")
+    assert lines[-1].startswith("Processed prompts: 100%|####################| 4/4 [")
+    assert out.getvalue().endswith("it/s]\n")
