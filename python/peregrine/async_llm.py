@@ -18,9 +18,9 @@ from typing import Any, AsyncGenerator, Optional
 
 from . import _core
 from .engine_args import AsyncEngineArgs
-from .inputs import PromptType, parse_prompts
+from .inputs import PromptType, check_token_ids, parse_prompts
 from .llm import _EngineClient, _refuse_lora
-from .outputs import CompletionOutput, RequestOutput, _metrics, _prompt_logprobs, _sample_logprobs
+from .outputs import CompletionOutput, RequestOutput, _request_output
 from .sampling_params import RequestOutputKind, SamplingParams
 from .tokenizer import Tokenizer
 
@@ -77,23 +77,6 @@ class AsyncLLM(_EngineClient):
             if queue is not None:
                 queue.put_nowait(delta)
 
-    def _delta_output(self, delta: Any, prompt: Optional[str], prompt_ids: list[int],
-                      params: SamplingParams, first: bool) -> RequestOutput:
-        outputs = []
-        for c in delta.outputs:
-            want = params.logprobs is not None
-            outputs.append(CompletionOutput(
-                index=c.index, text=c.text if params.detokenize else "", token_ids=c.token_ids,
-                cumulative_logprob=c.cumulative_logprob if want else None,
-                logprobs=_sample_logprobs(c.logprobs, params.detokenize) if want else None,
-                finish_reason=c.finish_reason, stop_reason=c.stop_reason))
-        prompt_logprobs = None
-        if first and params.prompt_logprobs is not None:
-            prompt_logprobs = _prompt_logprobs(delta.prompt_logprobs, params.detokenize)
-        return RequestOutput(request_id=delta.request_id, prompt=prompt, prompt_token_ids=prompt_ids,
-                             prompt_logprobs=prompt_logprobs, outputs=outputs, finished=delta.finished,
-                             metrics=_metrics(delta), num_cached_tokens=delta.num_cached_tokens)
-
     async def generate(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None,
                        request_id: Optional[str] = None, *, lora_request: Any = None,
                        priority: int = 0) -> AsyncGenerator[RequestOutput, None]:
@@ -118,7 +101,11 @@ class AsyncLLM(_EngineClient):
         self._queues[request_id] = queue
         finished = False
         try:
-            self._engine.add_request(request_id, prompt_ids, params._to_native(), self._stream)
+            try:
+                self._engine.add_request(request_id, prompt_ids, params._to_native(), self._stream)
+            except TypeError:
+                check_token_ids([prompt_ids])
+                raise
             kind = params.output_kind
             accumulated = _Accumulated(params.n)
             first = True
@@ -129,7 +116,7 @@ class AsyncLLM(_EngineClient):
                     finished = True
                     raise _core.PeregrineError(f"request {request_id} failed in the engine: {delta.error}")
                 finished = delta.finished
-                out = self._delta_output(delta, parsed[0][0], prompt_ids, params, first)
+                out = _request_output(delta, parsed[0][0], prompt_ids, params, first)
                 if first:
                     prompt_logprobs = out.prompt_logprobs
                 first = False

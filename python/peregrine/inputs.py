@@ -63,8 +63,9 @@ def parse_prompts(prompts: Union[PromptType, Sequence[PromptType]]) -> list[tupl
                 raise ValueError(f"{where}: unknown prompt field '{key}' (expected 'prompt' or 'prompt_token_ids')")
         if "prompt_token_ids" in p:
             ids = p["prompt_token_ids"]
-            if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise TypeError(f"{where}.prompt_token_ids must be a list of ints")
+            if not isinstance(ids, (list, tuple)):
+                raise TypeError(f"{where}.prompt_token_ids must be a list of ints, got {type(ids).__name__}")
+            # The elements are checked by the conversion to the engine's types (check_token_ids names a bad one).
             text = p.get("prompt")
             parsed.append((text if isinstance(text, str) else None, list(ids)))
         elif "prompt" in p:
@@ -74,3 +75,11 @@ def parse_prompts(prompts: Union[PromptType, Sequence[PromptType]]) -> list[tupl
         else:
             raise ValueError(f"{where}: a prompt dict needs 'prompt' or 'prompt_token_ids'")
     return parsed
+
+
+def check_token_ids(prompt_ids: list[list[int]]) -> None:
+    """Raises TypeError naming the first token id that is not a 32-bit int (after the engine's conversion failed)."""
+    for i, ids in enumerate(prompt_ids):
+        for j, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, int) or not -2**31 <= t < 2**31:
+                raise TypeError(f"prompts[{i}].prompt_token_ids[{j}] must be an int (a token id), got {t!r}")

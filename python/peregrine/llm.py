@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from . import _core
 from ._progress import Progress, make_bar
 from .engine_args import build_config
-from .inputs import PromptType, parse_prompts
+from .inputs import PromptType, check_token_ids, parse_prompts
 from .outputs import RequestOutput, _request_output
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer, normalize_messages
@@ -140,6 +140,9 @@ class LLM(_EngineClient):
         bar = make_bar(use_tqdm, len(parsed))
         try:
             results = self._engine.generate(prompt_ids, natives, request_ids, Progress(bar) if bar else None)
+        except TypeError:
+            check_token_ids(prompt_ids)  # names the bad id, if that was it
+            raise
         finally:
             if bar is not None:
                 bar.close()

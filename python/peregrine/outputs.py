@@ -99,36 +99,28 @@ def _prompt_logprobs(positions: list, detokenize: bool) -> PromptLogprobs:
     return out
 
 
-def _metrics(native: Any) -> RequestMetrics:
-    arrival, scheduled, first_token, finished = native.timings
-    return RequestMetrics(arrival, scheduled or None, first_token or None, finished or None)
-
-
-def _completion(native: Any, params: Any) -> CompletionOutput:
+def _outputs(native: Any, fields: tuple, params: Any) -> list[CompletionOutput]:
+    """The completions of native.fields() (logprobs read from the native outputs only when asked for)."""
     want_logprobs = params.logprobs is not None
-    return CompletionOutput(
-        index=native.index,
-        text=native.text if params.detokenize else "",
-        token_ids=native.token_ids,
-        cumulative_logprob=native.cumulative_logprob if want_logprobs else None,
-        logprobs=_sample_logprobs(native.logprobs, params.detokenize) if want_logprobs else None,
-        finish_reason=native.finish_reason,
-        stop_reason=native.stop_reason,
-    )
+    detokenize = params.detokenize
+    natives = native.outputs if want_logprobs else None
+    out = []
+    for i, (index, text, token_ids, cumulative, finish_reason, stop_reason) in enumerate(fields):
+        out.append(CompletionOutput(
+            index, text if detokenize else "", token_ids, cumulative if want_logprobs else None,
+            _sample_logprobs(natives[i].logprobs, detokenize) if want_logprobs else None, finish_reason, stop_reason))
+    return out
 
 
-def _request_output(native: Any, prompt: Optional[str], prompt_token_ids: list[int], params: Any) -> RequestOutput:
-    """A finished request, accumulated by the engine (LLM.generate)."""
+def _request_output(native: Any, prompt: Optional[str], prompt_token_ids: list[int], params: Any,
+                    first: bool = True) -> RequestOutput:
+    """A request's output (finished and accumulated by the engine for LLM.generate; a delta for AsyncLLM, whose
+    prompt logprobs come with the first)."""
+    request_id, finished, num_cached_tokens, timings, _, outputs = native.fields()
     prompt_logprobs = None
-    if params.prompt_logprobs is not None:
+    if first and params.prompt_logprobs is not None:
         prompt_logprobs = _prompt_logprobs(native.prompt_logprobs, params.detokenize)
-    return RequestOutput(
-        request_id=native.request_id,
-        prompt=prompt,
-        prompt_token_ids=prompt_token_ids,
-        prompt_logprobs=prompt_logprobs,
-        outputs=[_completion(c, params) for c in native.outputs],
-        finished=native.finished,
-        metrics=_metrics(native),
-        num_cached_tokens=native.num_cached_tokens,
-    )
+    arrival, scheduled, first_token, finished_time = timings
+    return RequestOutput(request_id, prompt, prompt_token_ids, prompt_logprobs, _outputs(native, outputs, params),
+                         finished, RequestMetrics(arrival, scheduled or None, first_token or None, finished_time or None),
+                         num_cached_tokens=num_cached_tokens)

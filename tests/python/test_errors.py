@@ -122,3 +122,12 @@ def test_a_shut_down_engine_refuses_work(model_path):
     with pytest.raises(peregrine.PeregrineError) as info:
         llm.generate("x", use_tqdm=False)
     assert info.value.code == "unavailable" and "shutting down" in str(info.value)
+
+
+def test_bad_token_ids_are_named(llm):
+    with pytest.raises(TypeError, match=r"prompts\[1\].prompt_token_ids\[2\] must be an int \(a token id\), got 'x'"):
+        llm.generate([{"prompt_token_ids": [1, 2]}, {"prompt_token_ids": [1, 2, "x"]}], use_tqdm=False)
+    with pytest.raises(TypeError, match=r"prompts\[0\].prompt_token_ids\[0\] must be an int"):
+        llm.generate({"prompt_token_ids": [2**40]}, use_tqdm=False)
+    with pytest.raises(TypeError, match="prompt_token_ids must be a list of ints, got str"):
+        llm.generate({"prompt_token_ids": "1 2 3"}, use_tqdm=False)
