@@ -3,6 +3,7 @@
 // deltas to callbacks. Every public method is thread-safe; callbacks run on the engine loop thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,11 +61,25 @@ struct ChatTemplateOptions {
   bool continue_final_message = false;
   const nlohmann::ordered_json* tools = nullptr;                 // array or null
   const nlohmann::ordered_json* chat_template_kwargs = nullptr;  // object or null
+  // Renders with this template instead of the engine's (a file path or the template text, as --chat-template);
+  // empty = the engine's. The model folder's bos/eos tokens are kept.
+  std::string chat_template;
 };
 
 // Called on the engine loop thread with each delta. It must return quickly and never block on I/O; it may
 // call abort_request or add_request.
 using OutputCallback = std::function<void(RequestOutput&&)>;
+
+// How an offline batch (Engine::generate) is watched and named.
+struct GenerateOptions {
+  // Called on the calling thread about every poll_interval while the batch runs, with the number of prompts
+  // finished so far (progress bars, cancellation). When it throws, the batch's live requests are aborted,
+  // generate waits until each has ended and rethrows.
+  std::function<void(size_t num_finished)> poll;
+  std::chrono::milliseconds poll_interval{50};
+  // One id per prompt; empty = "generate-<batch>-<index>".
+  std::vector<std::string> request_ids;
+};
 
 // Prometheus-style histogram: counts[i] counts observations <= bounds[i]; counts.back() is the +Inf bucket.
 struct Histogram {
@@ -134,6 +149,11 @@ class Engine {
   // Offline: runs every prompt to completion and returns the accumulated outputs in prompt order.
   std::vector<RequestOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params);
   std::vector<RequestOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
+  // The same with one SamplingParams per prompt (or one for all). Requests are submitted as the waiting queue
+  // has room, so any number of prompts fits. A prompt refused by validation throws its Error once the prompts
+  // already submitted have been aborted and have ended.
+  std::vector<RequestOutput> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                      std::span<const SamplingParams> params, const GenerateOptions& options = {});
   // Stops accepting requests, aborts every live one (each callback gets its final delta) and stops the loop.
   void shutdown();
 

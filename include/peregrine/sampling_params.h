@@ -44,7 +44,7 @@ struct SamplingParams {
   bool is_greedy() const { return temperature < 1e-5f; }
   // Throws peregrine::Error(kInvalidArgument) naming the field, e.g. "top_p must be in (0, 1], got 1.5", with
   // Error::field() set. The one validator of sampling values (engine, server, CLI and Python all call it).
-  // vocab_size <= 0 skips the checks that need the model's vocabulary (token ids in logit_bias, stop_token_ids).
+  // vocab_size 0 = not known yet (before a model is loaded): token ids are only checked to be non-negative.
   void validate(int vocab_size) const;
 };
 

@@ -2,6 +2,7 @@
 // that applies commands and runs steps, offline generate(), shutdown, and stats snapshots.
 #include "peregrine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -168,21 +169,39 @@ void Engine::shutdown() {
 
 std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                             const SamplingParams& params) {
+  return generate(prompts, std::span<const SamplingParams>(&params, 1));
+}
+
+std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                            std::span<const SamplingParams> params, const GenerateOptions& options) {
+  if (params.size() != 1 && params.size() != prompts.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "generate: " + std::to_string(params.size()) + " sampling params for " +
+                                                 std::to_string(prompts.size()) + " prompts (give one, or one per prompt)");
+  }
+  if (!options.request_ids.empty() && options.request_ids.size() != prompts.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "generate: " + std::to_string(options.request_ids.size()) +
+                                                 " request ids for " + std::to_string(prompts.size()) + " prompts");
+  }
+  auto params_of = [&](size_t i) -> const SamplingParams& { return params.size() == 1 ? params[0] : params[i]; };
   struct Shared {
     std::mutex mutex;
-    std::condition_variable done;
+    std::condition_variable changed;
     std::vector<RequestOutput> results;
-    size_t remaining = 0;
+    size_t finished = 0;
   };
   auto shared = std::make_shared<Shared>();
   shared->results.resize(prompts.size());
-  shared->remaining = prompts.size();
   static std::atomic<uint64_t> batch_counter{0};
   const std::string prefix = "generate-" + std::to_string(batch_counter.fetch_add(1)) + "-";
+  std::vector<std::string> ids(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    shared->results[i].outputs.resize(static_cast<size_t>(params.n));
-    for (int k = 0; k < params.n; ++k) shared->results[i].outputs[static_cast<size_t>(k)].index = k;
-    add_request(prefix + std::to_string(i), prompts[i], params, [shared, i](RequestOutput&& delta) {
+    ids[i] = options.request_ids.empty() ? prefix + std::to_string(i) : options.request_ids[i];
+    const int n = params_of(i).n;
+    shared->results[i].outputs.resize(static_cast<size_t>(std::max(n, 0)));
+    for (int k = 0; k < n; ++k) shared->results[i].outputs[static_cast<size_t>(k)].index = k;
+  }
+  auto submit = [&](size_t i) {
+    add_request(ids[i], prompts[i], params_of(i), [shared, i](RequestOutput&& delta) {
       std::lock_guard<std::mutex> lock(shared->mutex);
       RequestOutput& acc = shared->results[i];
       if (!delta.prompt_token_ids.empty()) {
@@ -209,12 +228,55 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<int32_
       }
       if (delta.finished) {
         acc.finished = true;
-        if (--shared->remaining == 0) shared->done.notify_all();
+        ++shared->finished;
+        shared->changed.notify_all();
       }
     });
+  };
+  // At most this many of the batch are live at once, so the waiting queue never overflows.
+  const size_t window = static_cast<size_t>(std::max(1, impl_->core->max_queued_requests() / 2));
+  size_t submitted = 0;
+  // Ends the batch early: aborts what is live and waits until every submitted request has ended.
+  auto abandon = [&] {
+    for (size_t i = 0; i < submitted; ++i) abort_request(ids[i]);
+    std::unique_lock<std::mutex> lock(shared->mutex);
+    shared->changed.wait(lock, [&] { return shared->finished == submitted; });
+  };
+  auto next_poll = std::chrono::steady_clock::now() + options.poll_interval;
+  try {
+    for (;;) {
+      size_t finished = 0;
+      {
+        std::lock_guard<std::mutex> lock(shared->mutex);
+        finished = shared->finished;
+      }
+      while (submitted < prompts.size() && submitted - finished < window) {
+        submit(submitted);
+        ++submitted;
+      }
+      std::unique_lock<std::mutex> lock(shared->mutex);
+      if (shared->finished == prompts.size()) break;
+      // Wake for the poll, for the batch's end, or (while prompts wait to be submitted) for any finish.
+      const size_t seen = shared->finished;
+      const bool more = submitted < prompts.size();
+      auto woken = [&] { return shared->finished == prompts.size() || (more && shared->finished != seen); };
+      if (options.poll) {
+        shared->changed.wait_until(lock, next_poll, woken);
+      } else {
+        shared->changed.wait(lock, woken);
+      }
+      const size_t done = shared->finished;
+      lock.unlock();
+      if (options.poll && done != prompts.size() && std::chrono::steady_clock::now() >= next_poll) {
+        options.poll(done);
+        next_poll = std::chrono::steady_clock::now() + options.poll_interval;
+      }
+    }
+  } catch (...) {
+    abandon();
+    throw;
   }
-  std::unique_lock<std::mutex> lock(shared->mutex);
-  shared->done.wait(lock, [&] { return shared->remaining == 0; });
+  if (options.poll) options.poll(prompts.size());
   return std::move(shared->results);
 }
 

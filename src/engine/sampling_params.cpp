@@ -17,6 +17,18 @@ namespace {
   throw Error(ErrorCode::kInvalidArgument, message, field);
 }
 
+// Token ids must be in the vocabulary; with vocab_size 0 (not known yet) only non-negative.
+void check_token_id(const char* field, int32_t token, int vocab_size) {
+  if (vocab_size <= 0) {
+    if (token < 0) bad(field, std::string(field) + ": token id " + std::to_string(token) + " is negative");
+    return;
+  }
+  if (token < 0 || token >= vocab_size) {
+    bad(field, std::string(field) + ": token id " + std::to_string(token) + " is out of the vocabulary [0, " +
+         std::to_string(vocab_size) + ")");
+  }
+}
+
 std::string num(double v) {
   std::string s = std::to_string(v);
   while (s.size() > 1 && s.back() == '0') s.pop_back();
@@ -52,10 +64,7 @@ void SamplingParams::validate(int vocab_size) const {
     bad("frequency_penalty", "frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
   }
   for (const auto& [token, bias] : logit_bias) {
-    if (token < 0 || (vocab_size > 0 && token >= vocab_size)) {
-      bad("logit_bias", "logit_bias: token id " + std::to_string(token) + " is out of the vocabulary [0, " +
-           std::to_string(vocab_size) + ")");
-    }
+    check_token_id("logit_bias", token, vocab_size);
     if (!std::isfinite(bias) || bias < -100.0f || bias > 100.0f) {
       bad("logit_bias", "logit_bias: bias for token " + std::to_string(token) + " must be in [-100, 100], got " + num(bias));
     }
@@ -76,12 +85,7 @@ void SamplingParams::validate(int vocab_size) const {
     bad("stop", "stop: the stop strings may total at most " + std::to_string(kMaxStopBytesTotal) + " bytes, got " +
          std::to_string(stop_bytes));
   }
-  for (int32_t t : stop_token_ids) {
-    if (t < 0 || (vocab_size > 0 && t >= vocab_size)) {
-      bad("stop_token_ids", "stop_token_ids: token id " + std::to_string(t) + " is out of the vocabulary [0, " +
-           std::to_string(vocab_size) + ")");
-    }
-  }
+  for (int32_t t : stop_token_ids) check_token_id("stop_token_ids", t, vocab_size);
   if (min_tokens < 0) bad("min_tokens", "min_tokens must be >= 0, got " + std::to_string(min_tokens));
   if (max_tokens && *max_tokens < 1) bad("max_tokens", "max_tokens must be at least 1, got " + std::to_string(*max_tokens));
   if (max_tokens && min_tokens > *max_tokens) {

@@ -23,7 +23,7 @@ class StreamingAdapter : public IncrementalDetokenizer {
 
 TokenizerCodec::TokenizerCodec(const std::filesystem::path& tokenizer_dir, const std::filesystem::path& model_dir,
                                const std::string& chat_template_override)
-    : tokenizer_(tokenizer::Tokenizer::load(tokenizer_dir)) {
+    : tokenizer_(tokenizer::Tokenizer::load(tokenizer_dir)), model_dir_(model_dir) {
   try {
     chat_template_ = load_chat_template(model_dir, chat_template_override);
   } catch (const Error& e) {
@@ -80,7 +80,11 @@ std::unique_ptr<IncrementalDetokenizer> TokenizerCodec::make_detokenizer(std::sp
 
 std::string TokenizerCodec::apply_chat_template(const nlohmann::ordered_json& messages,
                                                 const ChatTemplateOptions& options) const {
-  if (!chat_template_) {
+  // A template given with the call replaces the engine's for this rendering (parsed each time).
+  std::optional<ChatTemplate> given;
+  if (!options.chat_template.empty()) given = load_chat_template(model_dir_, options.chat_template);
+  const ChatTemplate* chat_template = given ? &*given : chat_template_ ? &*chat_template_ : nullptr;
+  if (!chat_template) {
     throw Error(ErrorCode::kInvalidArgument,
                 "this model has no chat template (" + chat_template_error_ +
                     "); start the server with --chat-template or use /v1/completions");
@@ -95,7 +99,7 @@ std::string TokenizerCodec::apply_chat_template(const nlohmann::ordered_json& me
   if (options.chat_template_kwargs && options.chat_template_kwargs->is_object()) {
     render.extra_kwargs = *options.chat_template_kwargs;
   }
-  std::string rendered = render_chat(*chat_template_, messages, render);
+  std::string rendered = render_chat(*chat_template, messages, render);
   if (options.continue_final_message) cut_after_final_message(rendered, messages);
   return rendered;
 }

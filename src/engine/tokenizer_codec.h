@@ -36,6 +36,7 @@ class TokenizerCodec : public TextCodec {
   static void cut_after_final_message(std::string& rendered, const nlohmann::ordered_json& messages);
 
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::filesystem::path model_dir_;  // bos/eos tokens for templates given per call
   std::optional<ChatTemplate> chat_template_;
   std::string chat_template_error_;  // why there is none
 };

@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "peregrine/engine.h"
+#include "peregrine/error.h"
 
 namespace peregrine {
 namespace {
@@ -132,6 +136,39 @@ TEST_F(EngineModelTest, GreedyIsIdenticalAloneCachedBatchedAndPreempted) {
   auto batch2 = run_batch(*squeezed, prompts, checked, kTokens);
   for (int i : checked) EXPECT_EQ(batch2[i], alone[i]) << "prompt " << i << " with preemption";
   EXPECT_GT(squeezed->stats().num_preemptions, 0u);
+}
+
+TEST_F(EngineModelTest, ChatTemplateGivenPerCallReplacesTheEngines) {
+  EngineConfig config;
+  config.model = kModel.string();
+  config.device = "cpu";
+  config.max_model_len = 128;
+  config.num_kv_blocks_override = 16;
+  auto engine = Engine::create(config);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  ChatTemplateOptions options;
+  EXPECT_THROW(engine->apply_chat_template(messages, options), Error);  // pycoder-tiny has no template
+  // The template text, with the model folder's bos token.
+  options.chat_template =
+      "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}";
+  EXPECT_EQ(engine->apply_chat_template(messages, options), "<s><user>hi<assistant>");
+  // Continuing a partly written reply ends the prompt right after it.
+  messages.push_back({{"role", "assistant"}, {"content", "def f("}});
+  options.add_generation_prompt = false;
+  options.continue_final_message = true;
+  EXPECT_EQ(engine->apply_chat_template(messages, options), "<s><user>hi<assistant>def f(");
+  // A template file works the same; a broken template names the problem.
+  const auto file = std::filesystem::temp_directory_path() / "peregrine_engine_test_template.jinja";
+  {
+    std::ofstream out(file);
+    out << "{% for m in messages %}[{{ m.content }}]{% endfor %}";
+  }
+  options.chat_template = file.string();
+  EXPECT_EQ(engine->apply_chat_template(messages, options), "[hi][def f(");
+  std::filesystem::remove(file);
+  options.chat_template = "{% for m in messages %}";
+  EXPECT_THROW(engine->apply_chat_template(messages, options), Error);
 }
 
 }  // namespace

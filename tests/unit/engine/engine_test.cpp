@@ -1,10 +1,13 @@
-// Engine (public API, loop thread) tests on FakeModel: offline generate, streaming from several threads,
-// abort, queue limit and shutdown ending in-flight requests.
+// Engine (public API, loop thread) tests on FakeModel: offline generate (one SamplingParams per prompt, batches
+// beyond the queue limit, polling and cancellation), streaming from several threads, abort, queue limit and
+// shutdown ending in-flight requests.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <span>
+#include <stdexcept>
 #include <thread>
 
 #include "engine/engine_core.h"
@@ -57,6 +60,16 @@ class Gate {
   std::condition_variable cv_;
   bool reached_ = false, open_ = false;
 };
+
+// Stats are published after the step that delivered the last output: waits (up to 2 s) until nothing runs.
+EngineStats idle_stats(Engine& engine) {
+  for (int i = 0; i < 400; ++i) {
+    const EngineStats s = engine.stats();
+    if (s.num_running + s.num_waiting == 0) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return engine.stats();
+}
 
 SamplingParams greedy(int max_tokens) {
   SamplingParams p;
@@ -196,6 +209,106 @@ TEST(Engine, ShutdownEndsInFlightRequests) {
   stopper.join();
   EXPECT_EQ(finals.load(), 5);
   EXPECT_THROW(engine->add_request("late", {3}, greedy(2), nullptr), Error);
+}
+
+TEST(Engine, GenerateTakesOneSamplingParamsPerPrompt) {
+  auto engine = make_engine();
+  std::vector<std::vector<int32_t>> prompts{{2, 3, 4}, {5, 6, 7}, {8, 9, 10}};
+  std::vector<SamplingParams> params{greedy(3), greedy(7), greedy(5)};
+  params[1].n = 2;
+  GenerateOptions options;
+  options.request_ids = {"a", "b", "c"};
+  auto results = engine->generate(prompts, params, options);
+  ASSERT_EQ(results.size(), 3u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(results[i].request_id, options.request_ids[i]);
+    ASSERT_EQ(results[i].outputs.size(), static_cast<size_t>(params[i].n));
+    for (const CompletionOutput& c : results[i].outputs) {
+      EXPECT_EQ(c.token_ids, expected_greedy(prompts[i], *params[i].max_tokens)) << "prompt " << i;
+    }
+  }
+  // Neither one params for all nor one per prompt.
+  EXPECT_THROW(engine->generate(prompts, std::span<const SamplingParams>(params.data(), 2)), Error);
+  options.request_ids = {"a"};
+  EXPECT_THROW(engine->generate(prompts, params, options), Error);
+}
+
+TEST(Engine, GenerateRunsBatchesLargerThanTheWaitingQueue) {
+  // Two waiting requests at most: generate submits as requests finish instead of overflowing the queue.
+  auto engine = make_engine(/*max_queued=*/2, /*max_seqs=*/2);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 40; ++i) prompts.push_back({2 + i % 7, 3 + i, 4});
+  size_t last_polled = 0;
+  GenerateOptions options;
+  options.poll_interval = std::chrono::milliseconds(0);
+  options.poll = [&](size_t finished) {
+    EXPECT_GE(finished, last_polled);
+    last_polled = finished;
+  };
+  const SamplingParams p = greedy(6);
+  auto results = engine->generate(prompts, std::span<const SamplingParams>(&p, 1), options);
+  ASSERT_EQ(results.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(results[i].outputs[0].token_ids, expected_greedy(prompts[i], 6));
+  EXPECT_EQ(last_polled, prompts.size());  // the last call reports the whole batch
+}
+
+TEST(Engine, GenerateAbortsTheBatchWhenPollThrows) {
+  // One live request at a time and 50 long ones: the first poll comes long before the batch could end.
+  auto engine = make_engine(/*max_queued=*/2, /*max_seqs=*/1);
+  std::vector<std::vector<int32_t>> prompts(50, std::vector<int32_t>{3, 4, 5});
+  SamplingParams p = greedy(250);
+  p.ignore_eos = true;
+  GenerateOptions options;
+  options.poll_interval = std::chrono::milliseconds(1);
+  options.poll = [](size_t) { throw std::runtime_error("interrupted"); };
+  EXPECT_THROW(engine->generate(prompts, std::span<const SamplingParams>(&p, 1), options), std::runtime_error);
+  // Every submitted request has ended (generate waited for its abort), and the engine keeps working.
+  const EngineStats s = idle_stats(*engine);
+  EXPECT_GE(s.requests_finished_abort, 1u);
+  EXPECT_LT(s.requests_finished_length, 50u);
+  EXPECT_EQ(s.num_running + s.num_waiting, 0);
+  auto again = engine->generate(std::vector<std::vector<int32_t>>{{3, 4, 5}}, greedy(4));
+  EXPECT_EQ(again[0].outputs[0].token_ids, expected_greedy({3, 4, 5}, 4));
+}
+
+TEST(Engine, GenerateRefusesABadPromptAfterEndingTheOthers) {
+  auto engine = make_engine(/*max_queued=*/2, /*max_seqs=*/1);
+  std::vector<std::vector<int32_t>> prompts{{3, 4}, {5, 6}, {}, {7, 8}};
+  SamplingParams p = greedy(200);
+  p.ignore_eos = true;
+  try {
+    engine->generate(prompts, std::span<const SamplingParams>(&p, 1));
+    FAIL() << "an empty prompt was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(e.message().find("prompt"), std::string::npos) << e.message();
+  }
+  const EngineStats s = idle_stats(*engine);
+  EXPECT_EQ(s.num_running + s.num_waiting, 0);
+  EXPECT_EQ(engine->generate(std::vector<std::vector<int32_t>>{{3, 4}}, greedy(3))[0].outputs[0].token_ids,
+            expected_greedy({3, 4}, 3));
+}
+
+TEST(SamplingParams, VocabularyChecksWaitForTheModel) {
+  auto message = [](const SamplingParams& p, int vocab) -> std::string {
+    try {
+      p.validate(vocab);
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return "";
+  };
+  SamplingParams p;
+  p.logit_bias = {{50000, 1.0f}};
+  p.stop_token_ids = {7};
+  EXPECT_EQ(message(p, 0), "");  // vocabulary not known yet (the Python SamplingParams checks at construction)
+  EXPECT_EQ(message(p, 1000), "logit_bias: token id 50000 is out of the vocabulary [0, 1000)");
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_EQ(message(p, 0), "logit_bias: token id -1 is negative");
+  p.logit_bias.clear();
+  p.stop_token_ids = {-3};
+  EXPECT_EQ(message(p, 0), "stop_token_ids: token id -3 is negative");
+  EXPECT_EQ(message(p, 1000), "stop_token_ids: token id -3 is out of the vocabulary [0, 1000)");
 }
 
 }  // namespace
