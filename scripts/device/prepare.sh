@@ -43,6 +43,7 @@ export LIBRARY_PATH="$PEREGRINE_DEPS/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$L
 export LD_LIBRARY_PATH="$PEREGRINE_DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PEREGRINE_SHARED_DIR="$PWD/.device/shared"
 mkdir -p .device/shared/models && ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny
+mkdir -p .device/shared/data && ln -sfn "$PWD/.device/shared/code-dev.json" .device/shared/data/code-dev.json
 ENV
 shared=../shared
 mkdir -p "$dev/shared/models/arch" "$dev/shared/configs"

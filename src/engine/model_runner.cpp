@@ -31,10 +31,23 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
   const int64_t model_len = options_.max_model_len > 0 ? options_.max_model_len : model_->config().max_position_embeddings;
   max_blocks_per_seq_ = static_cast<int>((model_len + options_.block_size - 1) / options_.block_size);
   max_rows_per_chunk_ = model_->max_logits_rows();
+  const io::ModelConfig& mc = model_->config();
+  sliding_window_ = static_cast<int>(mc.sliding_window);
+  if (options_.row_exact_override.max_rows > 0) {
+    row_exact_ = options_.row_exact_override;
+  } else if (options_.verify_rows > 1 && options_.row_exact_verify) {
+    row_exact_ = backend_.row_exact_layout(model_->activation_dtype(), options_.kv_dtype,
+                                           static_cast<int>(mc.num_attention_heads),
+                                           static_cast<int>(mc.num_key_value_heads), static_cast<int>(mc.head_dim));
+  }
+  // Pieces: at most one per token, and at most kMaxGraphQuery per sequence.
+  seq_capacity_ = options_.max_num_seqs;
+  if (row_exact_.max_rows > 0)
+    seq_capacity_ = std::max(seq_capacity_, std::min(options_.max_num_batched_tokens, options_.max_num_seqs * kMaxGraphQuery));
 
   // Block tables last, so a step copies only the rows it uses.
   const size_t t = static_cast<size_t>(options_.max_num_batched_tokens);
-  const size_t s = static_cast<size_t>(options_.max_num_seqs);
+  const size_t s = static_cast<size_t>(seq_capacity_);
   size_t off = 0;
   auto take = [&](size_t n) {
     const size_t at = off;
@@ -279,7 +292,16 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
     st[layout_.qsl + vs] = vs * vq;
     for (int i = next_logit; i < vs * vq; ++i) st[layout_.logits + i] = i;
   }
-  const size_t used = layout_.tables + static_cast<size_t>(s) * max_blocks_per_seq_;
+  // Row-exact verification (ops::Backend::row_exact_layout): short sequences' rows become pieces of their own.
+  int att_seqs = s;
+  int att_q = bucket ? 1 : vs ? vq : max_q;
+  if (!bucket && !tree && row_exact_.max_rows > 0) {
+    int q = att_q;
+    att_seqs = stage_row_pieces(s, &q);
+    // A verify graph's kernels take the bound for its shape, whatever these rows' positions.
+    if (att_seqs != s) att_q = vs ? std::min(vq, row_exact_.max_rows) : q;
+  }
+  const size_t used = layout_.tables + static_cast<size_t>(att_seqs) * max_blocks_per_seq_;
   backend_.copy_from_host_async(inputs_.data(), staging_, used * sizeof(int32_t));
 
   if (bucket) {
@@ -293,17 +315,17 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
       graphs_[bucket] = backend_.capture_graph([&] { run_compute(t, s, r, 1, graph_len); });
     }
   } else if (vs && !graphs) {
-    run_compute(t, s, r, vq, kv_len);  // the padded layout, eagerly (tests)
+    run_compute(t, att_seqs, r, att_q, kv_len);  // the padded layout, eagerly (tests)
   } else if (vs) {
     int64_t& g = verify_graphs_[vs * 64 + vq];
     if (g > 0) {
       backend_.replay_graph(g);
     } else {
-      run_compute(t, s, r, vq, kv_len);
-      g = backend_.capture_graph([&] { run_compute(t, s, r, vq, kv_len); });
+      run_compute(t, att_seqs, r, att_q, kv_len);
+      g = backend_.capture_graph([&] { run_compute(t, att_seqs, r, att_q, kv_len); });
     }
   } else {
-    run_compute(t, s, r, max_q, max_len, tree);
+    run_compute(t, att_seqs, r, att_q, max_len, tree);
   }
 
   // Logits of the real rows back to the host as f32; rows past the first chunk (prompt logprobs of long
@@ -318,6 +340,71 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
     }
     backend_.copy_to_host(logits.data() + begin * vocab_, logits_.data(), sizeof(float) * static_cast<size_t>(n * vocab_));
   }
+}
+
+int ModelRunner::pieces_for(int rows) const {
+  if (rows <= 1 || rows > kMaxGraphQuery) return 1;
+  const int r = row_exact_.max_rows;
+  if (r == 1) return rows;
+  // Runs of r rows, plus one more for each granule boundary the rows may cross (the window's start too).
+  const int crossings = row_exact_.key_granule > 0 ? (sliding_window_ > 0 ? 2 : 1) : 0;
+  return std::min(rows, (rows + r - 1) / r + crossings);
+}
+
+int ModelRunner::stage_row_pieces(int s, int* max_query_len) {
+  int32_t* st = staging_;
+  const int mb = max_blocks_per_seq_;
+  int total = 0;
+  for (int i = 0; i < s; ++i) total += pieces_for(st[layout_.qsl + i + 1] - st[layout_.qsl + i]);
+  if (total == s || total > seq_capacity_) return s;
+  // The sequences as staged: qsl [s + 1], seq_lens [s], tables [s * mb].
+  piece_scratch_.assign(st + layout_.qsl, st + layout_.qsl + s + 1);
+  piece_scratch_.insert(piece_scratch_.end(), st + layout_.seq_lens, st + layout_.seq_lens + s);
+  piece_scratch_.insert(piece_scratch_.end(), st + layout_.tables, st + layout_.tables + static_cast<size_t>(s) * mb);
+  const int32_t* qsl = piece_scratch_.data();
+  const int32_t* lens = qsl + s + 1;
+  const int32_t* tables = lens + s;
+  const int g = row_exact_.key_granule;
+  int v = 0, max_q = 0;
+  auto put = [&](int first_row, int len, const int32_t* table) {
+    st[layout_.qsl + v] = first_row;
+    st[layout_.seq_lens + v] = len;
+    int32_t* row = st + layout_.tables + static_cast<size_t>(v) * mb;
+    if (table) std::copy_n(table, mb, row);
+    else std::fill(row, row + mb, 0);
+    ++v;
+  };
+  for (int i = 0; i < s; ++i) {
+    const int q0 = qsl[i], q = qsl[i + 1] - q0, len = lens[i];
+    const int32_t* table = tables + static_cast<size_t>(i) * mb;
+    const int n = pieces_for(q);
+    if (n == 1) {
+      put(q0, len, table);
+      max_q = std::max(max_q, q);
+      continue;
+    }
+    // Row j sits at context position len - q + j; a piece keeps its rows' positions (and window starts) in one
+    // granule, so each row sees the kernel geometry its own decode would.
+    auto granule_of = [&](int j) {
+      const int p = len - q + j;
+      const int w = sliding_window_ > 0 ? std::max(0, p - sliding_window_ + 1) : 0;
+      return g > 0 ? std::pair{p / g, w / g} : std::pair{0, 0};
+    };
+    int made = 0;
+    for (int j = 0; j < q;) {
+      int e = j + 1;
+      while (e < q && e - j < row_exact_.max_rows && granule_of(e) == granule_of(j)) ++e;
+      put(q0 + j, len - q + e, table);
+      max_q = std::max(max_q, e - j);
+      ++made;
+      j = e;
+    }
+    PEREGRINE_CHECK(made <= n, "row-exact pieces exceed their bound");
+    for (; made < n; ++made) put(q0 + q, 1, nullptr);  // empty pieces: no rows, one key of block 0
+  }
+  st[layout_.qsl + v] = qsl[s];
+  *max_query_len = max_q;
+  return v;
 }
 
 void ModelRunner::profile_run() {

@@ -30,7 +30,12 @@ struct RunnerOptions {
   // Tests: lay verify steps out padded as graphs replay them, also where there are no graphs (run eagerly).
   bool pad_verify_steps = false;
   // Speculative decoding: warm_up also captures verify-step graphs of up to this many rows per sequence (0 = none).
+  // With it, a backend's row-exact layout (ops::Backend::row_exact_layout) is applied to short sequences.
   int verify_rows = 0;
+  // Benchmarks: false skips the backend's row-exact layout (verification then rounds as the shared kernels do).
+  bool row_exact_verify = true;
+  // Tests: cut short sequences' rows into pieces by this rule even where the backend needs none.
+  ops::Backend::RowExactLayout row_exact_override{};
 };
 
 class ModelRunner {
@@ -83,6 +88,12 @@ class ModelRunner {
   // The model's forward plus the first chunk of logits rows, on the staged inputs (graph-capturable).
   void run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree = false);
   void release_graphs();
+  // Rewrites the staged query_start_loc, seq_lens and block tables of s sequences as row-exact pieces: a sequence
+  // of 2..kMaxGraphQuery rows becomes exactly pieces_for(rows) pieces (empty ones last, so graphs see fixed
+  // shapes), any other stays whole. Returns the piece count and sets *max_query_len, or returns s untouched when
+  // the pieces would not fit the staging.
+  int stage_row_pieces(int s, int* max_query_len);
+  int pieces_for(int rows) const;
 
   std::unique_ptr<ops::Backend> backend_owner_;  // destroyed after everything below
   ops::Backend& backend_;
@@ -91,6 +102,10 @@ class ModelRunner {
   int vocab_ = 0;
   int max_blocks_per_seq_ = 0;  // block-table row stride on the device
   int max_rows_per_chunk_ = 0;  // logits rows per compute_logits call
+  ops::Backend::RowExactLayout row_exact_{};  // max_rows 0: sequences are never cut
+  int sliding_window_ = 0;
+  int seq_capacity_ = 0;        // sequences (or pieces) the staging holds
+  std::vector<int32_t> piece_scratch_;
   std::unique_ptr<KvCache> kv_;
   ForwardBatch batch_;
 

@@ -31,6 +31,7 @@ class LlamaModel final : public Model {
   size_t weight_bytes() const override { return weights_.total_bytes; }
   int max_num_tokens() const override { return max_tokens_; }
   int max_logits_rows() const override { return max_logit_rows_; }
+  DType activation_dtype() const override { return options_.activation_dtype; }
   bool graph_safe() const override { return config_.rope.type != io::RopeType::kDynamic; }
   void prepare_step(int64_t num_positions) override {
     if (config_.rope.type == io::RopeType::kDynamic) upload_rope(compute_rope_tables(config_, num_positions));

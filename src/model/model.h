@@ -58,6 +58,8 @@ class Model {
   virtual size_t weight_bytes() const = 0;
   virtual int max_num_tokens() const = 0;
   virtual int max_logits_rows() const = 0;
+  // The dtype activations (and so attention's queries) have on the backend.
+  virtual DType activation_dtype() const { return DType::kF32; }
   // Host work a step needs before forward, outside any graph: positions [0, num_positions) will be used
   // (dynamic-NTK RoPE rebuilds its tables from the longest context).
   virtual void prepare_step(int64_t num_positions) { (void)num_positions; }

@@ -55,6 +55,20 @@ class Backend {
   virtual bool supports_graphs() const { return false; }
   // Whether attention takes AttentionParams::tree_parents (token-tree verification).
   virtual bool supports_tree_attention() const { return true; }
+  // How to lay out a sequence's few query rows (a decode and its drafts) so that attention computes each row
+  // bit-identically to decoding that row alone, which speculative decoding needs to be exact. {0, 0}: attention
+  // already computes every row the same way whatever rows share its sequence (cpu, ref). Otherwise cut the rows
+  // into pieces (sequences of their own over the same block table) of at most max_rows rows whose context
+  // positions p, and p - sliding_window + 1 when there is a window, lie within one aligned run of key_granule.
+  struct RowExactLayout {
+    int max_rows = 0;
+    int key_granule = 0;
+  };
+  virtual RowExactLayout row_exact_layout(DType act, DType cache, int num_q_heads, int num_kv_heads,
+                                          int head_dim) const {
+    (void)act, (void)cache, (void)num_q_heads, (void)num_kv_heads, (void)head_dim;
+    return {};
+  }
   virtual int64_t capture_graph(const std::function<void()>& record);
   virtual void replay_graph(int64_t graph);
   virtual void destroy_graph(int64_t graph);

@@ -234,6 +234,18 @@ class CudaBackendImpl final : public CudaBackend {
 
   bool supports_graphs() const override { return true; }
   bool supports_tree_attention() const override { return false; }
+  // The tensor-core kernels take a sequence's rows together (one tile of up to kDecodeMaxRows (row, head) pairs,
+  // or the prefill kernel beyond) with a split-K geometry set by the sequence's last key tile, so a verify row
+  // matches its own decode only inside a piece of at most kDecodeMaxRows / group rows within one key tile. The
+  // generic kernel computes each row alone.
+  RowExactLayout row_exact_layout(DType act, DType cache, int num_q_heads, int num_kv_heads,
+                                  int head_dim) const override {
+    const bool tensor_cores = act == cache && (act == DType::kBF16 || act == DType::kF16) &&
+                              (head_dim == 64 || head_dim == 128 || head_dim == 256);
+    if (!tensor_cores || num_kv_heads <= 0) return {};
+    const int group = num_q_heads / num_kv_heads;
+    return {std::max(1, cuda::kDecodeMaxRows / std::max(1, group)), cuda::kDecodeTileKeys};
+  }
   int64_t capture_graph(const std::function<void()>& record) override {
     if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: capture_graph called inside a capture");
     PEREGRINE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

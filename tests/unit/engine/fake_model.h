@@ -154,7 +154,8 @@ class FakeModel : public model::Model {
 // A runner over a FakeModel on its own ref backend, with a KV cache of num_blocks blocks.
 inline std::unique_ptr<ModelRunner> make_fake_runner(int num_blocks, int block_size, int max_num_seqs,
                                                      int max_num_batched_tokens, int max_model_len,
-                                                     FakeModel** model_out = nullptr, bool pad_verify_steps = false) {
+                                                     FakeModel** model_out = nullptr, bool pad_verify_steps = false,
+                                                     ops::Backend::RowExactLayout row_exact = {}) {
   auto backend = ops::make_ref_backend();
   auto model = std::make_unique<FakeModel>(*backend, std::max(max_num_batched_tokens, 1));
   if (model_out) *model_out = model.get();
@@ -165,6 +166,7 @@ inline std::unique_ptr<ModelRunner> make_fake_runner(int num_blocks, int block_s
   ro.block_size = block_size;
   ro.kv_dtype = DType::kF32;
   ro.pad_verify_steps = pad_verify_steps;
+  ro.row_exact_override = row_exact;
   auto runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
   runner->allocate_kv_cache(num_blocks);
   return runner;

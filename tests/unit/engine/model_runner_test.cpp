@@ -175,10 +175,16 @@ TEST_F(RunnerOnModel, SeveralRowsPerSequenceEqualOneStepAtATime) {
 }
 
 TEST_F(RunnerOnModel, PaddedVerifyLayoutGivesTheSameRows) {
-  // Three sequences verifying 4, 2 and 0 drafts; the padded layout (what verify graphs replay) must give the same
-  // logits, bit for bit, as the plain one.
+  // Three sequences verifying 4, 2 and 0 drafts; the padded layout (what verify graphs replay) and row-exact pieces
+  // (what the CUDA backend asks for: short sequences cut into pieces of few rows within one key granule, plus
+  // empty ones) must give the same logits, bit for bit, as the plain one.
   const io::ModelConfig config = io::load_model_config(dir_);
-  auto make = [&](bool pad) {
+  struct Mode {
+    bool pad;
+    ops::Backend::RowExactLayout pieces;
+  };
+  const Mode modes[] = {{false, {}}, {true, {}}, {false, {2, 4}}, {true, {2, 4}}, {false, {1, 0}}, {true, {3, 0}}};
+  auto make = [&](const Mode& m) {
     auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
     model::ModelOptions mo;
     mo.max_num_tokens = 256;
@@ -188,14 +194,18 @@ TEST_F(RunnerOnModel, PaddedVerifyLayoutGivesTheSameRows) {
     ro.max_num_seqs = 8;
     ro.max_num_batched_tokens = 256;
     ro.max_model_len = 512;
-    ro.pad_verify_steps = pad;
+    ro.pad_verify_steps = m.pad;
+    ro.row_exact_override = m.pieces;
     auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
     r->allocate_kv_cache(64);
     return r;
   };
-  std::vector<float> plain_logits, padded_logits;
-  for (bool pad : {false, true}) {
-    auto runner = make(pad);
+  std::vector<float> plain_logits;
+  for (const Mode& mode : modes) {
+    SCOPED_TRACE(::testing::Message() << "pad " << mode.pad << ", pieces of " << mode.pieces.max_rows << " rows, granule "
+                                    << mode.pieces.key_granule);
+    std::vector<float> mode_logits;
+    auto runner = make(mode);
     std::vector<Sequence> seqs;
     for (int i = 0; i < 3; ++i) {
       seqs.push_back(make_seq(60, 30 + 5 * i, 0, 16, i * 4));  // blocks for 60 positions, 30 + 5i tokens
@@ -220,13 +230,17 @@ TEST_F(RunnerOnModel, PaddedVerifyLayoutGivesTheSameRows) {
       req.push_back({false, 1 + drafts[i]});
     }
     runner->prepare(out, req, rows);
-    runner->execute(pad ? padded_logits : plain_logits);
-  }
-  ASSERT_EQ(plain_logits.size(), static_cast<size_t>(9 * vocab_));
-  ASSERT_EQ(padded_logits.size(), plain_logits.size());
-  for (int r = 0; r < 9; ++r) {
-    EXPECT_EQ(std::memcmp(plain_logits.data() + static_cast<size_t>(r) * vocab_, padded_logits.data() + static_cast<size_t>(r) * vocab_,
-                          sizeof(float) * vocab_), 0) << "row " << r;
+    runner->execute(mode_logits);
+    if (plain_logits.empty()) {
+      plain_logits = mode_logits;
+      ASSERT_EQ(plain_logits.size(), static_cast<size_t>(9 * vocab_));
+      continue;
+    }
+    ASSERT_EQ(mode_logits.size(), plain_logits.size());
+    for (int r = 0; r < 9; ++r) {
+      EXPECT_EQ(std::memcmp(plain_logits.data() + static_cast<size_t>(r) * vocab_, mode_logits.data() + static_cast<size_t>(r) * vocab_,
+                            sizeof(float) * vocab_), 0) << "row " << r;
+    }
   }
 }
 

@@ -1,12 +1,14 @@
-// Speculative decoding on the real model (pycoder-tiny, CPU): greedy output token for token identical to plain
+// Speculative decoding on the real model (pycoder-tiny): greedy output token for token identical to plain
 // decoding for every text method, alone and in a batch, on code-completion and code-editing prompts (where the
-// output re-types the input, so drafts are accepted), with logprobs equal too.
+// output re-types the input, so drafts are accepted), with logprobs equal too. On CUDA (bf16, tensor-core
+// attention) the same for requests alone: verification rows run as row-exact pieces (Backend::row_exact_layout).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ops/backend.h"
 #include "peregrine/engine.h"
 #include "test_fixtures.h"
 
@@ -35,10 +37,11 @@ std::vector<std::string> prompts() {
   return out;
 }
 
-std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<std::string>& ps, int max_seqs) {
+std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<std::string>& ps, int max_seqs,
+                               const std::string& device = "cpu") {
   EngineConfig c;
   c.model = kModel.string();
-  c.device = "cpu";
+  c.device = device;
   c.max_num_seqs = max_seqs;
   c.max_model_len = 2048;
   c.generation_config = "vllm";
@@ -90,6 +93,31 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
       EXPECT_GT(accepted, 0) << json;
       std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json.c_str(), max_seqs, drafted, accepted);
     }
+  }
+}
+
+TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingOnCuda) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
+  const auto ps = prompts();
+  const auto plain = run(SpeculativeConfig{}, ps, 1, "cuda");
+  for (const char* json : {R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
+                           R"({"method": "lookahead", "num_speculative_tokens": 6})",
+                           R"({"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_max": 4})",
+                           R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3})"}) {
+    const auto got = run(SpeculativeConfig::parse(json), ps, 1, "cuda");
+    int accepted = 0;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const CompletionOutput& a = got[i].outputs.at(0);
+      const CompletionOutput& b = plain[i].outputs.at(0);
+      EXPECT_EQ(a.token_ids, b.token_ids) << json << " prompt " << i;
+      if (a.token_ids != b.token_ids) continue;
+      for (size_t j = 0; j < a.logprobs.size(); ++j)
+        EXPECT_EQ(a.logprobs[j].chosen.logprob, b.logprobs[j].chosen.logprob) << json << " prompt " << i << " token " << j;
+      accepted += a.num_accepted_tokens;
+    }
+    EXPECT_GT(accepted, 0) << json;
+    std::printf("cuda %s: %d accepted\n", json, accepted);
   }
 }
 

@@ -120,10 +120,12 @@ struct Options {
   bool adaptive = true;
   int disable_by_batch_size = 1000;
   bool pad_verify = false;  // the padded (graph) layout of verify steps
+  ops::Backend::RowExactLayout pieces{};  // verify rows cut into row-exact pieces (as on CUDA)
 };
 
 std::unique_ptr<EngineCore> make_core(const Options& o, std::unique_ptr<Proposer> proposer) {
-  auto runner = testing::make_fake_runner(o.num_blocks, o.block_size, o.max_seqs, o.budget, 256, nullptr, o.pad_verify);
+  auto runner = testing::make_fake_runner(o.num_blocks, o.block_size, o.max_seqs, o.budget, 256, nullptr, o.pad_verify,
+                                          o.pieces);
   EngineCoreConfig c;
   c.max_model_len = 256;
   c.max_num_seqs = o.max_seqs;
@@ -224,10 +226,14 @@ TEST(Speculative, GreedyIdenticalWithRightPartlyRightAndWrongDrafts) {
   for (double wrong : {0.0, 0.3, 1.0}) {
     for (int num_blocks : {400, 90}) {  // 90: preemption
       for (int budget : {64, 9}) {      // 9: chunked prefill and the token budget trimming drafts
-       for (bool pad : {false, true}) {   // verify steps as graphs lay them out (padded), run eagerly here
+       // Verify steps as graphs lay them out (padded, run eagerly here), and cut into row-exact pieces.
+       for (int layout = 0; layout < 4; ++layout) {
+        const bool pad = layout == 1 || layout == 2;
+        const ops::Backend::RowExactLayout pieces = layout >= 2 ? ops::Backend::RowExactLayout{2, 4} : ops::Backend::RowExactLayout{};
         auto proposer = std::make_unique<OracleProposer>(wrong, 5);
         OracleProposer* oracle = proposer.get();
-        auto core = make_core({.num_blocks = num_blocks, .budget = budget, .max_seqs = 48, .pad_verify = pad}, std::move(proposer));
+        auto core = make_core({.num_blocks = num_blocks, .budget = budget, .max_seqs = 48, .pad_verify = pad, .pieces = pieces},
+                              std::move(proposer));
         Collector col;
         for (size_t i = 0; i < prompts.size(); ++i) {
           const std::string id = testing::make_id("r", static_cast<int>(i));
