@@ -13,16 +13,20 @@ bin=.device/bin
 timeout 150 "$bin/engine_model_tests" --gtest_filter='SpeculativeModel.*Cuda*:RunnerOnModel.Padded*' \
   >"$out/exact_cuda.log" 2>&1; echo "engine_model_tests (cuda exactness) rc=$?"
 grep -E "^cuda |^\[  (PASSED|FAILED)|Failure|prompt" "$out/exact_cuda.log" | head -20
+timeout 120 "$bin/model_tests" --gtest_filter='Devices/Determinism*' >"$out/determinism.log" 2>&1
+echo "determinism (alone vs batched vs chunked, cpu and cuda) rc=$?"; grep -E "^\[  (PASSED|FAILED)|^\[       OK" "$out/determinism.log" | head -4
 data=.device/shared/code-dev.json
 timeout 150 "$bin/peregrine" bench speculative --model models/pycoder-tiny --dataset "$data" --device cuda \
-  --concurrency 1,8 --output-len 128 \
+  --concurrency 1,8,32 --output-len 128 \
   --speculative-config '{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}' \
   --speculative-config '{"method": "lookahead", "num_speculative_tokens": 6}' \
+  --speculative-config '{"method": "lookahead", "num_speculative_tokens": 15}' \
+  --speculative-config '{"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3}' \
   --json-out "$out/spec_tiny.json" >"$out/spec_tiny.txt" 2>&1; echo "bench speculative rc=$?"
 cfg=.device/shared/configs/llama-3-8b.json
 for mode in exact shared; do
   flag=""; [ "$mode" = shared ] && flag="--no-row-exact"
-  timeout 90 "$bin/verify_bench" --config "$cfg" --device cuda --context 1024 --batches 1,8 --ks 0,3,7,15 \
+  timeout 90 "$bin/verify_bench" --config "$cfg" --device cuda --context 1024 --batches 1,8,32 --ks 0,3,7,15 \
     --repeats 8 $flag >"$out/verify_8b_$mode.txt" 2>&1; echo "verify_bench $mode rc=$?"
 done
 echo "total: $(( $(date +%s) - start )) s"

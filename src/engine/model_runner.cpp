@@ -297,7 +297,7 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
   int att_q = bucket ? 1 : vs ? vq : max_q;
   if (!bucket && !tree && row_exact_.max_rows > 0) {
     int q = att_q;
-    att_seqs = stage_row_pieces(s, &q);
+    att_seqs = stage_row_pieces(b, s, vs ? vq : 0, &q);
     // A verify graph's kernels take the bound for its shape, whatever these rows' positions.
     if (att_seqs != s) att_q = vs ? std::min(vq, row_exact_.max_rows) : q;
   }
@@ -351,12 +351,21 @@ int ModelRunner::pieces_for(int rows) const {
   return std::min(rows, (rows + r - 1) / r + crossings);
 }
 
-int ModelRunner::stage_row_pieces(int s, int* max_query_len) {
+int ModelRunner::stage_row_pieces(const ForwardBatch& b, int s, int fixed_rows, int* max_query_len) {
   int32_t* st = staging_;
   const int mb = max_blocks_per_seq_;
+  auto cut = [&](int i) { return i < b.num_seqs() && !b.verifying.empty() && b.verifying[static_cast<size_t>(i)] != 0; };
+  auto slots = [&](int i, int q) { return fixed_rows > 0 ? pieces_for(fixed_rows) : cut(i) ? pieces_for(q) : 1; };
   int total = 0;
-  for (int i = 0; i < s; ++i) total += pieces_for(st[layout_.qsl + i + 1] - st[layout_.qsl + i]);
-  if (total == s || total > seq_capacity_) return s;
+  bool any = false;
+  for (int i = 0; i < s; ++i) {
+    const int q = st[layout_.qsl + i + 1] - st[layout_.qsl + i];
+    total += slots(i, q);
+    any = any || (cut(i) && pieces_for(q) > 1);
+  }
+  // A padded verify layout always takes its pieces (its graph was captured so); it fits by construction.
+  PEREGRINE_CHECK(fixed_rows == 0 || total <= seq_capacity_, "row-exact pieces of a padded verify step do not fit");
+  if ((fixed_rows == 0 && !any) || total > seq_capacity_) return s;
   // The sequences as staged: qsl [s + 1], seq_lens [s], tables [s * mb].
   piece_scratch_.assign(st + layout_.qsl, st + layout_.qsl + s + 1);
   piece_scratch_.insert(piece_scratch_.end(), st + layout_.seq_lens, st + layout_.seq_lens + s);
@@ -377,27 +386,28 @@ int ModelRunner::stage_row_pieces(int s, int* max_query_len) {
   for (int i = 0; i < s; ++i) {
     const int q0 = qsl[i], q = qsl[i + 1] - q0, len = lens[i];
     const int32_t* table = tables + static_cast<size_t>(i) * mb;
-    const int n = pieces_for(q);
-    if (n == 1) {
+    const int n = slots(i, q);
+    int made = 0;
+    if (!cut(i) || pieces_for(q) == 1) {
       put(q0, len, table);
       max_q = std::max(max_q, q);
-      continue;
-    }
-    // Row j sits at context position len - q + j; a piece keeps its rows' positions (and window starts) in one
-    // granule, so each row sees the kernel geometry its own decode would.
-    auto granule_of = [&](int j) {
-      const int p = len - q + j;
-      const int w = sliding_window_ > 0 ? std::max(0, p - sliding_window_ + 1) : 0;
-      return g > 0 ? std::pair{p / g, w / g} : std::pair{0, 0};
-    };
-    int made = 0;
-    for (int j = 0; j < q;) {
-      int e = j + 1;
-      while (e < q && e - j < row_exact_.max_rows && granule_of(e) == granule_of(j)) ++e;
-      put(q0 + j, len - q + e, table);
-      max_q = std::max(max_q, e - j);
-      ++made;
-      j = e;
+      made = 1;
+    } else {
+      // Row j sits at context position len - q + j; a piece keeps its rows' positions (and window starts) in
+      // one granule, so each row sees the kernel geometry its own decode would.
+      auto granule_of = [&](int j) {
+        const int p = len - q + j;
+        const int w = sliding_window_ > 0 ? std::max(0, p - sliding_window_ + 1) : 0;
+        return g > 0 ? std::pair{p / g, w / g} : std::pair{0, 0};
+      };
+      for (int j = 0; j < q;) {
+        int e = j + 1;
+        while (e < q && e - j < row_exact_.max_rows && granule_of(e) == granule_of(j)) ++e;
+        put(q0 + j, len - q + e, table);
+        max_q = std::max(max_q, e - j);
+        ++made;
+        j = e;
+      }
     }
     PEREGRINE_CHECK(made <= n, "row-exact pieces exceed their bound");
     for (; made < n; ++made) put(q0 + q, 1, nullptr);  // empty pieces: no rows, one key of block 0

@@ -88,11 +88,12 @@ class ModelRunner {
   // The model's forward plus the first chunk of logits rows, on the staged inputs (graph-capturable).
   void run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree = false);
   void release_graphs();
-  // Rewrites the staged query_start_loc, seq_lens and block tables of s sequences as row-exact pieces: a sequence
-  // of 2..kMaxGraphQuery rows becomes exactly pieces_for(rows) pieces (empty ones last, so graphs see fixed
-  // shapes), any other stays whole. Returns the piece count and sets *max_query_len, or returns s untouched when
-  // the pieces would not fit the staging.
-  int stage_row_pieces(int s, int* max_query_len);
+  // Rewrites the staged query_start_loc, seq_lens and block tables of s sequences as row-exact pieces: the rows of
+  // a sequence that verifies drafts (b.verifying) are cut; every other stays whole. With fixed_rows (a padded
+  // verify layout of that many rows per sequence) each sequence takes exactly pieces_for(fixed_rows) pieces, empty
+  // ones last, so graphs see fixed shapes. Returns the piece count and sets *max_query_len, or returns s untouched
+  // when nothing is cut or the pieces would not fit the staging.
+  int stage_row_pieces(const ForwardBatch& b, int s, int fixed_rows, int* max_query_len);
   int pieces_for(int rows) const;
 
   std::unique_ptr<ops::Backend> backend_owner_;  // destroyed after everything below

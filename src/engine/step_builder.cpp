@@ -17,6 +17,7 @@ void ForwardBatch::clear() {
   max_blocks_per_seq = 0;
   logits_indices.clear();
   tree_parents.clear();
+  verifying.clear();
 }
 
 void build_forward_batch(const SchedulerOutput& output, std::span<const LogitsRequest> requests, int block_size,
@@ -82,6 +83,10 @@ void build_forward_batch(const SchedulerOutput& output, std::span<const LogitsRe
     }
     b.query_start_loc.push_back(static_cast<int>(b.token_ids.size()));
     b.seq_lens.push_back(end);
+    if (s.num_draft_tokens > 0) {
+      b.verifying.resize(num_seqs, 0);
+      b.verifying[i] = 1;
+    }
     std::copy(seq.block_table.begin(), seq.block_table.end(),
               b.block_tables.begin() + static_cast<ptrdiff_t>(i) * max_blocks);
 

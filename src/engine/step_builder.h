@@ -24,6 +24,9 @@ struct ForwardBatch {
   // [T] when some sequence verifies a token tree: each row's parent row within its sequence (-1 for the first),
   // with chains as parents i - 1 (ops.h AttentionParams::tree_parents); empty otherwise.
   std::vector<int32_t> tree_parents;
+  // [S] 1 where the sequence's rows end with drafts to verify (the runner may lay those rows out row-exact:
+  // ops::Backend::row_exact_layout), 0 elsewhere; may be empty (no sequence verifies).
+  std::vector<uint8_t> verifying;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
