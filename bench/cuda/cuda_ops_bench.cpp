@@ -196,7 +196,7 @@ ops::AttentionParams attention_params(AttnSetup& a, int set) {
           1.0f / std::sqrt(static_cast<float>(kHd)),
           0,
           a.q_len,
-          a.ctx, {}};
+          a.ctx, {}, {}, {}, {}, {}};
 }
 
 // The split count in a describe_last_matmul() string.

@@ -151,7 +151,8 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     dro.max_model_len = std::min<int>(max_model_len, static_cast<int>(draft_config.max_position_embeddings));
     draft_runner = std::make_unique<engine::ModelRunner>(nullptr, std::move(draft), dro);
   }
-  if (spec.method == Method::kLookahead && spec.num_branches > 1 && !runner->backend().supports_tree_attention()) {
+  if (spec.method == Method::kLookahead && spec.num_branches > 1 && !runner->backend().supports_tree_attention() &&
+      !runner->backend().supports_key_tails()) {
     throw Error(ErrorCode::kUnsupported, "speculative_config.num_branches: token trees need tree attention, which the " +
                                              runner->backend().name() + " backend does not have yet (use num_branches 1)",
                 "speculative_config");

@@ -40,14 +40,18 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
                                            static_cast<int>(mc.num_attention_heads),
                                            static_cast<int>(mc.num_key_value_heads), static_cast<int>(mc.head_dim));
   }
-  // Pieces: at most one per token, and at most kMaxGraphQuery per sequence.
-  seq_capacity_ = options_.max_num_seqs;
-  if (row_exact_.max_rows > 0)
-    seq_capacity_ = std::max(seq_capacity_, std::min(options_.max_num_batched_tokens, options_.max_num_seqs * kMaxGraphQuery));
+  convert_trees_ = backend_.supports_key_tails() &&
+                   (options_.row_exact_override.max_rows > 0 ||
+                    (options_.verify_rows > 1 && !backend_.supports_tree_attention()));
+  // Pieces: at most one per token row (empty ones only pad cut sequences); a tree row's tail is at most its depth in
+  // drafts (num_speculative_tokens <= 64).
+  if (row_exact_.max_rows > 0 || convert_trees_) piece_capacity_ = options_.max_num_batched_tokens;
+  if (convert_trees_) tail_capacity_ = options_.max_num_batched_tokens * 65;
 
-  // Block tables last, so a step copies only the rows it uses.
+  // Block tables last, so a step copies only the rows it uses; the pieces' arrays after them, copied when used.
   const size_t t = static_cast<size_t>(options_.max_num_batched_tokens);
-  const size_t s = static_cast<size_t>(seq_capacity_);
+  const size_t s = static_cast<size_t>(options_.max_num_seqs);
+  const size_t pc = static_cast<size_t>(piece_capacity_);
   size_t off = 0;
   auto take = [&](size_t n) {
     const size_t at = off;
@@ -62,6 +66,12 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
   layout_.logits = take(t);
   layout_.parents = take(t);
   layout_.tables = take(s * static_cast<size_t>(max_blocks_per_seq_));
+  layout_.piece_qsl = take(pc + 1);
+  layout_.piece_lens = take(pc);
+  layout_.piece_table = take(pc);
+  layout_.tail_from = take(pc);
+  layout_.tail_offset = take(pc);
+  layout_.tails = take(static_cast<size_t>(tail_capacity_));
   layout_.total = off;
   inputs_ = ops::DeviceBuffer(backend_, layout_.total * sizeof(int32_t));
   staging_ = static_cast<int32_t*>(backend_.allocate_pinned(layout_.total * sizeof(int32_t)));
@@ -183,7 +193,8 @@ void ModelRunner::validate(const ForwardBatch& b) const {
   }
 }
 
-void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree) {
+void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree,
+                              const Pieces& pieces) {
   auto ints = [&](size_t off, std::initializer_list<int64_t> dims) {
     return TensorView(static_cast<int32_t*>(inputs_.data()) + off, DType::kI32, dims);
   };
@@ -194,6 +205,17 @@ void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int ma
   in.query_start_loc = ints(layout_.qsl, {seqs + 1});
   in.seq_lens = ints(layout_.seq_lens, {seqs});
   in.block_tables = ints(layout_.tables, {seqs, max_blocks_per_seq_});
+  if (pieces.count > 0) {
+    in.query_start_loc = ints(layout_.piece_qsl, {seqs + 1});
+    in.seq_lens = ints(layout_.piece_lens, {seqs});
+    in.block_tables = ints(layout_.tables, {pieces.table_rows, max_blocks_per_seq_});
+    in.block_table_index = ints(layout_.piece_table, {seqs});
+    if (pieces.tails > 0) {
+      in.key_tail_from = ints(layout_.tail_from, {seqs});
+      in.key_tail_offset = ints(layout_.tail_offset, {seqs});
+      in.key_tail = ints(layout_.tails, {pieces.tails});
+    }
+  }
   in.max_query_len = max_query_len;
   in.max_seq_len = max_seq_len;
   if (tree) in.tree_parents = ints(layout_.parents, {tokens});
@@ -292,17 +314,28 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
     st[layout_.qsl + vs] = vs * vq;
     for (int i = next_logit; i < vs * vq; ++i) st[layout_.logits + i] = i;
   }
-  // Row-exact verification (ops::Backend::row_exact_layout): short sequences' rows become pieces of their own.
+  // Row-exact verification (ops::Backend::row_exact_layout) and trees as key tails: rows become pieces.
   int att_seqs = s;
   int att_q = bucket ? 1 : vs ? vq : max_q;
-  if (!bucket && !tree && row_exact_.max_rows > 0) {
+  Pieces pieces;
+  if (!bucket && ((!tree && row_exact_.max_rows > 0) || (tree && convert_trees_))) {
     int q = att_q;
-    att_seqs = stage_row_pieces(b, s, vs ? vq : 0, &q);
-    // A verify graph's kernels take the bound for its shape, whatever these rows' positions.
-    if (att_seqs != s) att_q = vs ? std::min(vq, row_exact_.max_rows) : q;
+    pieces = stage_row_pieces(b, s, vs ? vq : 0, tree, &q);
+    if (pieces.count > 0) {
+      att_seqs = pieces.count;
+      // A verify graph's kernels take the bound for its shape, whatever these rows' positions.
+      att_q = vs ? std::min(vq, row_exact_.max_rows) : q;
+    }
   }
-  const size_t used = layout_.tables + static_cast<size_t>(att_seqs) * max_blocks_per_seq_;
+  PEREGRINE_CHECK(!tree || pieces.count > 0 || !convert_trees_, "a token tree was not laid out as pieces");
+  const size_t used = layout_.tables + static_cast<size_t>(s) * max_blocks_per_seq_;
   backend_.copy_from_host_async(inputs_.data(), staging_, used * sizeof(int32_t));
+  if (pieces.count > 0) {
+    const size_t end = layout_.tails + static_cast<size_t>(pieces.tails);
+    backend_.copy_from_host_async(static_cast<int32_t*>(inputs_.data()) + layout_.piece_qsl, staging_ + layout_.piece_qsl,
+                                  (end - layout_.piece_qsl) * sizeof(int32_t));
+  }
+  const bool tree_rows = tree && pieces.count == 0;  // trees the backend attends to with tree_parents
 
   if (bucket) {
     // Graph kernels must not depend on this step's context length: pass the longest the tables allow.
@@ -315,17 +348,17 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
       graphs_[bucket] = backend_.capture_graph([&] { run_compute(t, s, r, 1, graph_len); });
     }
   } else if (vs && !graphs) {
-    run_compute(t, att_seqs, r, att_q, kv_len);  // the padded layout, eagerly (tests)
+    run_compute(t, att_seqs, r, att_q, kv_len, false, pieces);  // the padded layout, eagerly (tests)
   } else if (vs) {
     int64_t& g = verify_graphs_[vs * 64 + vq];
     if (g > 0) {
       backend_.replay_graph(g);
     } else {
-      run_compute(t, att_seqs, r, att_q, kv_len);
-      g = backend_.capture_graph([&] { run_compute(t, att_seqs, r, att_q, kv_len); });
+      run_compute(t, att_seqs, r, att_q, kv_len, false, pieces);
+      g = backend_.capture_graph([&] { run_compute(t, att_seqs, r, att_q, kv_len, false, pieces); });
     }
   } else {
-    run_compute(t, att_seqs, r, att_q, max_len, tree);
+    run_compute(t, att_seqs, r, att_q, max_len, tree_rows, pieces);
   }
 
   // Logits of the real rows back to the host as f32; rows past the first chunk (prompt logprobs of long
@@ -345,54 +378,90 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
 int ModelRunner::pieces_for(int rows) const {
   if (rows <= 1 || rows > kMaxGraphQuery) return 1;
   const int r = row_exact_.max_rows;
+  if (r <= 0) return 1;
   if (r == 1) return rows;
   // Runs of r rows, plus one more for each granule boundary the rows may cross (the window's start too).
   const int crossings = row_exact_.key_granule > 0 ? (sliding_window_ > 0 ? 2 : 1) : 0;
   return std::min(rows, (rows + r - 1) / r + crossings);
 }
 
-int ModelRunner::stage_row_pieces(const ForwardBatch& b, int s, int fixed_rows, int* max_query_len) {
+ModelRunner::Pieces ModelRunner::stage_row_pieces(const ForwardBatch& b, int s, int fixed_rows, bool tree,
+                                                  int* max_query_len) {
   int32_t* st = staging_;
-  const int mb = max_blocks_per_seq_;
-  auto cut = [&](int i) { return i < b.num_seqs() && !b.verifying.empty() && b.verifying[static_cast<size_t>(i)] != 0; };
-  auto slots = [&](int i, int q) { return fixed_rows > 0 ? pieces_for(fixed_rows) : cut(i) ? pieces_for(q) : 1; };
+  const int32_t* qsl = st + layout_.qsl;
+  const int32_t* lens = st + layout_.seq_lens;
+  const bool chains = row_exact_.max_rows > 0;
+  auto verifying = [&](int i) { return i < b.num_seqs() && !b.verifying.empty() && b.verifying[static_cast<size_t>(i)]; };
+  auto is_tree = [&](int i) {
+    if (!tree || i >= b.num_seqs()) return false;
+    for (int j = 0; j < qsl[i + 1] - qsl[i]; ++j)
+      if (b.tree_parents[static_cast<size_t>(qsl[i] + j)] != j - 1) return true;
+    return false;
+  };
+  // Cut: a sequence verifying drafts, and in a padded layout a plain decode too (its one row padded to
+  // fixed_rows must still compute as a decode).
+  auto decoding = [&](int i) {
+    return fixed_rows > 0 && i < b.num_seqs() && b.query_start_loc[static_cast<size_t>(i) + 1] - b.query_start_loc[static_cast<size_t>(i)] == 1;
+  };
+  auto cut = [&](int i, int q) { return chains && (verifying(i) || decoding(i)) && pieces_for(q) > 1; };
+  auto slots = [&](int i, int q) {
+    if (fixed_rows > 0) return pieces_for(fixed_rows);
+    if (is_tree(i)) return q;
+    return cut(i, q) ? pieces_for(q) : 1;
+  };
   int total = 0;
   bool any = false;
   for (int i = 0; i < s; ++i) {
-    const int q = st[layout_.qsl + i + 1] - st[layout_.qsl + i];
+    const int q = qsl[i + 1] - qsl[i];
     total += slots(i, q);
-    any = any || (cut(i) && pieces_for(q) > 1);
+    any = any || is_tree(i) || cut(i, q);
   }
-  // A padded verify layout always takes its pieces (its graph was captured so); it fits by construction.
-  PEREGRINE_CHECK(fixed_rows == 0 || total <= seq_capacity_, "row-exact pieces of a padded verify step do not fit");
-  if ((fixed_rows == 0 && !any) || total > seq_capacity_) return s;
-  // The sequences as staged: qsl [s + 1], seq_lens [s], tables [s * mb].
-  piece_scratch_.assign(st + layout_.qsl, st + layout_.qsl + s + 1);
-  piece_scratch_.insert(piece_scratch_.end(), st + layout_.seq_lens, st + layout_.seq_lens + s);
-  piece_scratch_.insert(piece_scratch_.end(), st + layout_.tables, st + layout_.tables + static_cast<size_t>(s) * mb);
-  const int32_t* qsl = piece_scratch_.data();
-  const int32_t* lens = qsl + s + 1;
-  const int32_t* tables = lens + s;
-  const int g = row_exact_.key_granule;
-  int v = 0, max_q = 0;
-  auto put = [&](int first_row, int len, const int32_t* table) {
-    st[layout_.qsl + v] = first_row;
-    st[layout_.seq_lens + v] = len;
-    int32_t* row = st + layout_.tables + static_cast<size_t>(v) * mb;
-    if (table) std::copy_n(table, mb, row);
-    else std::fill(row, row + mb, 0);
+  if (fixed_rows == 0 && !any) return {};
+  PEREGRINE_CHECK(total <= piece_capacity_, "row-exact pieces exceed the staging");
+  int32_t* pq = st + layout_.piece_qsl;
+  int32_t* pl = st + layout_.piece_lens;
+  int32_t* pt = st + layout_.piece_table;
+  int32_t* pf = st + layout_.tail_from;
+  int32_t* po = st + layout_.tail_offset;
+  int32_t* tails = st + layout_.tails;
+  int v = 0, max_q = 0, nt = 0;
+  auto put = [&](int first_row, int len, int table_row) {
+    pq[v] = first_row;
+    pl[v] = len;
+    pt[v] = table_row;
+    pf[v] = len;  // no key tail
+    po[v] = 0;
     ++v;
   };
+  const int g = row_exact_.key_granule;
   for (int i = 0; i < s; ++i) {
     const int q0 = qsl[i], q = qsl[i + 1] - q0, len = lens[i];
-    const int32_t* table = tables + static_cast<size_t>(i) * mb;
     const int n = slots(i, q);
     int made = 0;
-    if (!cut(i) || pieces_for(q) == 1) {
-      put(q0, len, table);
-      max_q = std::max(max_q, q);
-      made = 1;
-    } else {
+    if (is_tree(i)) {
+      // One piece per row, at its depth's position; keys past the context follow its path (root first), from
+      // the first depth whose row is not the one a chain would have there.
+      const int ctx = len - q;
+      const int32_t* par = b.tree_parents.data() + q0;
+      tree_depth_.assign(static_cast<size_t>(q), 0);
+      for (int j = 1; j < q; ++j) tree_depth_[static_cast<size_t>(j)] = tree_depth_[static_cast<size_t>(par[j])] + 1;
+      for (int j = 0; j < q; ++j) {
+        const int depth = tree_depth_[static_cast<size_t>(j)];
+        tree_path_.assign(static_cast<size_t>(depth) + 1, 0);
+        for (int r = j, d = depth; d >= 0; r = par[r], --d) tree_path_[static_cast<size_t>(d)] = r;
+        put(q0 + j, ctx + depth + 1, i);
+        int from = 0;
+        while (from <= depth && tree_path_[static_cast<size_t>(from)] == from) ++from;
+        if (from <= depth) {
+          PEREGRINE_CHECK(nt + depth + 1 - from <= tail_capacity_, "key tails exceed the staging");
+          pf[v - 1] = ctx + from;
+          po[v - 1] = nt;
+          for (int d = from; d <= depth; ++d) tails[nt++] = ctx + tree_path_[static_cast<size_t>(d)];
+        }
+        max_q = std::max(max_q, 1);
+        ++made;
+      }
+    } else if (cut(i, q)) {
       // Row j sits at context position len - q + j; a piece keeps its rows' positions (and window starts) in
       // one granule, so each row sees the kernel geometry its own decode would.
       auto granule_of = [&](int j) {
@@ -403,18 +472,22 @@ int ModelRunner::stage_row_pieces(const ForwardBatch& b, int s, int fixed_rows, 
       for (int j = 0; j < q;) {
         int e = j + 1;
         while (e < q && e - j < row_exact_.max_rows && granule_of(e) == granule_of(j)) ++e;
-        put(q0 + j, len - q + e, table);
+        put(q0 + j, len - q + e, i);
         max_q = std::max(max_q, e - j);
         ++made;
         j = e;
       }
+    } else {
+      put(q0, len, i);
+      max_q = std::max(max_q, q);
+      made = 1;
     }
     PEREGRINE_CHECK(made <= n, "row-exact pieces exceed their bound");
-    for (; made < n; ++made) put(q0 + q, 1, nullptr);  // empty pieces: no rows, one key of block 0
+    for (; made < n; ++made) put(q0 + q, 1, 0);  // empty pieces: no rows, one key of block 0
   }
-  st[layout_.qsl + v] = qsl[s];
-  *max_query_len = max_q;
-  return v;
+  pq[v] = qsl[s];
+  *max_query_len = std::max(max_q, 1);
+  return {v, s, nt};
 }
 
 void ModelRunner::profile_run() {

@@ -38,6 +38,14 @@ struct RunnerOptions {
   ops::Backend::RowExactLayout row_exact_override{};
 };
 
+// A step's rows staged as pieces (ModelRunner::stage_row_pieces): count pieces over table_rows block-table rows,
+// with tails key-tail entries.
+struct RowPieces {
+  int count = 0;  // 0: none
+  int table_rows = 0;
+  int tails = 0;
+};
+
 class ModelRunner {
  public:
   // backend may be null when the caller keeps the model's backend alive; otherwise it is destroyed last.
@@ -81,19 +89,25 @@ class ModelRunner {
 
  private:
   struct InputLayout {
-    size_t ids, positions, slots, qsl, seq_lens, logits, parents, tables, total;  // offsets in int32 elements
+    size_t ids, positions, slots, qsl, seq_lens, logits, parents, tables;  // offsets in int32 elements
+    // Row-exact pieces (copied only in steps that use them): their qsl, seq_lens, block-table rows, key tails.
+    size_t piece_qsl, piece_lens, piece_table, tail_from, tail_offset, tails, total;
   };
   void validate(const ForwardBatch& b) const;
   int graph_bucket(int seqs) const;
   // The model's forward plus the first chunk of logits rows, on the staged inputs (graph-capturable).
-  void run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree = false);
+  using Pieces = RowPieces;
+  // With pieces, seqs are the staged pieces (RowPieces).
+  void run_compute(int64_t tokens, int64_t seqs, int64_t rows, int max_query_len, int max_seq_len, bool tree = false,
+                   const Pieces& pieces = {});
   void release_graphs();
-  // Rewrites the staged query_start_loc, seq_lens and block tables of s sequences as row-exact pieces: the rows of
-  // a sequence that verifies drafts (b.verifying) are cut; every other stays whole. With fixed_rows (a padded
-  // verify layout of that many rows per sequence) each sequence takes exactly pieces_for(fixed_rows) pieces, empty
-  // ones last, so graphs see fixed shapes. Returns the piece count and sets *max_query_len, or returns s untouched
-  // when nothing is cut or the pieces would not fit the staging.
-  int stage_row_pieces(const ForwardBatch& b, int s, int fixed_rows, int* max_query_len);
+  // Stages the s staged sequences as pieces (sequences of their own over the same block-table rows): the rows of a
+  // sequence that verifies a chain of drafts (b.verifying) cut by the backend's row-exact rule; each row of a token
+  // tree (when the backend takes no tree_parents) a piece whose path is its key tail; every other sequence whole.
+  // With fixed_rows (a padded verify layout of that many rows per sequence) each sequence takes exactly
+  // pieces_for(fixed_rows) pieces, empty ones last, so graphs see fixed shapes. Returns the pieces (count 0 when
+  // nothing is cut) and sets *max_query_len.
+  Pieces stage_row_pieces(const ForwardBatch& b, int s, int fixed_rows, bool tree, int* max_query_len);
   int pieces_for(int rows) const;
 
   std::unique_ptr<ops::Backend> backend_owner_;  // destroyed after everything below
@@ -105,8 +119,10 @@ class ModelRunner {
   int max_rows_per_chunk_ = 0;  // logits rows per compute_logits call
   ops::Backend::RowExactLayout row_exact_{};  // max_rows 0: sequences are never cut
   int sliding_window_ = 0;
-  int seq_capacity_ = 0;        // sequences (or pieces) the staging holds
-  std::vector<int32_t> piece_scratch_;
+  bool convert_trees_ = false;  // token trees become pieces with key tails (the backend takes no tree_parents)
+  int piece_capacity_ = 0;      // pieces the staging holds (0: never used)
+  int tail_capacity_ = 0;       // key-tail entries it holds
+  std::vector<int> tree_depth_, tree_path_;
   std::unique_ptr<KvCache> kv_;
   ForwardBatch batch_;
 

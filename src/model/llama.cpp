@@ -135,6 +135,10 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     ap.max_query_len = in.max_query_len;
     ap.max_seq_len = in.max_seq_len;
     ap.tree_parents = in.tree_parents;
+    ap.block_table_index = in.block_table_index;
+    ap.key_tail_from = in.key_tail_from;
+    ap.key_tail_offset = in.key_tail_offset;
+    ap.key_tail = in.key_tail;
     backend_.attention(ap);
     backend_.matmul(w.o_proj(attn, hidden));
     backend_.rms_norm({hidden, residual, w.post_norm, normed, eps});

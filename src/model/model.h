@@ -30,8 +30,11 @@ struct StepInputs {
   TensorView slot_mapping;     // [T] int32, KV slot (block * block_size + offset) each token writes; -1 = none
   TensorView query_start_loc;  // [S + 1] int32: token rows of sequence s are [qsl[s], qsl[s+1])
   TensorView seq_lens;         // [S] int32, context of s after this step (cached + new)
-  TensorView block_tables;     // [S, max_blocks_per_seq] int32
+  TensorView block_tables;     // [S, max_blocks_per_seq] int32 (any rows with block_table_index)
   TensorView tree_parents;     // [T] int32 when a sequence verifies a token tree (ops.h AttentionParams), else empty
+  // Attention's row-exact layout (ops.h AttentionParams), each optional: block-table row per sequence, key tails.
+  TensorView block_table_index;
+  TensorView key_tail_from, key_tail_offset, key_tail;
   int max_query_len = 0;       // true maxima over the step (bounds for kernel grids)
   int max_seq_len = 0;
 };

@@ -55,6 +55,9 @@ class Backend {
   virtual bool supports_graphs() const { return false; }
   // Whether attention takes AttentionParams::tree_parents (token-tree verification).
   virtual bool supports_tree_attention() const { return true; }
+  // Whether attention takes AttentionParams::block_table_index and the key tails (a tree's rows laid out as
+  // chains of one row each: how the runner verifies trees where tree_parents is not taken).
+  virtual bool supports_key_tails() const { return true; }
   // How to lay out a sequence's few query rows (a decode and its drafts) so that attention computes each row
   // bit-identically to decoding that row alone, which speculative decoding needs to be exact. {0, 0}: attention
   // already computes every row the same way whatever rows share its sequence (cpu, ref). Otherwise cut the rows

@@ -158,7 +158,25 @@ void check_attention(const AttentionParams& p) {
   require_dtype(p.block_tables, DType::kI32, op, "block_tables");
   int64_t num_seqs = p.seq_lens.dim(0);
   require(p.query_start_loc.dim(0) == num_seqs + 1, op, "query_start_loc must have S+1 entries");
-  require(p.block_tables.dim(0) == num_seqs, op, "block_tables must have S rows");
+  if (p.block_table_index.empty()) {
+    require(p.block_tables.dim(0) == num_seqs, op, "block_tables must have S rows");
+  } else {
+    require_dims(p.block_table_index, 1, op, "block_table_index");
+    require_dtype(p.block_table_index, DType::kI32, op, "block_table_index");
+    require(p.block_table_index.dim(0) == num_seqs, op, "block_table_index must have S entries");
+  }
+  if (!p.key_tail_from.empty()) {
+    require_dims(p.key_tail_from, 1, op, "key_tail_from");
+    require_dims(p.key_tail_offset, 1, op, "key_tail_offset");
+    require_dims(p.key_tail, 1, op, "key_tail");
+    require_dtype(p.key_tail_from, DType::kI32, op, "key_tail_from");
+    require_dtype(p.key_tail_offset, DType::kI32, op, "key_tail_offset");
+    require_dtype(p.key_tail, DType::kI32, op, "key_tail");
+    require(p.key_tail_from.dim(0) == num_seqs && p.key_tail_offset.dim(0) == num_seqs, op,
+            "key_tail_from and key_tail_offset must have S entries");
+    require(p.tree_parents.empty(), op, "key tails and tree_parents do not combine");
+    require(p.sliding_window == 0, op, "key tails and a sliding window do not combine");
+  }
   require(p.q.dim(2) == p.k_cache.dim(3), op, "q head_dim differs from the cache's");
   require(p.q.dim(1) % p.k_cache.dim(2) == 0, op, "num_q_heads must be a multiple of num_kv_heads");
   require(p.out.numel() == p.q.numel(), op, "out must have the shape of q");
@@ -167,6 +185,33 @@ void check_attention(const AttentionParams& p) {
     require_dtype(p.tree_parents, DType::kI32, op, "tree_parents");
     require(p.tree_parents.dim(0) == p.q.dim(0), op, "tree_parents must have one entry per query row");
     require(p.sliding_window == 0, op, "tree_parents and a sliding window do not combine");
+  }
+}
+
+void check_attention_indices(const AttentionParams& p) {
+  const char* op = "attention";
+  const int64_t num_seqs = p.seq_lens.dim(0);
+  const int32_t* qsl = p.query_start_loc.as<const int32_t>();
+  const int32_t* lens = p.seq_lens.as<const int32_t>();
+  if (!p.block_table_index.empty()) {
+    const int32_t* idx = p.block_table_index.as<const int32_t>();
+    for (int64_t s = 0; s < num_seqs; ++s)
+      require(idx[s] >= 0 && idx[s] < p.block_tables.dim(0), op,
+              "block_table_index[" + std::to_string(s) + "] = " + std::to_string(idx[s]) + " is not a block-table row");
+  }
+  if (p.key_tail_from.empty()) return;
+  const int32_t* from = p.key_tail_from.as<const int32_t>();
+  const int32_t* off = p.key_tail_offset.as<const int32_t>();
+  const int32_t* tail = p.key_tail.as<const int32_t>();
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    if (from[s] >= lens[s]) continue;
+    const std::string where = "attention: sequence " + std::to_string(s) + "'s key tail";
+    require(from[s] >= 0 && qsl[s + 1] - qsl[s] == 1, op, where + " needs one query row and key_tail_from >= 0");
+    require(off[s] >= 0 && static_cast<int64_t>(off[s]) + (lens[s] - from[s]) <= p.key_tail.dim(0), op,
+            where + " runs past key_tail");
+    const int64_t slots = p.block_tables.dim(1) * p.k_cache.dim(1);
+    for (int32_t j = 0; j < lens[s] - from[s]; ++j)
+      require(tail[off[s] + j] >= 0 && tail[off[s] + j] < slots, op, where + " names a slot past the block table");
   }
 }
 

@@ -15,6 +15,8 @@ void check_kv_write(const KvWriteParams& p);
 void check_attention(const AttentionParams& p);
 // Host backends: tree_parents form a tree per sequence (read from host memory).
 void check_tree_parents(const AttentionParams& p);
+// Host-side values of block_table_index and the key tails (backends whose inputs are on the host).
+void check_attention_indices(const AttentionParams& p);
 void check_gather_rows(const GatherRowsParams& p);
 
 bool is_float_dtype(DType t);  // f32, bf16, f16

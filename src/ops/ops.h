@@ -108,6 +108,16 @@ struct AttentionParams {
   // exactly that path would see at positions ctx .. ctx + depth(i). Its RoPE position is the caller's
   // (ctx + depth(i)). Parents i - 1 everywhere is the causal rule above. Not combined with a sliding window.
   TensorView tree_parents;     // [T] int32
+  // Sequences as pieces of others (row-exact verification), optional: sequence s reads block-table row
+  // block_table_index[s] (several sequences may share a row; block_tables then has any number of rows).
+  TensorView block_table_index;  // [S] int32
+  // Keys remapped (a token tree's path laid out as a chain, for backends without tree_parents), optional: the key
+  // of sequence s at position p, key_tail_from[s] <= p < seq_lens[s], sits at sequence slot
+  // key_tail[key_tail_offset[s] + p - key_tail_from[s]] instead of slot p. key_tail_from[s] >= seq_lens[s]: none.
+  // A sequence with a remapped key has one query row; not combined with tree_parents or a sliding window.
+  TensorView key_tail_from;    // [S] int32
+  TensorView key_tail_offset;  // [S] int32
+  TensorView key_tail;         // [N] int32
 };
 
 // out[r, :] = x[indices[r], :]

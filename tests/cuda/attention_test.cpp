@@ -89,7 +89,7 @@ HostTensor run_ref(const AttnCase& c, const AttnInputs& in) {
   HostTensor out(c.act, in.q.shape);
   ops::AttentionParams p{in.q.view(), in.k_cache.view(), in.v_cache.view(), out.view(), in.qsl.view(),
                          in.lens.view(), in.tables.view(), 1.0f / std::sqrt(static_cast<float>(c.hd)), c.window,
-                         in.max_query_len, in.max_seq_len, {}};
+                         in.max_query_len, in.max_seq_len, {}, {}, {}, {}, {}};
   ref().attention(p);
   return out;
 }
@@ -99,7 +99,8 @@ HostTensor run_gpu(const AttnCase& c, const AttnInputs& in) {
   DeviceTensor out(HostTensor(c.act, in.q.shape));
   out.poison();
   ops::AttentionParams p{q.view(), kc.view(), vc.view(), out.view(), qsl.view(), lens.view(), tables.view(),
-                         1.0f / std::sqrt(static_cast<float>(c.hd)), c.window, in.max_query_len, in.max_seq_len, {}};
+                         1.0f / std::sqrt(static_cast<float>(c.hd)), c.window, in.max_query_len, in.max_seq_len, {},
+                         {}, {}, {}, {}};
   gpu().attention(p);
   return out.to_host();
 }
@@ -216,6 +217,128 @@ TEST(CudaAttention, ResultDoesNotDependOnBatch) {
       EXPECT_TRUE(same) << "sequence " << s << " (q_len " << sq.q_len << ", len " << sq.seq_len << ", hd " << hd
                         << ") differs alone vs in batch";
     }
+  }
+}
+
+// Row-exact verification (the engine's layout for speculative decoding). Rows cut into pieces (sequences of their
+// own over the same block-table row, block_table_index) and token-tree rows whose path is their key tail must
+// (1) match the reference (tree_parents form) and (2) be bit-identical to decoding each row alone over the same
+// keys at consecutive positions, which is what makes speculative output equal plain decoding.
+TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    AttnCase c;
+    c.act = c.cache = dt;
+    c.hq = 12;
+    c.hkv = 4;  // group 3: pieces of at most 5 rows
+    c.hd = 64;
+    c.seqs = {{10, 310}, {7, 1007}, {1, 51}, {12, 70}};
+    std::mt19937 rng(99 + static_cast<int>(dt));
+    AttnInputs in = make_inputs(c, rng);
+    const int num_seqs = static_cast<int>(c.seqs.size());
+    // Sequences 0 and 1 are random trees, 2 a decode, 3 a chain of 12 (cut at the 64-key tile boundary at 64).
+    std::vector<int32_t> parents;
+    for (int s = 0; s < num_seqs; ++s)
+      for (int i = 0; i < c.seqs[static_cast<size_t>(s)].q_len; ++i)
+        parents.push_back(i == 0 ? -1 : (s <= 1 ? static_cast<int32_t>(rng() % i) : i - 1));
+    // Pieces: trees one row each with their path as key tail; the chain in pieces of <= 5 rows within one tile.
+    std::vector<int32_t> pqsl{0}, plens, pindex, pfrom, poff, tails;
+    std::vector<std::vector<int32_t>> row_path;  // per token row: its path's slots (root first)
+    int row0 = 0;
+    for (int s = 0; s < num_seqs; ++s) {
+      const int q = c.seqs[static_cast<size_t>(s)].q_len, len = c.seqs[static_cast<size_t>(s)].seq_len, ctx = len - q;
+      for (int i = 0; i < q; ++i) {
+        std::vector<int32_t> path;
+        for (int r = i; r >= 0; r = parents[static_cast<size_t>(row0 + r)]) path.push_back(ctx + r);
+        std::reverse(path.begin(), path.end());
+        row_path.push_back(path);
+      }
+      if (s <= 1) {
+        for (int i = 0; i < q; ++i) {
+          const auto& path = row_path[static_cast<size_t>(row0 + i)];
+          pqsl.push_back(pqsl.back() + 1);
+          plens.push_back(ctx + static_cast<int32_t>(path.size()));
+          pindex.push_back(s);
+          pfrom.push_back(ctx);
+          poff.push_back(static_cast<int32_t>(tails.size()));
+          tails.insert(tails.end(), path.begin(), path.end());
+        }
+      } else {
+        for (int j = 0; j < q;) {
+          int e = j + 1;
+          while (e < q && e - j < 5 && (ctx + e) / 64 == (ctx + j) / 64) ++e;
+          pqsl.push_back(pqsl.back() + (e - j));
+          plens.push_back(ctx + e);
+          pindex.push_back(s);
+          pfrom.push_back(ctx + e);  // none
+          poff.push_back(0);
+          j = e;
+        }
+      }
+      row0 += q;
+    }
+    const int n = static_cast<int>(plens.size());
+    const int tokens = static_cast<int>(in.q.shape[0]);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+
+    // (1) against the reference's tree attention.
+    HostTensor want(c.act, in.q.shape), tree = int_tensor(parents);
+    ops::AttentionParams pr{in.q.view(), in.k_cache.view(), in.v_cache.view(), want.view(), in.qsl.view(),
+                            in.lens.view(), in.tables.view(), scale, 0, in.max_query_len, in.max_seq_len,
+                            tree.view(), {}, {}, {}, {}};
+    ref().attention(pr);
+    DeviceTensor q(in.q), kc(in.k_cache), vc(in.v_cache), tables(in.tables), dq(int_tensor(pqsl)),
+        dl(int_tensor(plens)), di(int_tensor(pindex)), df(int_tensor(pfrom)), dof(int_tensor(poff)),
+        dt_(int_tensor(tails));
+    DeviceTensor out(HostTensor(c.act, in.q.shape));
+    out.poison();
+    ops::AttentionParams pg{q.view(), kc.view(), vc.view(), out.view(), dq.view(), dl.view(), tables.view(),
+                            scale, 0, 5, in.max_seq_len, {}, di.view(), df.view(), dof.view(), dt_.view()};
+    gpu().attention(pg);
+    const HostTensor got = out.to_host();
+    EXPECT_TRUE(all_close(got, want)) << "pieces and key tails vs the reference's trees, " << dtype_name(dt);
+
+    // (2) each row alone: a decode over its path's KV copied to consecutive slots of a fresh block table.
+    const int64_t kv_row = static_cast<int64_t>(c.hkv) * c.hd;
+    const size_t slot_bytes = dtype_bytes(c.cache, static_cast<size_t>(kv_row));
+    const size_t row_bytes = dtype_bytes(c.act, static_cast<size_t>(c.hq) * c.hd);
+    const int max_blocks = static_cast<int>(in.tables.shape[1]);
+    int mismatches = 0;
+    row0 = 0;
+    for (int s = 0; s < num_seqs; ++s) {
+      const int q_len = c.seqs[static_cast<size_t>(s)].q_len;
+      const int ctx = c.seqs[static_cast<size_t>(s)].seq_len - q_len;
+      for (int i = 0; i < q_len; ++i) {
+        const auto& path = row_path[static_cast<size_t>(row0 + i)];
+        HostTensor k1 = in.k_cache, v1 = in.v_cache;
+        auto slot_of = [&](int64_t j) {
+          return static_cast<int64_t>(in.tables.get(static_cast<int64_t>(s) * max_blocks + j / c.block_size)) * c.block_size +
+                 j % c.block_size;
+        };
+        for (size_t m = 0; m < path.size(); ++m) {  // the path moved to consecutive positions
+          const int64_t from = slot_of(path[m]), to = slot_of(ctx + static_cast<int64_t>(m));
+          std::memcpy(k1.bytes.data() + to * slot_bytes, in.k_cache.bytes.data() + from * slot_bytes, slot_bytes);
+          std::memcpy(v1.bytes.data() + to * slot_bytes, in.v_cache.bytes.data() + from * slot_bytes, slot_bytes);
+        }
+        HostTensor q1(c.act, {1, c.hq, c.hd});
+        std::memcpy(q1.bytes.data(), in.q.bytes.data() + static_cast<size_t>(row0 + i) * row_bytes, row_bytes);
+        HostTensor t1(DType::kI32, {1, max_blocks});
+        for (int b = 0; b < max_blocks; ++b) t1.set(b, in.tables.get(static_cast<int64_t>(s) * max_blocks + b));
+        DeviceTensor dq1(q1), dk1(k1), dv1(v1), dt1(t1), dqsl(int_tensor({0, 1})),
+            dlen(int_tensor({ctx + static_cast<int32_t>(path.size())}));
+        DeviceTensor o1(HostTensor(c.act, {1, c.hq, c.hd}));
+        ops::AttentionParams p1{dq1.view(), dk1.view(), dv1.view(), o1.view(), dqsl.view(), dlen.view(), dt1.view(),
+                                scale, 0, 1, ctx + static_cast<int>(path.size()), {}, {}, {}, {}, {}};
+        gpu().attention(p1);
+        const HostTensor alone = o1.to_host();
+        if (std::memcmp(alone.bytes.data(), got.bytes.data() + static_cast<size_t>(row0 + i) * row_bytes, row_bytes) != 0) {
+          ++mismatches;
+          ADD_FAILURE() << dtype_name(dt) << " sequence " << s << " row " << i << " (depth " << path.size() - 1
+                        << ") differs from its own decode";
+        }
+      }
+      row0 += q_len;
+    }
+    EXPECT_EQ(mismatches, 0) << "of " << tokens << " rows (" << n << " pieces)";
   }
 }
 

@@ -65,7 +65,7 @@ TEST(CudaGraph, ReplayEqualsEagerWithNewInputs) {
     gpu().rope({q.view(), kv.view(), pos, d_if.view(), 1.0f, hd});
     gpu().kv_write({kv.view(), kv.view(), slots, kc.view(), vc.view()});
     gpu().attention({q.view(), kc.view(), vc.view(), out.view(), qsl, lens, d_table.view(), 0.125f, 0, 1,
-                     max_blocks * bs, {}});
+                     max_blocks * bs, {}, {}, {}, {}, {}});
   };
 
   fill_inputs(0);

@@ -229,7 +229,7 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
   const int64_t pos_last = pos0 + rows - 1;
   const int64_t first_lo = window > 0 ? max_i(0, pos0 - window + 1) : 0;
   const int64_t t_lo = first_lo / tile, t_hi = pos_last / tile;
-  const int32_t* table = a.block_tables + it.seq * a.max_blocks;
+  const int32_t* table = a.block_tables + (a.table_index ? a.table_index[it.seq] : it.seq) * a.max_blocks;
 
   // Scratch: segment state, total state, q rows, K and V tiles, scores (see attention_scratch_floats).
   const int64_t state_floats = nr * (hd_pad + 2);

@@ -256,7 +256,9 @@ void CpuBackend::validate_attention(const AttentionParams& p) const {
   const int32_t* qsl = p.query_start_loc.as<const int32_t>();
   const int32_t* lens = p.seq_lens.as<const int32_t>();
   const int32_t* tables = p.block_tables.as<const int32_t>();
+  const int32_t* table_index = p.block_table_index.empty() ? nullptr : p.block_table_index.as<const int32_t>();
   if (qsl[0] != 0 || qsl[num_seqs] > tokens) fail("attention: query_start_loc must start at 0 and end within q");
+  check_attention_indices(p);
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_len = qsl[s + 1] - qsl[s];
     const std::string where = "attention: sequence " + std::to_string(s);
@@ -265,10 +267,18 @@ void CpuBackend::validate_attention(const AttentionParams& p) const {
     const int64_t used = (lens[s] + block_size - 1) / block_size;
     if (used > max_blocks) fail(where + ": seq_len needs more blocks than block_tables has columns");
     if (q_len == 0) continue;
+    const int64_t row = table_index ? table_index[s] : s;
     const int64_t first_pos = p.sliding_window > 0 ? std::max<int64_t>(0, lens[s] - q_len - p.sliding_window + 1) : 0;
-    for (int64_t b = first_pos / block_size; b < used; ++b)
-      if (tables[s * max_blocks + b] < 0 || tables[s * max_blocks + b] >= num_blocks)
+    auto check_block = [&](int64_t b) {
+      if (tables[row * max_blocks + b] < 0 || tables[row * max_blocks + b] >= num_blocks)
         fail(where + ": block table entry " + std::to_string(b) + " is out of range");
+    };
+    for (int64_t b = first_pos / block_size; b < used; ++b) check_block(b);
+    if (!p.key_tail_from.empty() && p.key_tail_from.as<const int32_t>()[s] < lens[s]) {
+      const int32_t from = p.key_tail_from.as<const int32_t>()[s];
+      const int32_t* tail = p.key_tail.as<const int32_t>() + p.key_tail_offset.as<const int32_t>()[s];
+      for (int32_t j = 0; j < lens[s] - from; ++j) check_block(tail[j] / block_size);
+    }
   }
 }
 
@@ -284,6 +294,7 @@ void CpuBackend::attention(const AttentionParams& p) {
   a.query_start_loc = p.query_start_loc.as<const int32_t>();
   a.seq_lens = p.seq_lens.as<const int32_t>();
   a.block_tables = p.block_tables.as<const int32_t>();
+  a.table_index = p.block_table_index.empty() ? nullptr : p.block_table_index.as<const int32_t>();
   a.hq = p.q.dim(1);
   a.hkv = p.k_cache.dim(2);
   a.hd = p.q.dim(2);
@@ -331,9 +342,19 @@ void CpuBackend::attention(const AttentionParams& p) {
       }
     }
   } else {
+    const int32_t* tail_from = p.key_tail_from.empty() ? nullptr : p.key_tail_from.as<const int32_t>();
     for (int64_t s = 0; s < num_seqs; ++s) {
       const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
       const int32_t segs = static_cast<int32_t>((a.seq_lens[s] + seg_keys - 1) / seg_keys);
+      if (tail_from && tail_from[s] < a.seq_lens[s]) {
+        // Remapped keys (one query row, checked): a tree row's item, its path as the tail.
+        cpu::AttentionItem it{static_cast<int32_t>(s), 0, 1, 0, segs};
+        it.tail = p.key_tail.as<const int32_t>() + p.key_tail_offset.as<const int32_t>()[s];
+        it.tail_from = tail_from[s];
+        it.tail_len = a.seq_lens[s] - tail_from[s];
+        items.push_back(it);
+        continue;
+      }
       for (int64_t r = 0; r < q_len; r += rows_per_item)
         items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(r),
                          static_cast<int32_t>(std::min(q_len, r + rows_per_item)), 0, segs});

@@ -31,7 +31,8 @@ struct AttentionArgs {
   float* out = nullptr;                      // [T, hq, hd]
   const int32_t* query_start_loc = nullptr;  // [S + 1]
   const int32_t* seq_lens = nullptr;         // [S]
-  const int32_t* block_tables = nullptr;     // [S, max_blocks]
+  const int32_t* block_tables = nullptr;     // [R, max_blocks]
+  const int32_t* table_index = nullptr;      // [S] the block-table row of each sequence; null: row s
   int64_t hq = 0, hkv = 0, hd = 0, block_size = 0, max_blocks = 0;
   float scale = 1.0f;
   int sliding_window = 0;

@@ -24,7 +24,13 @@ struct AttentionLaunch {
   const void* v_cache;
   const int32_t* query_start_loc;  // [S + 1]
   const int32_t* seq_lens;         // [S]
-  const int32_t* block_tables;     // [S, max_blocks_per_seq]
+  const int32_t* block_tables;     // [R, max_blocks_per_seq]
+  const int32_t* table_index;      // [S] block-table row of each sequence; null: row s
+  // Remapped keys (ops.h AttentionParams): keys at positions >= tail_from[s] sit at sequence slots
+  // tail[tail_offset[s] + pos - tail_from[s]]; null: none.
+  const int32_t* tail_from;
+  const int32_t* tail_offset;
+  const int32_t* tail;
   DType act, cache;
   int num_seqs, num_q_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq;
   int64_t num_tokens;
@@ -43,6 +49,11 @@ bool attention_uses_tensor_cores(const AttentionLaunch& p);
 void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream);
 void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream);
 void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream);
+
+// The block-table row of sequence s.
+__host__ __device__ inline const int32_t* table_row(const AttentionLaunch& p, int s) {
+  return p.block_tables + static_cast<int64_t>(p.table_index ? p.table_index[s] : s) * p.max_blocks_per_seq;
+}
 
 // Decode split policy, shared by host (grid and workspace sizing) and device (each sequence's own split).
 constexpr int kDecodeTileKeys = 64;

@@ -63,8 +63,12 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   const T* q = static_cast<const T*>(p.q);
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
-  const PagedKv kv{p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq, p.block_size, p.block_shift,
-                   static_cast<int64_t>(p.num_kv_heads) * D, static_cast<int64_t>(kvh) * D};
+  PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
+             static_cast<int64_t>(kvh) * D};
+  if (p.tail_from && p.tail_from[s] < p.seq_lens[s]) {
+    kv.tail = p.tail + p.tail_offset[s];
+    kv.tail_from = p.tail_from[s];
+  }
   const uint32_t q_s = smem_addr(smem);
   const uint32_t kv_s = q_s + C::kQBytes;
   // A tile is visible to every row when its keys lie in [lo of the last row, pos of the first row].

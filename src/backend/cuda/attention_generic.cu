@@ -28,7 +28,10 @@ __global__ void __launch_bounds__(128) attention_generic_kernel(const AttentionL
   const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
   const int kvh = h / (p.num_q_heads / p.num_kv_heads);
   const int D = p.head_dim;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq;
+  const int32_t* table = table_row(p, s);
+  const bool tailed = p.tail_from && p.tail_from[s] < p.seq_lens[s];
+  const int tail_from = tailed ? p.tail_from[s] : 0x7fffffff;
+  const int32_t* tail = tailed ? p.tail + p.tail_offset[s] : nullptr;
 
   float qv[kMaxPerLane], acc[kMaxPerLane];
 #pragma unroll
@@ -39,8 +42,9 @@ __global__ void __launch_bounds__(128) attention_generic_kernel(const AttentionL
   }
   float m = -INFINITY, l = 0.f;
   for (int j = first; j <= pos; ++j) {
-    const int64_t block = table[j / p.block_size];
-    const int64_t base = ((block * p.block_size + j % p.block_size) * p.num_kv_heads + kvh) * D;
+    const int slot = j >= tail_from ? tail[j - tail_from] : j;
+    const int64_t block = table[slot / p.block_size];
+    const int64_t base = ((block * p.block_size + slot % p.block_size) * p.num_kv_heads + kvh) * D;
     float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < kMaxPerLane; ++k) {

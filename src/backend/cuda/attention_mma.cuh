@@ -79,6 +79,9 @@ struct PagedKv {
   int block_shift;       // log2(block_size), or -1
   int64_t row_stride;    // num_kv_heads * D
   int64_t head_offset;   // kvh * D
+  // Remapped keys: positions >= tail_from sit at sequence slots tail[pos - tail_from] (null: none).
+  const int32_t* tail = nullptr;
+  int tail_from = 0x7fffffff;
 };
 
 // Loads keys [tile_start, tile_start + kKeys) into swizzled K and V tiles. Keys outside [lo, hi) are
@@ -97,13 +100,14 @@ __device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, c
     const bool valid = key >= lo && key < hi;
     int64_t offset = 0;
     if (valid) {
+      const int slot_pos = key >= kv.tail_from ? __ldg(kv.tail + (key - kv.tail_from)) : key;
       int block_index, in_block;
       if (kv.block_shift >= 0) {
-        block_index = key >> kv.block_shift;
-        in_block = key & (kv.block_size - 1);
+        block_index = slot_pos >> kv.block_shift;
+        in_block = slot_pos & (kv.block_size - 1);
       } else {
-        block_index = key / kv.block_size;
-        in_block = key % kv.block_size;
+        block_index = slot_pos / kv.block_size;
+        in_block = slot_pos % kv.block_size;
       }
       const int64_t slot = static_cast<int64_t>(__ldg(kv.table + block_index)) * kv.block_size + in_block;
       offset = slot * kv.row_stride + kv.head_offset + chunk * 8;

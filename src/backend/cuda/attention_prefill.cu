@@ -51,8 +51,9 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
   const T* q = static_cast<const T*>(p.q);
   const T* kc = static_cast<const T*>(p.k_cache);
   const T* vc = static_cast<const T*>(p.v_cache);
-  const PagedKv kv{p.block_tables + static_cast<int64_t>(s) * p.max_blocks_per_seq, p.block_size, p.block_shift,
-                   static_cast<int64_t>(p.num_kv_heads) * D, static_cast<int64_t>(kvh) * D};
+  // NOTE: no key tails here: a sequence with remapped keys has one query row (the decode path).
+  const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
+                   static_cast<int64_t>(kvh) * D};
   const uint32_t q_s = smem_addr(smem);
   const uint32_t kv_s = q_s + C::kQBytes;
 

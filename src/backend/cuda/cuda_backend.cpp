@@ -188,6 +188,14 @@ class CudaBackendImpl final : public CudaBackend {
     l.query_start_loc = p.query_start_loc.as<const int32_t>();
     l.seq_lens = p.seq_lens.as<const int32_t>();
     l.block_tables = p.block_tables.as<const int32_t>();
+    l.table_index = p.block_table_index.empty() ? nullptr : p.block_table_index.as<const int32_t>();
+    if (!p.key_tail_from.empty()) {
+      if (p.q.dim(1) / p.k_cache.dim(2) > cuda::kDecodeMaxRows)
+        throw Error(ErrorCode::kUnsupported, "attention on cuda: key tails need at most 16 query heads per KV head");
+      l.tail_from = p.key_tail_from.as<const int32_t>();
+      l.tail_offset = p.key_tail_offset.as<const int32_t>();
+      l.tail = p.key_tail.as<const int32_t>();
+    }
     l.act = p.q.dtype;
     l.cache = p.k_cache.dtype;
     l.num_seqs = static_cast<int>(p.seq_lens.dim(0));

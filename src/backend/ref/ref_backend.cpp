@@ -188,7 +188,10 @@ class RefBackend final : public Backend {
     const int32_t* lens = p.seq_lens.as<const int32_t>();
     const int32_t* tables = p.block_tables.as<const int32_t>();
     check_tree_parents(p);
+    check_attention_indices(p);
     const int32_t* parents = p.tree_parents.empty() ? nullptr : p.tree_parents.as<const int32_t>();
+    const int32_t* table_index = p.block_table_index.empty() ? nullptr : p.block_table_index.as<const int32_t>();
+    const int32_t* tail_from = p.key_tail_from.empty() ? nullptr : p.key_tail_from.as<const int32_t>();
     std::vector<double> scores;
     std::vector<int64_t> keys;  // the sequence slots a row attends to, in position order
     for (int64_t s = 0; s < num_seqs; ++s) {
@@ -209,14 +212,19 @@ class RefBackend final : public Backend {
           pos = static_cast<int64_t>(keys.size()) - 1;
         } else {
           for (int64_t j = 0; j <= pos; ++j) keys.push_back(j);
+          if (tail_from && tail_from[s] < seq_len) {
+            const int32_t* tail = p.key_tail.as<const int32_t>() + p.key_tail_offset.as<const int32_t>()[s];
+            for (int64_t j = tail_from[s]; j <= pos; ++j) keys[static_cast<size_t>(j)] = tail[j - tail_from[s]];
+          }
         }
+        const int64_t trow = table_index ? table_index[s] : s;
         for (int64_t h = 0; h < hq; ++h) {
           int64_t kvh = h / group;
           scores.assign(static_cast<size_t>(pos + 1 - first), 0.0);
           double max_score = -std::numeric_limits<double>::infinity();
           for (int64_t j = first; j <= pos; ++j) {
             const int64_t slot = keys[static_cast<size_t>(j)];
-            int64_t block = tables[s * max_blocks + slot / block_size];
+            int64_t block = tables[trow * max_blocks + slot / block_size];
             int64_t base = ((block * block_size + slot % block_size) * hkv + kvh) * hd;
             double dot = 0;
             for (int64_t d = 0; d < hd; ++d) dot += load(p.q, (row * hq + h) * hd + d) * load(p.k_cache, base + d);
@@ -229,7 +237,7 @@ class RefBackend final : public Backend {
             double acc = 0;
             for (int64_t j = first; j <= pos; ++j) {
               const int64_t slot = keys[static_cast<size_t>(j)];
-              int64_t block = tables[s * max_blocks + slot / block_size];
+              int64_t block = tables[trow * max_blocks + slot / block_size];
               int64_t base = ((block * block_size + slot % block_size) * hkv + kvh) * hd;
               acc += scores[j - first] * load(p.v_cache, base + d);
             }

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/ref/ref_backend.h"
+#include "peregrine/error.h"
 #include "unit/backend/op_test_util.h"
 
 namespace peregrine::test {
@@ -236,6 +237,91 @@ TEST_P(CpuAttention, TreeRowsMatchReferenceAndTheirPathDecodedAsAChain) {
       }
     }
   }
+}
+
+// Trees for backends without tree_parents: each row a sequence of its own (block_table_index: its sequence's
+// block-table row) whose keys past the context are remapped to its path (key tails). Bit-identical to the
+// tree_parents form on the CPU, and equal to it on the reference.
+TEST_P(CpuAttention, TreeRowsAsKeyTailPiecesMatchTreeParents) {
+  auto ref = ops::make_ref_backend();
+  std::mt19937 rng(777);
+  for (DType cache : {DType::kF32, DType::kBF16}) {
+    AttnCase c{8, 2, 64, 16, 0, cache, {{70, 7}, {0, 4}, {300, 10}}};
+    PagedBatch batch(c, rng);
+    std::vector<int32_t> parents;
+    for (const SeqSpec& sp : c.seqs)
+      for (int64_t i = 0; i < sp.q_len; ++i)
+        parents.push_back(i == 0 ? -1 : (&sp == &c.seqs[1] ? static_cast<int32_t>(i - 1) : static_cast<int32_t>(rng() % i)));
+    // Pieces: one per row; tail from the context's end over the whole path (root first).
+    std::vector<int32_t> pqsl{0}, plens, pindex, pfrom, poff, tails;
+    int32_t row0 = 0;
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const int32_t ctx = static_cast<int32_t>(c.seqs[s].prefix), q = static_cast<int32_t>(c.seqs[s].q_len);
+      for (int32_t i = 0; i < q; ++i) {
+        std::vector<int32_t> path;
+        for (int32_t r = i; r >= 0; r = parents[static_cast<size_t>(row0 + r)]) path.push_back(ctx + r);
+        std::reverse(path.begin(), path.end());
+        pqsl.push_back(pqsl.back() + 1);
+        plens.push_back(ctx + static_cast<int32_t>(path.size()));
+        pindex.push_back(static_cast<int32_t>(s));
+        pfrom.push_back(ctx);
+        poff.push_back(static_cast<int32_t>(tails.size()));
+        tails.insert(tails.end(), path.begin(), path.end());
+      }
+      row0 += q;
+    }
+    const int64_t n = static_cast<int64_t>(plens.size());
+    Buffer tree = int_buffer(parents), bq = int_buffer(pqsl), bl = int_buffer(plens), bi = int_buffer(pindex),
+           bf = int_buffer(pfrom), bo = int_buffer(poff), bt = int_buffer(tails);
+    const int64_t row = c.hq * c.hd;
+    for (bool on_ref : {false, true}) {
+      Buffer want = poisoned(DType::kF32, batch.tokens * row), got = poisoned(DType::kF32, batch.tokens * row);
+      ops::AttentionParams pw = batch.params(want), pg = batch.params(got);
+      pw.tree_parents = tree.view({batch.tokens});
+      pg.query_start_loc = bq.view({n + 1});
+      pg.seq_lens = bl.view({n});
+      pg.block_table_index = bi.view({n});
+      pg.key_tail_from = bf.view({n});
+      pg.key_tail_offset = bo.view({n});
+      pg.key_tail = bt.view({static_cast<int64_t>(tails.size())});
+      pg.max_query_len = 1;
+      auto backend = on_ref ? ops::make_ref_backend() : make(3);
+      backend->attention(pw);
+      backend->attention(pg);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), static_cast<size_t>(batch.tokens * row) * 4), 0)
+          << (on_ref ? "ref " : "cpu ") << dtype_name(cache);
+    }
+  }
+}
+
+// Bad key tails and table indices are refused with the op's message, never read.
+TEST_P(CpuAttention, BadKeyTailsAreRefused) {
+  std::mt19937 rng(5);
+  AttnCase c{4, 2, 64, 16, 0, DType::kF32, {{20, 1}, {5, 2}}};
+  PagedBatch batch(c, rng);
+  Buffer out = poisoned(DType::kF32, batch.tokens * c.hq * c.hd);
+  auto expect_refused = [&](const ops::AttentionParams& p, const char* what) {
+    try {
+      make(1)->attention(p);
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what;
+    }
+  };
+  Buffer from = int_buffer({10, 6}), off = int_buffer({0, 0}), tail = int_buffer(std::vector<int32_t>(11, 3));
+  ops::AttentionParams p = batch.params(out);
+  p.key_tail_from = from.view({2});
+  p.key_tail_offset = off.view({2});
+  p.key_tail = tail.view({11});
+  expect_refused(p, "a tail on a sequence of two rows");
+  Buffer from1 = int_buffer({10, 7000}), tail_short = int_buffer({1, 2});
+  p.key_tail_from = from1.view({2});
+  p.key_tail = tail_short.view({2});
+  expect_refused(p, "a tail running past key_tail");
+  Buffer index = int_buffer({0, 5});
+  ops::AttentionParams q = batch.params(out);
+  q.block_table_index = index.view({2});
+  expect_refused(q, "a block-table row out of range");
 }
 
 PEREGRINE_INSTANTIATE_ISA_TESTS(CpuAttention);

@@ -105,8 +105,11 @@ class FakeModel : public model::Model {
     }
     row_logits_.assign(static_cast<size_t>(t_count) * kFakeVocab, 0.0f);
     const int32_t* parents = in.tree_parents.empty() ? nullptr : in.tree_parents.as<const int32_t>();
+    const int32_t* table_index = in.block_table_index.empty() ? nullptr : in.block_table_index.as<const int32_t>();
+    const int32_t* tail_from = in.key_tail_from.empty() ? nullptr : in.key_tail_from.as<const int32_t>();
     for (int s = 0; s < s_count; ++s) {
       const int ctx = lens[s] - (qsl[s + 1] - qsl[s]);
+      const int64_t trow = table_index ? table_index[s] : s;
       for (int row = qsl[s]; row < qsl[s + 1]; ++row) {
         if (slots[row] < 0) continue;  // padding (a graph-shaped step): writes nothing, its output is discarded
         const int p = pos[row];
@@ -119,10 +122,14 @@ class FakeModel : public model::Model {
           for (int r = row - qsl[s]; r >= 0; r = parents[qsl[s] + r]) slot_of[static_cast<size_t>(j--)] = ctx + r;
           PEREGRINE_CHECK(j == ctx - 1, "a tree row's depth does not match its position");
         }
+        if (tail_from && tail_from[s] < lens[s]) {  // keys remapped (a tree row laid out as a chain)
+          const int32_t* tail = in.key_tail.as<const int32_t>() + in.key_tail_offset.as<const int32_t>()[s];
+          for (int j = tail_from[s]; j <= p; ++j) slot_of[static_cast<size_t>(j)] = tail[j - tail_from[s]];
+        }
         std::vector<int32_t> context;
         for (int j = 0; j <= p; ++j) {
           const int64_t sj = slot_of[static_cast<size_t>(j)];
-          const int64_t slot = static_cast<int64_t>(tables[s * stride + sj / bs]) * bs + sj % bs;
+          const int64_t slot = static_cast<int64_t>(tables[trow * stride + sj / bs]) * bs + sj % bs;
           const float* cell = cells + 2 * slot;
           PEREGRINE_CHECK(static_cast<int>(cell[1]) == j + 1, "KV slot of position " + std::to_string(j) +
                                                                   " holds position " + std::to_string(cell[1] - 1));

@@ -244,6 +244,72 @@ TEST_F(RunnerOnModel, PaddedVerifyLayoutGivesTheSameRows) {
   }
 }
 
+TEST_F(RunnerOnModel, TreeVerifyAsKeyTailPiecesGivesTheSameRows) {
+  // Two sequences verifying token trees and one a chain: laid out as pieces with key tails (how backends without
+  // tree_parents verify trees) the logits must equal, bit for bit, those of tree attention.
+  const io::ModelConfig config = io::load_model_config(dir_);
+  auto make = [&](ops::Backend::RowExactLayout pieces) {
+    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
+    model::ModelOptions mo;
+    mo.max_num_tokens = 256;
+    mo.max_logits_rows = 64;
+    auto model = model::load_model(dir_, *backend, mo);
+    RunnerOptions ro;
+    ro.max_num_seqs = 8;
+    ro.max_num_batched_tokens = 256;
+    ro.max_model_len = 512;
+    ro.row_exact_override = pieces;
+    auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
+    r->allocate_kv_cache(64);
+    return r;
+  };
+  const std::vector<std::vector<int32_t>> parents = {{-1, 0, 0, 1, 1, 2, 4}, {-1, 0, 1, 2}, {-1, -1, 1, 1, 0}};
+  std::vector<float> want;
+  for (const ops::Backend::RowExactLayout& mode : {ops::Backend::RowExactLayout{}, ops::Backend::RowExactLayout{2, 4}}) {
+    auto runner = make(mode);
+    std::vector<Sequence> seqs;
+    for (int i = 0; i < 3; ++i) {
+      seqs.push_back(make_seq(60, 30 + 7 * i, 0, 16, i * 4));
+      seqs.back().token_ids.resize(static_cast<size_t>(30 + 7 * i));
+    }
+    LogitsRows rows;
+    std::vector<float> logits;
+    for (auto& q : seqs) {
+      SchedulerOutput out;
+      out.seqs = {{&q, q.num_tokens() - 1, false}};
+      runner->prepare(out, {}, rows);
+      runner->execute(logits);
+      q.num_computed_tokens = q.num_tokens() - 1;
+    }
+    SchedulerOutput out;
+    std::vector<LogitsRequest> req;
+    int total = 0;
+    for (int i = 0; i < 3; ++i) {
+      Sequence& q = seqs[static_cast<size_t>(i)];
+      const auto& par = parents[static_cast<size_t>(i)];
+      for (size_t d = 0; d < par.size(); ++d) {
+        q.draft_tokens.push_back(static_cast<int32_t>(40 + 3 * d + i));
+        q.draft_parents.push_back(par[d]);
+      }
+      const int k = static_cast<int>(par.size());
+      out.seqs.push_back({&q, 1 + k, true, k});
+      req.push_back({false, 1 + k});
+      total += 1 + k;
+    }
+    runner->prepare(out, req, rows);
+    runner->execute(logits);
+    ASSERT_EQ(logits.size(), static_cast<size_t>(total) * vocab_);
+    if (want.empty()) {
+      ASSERT_FALSE(runner->batch().tree_parents.empty());
+      want = logits;
+      continue;
+    }
+    for (int r = 0; r < total; ++r)
+      EXPECT_EQ(std::memcmp(want.data() + static_cast<size_t>(r) * vocab_, logits.data() + static_cast<size_t>(r) * vocab_,
+                            sizeof(float) * vocab_), 0) << "row " << r;
+  }
+}
+
 TEST_F(RunnerOnModel, MalformedBatchesAreRefusedAndWarmUpRuns) {
   ForwardBatch b;
   b.token_ids = {1, 2};

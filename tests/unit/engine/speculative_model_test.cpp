@@ -104,6 +104,7 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingOnCuda) {
   for (const char* json : {R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
                            R"({"method": "lookahead", "num_speculative_tokens": 6})",
                            R"({"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_max": 4})",
+                           R"({"method": "lookahead", "num_speculative_tokens": 5, "num_branches": 3, "max_tree_tokens": 12})",
                            R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3})"}) {
     const auto got = run(SpeculativeConfig::parse(json), ps, 1, "cuda");
     int accepted = 0;

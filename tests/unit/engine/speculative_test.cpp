@@ -282,7 +282,11 @@ TEST(Speculative, TokenTreesGiveGreedyIdenticalOutputAndMoveTheAcceptedPath) {
   run(*plain);
   for (double wrong : {0.0, 0.4}) {
     for (int num_blocks : {400, 80}) {
-      auto core = make_core({.num_blocks = num_blocks, .max_seqs = 32, .k = 5}, std::make_unique<OracleTreeProposer>(3, wrong, 7));
+     // Trees through tree_parents, and as pieces with key tails (how backends without tree_parents verify them).
+     for (bool tails : {false, true}) {
+      const ops::Backend::RowExactLayout pieces = tails ? ops::Backend::RowExactLayout{2, 4} : ops::Backend::RowExactLayout{};
+      auto core = make_core({.num_blocks = num_blocks, .max_seqs = 32, .k = 5, .pieces = pieces},
+                            std::make_unique<OracleTreeProposer>(3, wrong, 7));
       Collector col;
       for (size_t i = 0; i < prompts.size(); ++i) {
         const std::string id = testing::make_id("t", static_cast<int>(i));
@@ -294,11 +298,13 @@ TEST(Speculative, TokenTreesGiveGreedyIdenticalOutputAndMoveTheAcceptedPath) {
       for (size_t i = 0; i < prompts.size(); ++i) {
         const std::string id = testing::make_id("t", static_cast<int>(i));
         for (int c = 0; c < (i % 4 == 1 ? 2 : 1); ++c)
-          ASSERT_EQ(col.tokens(id, c), ref.tokens(id, c)) << id << " wrong " << wrong << " blocks " << num_blocks;
+          ASSERT_EQ(col.tokens(id, c), ref.tokens(id, c)) << id << " wrong " << wrong << " blocks " << num_blocks
+                                                          << " tails " << tails;
       }
       const EngineStats s = core->stats();
       EXPECT_GT(s.spec_num_accepted_tokens, s.spec_num_drafts / 2);
       EXPECT_EQ(s.num_used_kv_blocks, 0);
+     }
     }
   }
 }
