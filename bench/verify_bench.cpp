@@ -3,7 +3,9 @@
 // where the backend has them, logits back) against the same batch computing 1 token; prints the step time per k and
 // the ratio to k = 0. From a measured acceptance, speedup = tokens per verify step / ratio.
 // Usage: verify_bench --config ../shared/configs/llama-3.2-1b.json [--model DIR] [--device cpu|cuda] [--context 512]
-//                     [--batches 1,8,32] [--ks 0,1,2,4,8,16] [--repeats 5] [--json] [--no-row-exact]
+//                     [--batches 1,8,32] [--ks 0,1,2,4,8,16] [--trees 16,32,64] [--repeats 5] [--json]
+//                     [--no-row-exact]
+// --trees: also token trees of that many drafted nodes per sequence (three children per node, breadth first).
 // --no-row-exact: verification rows share the attention kernels' tiles (not bit-identical to decoding; the cost
 // of exactness is the difference).
 #include <algorithm>
@@ -35,7 +37,7 @@ std::vector<int> list_of(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path, model_dir, device = "cpu", batches = "1,8,32", ks = "0,1,2,4,8,16";
+  std::string config_path, model_dir, device = "cpu", batches = "1,8,32", ks = "0,1,2,4,8,16", trees;
   int context = 512, repeats = 5, threads = 0;
   bool json = false, row_exact = true;
   for (int i = 1; i < argc; ++i) {
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
     else if (a == "--context") context = std::stoi(next());
     else if (a == "--batches") batches = next();
     else if (a == "--ks") ks = next();
+    else if (a == "--trees") trees = next();
     else if (a == "--repeats") repeats = std::stoi(next());
     else if (a == "--threads") threads = std::stoi(next());
     else if (a == "--json") json = true;
@@ -64,8 +67,10 @@ int main(int argc, char** argv) {
                                                   : io::load_model_config(model_dir);
     const engine::DeviceChoice choice = engine::resolve_device(device, "auto", cfg.torch_dtype);
     auto backend = engine::create_backend(choice, threads);
-    const std::vector<int> bs = list_of(batches), kv = list_of(ks);
-    const int max_b = *std::max_element(bs.begin(), bs.end()), max_k = *std::max_element(kv.begin(), kv.end());
+    const std::vector<int> bs = list_of(batches), kv = list_of(ks), tv = trees.empty() ? std::vector<int>{} : list_of(trees);
+    const int max_b = *std::max_element(bs.begin(), bs.end());
+    int max_k = *std::max_element(kv.begin(), kv.end());
+    for (int t : tv) max_k = std::max(max_k, t);
     const int budget = std::max(context + 1, max_b * (1 + max_k));
     model::ModelOptions mo;
     mo.activation_dtype = choice.activation_dtype;
@@ -100,10 +105,14 @@ int main(int argc, char** argv) {
       runner.execute(logits);
     }
     nlohmann::json report = nlohmann::json::array();
-    if (!json) std::printf("%6s %4s %10s %8s\n", "batch", "k", "step ms", "vs k=0");
+    if (!json) std::printf("%6s %5s %10s %8s\n", "batch", "k", "step ms", "vs k=0");
+    // Chains (k drafts, parents j - 1) then trees (k nodes, node j's parent (j - 1) / 3 - 1 ... breadth first).
+    std::vector<std::pair<int, bool>> shapes;
+    for (int k : kv) shapes.emplace_back(k, false);
+    for (int t : tv) shapes.emplace_back(t, true);
     for (int b : bs) {
       double base = 0;
-      for (int k : kv) {
+      for (auto [k, is_tree] : shapes) {
         engine::SchedulerOutput out;
         std::vector<engine::LogitsRequest> req;
         for (int s = 0; s < b; ++s) {
@@ -112,7 +121,7 @@ int main(int argc, char** argv) {
           q.token_ids.resize(static_cast<size_t>(context));
           q.draft_tokens.assign(static_cast<size_t>(k), 5);
           q.draft_parents.clear();
-          for (int j = 0; j < k; ++j) q.draft_parents.push_back(j - 1);
+          for (int j = 0; j < k; ++j) q.draft_parents.push_back(is_tree ? j / 3 - 1 : j - 1);
           out.seqs.push_back({&q, 1 + k, true, k});
           req.push_back({false, 1 + k});
         }
@@ -129,8 +138,8 @@ int main(int argc, char** argv) {
         const double med = times[times.size() / 2];
         if (k == 0) base = med;
         const double ratio = base > 0 ? med / base : 1.0;
-        if (!json) std::printf("%6d %4d %10.3f %8.2f\n", b, k, 1e3 * med, ratio);
-        report.push_back({{"batch", b}, {"k", k}, {"step_ms", 1e3 * med}, {"ratio", ratio}});
+        if (!json) std::printf("%6d %4d%s %10.3f %8.2f\n", b, k, is_tree ? "t" : " ", 1e3 * med, ratio);
+        report.push_back({{"batch", b}, {"k", k}, {"tree", is_tree}, {"step_ms", 1e3 * med}, {"ratio", ratio}});
       }
     }
     if (json) std::printf("%s\n", report.dump().c_str());

@@ -29,7 +29,7 @@ timeout 150 "$bin/peregrine" bench speculative --model models/pycoder-tiny --dat
 cfg=.device/shared/configs/llama-3-8b.json
 for mode in exact shared; do
   flag=""; [ "$mode" = shared ] && flag="--no-row-exact"
-  timeout 90 "$bin/verify_bench" --config "$cfg" --device cuda --context 1024 --batches 1,8,32 --ks 0,3,7,15 \
+  timeout 90 "$bin/verify_bench" --config "$cfg" --device cuda --context 1024 --batches 1,8,32 --ks 0,3,7,15 --trees 12,32,64 \
     --repeats 8 $flag >"$out/verify_8b_$mode.txt" 2>&1; echo "verify_bench $mode rc=$?"
 done
 echo "total: $(( $(date +%s) - start )) s"
