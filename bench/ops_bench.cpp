@@ -251,6 +251,14 @@ BENCHMARK(BM_Gemm)
     ->Args({512, 8192, 2048})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+// Verification's shapes (speculative decoding: 1 + k rows): the 1B shape's MLP and pycoder-tiny's LM head.
+BENCHMARK(BM_Gemm)
+    ->Name("BM_GemmVerify")
+    ->ArgNames({"M", "N", "K"})
+    ->ArgsProduct({{1, 2, 4, 5, 8, 9, 16}, {8192}, {2048}})
+    ->ArgsProduct({{1, 2, 4, 5, 8, 9, 16}, {32000}, {384}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"ctx", "f32"})
     ->ArgsProduct({{1024, 4096, 16384}, {0, 1}})
