@@ -11,8 +11,9 @@
 //       a smaller model with the same vocabulary drafts K tokens greedily, batched, with its own paged KV.
 //   {"method": "self", "draft_num_layers": N | "draft_layers": [...], "num_speculative_tokens": K}
 //       the target's own first layers draft (no second model).
-// Common keys: "disable_by_batch_size" (no speculation while more sequences than this decode; 0 = the default
-// the engine measured), "adaptive" (per-request draft length follows its acceptance; default true).
+// Common keys: "disable_by_batch_size" (no speculation while more sequences than this decode; 0 = no fixed limit:
+// the engine measures per batch size whether drafts pay), "adaptive" (per-request draft length follows its
+// acceptance; default true).
 #pragma once
 
 #include <cstdint>

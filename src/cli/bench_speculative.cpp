@@ -5,7 +5,9 @@
 //             re-types the input, as code-editing assistants do.
 // At each concurrency, closed-loop (a new request starts when one ends), greedy, the same prompts for every
 // method: output tokens/s, the speedup over plain decoding, tokens emitted per verify step, the draft acceptance,
-// and whether every output equals plain decoding's (it must).
+// and whether every output equals plain decoding's (it must). With --repeats N the methods (plain first) run in
+// turn N times per level, each on a fresh engine, and the figures are medians (seconds, and the speedup of the
+// median times): on a busy machine one run of each swings more than the differences measured.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -34,8 +36,15 @@ struct SpecArgs {
   int num_prompts = 0;               // per level; 0 = max(concurrency, 8)
   int output_len = 128;
   int max_prompt_chars = 3000;
+  int repeats = 1;
   std::string json_out;
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -147,48 +156,68 @@ void run_speculative(SpecArgs& a) {
   int mismatches = 0;
   std::printf("%-9s %-34s %5s %8s %10s %8s %11s %8s %9s\n", "workload", "method", "conc", "seconds", "output tok/s",
               "speedup", "tok/verify", "accept", "identical");
+  if (a.repeats < 1) throw Error(ErrorCode::kInvalidArgument, "--repeats must be at least 1");
+  std::vector<std::string> labels;
+  for (const std::string& cfg : configs) {
+    // Checked first (a clear error naming the key), so the label below reads a valid config.
+    const SpeculativeConfig sc = SpeculativeConfig::parse(cfg);
+    std::string label = "plain";
+    if (sc.enabled()) {
+      label = std::string(SpeculativeConfig::method_name(sc.method)) + " k=" + std::to_string(sc.num_speculative_tokens);
+      if (sc.max_tree_tokens > 0) label += " tree=" + std::to_string(sc.max_tree_tokens);
+      if (!sc.model.empty()) label += " (" + std::filesystem::path(sc.model).filename().string() + ")";
+    }
+    labels.push_back(label);
+  }
   for (const std::string& workload : split(a.workloads)) {
     const std::vector<std::string> texts = make_prompts(files, workload, static_cast<size_t>(a.max_prompt_chars));
-    std::map<int, LevelResult> plain;
-    for (const std::string& cfg : configs) {
-      EngineConfig ec = a.engine;
-      ec.speculative = SpeculativeConfig::parse(cfg);
-      std::string label = "plain";
-      if (!cfg.empty()) {
-        const auto j = nlohmann::json::parse(cfg);
-        label = j["method"].get<std::string>() + " k=" + std::to_string(j["num_speculative_tokens"].get<int>());
-        if (j.contains("max_tree_tokens")) label += " tree=" + std::to_string(j["max_tree_tokens"].get<int>());
-        if (j.contains("model")) label += " (" + std::filesystem::path(j["model"].get<std::string>()).filename().string() + ")";
-      }
-      for (int c : levels) {
-        // A fresh engine per level: a cache that learns (lookahead) must not have seen these prompts' outputs.
-        auto engine = Engine::create(ec);
-        std::vector<std::vector<int32_t>> prompts;
-        for (const std::string& t : texts) prompts.push_back(engine->tokenize(t, true));
-        // Warm up (first-use allocations, page faults) on a prompt of its own.
-        run_level(*engine, {engine->tokenize("import os\n\n\ndef main():\n", true)}, 1, 1, 8);
-        const int count = a.num_prompts > 0 ? a.num_prompts : std::max(c, 8);
-        LevelResult r = run_level(*engine, prompts, c, count, a.output_len);
-        const double tps = static_cast<double>(r.output_tokens) / r.seconds;
-        double speedup = 1.0;
-        bool identical = true;
-        if (cfg.empty()) {
-          plain[c] = r;
-        } else {
-          const LevelResult& base = plain.at(c);
-          speedup = tps / (static_cast<double>(base.output_tokens) / base.seconds);
-          identical = r.outputs == base.outputs;
+    for (int c : levels) {
+      const int count = a.num_prompts > 0 ? a.num_prompts : std::max(c, 8);
+      // runs[m][r]: method m's r-th run; methods take turns so drift in the machine hits all alike.
+      std::vector<std::vector<LevelResult>> runs(configs.size());
+      for (int rep = 0; rep < a.repeats; ++rep) {
+        for (size_t m = 0; m < configs.size(); ++m) {
+          EngineConfig ec = a.engine;
+          ec.speculative = SpeculativeConfig::parse(configs[m]);
+          // A fresh engine per run: a cache that learns (lookahead) must not have seen these prompts' outputs.
+          auto engine = Engine::create(ec);
+          std::vector<std::vector<int32_t>> prompts;
+          for (const std::string& t : texts) prompts.push_back(engine->tokenize(t, true));
+          // Warm up (first-use allocations, page faults) on a prompt of its own.
+          run_level(*engine, {engine->tokenize("import os\n\n\ndef main():\n", true)}, 1, 1, 8);
+          runs[m].push_back(run_level(*engine, prompts, c, count, a.output_len));
         }
-        const double per_verify = r.verify_steps ? 1.0 + static_cast<double>(r.accepted) / static_cast<double>(r.verify_steps) : 1.0;
-        const double acceptance = r.drafted ? static_cast<double>(r.accepted) / static_cast<double>(r.drafted) : 0.0;
-        std::printf("%-9s %-34s %5d %8.2f %12.1f %7.2fx %11.2f %7.0f%% %9s\n", workload.c_str(), label.c_str(), c,
-                    r.seconds, tps, speedup, per_verify, 100 * acceptance, identical ? "yes" : "NO");
+      }
+      auto seconds_of = [&](size_t m) {
+        std::vector<double> v;
+        for (const LevelResult& r : runs[m]) v.push_back(r.seconds);
+        return v;
+      };
+      const double plain_s = median(seconds_of(0));
+      for (size_t m = 0; m < configs.size(); ++m) {
+        const std::vector<double> secs = seconds_of(m);
+        const double med = median(secs);
+        const LevelResult& r = runs[m].front();
+        const double tps = static_cast<double>(r.output_tokens) / med;
+        const double speedup = plain_s / med;
+        bool identical = true;
+        for (const LevelResult& x : runs[m]) identical = identical && x.outputs == runs[0].front().outputs;
+        uint64_t verify_steps = 0, drafted = 0, accepted = 0;
+        for (const LevelResult& x : runs[m]) {
+          verify_steps += x.verify_steps;
+          drafted += x.drafted;
+          accepted += x.accepted;
+        }
+        const double per_verify = verify_steps ? 1.0 + static_cast<double>(accepted) / static_cast<double>(verify_steps) : 1.0;
+        const double acceptance = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+        std::printf("%-9s %-34s %5d %8.2f %12.1f %7.2fx %11.2f %7.0f%% %9s\n", workload.c_str(), labels[m].c_str(), c,
+                    med, tps, speedup, per_verify, 100 * acceptance, identical ? "yes" : "NO");
         std::fflush(stdout);
-        report.push_back({{"workload", workload}, {"method", label}, {"config", cfg}, {"concurrency", c},
-                          {"seconds", r.seconds}, {"output_tokens", r.output_tokens}, {"output_tokens_per_s", tps},
-                          {"speedup", speedup}, {"tokens_per_verify_step", per_verify}, {"acceptance", acceptance},
-                          {"verify_steps", r.verify_steps}, {"drafted", r.drafted}, {"accepted", r.accepted},
-                          {"identical_to_plain", identical}});
+        report.push_back({{"workload", workload}, {"method", labels[m]}, {"config", configs[m]}, {"concurrency", c},
+                          {"seconds", med}, {"seconds_each", secs}, {"output_tokens", r.output_tokens},
+                          {"output_tokens_per_s", tps}, {"speedup", speedup}, {"tokens_per_verify_step", per_verify},
+                          {"acceptance", acceptance}, {"verify_steps", verify_steps}, {"drafted", drafted},
+                          {"accepted", accepted}, {"identical_to_plain", identical}});
         if (!identical) ++mismatches;
       }
     }
@@ -223,6 +252,8 @@ void register_bench_speculative(CLI::App& bench) {
   cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--max-model-len", e.max_model_len, "Context length")->capture_default_str();
+  cmd->add_option("--repeats", args->repeats, "Runs of every method per level, in turn; figures are medians")
+      ->capture_default_str();
   cmd->add_option("--json-out", args->json_out, "Write every row as JSON here");
   cmd->callback([args] { run_speculative(*args); });
 }
