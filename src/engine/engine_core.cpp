@@ -44,6 +44,7 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
       config_(config),
       info_(std::move(info)),
       scheduler_(scheduler_config(config)),
+      spec_controller_(config.speculative.max_verify_tokens()),
       epoch_(std::chrono::steady_clock::now()) {
   PEREGRINE_CHECK(runner_->kv_cache().num_blocks() == config.num_blocks, "KV cache and config disagree on blocks");
   PEREGRINE_CHECK(runner_->kv_cache().block_size() == config.block_size, "KV cache and config disagree on block size");
@@ -326,15 +327,18 @@ void EngineCore::propose_drafts() {
   // Above this many decoding sequences a step is no longer bound by reading the weights: no speculation.
   const int limit = spec.disable_by_batch_size > 0 ? spec.disable_by_batch_size : kDefaultSpecBatchLimit;
   const int batch = static_cast<int>(propose_seqs_.size());
-  const bool off = batch > limit || (spec.adaptive && !spec_controller_.speculate(batch));
-  step_speculated_ = !off;
+  // The controller's limit: drafts (a chain's length, a tree's nodes) per sequence that pay at this batch size.
+  const int cap = batch > limit ? 0 : spec.adaptive ? spec_controller_.draft_limit(batch) : spec.max_verify_tokens();
+  const bool off = cap == 0;
+  step_draft_limit_ = cap;
+  proposer_->set_tree_node_limit(cap);
   for (Sequence* seq : propose_seqs_) {
     const RequestState& req = *seq->request;
     const SeqState& ss = *req.seqs[static_cast<size_t>(seq->index)];
     // At most one token fewer than the request may still produce (the step emits drafts + 1 tokens).
     const int room = std::min(req.max_total_tokens, config_.max_model_len) - seq->num_tokens() - 1;
     const int want = ss.draft_length > 0 ? ss.draft_length : spec.num_speculative_tokens;
-    propose_limits_.push_back(off ? 0 : std::max(0, std::min(want, room)));
+    propose_limits_.push_back(off ? 0 : std::max(0, std::min({want, room, cap})));
   }
   proposer_->propose(propose_seqs_, propose_limits_);
 }
@@ -431,27 +435,34 @@ void EngineCore::step() {
     s.seq->draft_tokens.clear();
     s.seq->draft_parents.clear();
   }
+  // Measure this step for the controller when it was a pure decode step (no prompt chunk in it): from its start
+  // to its tokens' delivery, plus proposing its drafts (done at the end of the step before), minus proposing the
+  // next step's.
+  bool measured = false;
+  int emitted = 0;
+  const int draft_limit = step_draft_limit_;
+  double next_propose_seconds = 0.0;
   if (proposer_) {
-    // Measure this step for the controller when it was a pure decode step (no prompt chunk in it).
-    bool decode_only = true;
-    int emitted = 0;
+    measured = true;
     for (const ScheduledSeq& s : out.seqs) {
-      decode_only = decode_only && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens &&
-                    s.seq->num_output_tokens() > 0;
+      measured = measured && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens && s.seq->num_output_tokens() > 0;
     }
     for (const auto& [ss, token] : sampled) emitted += token >= 0 ? 1 : 0;
     emitted += static_cast<int>(stats_.spec_num_accepted_tokens - accepted_before) + drafting_seqs;
-    if (decode_only) {
-      spec_controller_.record(static_cast<int>(out.seqs.size()), step_speculated_, emitted,
-                              std::chrono::duration<double>(Clock::now() - t0).count());
-    }
+    const auto p0 = Clock::now();
     propose_drafts();
+    next_propose_seconds = std::chrono::duration<double>(Clock::now() - p0).count();
   }
   for (RequestState* req : touched_) {
     if (req) emit(*req);  // null: delivered and ended since it was listed
   }
   touched_.clear();
   const auto t5 = Clock::now();
+  if (measured) {
+    const double seconds = std::chrono::duration<double>(t5 - t0).count() - next_propose_seconds + propose_seconds_;
+    spec_controller_.record(static_cast<int>(out.seqs.size()), draft_limit, emitted, seconds);
+  }
+  if (proposer_) propose_seconds_ = next_propose_seconds;
 
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   ++stats_.num_steps;

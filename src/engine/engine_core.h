@@ -122,7 +122,8 @@ class EngineCore {
   std::vector<Sequence*> propose_seqs_;
   std::vector<int> propose_limits_;
   SpecController spec_controller_;
-  bool step_speculated_ = false;  // the mode the current step's drafts were proposed in
+  int step_draft_limit_ = 0;      // the controller's draft limit the current step's drafts were proposed under
+  double propose_seconds_ = 0.0;  // what proposing the current step's drafts took
   std::chrono::steady_clock::time_point epoch_;
   EngineStats stats_;
 };

@@ -505,24 +505,83 @@ TEST(SpeculativeSampler, VerifyKeepsTheDistributionWithSeveralDrafts) {
   EXPECT_EQ(s.verify(logits.data(), 50, g, r, drafts).token, Sampler::argmax(logits.data(), 50));
 }
 
-TEST(SpecControllerTest, RunsTheFasterModePerBatchSizeAndKeepsExploring) {
-  SpecController c;
-  // Batch 1: speculation emits 2.5x the tokens per second; batch 32: it costs 20%.
-  int on1 = 0, on32 = 0;
-  for (int step = 0; step < 400; ++step) {
-    const bool a = c.speculate(1);
-    c.record(1, a, a ? 5 : 2, 0.01);
-    on1 += a ? 1 : 0;
-    const bool b = c.speculate(32);
-    c.record(32, b, b ? 32 : 40, 0.01);
-    on32 += b ? 1 : 0;
+// A model of a decode step for the controller tests: each of `batch` sequences accepts a draft with probability
+// 0.7 given the ones before it; verifying costs `per_row` of a plain step per drafted row and sequence.
+struct StepModel {
+  double per_row;
+  double tokens(int batch, int limit) const {
+    double acc = 0, p = 1;
+    for (int i = 0; i < limit; ++i) acc += (p *= 0.7);
+    return batch * (1 + acc);
   }
-  EXPECT_GT(on1, 400 - 400 / SpecController::kExploreEvery - SpecController::kWarmSteps - 2);
-  EXPECT_LT(on32, 400 / SpecController::kExploreEvery + SpecController::kWarmSteps + 2);
-  EXPECT_GT(c.rate(1, true), c.rate(1, false));
-  EXPECT_LT(c.rate(32, true), c.rate(32, false));
-  // Buckets are powers of two: 20 and 32 share one.
-  EXPECT_EQ(c.rate(20, true), c.rate(32, true));
+  double seconds(int batch, int limit) const { return 0.01 * (1 + per_row * batch * limit); }
+  double rate(int batch, int limit) const { return tokens(batch, limit) / seconds(batch, limit); }
+};
+
+TEST(SpecControllerTest, ArmsAreDraftLimitsFromNoneToAll) {
+  EXPECT_EQ(SpecController(8).limits(), (std::vector<int>{0, 1, 2, 4, 8}));
+  EXPECT_EQ(SpecController(6).limits(), (std::vector<int>{0, 1, 2, 4, 6}));
+  EXPECT_EQ(SpecController(1).limits(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(SpecController(0).limits(), (std::vector<int>{0, 1}));
+}
+
+TEST(SpecControllerTest, FindsTheBestDraftLimitPerBatchSizeAndRarelyRunsWorseOnes) {
+  // Cheap verification at batch 1 (all 8 drafts pay), dear at 32 (one pays), in between at 8 (four pay).
+  const StepModel model{0.02};
+  for (int batch : {1, 8, 32}) {
+    SpecController c(8);
+    int best = 0;
+    for (int l : c.limits()) best = model.rate(batch, l) > model.rate(batch, best) ? l : best;
+    uint64_t state = 12345;
+    double tokens = 0, seconds = 0;
+    for (int step = 0; step < 600; ++step) {
+      const int l = c.draft_limit(batch);
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const double noise = 1 + 0.1 * (static_cast<double>(state >> 11) / 9007199254740992.0 - 0.5);  // +-5%
+      tokens += model.tokens(batch, l);
+      seconds += model.seconds(batch, l) * noise;
+      c.record(batch, l, static_cast<int>(model.tokens(batch, l)), model.seconds(batch, l) * noise);
+    }
+    EXPECT_EQ(c.best_limit(batch), best) << "batch " << batch;
+    // Over the run, within 3% of always running the best arm.
+    EXPECT_GT(tokens / seconds, 0.97 * model.rate(batch, best)) << "batch " << batch;
+  }
+  EXPECT_EQ(StepModel{0.02}.rate(1, 8) > StepModel{0.02}.rate(1, 4), true);  // the model: batch 1 wants all 8
+}
+
+TEST(SpecControllerTest, BucketsArePowersOfTwoAndTrialsBackOffWhileConfirmed) {
+  SpecController c(4);
+  // Speculation costs 25% at batch 8 for 2,000 steps whatever the limit: trials get rarer.
+  int on = 0;
+  for (int step = 0; step < 2000; ++step) {
+    const int l = c.draft_limit(8);
+    c.record(8, l, l > 0 ? 30 : 40, 0.01);
+    on += l > 0 ? 1 : 0;
+  }
+  EXPECT_EQ(c.best_limit(8), 0);
+  EXPECT_EQ(c.explore_interval(8), SpecController::kExploreMax);
+  EXPECT_LT(on, SpecController::kWarmSteps + 16);  // 3 + trials at 16, 32, 64, 128, 256, then every 256
+  EXPECT_EQ(c.rate(5, 0), c.rate(8, 0));             // 5..8 share a bucket
+  EXPECT_EQ(c.rate(4, 0), 0.0);                      // 3..4 another, untouched
+  // Then drafting starts to pay (acceptance rose): the next trial finds it and the controller climbs to it.
+  int first_on = -1, later_on = 0;
+  for (int step = 0; step < 800; ++step) {
+    const int l = c.draft_limit(8);
+    c.record(8, l, l > 0 ? 40 + 10 * l : 40, 0.01);
+    if (l > 0 && first_on < 0) first_on = step;
+    if (step >= 600) later_on += l == 4 ? 1 : 0;
+  }
+  EXPECT_GE(first_on, 0);
+  EXPECT_LE(first_on, SpecController::kExploreMax);
+  EXPECT_EQ(c.best_limit(8), 4);
+  EXPECT_GT(later_on, 200 - 200 / SpecController::kExploreEvery - 2);
+  // Arms within a few percent keep being compared every 16 steps.
+  SpecController d(2);
+  for (int step = 0; step < 500; ++step) {
+    const int l = d.draft_limit(4);
+    d.record(4, l, 40 + l, 0.01);
+  }
+  EXPECT_EQ(d.explore_interval(4), SpecController::kExploreEvery);
 }
 
 TEST(SpeculativeConfigTest, ParsesVllmFormAndNamesBadKeys) {
