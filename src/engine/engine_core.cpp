@@ -290,6 +290,7 @@ int EngineCore::verify_drafts(RequestState& req, SeqState& ss, const float* rows
     if (ss.finished() || hit < 0) break;
     node = hit;
   }
+  spec_controller_.record_verify(step_draft_limit_, path, num_drafts);
   // The accepted path's KV moves to consecutive positions (a no-op for a chain), as decoding it would have left it.
   if (!ss.finished() && !path.empty()) {
     std::vector<std::pair<int64_t, int64_t>> moves;
@@ -384,6 +385,8 @@ void EngineCore::step() {
                               rows_.prompt_row_count[i], begin_positions[i]);
     }
     if (rows_.sample_row[i] >= 0 && out.seqs[i].num_draft_tokens == 0) {
+      // A decoding sequence in a step with drafts that had none to verify: for the controller it accepted none.
+      if (step_draft_limit_ > 0 && begin_positions[i] >= seq.num_prompt_tokens) spec_controller_.record_verify(step_draft_limit_, {}, 0);
       sampled.emplace_back(&ss, -1);
       rows.push_back(logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab);
     }
@@ -418,15 +421,12 @@ void EngineCore::step() {
   for (auto& [ss, token] : sampled) process_token(*ss->seq.request, *ss, token, t_now);
   // Sequences that verify drafts: their rows are sampled in order (each with the state the earlier tokens left)
   // and the tokens processed as they come, so the result is what decoding them one by one gives.
-  const uint64_t accepted_before = stats_.spec_num_accepted_tokens;
-  int drafting_seqs = 0;
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     const int drafts = out.seqs[i].num_draft_tokens;
     if (drafts == 0 || rows_.sample_row[i] < 0) continue;
     Sequence& seq = *out.seqs[i].seq;
     RequestState& req = *seq.request;
     SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
-    ++drafting_seqs;
     const int accepted =
         verify_drafts(req, ss, logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab, drafts, t_now);
     if (!ss.finished()) scheduler_.accept_drafts(&seq, accepted);
@@ -439,16 +439,15 @@ void EngineCore::step() {
   // to its tokens' delivery, plus proposing its drafts (done at the end of the step before), minus proposing the
   // next step's.
   bool measured = false;
-  int emitted = 0;
+  int step_rows = 0;
   const int draft_limit = step_draft_limit_;
   double next_propose_seconds = 0.0;
   if (proposer_) {
     measured = true;
     for (const ScheduledSeq& s : out.seqs) {
       measured = measured && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens && s.seq->num_output_tokens() > 0;
+      step_rows += s.num_new_tokens;
     }
-    for (const auto& [ss, token] : sampled) emitted += token >= 0 ? 1 : 0;
-    emitted += static_cast<int>(stats_.spec_num_accepted_tokens - accepted_before) + drafting_seqs;
     const auto p0 = Clock::now();
     propose_drafts();
     next_propose_seconds = std::chrono::duration<double>(Clock::now() - p0).count();
@@ -460,7 +459,7 @@ void EngineCore::step() {
   const auto t5 = Clock::now();
   if (measured) {
     const double seconds = std::chrono::duration<double>(t5 - t0).count() - next_propose_seconds + propose_seconds_;
-    spec_controller_.record(static_cast<int>(out.seqs.size()), draft_limit, emitted, seconds);
+    spec_controller_.record_step(static_cast<int>(out.seqs.size()), draft_limit, step_rows, seconds, propose_seconds_);
   }
   if (proposer_) propose_seconds_ = next_propose_seconds;
 

@@ -4,16 +4,20 @@
 #include <algorithm>
 
 namespace peregrine::engine {
+namespace {
+constexpr double kStepDecay = 0.9;     // the slope forgets a step with drafts in ~10 of them
+constexpr double kPlainWeight = 0.2;   // the plain step time: an average over ~5 such steps
+constexpr double kGainDecay = 0.98;    // the gain forgets a verification in ~50 pure decode steps
+constexpr double kPriorWeight = 2.0;   // verifications the prior of an arm's increment counts as
+constexpr double kPriorAcceptance = 0.5;  // accepted per drafted row before anything is measured
+}  // namespace
 
 SpecController::SpecController(int max_drafts) {
   max_drafts = std::max(1, max_drafts);
   limits_.push_back(0);
   for (int l = 1; l < max_drafts; l *= 2) limits_.push_back(l);
   limits_.push_back(max_drafts);
-  for (Bucket& b : buckets_) {
-    b.rate.assign(limits_.size(), 0.0);
-    b.samples.assign(limits_.size(), 0);
-  }
+  gain_.assign(limits_.size(), Gain{});
 }
 
 size_t SpecController::bucket(int batch) {
@@ -22,75 +26,117 @@ size_t SpecController::bucket(int batch) {
   return b;
 }
 
-SpecController::Bucket& SpecController::at(int batch) { return buckets_[bucket(batch)]; }
-
 int SpecController::arm_of(int limit) const {
   const auto it = std::find(limits_.begin(), limits_.end(), limit);
   return it == limits_.end() ? -1 : static_cast<int>(it - limits_.begin());
 }
 
-int SpecController::best_arm(const Bucket& b) {
-  int best = -1;
-  for (size_t a = 0; a < b.rate.size(); ++a) {
-    if (b.samples[a] > 0 && (best < 0 || b.rate[a] > b.rate[static_cast<size_t>(best)])) best = static_cast<int>(a);
+void SpecController::estimate(size_t arm, double& accepted, double& rows) const {
+  accepted = 0;
+  rows = 0;
+  for (size_t a = 1; a <= arm; ++a) {
+    const Gain& g = gain_[a];
+    const double width = limits_[a] - limits_[a - 1];
+    const double drows = g.n > 0.5 ? g.rows / g.n : width;
+    const double rate = rows > 0 ? accepted / rows : kPriorAcceptance;
+    accepted += (g.accepted + kPriorWeight * rate * drows) / (g.n + kPriorWeight);
+    rows += drows;
   }
-  return std::max(best, 0);
 }
 
-double SpecController::rate(int batch, int limit) const {
+double SpecController::mean_accepted(int limit) const {
   const int a = arm_of(limit);
-  return a < 0 ? 0.0 : buckets_[bucket(batch)].rate[static_cast<size_t>(a)];
+  if (a < 0) return 0.0;
+  double accepted, rows;
+  estimate(static_cast<size_t>(a), accepted, rows);
+  return accepted;
 }
 
-int SpecController::best_limit(int batch) const { return limits_[static_cast<size_t>(best_arm(buckets_[bucket(batch)]))]; }
+double SpecController::predict(const Bucket& b, int batch, size_t arm) const {
+  if (b.plain_seconds <= 0) return 0.0;
+  double accepted, rows_per_seq;
+  estimate(arm, accepted, rows_per_seq);
+  // Seconds per draft row beyond a plain step, fitted through the plain step's time.
+  const double slope = b.sdd > 0 ? std::max(0.0, (b.std - b.plain_seconds * b.sd) / b.sdd) : 0.0;
+  const double propose_per_row = b.propose_rows > 0 ? b.propose_seconds / b.propose_rows : 0.0;
+  const double seconds = b.plain_seconds + slope * batch * rows_per_seq + propose_per_row * rows_per_seq;
+  return batch * (1 + accepted) / seconds;
+}
+
+int SpecController::best_arm(const Bucket& b, int batch) const {
+  int best = 0;
+  double best_rate = predict(b, batch, 0);
+  for (size_t a = 1; a < limits_.size(); ++a) {
+    const double r = predict(b, batch, a);
+    if (r > best_rate) {
+      best = static_cast<int>(a);
+      best_rate = r;
+    }
+  }
+  return best;
+}
+
+double SpecController::predicted_rate(int batch, int limit) const {
+  const int a = arm_of(limit);
+  return a < 0 ? 0.0 : predict(buckets_[bucket(batch)], batch, static_cast<size_t>(a));
+}
+
+int SpecController::best_limit(int batch) const {
+  return limits_[static_cast<size_t>(best_arm(buckets_[bucket(batch)], batch))];
+}
 
 int SpecController::draft_limit(int batch) {
-  Bucket& b = at(batch);
+  Bucket& b = buckets_[bucket(batch)];
   ++b.decisions;
-  b.trial_arm = -1;  // a trial not measured (its step was not a pure decode step) is dropped
   const size_t top = limits_.size() - 1;
-  if (b.samples[top] < kWarmSteps && b.samples[top] <= b.samples[0]) return limits_[top];
-  if (b.samples[0] < kWarmSteps) return 0;
-  const int best = best_arm(b);
+  if (b.steps_at_one == 0) return limits_[1];
+  if (b.steps_at_zero == 0) return 0;
+  const int best = best_arm(b, batch);
   if (b.decisions >= b.next_trial) {
-    const int n = static_cast<int>(limits_.size());
-    int cand = best + b.direction;
-    if (cand < 0 || cand >= n) cand = best - b.direction;
-    if (cand >= 0 && cand < n && cand != best) {
-      b.next_trial = b.decisions + static_cast<uint64_t>(b.interval);
-      b.trial_arm = cand;
-      return limits_[static_cast<size_t>(cand)];
-    }
+    const bool changed = best != b.last_best;
+    b.last_best = best;
+    b.interval = changed ? kExploreEvery : std::min(kExploreMax, 2 * b.interval);
+    b.next_trial = b.decisions + static_cast<uint64_t>(b.interval);
+    if (static_cast<size_t>(best) < top) return limits_[static_cast<size_t>(best) + 1];
   }
   return limits_[static_cast<size_t>(best)];
 }
 
-void SpecController::record(int batch, int limit, int tokens, double seconds) {
-  const int a = arm_of(limit);
-  if (seconds <= 0 || tokens <= 0 || a < 0) return;
-  Bucket& b = at(batch);
-  const size_t m = static_cast<size_t>(a);
-  const double x = tokens / seconds;
-  const bool trial = b.trial_arm == a;
-  const int best_before = best_arm(b);
-  // A trial's measurement is rare and the arm's old rate stale, so it weighs more than a routine one.
-  const double w = trial ? 0.5 : 0.2;
-  b.rate[m] = b.samples[m] == 0 ? x : (1 - w) * b.rate[m] + w * x;
-  ++b.samples[m];
-  if (!trial) return;
-  b.trial_arm = -1;
-  const double best_rate = b.rate[static_cast<size_t>(best_before)];
-  if (b.rate[m] > best_rate) {
-    // A climb: keep going the same way, now.
-    b.direction = a > best_before ? 1 : -1;
-    b.interval = kExploreEvery;
-    b.next_trial = b.decisions + 1;
+void SpecController::record_verify(int limit, std::span<const int32_t> path, int num_drafts) {
+  int below_accepted = 0, below_rows = 0;
+  for (size_t a = 1; a < limits_.size() && limits_[a] <= limit; ++a) {
+    const int l = limits_[a];
+    int accepted = 0;
+    while (accepted < static_cast<int>(path.size()) && path[static_cast<size_t>(accepted)] < l) ++accepted;
+    const int rows = std::min(num_drafts, l);
+    gain_[a].n += 1;
+    gain_[a].accepted += accepted - below_accepted;
+    gain_[a].rows += rows - below_rows;
+    below_accepted = accepted;
+    below_rows = rows;
+  }
+}
+
+void SpecController::record_step(int batch, int limit, int rows, double seconds, double propose_seconds) {
+  if (seconds <= 0 || rows <= 0 || batch <= 0) return;
+  for (Gain& g : gain_) {
+    g.n *= kGainDecay;
+    g.accepted *= kGainDecay;
+    g.rows *= kGainDecay;
+  }
+  Bucket& b = buckets_[bucket(batch)];
+  if (limit == limits_[1]) ++b.steps_at_one;
+  if (limit == 0) ++b.steps_at_zero;
+  const double t = seconds - propose_seconds, d = rows - batch;
+  if (limit == 0 || d <= 0) {
+    b.plain_seconds = b.plain_seconds == 0 ? t : (1 - kPlainWeight) * b.plain_seconds + kPlainWeight * t;
     return;
   }
-  const bool clearly_slower = b.rate[m] < kClearlySlower * best_rate;
-  b.interval = clearly_slower ? std::min(kExploreMax, 2 * b.interval) : kExploreEvery;
-  b.next_trial = b.decisions + static_cast<uint64_t>(b.interval);
-  b.direction = -b.direction;
+  b.sd = kStepDecay * b.sd + d;
+  b.sdd = kStepDecay * b.sdd + d * d;
+  b.std = kStepDecay * b.std + t * d;
+  b.propose_seconds = kStepDecay * b.propose_seconds + propose_seconds;
+  b.propose_rows = kStepDecay * b.propose_rows + d / batch;
 }
 
 }  // namespace peregrine::engine

@@ -302,7 +302,7 @@ TEST(Speculative, TokenTreesGiveGreedyIdenticalOutputAndMoveTheAcceptedPath) {
                                                           << " tails " << tails;
       }
       const EngineStats s = core->stats();
-      EXPECT_GT(s.spec_num_accepted_tokens, s.spec_num_drafts / 2);
+      EXPECT_GT(s.spec_num_accepted_tokens, s.spec_num_drafts / 3);  // one branch per depth can be accepted
       EXPECT_EQ(s.num_used_kv_blocks, 0);
      }
     }
@@ -505,17 +505,37 @@ TEST(SpeculativeSampler, VerifyKeepsTheDistributionWithSeveralDrafts) {
   EXPECT_EQ(s.verify(logits.data(), 50, g, r, drafts).token, Sampler::argmax(logits.data(), 50));
 }
 
-// A model of a decode step for the controller tests: each of `batch` sequences accepts a draft with probability
-// 0.7 given the ones before it; verifying costs `per_row` of a plain step per drafted row and sequence.
+// A model of decode steps for the controller tests: each of `batch` sequences accepts each of its chain's drafts
+// with probability `p` given the ones before it; a step costs 10 ms plus `per_row` of that per draft row.
 struct StepModel {
-  double per_row;
-  double tokens(int batch, int limit) const {
-    double acc = 0, p = 1;
-    for (int i = 0; i < limit; ++i) acc += (p *= 0.7);
-    return batch * (1 + acc);
+  double per_row, p = 0.7;
+  double expected_rate(int batch, int limit) const {
+    double acc = 0, q = 1;
+    for (int i = 0; i < limit; ++i) acc += (q *= p);
+    return batch * (1 + acc) / (0.01 * (1 + per_row * batch * limit));
   }
-  double seconds(int batch, int limit) const { return 0.01 * (1 + per_row * batch * limit); }
-  double rate(int batch, int limit) const { return tokens(batch, limit) / seconds(batch, limit); }
+  // Runs `steps` steps under the controller; returns the tokens per second over them.
+  double run(SpecController& c, int batch, int steps, uint64_t& state) const {
+    auto uniform = [&] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<double>(state >> 11) / 9007199254740992.0;
+    };
+    double tokens = 0, seconds = 0;
+    for (int step = 0; step < steps; ++step) {
+      const int l = c.draft_limit(batch);
+      for (int s = 0; s < batch && l > 0; ++s) {
+        std::vector<int32_t> path;
+        while (static_cast<int>(path.size()) < l && uniform() < p) path.push_back(static_cast<int32_t>(path.size()));
+        c.record_verify(l, path, l);
+        tokens += static_cast<double>(path.size());
+      }
+      tokens += batch;
+      const double t = 0.01 * (1 + per_row * batch * l) * (0.95 + 0.1 * uniform());  // +-5% timing noise
+      seconds += t;
+      c.record_step(batch, l, batch * (1 + l), t, 0.0);
+    }
+    return tokens / seconds;
+  }
 };
 
 TEST(SpecControllerTest, ArmsAreDraftLimitsFromNoneToAll) {
@@ -525,63 +545,54 @@ TEST(SpecControllerTest, ArmsAreDraftLimitsFromNoneToAll) {
   EXPECT_EQ(SpecController(0).limits(), (std::vector<int>{0, 1}));
 }
 
-TEST(SpecControllerTest, FindsTheBestDraftLimitPerBatchSizeAndRarelyRunsWorseOnes) {
-  // Cheap verification at batch 1 (all 8 drafts pay), dear at 32 (one pays), in between at 8 (four pay).
+TEST(SpecControllerTest, FindsTheBestDraftLimitPerBatchSizeWithinAFewSteps) {
+  // Cheap verification at batch 1 (all 8 drafts pay), dearer at 8 (four pay), dear at 64 (none pays).
   const StepModel model{0.02};
-  for (int batch : {1, 8, 32}) {
+  const std::vector<std::pair<int, int>> want = {{1, 8}, {8, 4}, {64, 0}};
+  for (auto [batch, best] : want) {
+    for (int l : {0, 1, 2, 4, 8}) ASSERT_LE(model.expected_rate(batch, l), model.expected_rate(batch, best));
     SpecController c(8);
-    int best = 0;
-    for (int l : c.limits()) best = model.rate(batch, l) > model.rate(batch, best) ? l : best;
     uint64_t state = 12345;
-    double tokens = 0, seconds = 0;
-    for (int step = 0; step < 600; ++step) {
-      const int l = c.draft_limit(batch);
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      const double noise = 1 + 0.1 * (static_cast<double>(state >> 11) / 9007199254740992.0 - 0.5);  // +-5%
-      tokens += model.tokens(batch, l);
-      seconds += model.seconds(batch, l) * noise;
-      c.record(batch, l, static_cast<int>(model.tokens(batch, l)), model.seconds(batch, l) * noise);
+    // 128 steps, as one bench run: the whole run, learning included, within 3% of always running the best arm.
+    const double rate = model.run(c, batch, 128, state);
+    // It settles on the best arm or one as good within 3% (at batch 8, limits 2 and 4 are 2% apart).
+    EXPECT_GT(model.expected_rate(batch, c.best_limit(batch)), 0.97 * model.expected_rate(batch, best)) << "batch " << batch;
+    EXPECT_GT(rate, 0.97 * model.expected_rate(batch, best)) << "batch " << batch;
+    // What every limit accepts is learned from the verifications of larger ones.
+    if (best > 0) {
+      EXPECT_NEAR(c.mean_accepted(1), 0.7, 0.1) << "batch " << batch;
     }
-    EXPECT_EQ(c.best_limit(batch), best) << "batch " << batch;
-    // Over the run, within 3% of always running the best arm.
-    EXPECT_GT(tokens / seconds, 0.97 * model.rate(batch, best)) << "batch " << batch;
   }
-  EXPECT_EQ(StepModel{0.02}.rate(1, 8) > StepModel{0.02}.rate(1, 4), true);  // the model: batch 1 wants all 8
 }
 
-TEST(SpecControllerTest, BucketsArePowersOfTwoAndTrialsBackOffWhileConfirmed) {
+TEST(SpecControllerTest, AShorterLimitsAcceptanceIsThePrefixOfTheRealPathWithinItsNodes) {
+  SpecController c(8);
+  // A tree of 8 nodes whose accepted path is nodes 0, 2, 5: a limit of 4 nodes would have accepted 0 and 2, a
+  // limit of 2 only node 0, a limit of 1 node 0.
+  const std::vector<int32_t> path = {0, 2, 5};
+  for (int i = 0; i < 100; ++i) c.record_verify(8, path, 8);
+  EXPECT_NEAR(c.mean_accepted(8), 3.0, 0.05);  // 100 verifications outweigh the prior
+  EXPECT_NEAR(c.mean_accepted(4), 2.0, 0.05);
+  EXPECT_NEAR(c.mean_accepted(2), 1.0, 0.05);
+  EXPECT_NEAR(c.mean_accepted(1), 1.0, 0.05);
+  EXPECT_EQ(c.mean_accepted(0), 0.0);
+}
+
+TEST(SpecControllerTest, FollowsAChangeAndBacksOffItsTrials) {
   SpecController c(4);
-  // Speculation costs 25% at batch 8 for 2,000 steps whatever the limit: trials get rarer.
-  int on = 0;
-  for (int step = 0; step < 2000; ++step) {
-    const int l = c.draft_limit(8);
-    c.record(8, l, l > 0 ? 30 : 40, 0.01);
-    on += l > 0 ? 1 : 0;
-  }
+  uint64_t state = 7;
+  // Acceptance 0.1 at batch 8 with dear rows: no drafts pay; trials (one larger arm) back off to every 256 steps.
+  StepModel low{0.05, 0.1};
+  low.run(c, 8, 2000, state);
   EXPECT_EQ(c.best_limit(8), 0);
   EXPECT_EQ(c.explore_interval(8), SpecController::kExploreMax);
-  EXPECT_LT(on, SpecController::kWarmSteps + 16);  // 3 + trials at 16, 32, 64, 128, 256, then every 256
-  EXPECT_EQ(c.rate(5, 0), c.rate(8, 0));             // 5..8 share a bucket
-  EXPECT_EQ(c.rate(4, 0), 0.0);                      // 3..4 another, untouched
-  // Then drafting starts to pay (acceptance rose): the next trial finds it and the controller climbs to it.
-  int first_on = -1, later_on = 0;
-  for (int step = 0; step < 800; ++step) {
-    const int l = c.draft_limit(8);
-    c.record(8, l, l > 0 ? 40 + 10 * l : 40, 0.01);
-    if (l > 0 && first_on < 0) first_on = step;
-    if (step >= 600) later_on += l == 4 ? 1 : 0;
-  }
-  EXPECT_GE(first_on, 0);
-  EXPECT_LE(first_on, SpecController::kExploreMax);
+  // Then the text turns repetitive (acceptance 0.95): the next trials see it and the controller climbs to 4.
+  StepModel high{0.05, 0.95};
+  high.run(c, 8, 800, state);
   EXPECT_EQ(c.best_limit(8), 4);
-  EXPECT_GT(later_on, 200 - 200 / SpecController::kExploreEvery - 2);
-  // Arms within a few percent keep being compared every 16 steps.
-  SpecController d(2);
-  for (int step = 0; step < 500; ++step) {
-    const int l = d.draft_limit(4);
-    d.record(4, l, 40 + l, 0.01);
-  }
-  EXPECT_EQ(d.explore_interval(4), SpecController::kExploreEvery);
+  // Buckets are powers of two: 5..8 share one, 3..4 are another (untouched).
+  EXPECT_EQ(c.best_limit(5), 4);
+  EXPECT_EQ(c.predicted_rate(4, 0), 0.0);
 }
 
 TEST(SpeculativeConfigTest, ParsesVllmFormAndNamesBadKeys) {
