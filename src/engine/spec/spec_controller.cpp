@@ -7,6 +7,7 @@ namespace peregrine::engine {
 namespace {
 constexpr double kStepDecay = 0.9;     // the slope forgets a step with drafts in ~10 of them
 constexpr double kPlainWeight = 0.2;   // the plain step time: an average over ~5 such steps
+constexpr double kMinRowSpread = 0.01;  // variance of draft rows, relative to their mean squared, to fit a line
 constexpr double kGainDecay = 0.98;    // the gain forgets a verification in ~50 pure decode steps
 constexpr double kPriorWeight = 2.0;   // verifications the prior of an arm's increment counts as
 constexpr double kPriorAcceptance = 0.5;  // accepted per drafted row before anything is measured
@@ -56,11 +57,22 @@ double SpecController::predict(const Bucket& b, int batch, size_t arm) const {
   if (b.plain_seconds <= 0) return 0.0;
   double accepted, rows_per_seq;
   estimate(arm, accepted, rows_per_seq);
-  // Seconds per draft row beyond a plain step, fitted through the plain step's time.
-  const double slope = b.sdd > 0 ? std::max(0.0, (b.std - b.plain_seconds * b.sd) / b.sdd) : 0.0;
+  if (arm == 0) return batch / b.plain_seconds;
+  // Steps with drafts: the fitted line where their rows spread enough, else a line through the plain step's time.
+  double intercept = b.plain_seconds, slope = 0.0;
+  if (b.sw > 0) {
+    const double mean_d = b.sd / b.sw, mean_t = b.st / b.sw;
+    const double var = b.sdd / b.sw - mean_d * mean_d;
+    if (var >= kMinRowSpread * mean_d * mean_d && var > 0) {
+      slope = std::max(0.0, (b.std / b.sw - mean_d * mean_t) / var);
+      intercept = std::max(0.0, mean_t - slope * mean_d);
+    } else if (b.sdd > 0) {
+      slope = std::max(0.0, (b.std - b.plain_seconds * b.sd) / b.sdd);
+    }
+  }
   const double propose_per_row = b.propose_rows > 0 ? b.propose_seconds / b.propose_rows : 0.0;
-  const double seconds = b.plain_seconds + slope * batch * rows_per_seq + propose_per_row * rows_per_seq;
-  return batch * (1 + accepted) / seconds;
+  const double seconds = intercept + slope * batch * rows_per_seq + propose_per_row * rows_per_seq;
+  return seconds > 0 ? batch * (1 + accepted) / seconds : 0.0;
 }
 
 int SpecController::best_arm(const Bucket& b, int batch) const {
@@ -91,6 +103,8 @@ int SpecController::draft_limit(int batch) {
   const size_t top = limits_.size() - 1;
   if (b.steps_at_one == 0) return limits_[1];
   if (b.steps_at_zero == 0) return 0;
+  // A second limit with drafts tells the cost line's intercept (switching to a verify step) from its slope.
+  if (b.steps_at_two == 0 && top >= 2) return limits_[2];
   const int best = best_arm(b, batch);
   if (b.decisions >= b.next_trial) {
     const bool changed = best != b.last_best;
@@ -126,12 +140,15 @@ void SpecController::record_step(int batch, int limit, int rows, double seconds,
   }
   Bucket& b = buckets_[bucket(batch)];
   if (limit == limits_[1]) ++b.steps_at_one;
+  if (limits_.size() > 2 && limit == limits_[2]) ++b.steps_at_two;
   if (limit == 0) ++b.steps_at_zero;
   const double t = seconds - propose_seconds, d = rows - batch;
   if (limit == 0 || d <= 0) {
     b.plain_seconds = b.plain_seconds == 0 ? t : (1 - kPlainWeight) * b.plain_seconds + kPlainWeight * t;
     return;
   }
+  b.sw = kStepDecay * b.sw + 1;
+  b.st = kStepDecay * b.st + t;
   b.sd = kStepDecay * b.sd + d;
   b.sdd = kStepDecay * b.sdd + d * d;
   b.std = kStepDecay * b.std + t * d;

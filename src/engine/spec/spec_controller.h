@@ -4,9 +4,8 @@
 // the acceptance. The arms are draft limits per sequence: 0 (no drafts), 1, 2, 4, ... up to the method's most (its
 // k, or a tree's nodes). Timing each arm's steps directly is too noisy to choose well in a few steps (a step's
 // tokens vary with its acceptance), so the controller models both sides and measures each where it is steady:
-//  - the cost, per batch-size bucket (powers of two): a pure decode step's time as a line in its draft rows,
-//    through the recent time of steps without drafts, with the slope fitted over the recent steps with drafts;
-//    plus proposing, per draft row;
+//  - the cost, per batch-size bucket (powers of two): the recent time of a pure decode step without drafts, and
+//    for steps with drafts a line in their draft rows fitted over the recent ones, plus proposing, per draft row;
 //  - the gain, over all steps: a verified chain or tree tells what every smaller limit would have accepted too
 //    (a limit keeps the first nodes, so its accepted path is the prefix of the real one within them), so each
 //    verification updates the mean accepted tokens and drafted rows of every arm up to the step's, as increments
@@ -14,8 +13,9 @@
 //    makes larger limits look worth a try until measured.
 // It runs the arm whose predicted tokens per second is highest, and now and then runs the next larger arm to keep
 // the gain of larger limits known: these trials back off (16, 32, ... 256 steps apart) while the choice stays, and
-// come back to every 16 steps when it changes. A fresh bucket starts with one step of one draft and one of none;
-// the prior then climbs as far as the measurements bear out.
+// come back to every 16 steps when it changes. A fresh bucket starts with one step of one draft, one of none and
+// one of two (so a fixed cost of verify steps is told from a cost per row); the prior then climbs as far as the
+// measurements bear out.
 #pragma once
 
 #include <array>
@@ -55,12 +55,14 @@ class SpecController {
 
  private:
   struct Bucket {
-    // The cost: the recent time of a step without drafts (an average of those steps), and the slope of step time
-    // in draft rows over it, from decayed sums of the steps with drafts (d = their draft rows, t = their time).
+    // The cost: the recent time of a step without drafts (an average of those steps), and a line of step time in
+    // draft rows fitted over the steps with drafts (decayed sums; d = their draft rows, t = their time): its
+    // intercept is what switching to a verify step costs by itself (a different graph, tree pieces), its slope
+    // what each row adds. With too little spread in d, the line goes through the plain step's time.
     double plain_seconds = 0;
-    double sd = 0, sdd = 0, std = 0;
+    double sw = 0, sd = 0, sdd = 0, st = 0, std = 0;
     double propose_seconds = 0, propose_rows = 0;  // proposing, per draft row of a sequence
-    int steps_at_one = 0, steps_at_zero = 0;
+    int steps_at_one = 0, steps_at_zero = 0, steps_at_two = 0;
     uint64_t decisions = 0;
     uint64_t next_trial = kExploreEvery;
     int interval = kExploreEvery;

@@ -509,10 +509,14 @@ TEST(SpeculativeSampler, VerifyKeepsTheDistributionWithSeveralDrafts) {
 // with probability `p` given the ones before it; a step costs 10 ms plus `per_row` of that per draft row.
 struct StepModel {
   double per_row, p = 0.7;
+  double switch_cost = 0.0;  // a step with drafts costs this much of a plain step more, whatever its rows
+  double step_seconds(int batch, int limit) const {
+    return 0.01 * (1 + (limit > 0 ? switch_cost : 0.0) + per_row * batch * limit);
+  }
   double expected_rate(int batch, int limit) const {
     double acc = 0, q = 1;
     for (int i = 0; i < limit; ++i) acc += (q *= p);
-    return batch * (1 + acc) / (0.01 * (1 + per_row * batch * limit));
+    return batch * (1 + acc) / step_seconds(batch, limit);
   }
   // Runs `steps` steps under the controller; returns the tokens per second over them.
   double run(SpecController& c, int batch, int steps, uint64_t& state) const {
@@ -530,7 +534,7 @@ struct StepModel {
         tokens += static_cast<double>(path.size());
       }
       tokens += batch;
-      const double t = 0.01 * (1 + per_row * batch * l) * (0.95 + 0.1 * uniform());  // +-5% timing noise
+      const double t = step_seconds(batch, l) * (0.95 + 0.1 * uniform());  // +-5% timing noise
       seconds += t;
       c.record_step(batch, l, batch * (1 + l), t, 0.0);
     }
@@ -563,6 +567,15 @@ TEST(SpecControllerTest, FindsTheBestDraftLimitPerBatchSizeWithinAFewSteps) {
       EXPECT_NEAR(c.mean_accepted(1), 0.7, 0.1) << "batch " << batch;
     }
   }
+}
+
+TEST(SpecControllerTest, AVerifyStepsFixedCostDoesNotMakeItSettleOnFewDrafts) {
+  // As on a GPU at batch 1: any step with drafts costs 80% more (another graph, tree pieces), each row ~nothing.
+  const StepModel model{0.002, 0.7, 0.8};
+  SpecController c(12);
+  uint64_t state = 99;
+  model.run(c, 1, 128, state);
+  EXPECT_EQ(c.best_limit(1), 12);
 }
 
 TEST(SpecControllerTest, AShorterLimitsAcceptanceIsThePrefixOfTheRealPathWithinItsNodes) {
