@@ -33,6 +33,7 @@ _MAPPED: dict[str, tuple[str, type]] = {
     "generation_config": ("generation_config", str),
     "num_gpu_blocks_override": ("num_kv_blocks_override", int),
     "kv_cache_memory_bytes": ("kv_cache_memory_bytes", int),
+    "kv_offloading_size": ("kv_offloading_size", float),
 }
 
 # Options of later work: accepted only with the value that means "off" (what vLLM does by default). When the engine
@@ -132,6 +133,7 @@ class EngineArgs:
     seed: Optional[int] = None
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
+    kv_offloading_size: Optional[float] = None
     max_model_len: Optional[int] = None
     max_num_seqs: Optional[int] = None
     max_num_batched_tokens: Optional[int] = None

@@ -62,6 +62,10 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
   stats_.time_per_output_token_seconds = make_latency_histogram(inter_token_bounds());
   stats_.e2e_seconds = make_latency_histogram(e2e_bounds());
   stats_.spec_accepted_per_position.assign(static_cast<size_t>(std::max(0, config.speculative.max_verify_tokens())), 0);
+  if (config.host_kv_blocks > 0 && config.enable_prefix_caching) {
+    host_tier_ = std::make_unique<HostKvTier>(runner_->backend(), runner_->kv_cache(), config.host_kv_blocks);
+    scheduler_.kv().set_lower_tier(host_tier_.get());
+  }
 }
 
 EngineCore::~EngineCore() = default;
@@ -483,6 +487,16 @@ EngineStats EngineCore::stats() const {
   s.kv_usage = pool.num_blocks() ? static_cast<double>(pool.num_used()) / pool.num_blocks() : 0.0;
   s.prefix_cache_queries = scheduler_.kv().num_queried_tokens();
   s.prefix_cache_hits = scheduler_.kv().num_hit_tokens();
+  if (host_tier_) {
+    const HostKvTier::Stats& h = host_tier_->stats();
+    s.prefix_cache_host_hits = scheduler_.kv().num_lower_tier_hit_blocks() * static_cast<uint64_t>(config_.block_size);
+    s.kv_offload_blocks_to_host = h.blocks_down;
+    s.kv_offload_blocks_from_host = h.blocks_up;
+    s.kv_offload_bytes_to_host = h.bytes_down;
+    s.kv_offload_bytes_from_host = h.bytes_up;
+    s.host_kv_blocks = host_tier_->num_slots();
+    s.host_kv_blocks_used = host_tier_->num_held();
+  }
   s.num_preemptions = scheduler_.num_preemptions();
   return s;
 }

@@ -235,6 +235,10 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   core_config.block_size = config.block_size;
   core_config.num_blocks = static_cast<int>(num_blocks);
   core_config.enable_prefix_caching = config.enable_prefix_caching;
+  if (config.kv_offloading_size > 0 && config.enable_prefix_caching) {
+    const double bytes = config.kv_offloading_size * 1024.0 * 1024.0 * 1024.0;
+    core_config.host_kv_blocks = static_cast<int>(std::min(bytes / static_cast<double>(runner->kv_bytes_per_block()), 1e9));
+  }
   core_config.seed = config.seed;
   core_config.max_queued_requests = config.max_queued_requests;
   core_config.speculative = config.speculative;

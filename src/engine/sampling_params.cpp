@@ -121,6 +121,9 @@ void EngineConfig::validate() const {
          " is not supported yet: Peregrine runs a model on one device (use 1)");
   }
   if (num_threads < 0) fail("num_threads must be >= 0, got " + std::to_string(num_threads));
+  if (!(kv_offloading_size >= 0.0 && kv_offloading_size <= 1 << 20)) {
+    fail("kv_offloading_size must be in [0, 1048576] GiB, got " + num(kv_offloading_size));
+  }
   speculative.validate();
 }
 

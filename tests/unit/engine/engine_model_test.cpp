@@ -171,5 +171,56 @@ TEST_F(EngineModelTest, ChatTemplateGivenPerCallReplacesTheEngines) {
   EXPECT_THROW(engine->apply_chat_template(messages, options), Error);
 }
 
+TEST_F(EngineModelTest, HostTierHitsAreIdenticalToColdRuns) {
+  // Prompts of ~12 blocks; a device cache of 24 blocks holds about two of them, so each new one evicts an older
+  // one's blocks, which go down to the host tier; asking again hits there.
+  EngineConfig config;
+  config.model = kModel.string();
+  config.device = "cpu";
+  config.max_model_len = 384;
+  config.num_kv_blocks_override = 24;
+  config.enable_prefix_caching = false;
+  auto cold = Engine::create(config);
+  const auto texts = code_prompts();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int k = 0; k < 4; ++k) {
+    std::string t;
+    for (int j = 0; j < 7; ++j) t += texts[static_cast<size_t>(k * 8 + j) % texts.size()];
+    prompts.push_back(cold->tokenize(t, true));
+    ASSERT_GT(prompts.back().size(), 16u * 9) << "prompt " << k;
+  }
+  constexpr int kTokens = 12;
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
+
+  config.enable_prefix_caching = true;
+  config.kv_offloading_size = 0.05;  // GiB: every block of these prompts fits
+  auto tiered = Engine::create(config);
+  for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(run_alone(*tiered, prompts[k], kTokens), want[k]) << k;
+  EngineStats s = tiered->stats();
+  EXPECT_GT(s.kv_offload_blocks_to_host, 0u);
+  EXPECT_GT(s.host_kv_blocks_used, 0);
+  EXPECT_EQ(s.prefix_cache_host_hits, 0u);
+  // Prompt 0's blocks left the device two prompts ago: its second run loads them from the host tier.
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    int cached = 0;
+    EXPECT_EQ(run_alone(*tiered, prompts[k], kTokens, &cached), want[k]) << "prompt " << k << " from the host tier";
+    EXPECT_EQ(cached, static_cast<int>((prompts[k].size() - 1) / 16 * 16)) << "prompt " << k;
+  }
+  s = tiered->stats();
+  EXPECT_GE(s.prefix_cache_host_hits, 2u * 16 * 10);
+  EXPECT_GT(s.kv_offload_blocks_from_host, 0u);
+  EXPECT_EQ(s.kv_offload_bytes_from_host % s.kv_offload_blocks_from_host, 0u);
+  EXPECT_LE(s.prefix_cache_host_hits, s.prefix_cache_hits);
+
+  // A host tier of a few blocks: it drops its oldest, and outputs stay exact.
+  config.kv_offloading_size = 4.0 * static_cast<double>(s.kv_offload_bytes_from_host / s.kv_offload_blocks_from_host) /
+                              (1024.0 * 1024.0 * 1024.0);
+  auto tiny = Engine::create(config);
+  for (int round = 0; round < 2; ++round)
+    for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(run_alone(*tiny, prompts[k], kTokens), want[k]) << k;
+  EXPECT_EQ(tiny->stats().host_kv_blocks, 4);
+}
+
 }  // namespace
 }  // namespace peregrine
