@@ -37,6 +37,11 @@ struct EngineConfig {
   // The prefix cache's host tier: GiB of (pinned) host memory that keeps evicted cached KV blocks and serves hits
   // from them (vLLM's kv_offloading_size); 0 = off.
   double kv_offloading_size = 0.0;
+  // The prefix cache's disk tier: a folder that keeps every block the host tier receives (written in the
+  // background, checksummed, found again after a restart with the same model, dtype and block size), bounded to
+  // kv_cache_disk_gb GB; empty = off. Needs the host tier.
+  std::string kv_cache_dir;
+  double kv_cache_disk_gb = 16.0;
   SpeculativeConfig speculative;        // --speculative-config (off by default)
   // Benchmarks: random weights built from config_file (or the model folder's config.json); the tokenizer still
   // comes from `tokenizer` or the model folder.

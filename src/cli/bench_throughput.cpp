@@ -216,6 +216,8 @@ void register_bench_prefix_cache(CLI::App& bench) {
   cmd->add_option("--kv-offloading-size", e.kv_offloading_size,
                   "GiB for the prefix cache's host tier; also measures a hit there after the device evicted it");
   cmd->add_option("--kv-cache-memory-bytes", e.kv_cache_memory_bytes, "Device KV cache size in bytes");
+  cmd->add_option("--kv-cache-dir", e.kv_cache_dir, "Folder for the disk tier (measures a hit there too)");
+  cmd->add_option("--kv-cache-disk-gb", e.kv_cache_disk_gb, "GB the disk tier may use")->capture_default_str();
   cmd->add_option("--num-gpu-blocks-override", e.num_kv_blocks_override, "Use exactly this many device KV blocks");
   cmd->add_flag("--random-weights", e.random_weights, "Random weights of --config's shape (tokenizer from --model)");
   cmd->add_option("--config", e.config_file, "config.json for --random-weights");

@@ -63,7 +63,18 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
   stats_.e2e_seconds = make_latency_histogram(e2e_bounds());
   stats_.spec_accepted_per_position.assign(static_cast<size_t>(std::max(0, config.speculative.max_verify_tokens())), 0);
   if (config.host_kv_blocks > 0 && config.enable_prefix_caching) {
-    host_tier_ = std::make_unique<HostKvTier>(runner_->backend(), runner_->kv_cache(), config.host_kv_blocks);
+    std::unique_ptr<DiskKvStore> disk;
+    if (!config.kv_cache_dir.empty()) {
+      DiskKvStore::Config d;
+      d.dir = config.kv_cache_dir;
+      d.max_bytes = config.kv_cache_disk_bytes;
+      d.identity = config.kv_identity;
+      d.block_size = config.block_size;
+      d.payload_bytes = runner_->kv_cache().config().bytes_per_block();
+      disk = std::make_unique<DiskKvStore>(d);
+    }
+    host_tier_ = std::make_unique<HostKvTier>(runner_->backend(), runner_->kv_cache(), config.host_kv_blocks,
+                                              std::move(disk));
     scheduler_.kv().set_lower_tier(host_tier_.get());
   }
 }
@@ -351,6 +362,7 @@ void EngineCore::propose_drafts() {
 void EngineCore::step() {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
+  if (host_tier_) host_tier_->poll();  // finished copy-downs go on to the disk tier
   SchedulerOutput out = scheduler_.schedule();
   const auto t1 = Clock::now();
   if (out.empty()) return;
@@ -496,6 +508,15 @@ EngineStats EngineCore::stats() const {
     s.kv_offload_bytes_from_host = h.bytes_up;
     s.host_kv_blocks = host_tier_->num_slots();
     s.host_kv_blocks_used = host_tier_->num_held();
+    if (const DiskKvStore* disk = host_tier_->disk()) {
+      const DiskKvStore::Stats d = disk->stats();
+      s.prefix_cache_disk_hits = std::min(h.disk_loads * static_cast<uint64_t>(config_.block_size), s.prefix_cache_host_hits);
+      s.kv_disk_bytes_written = d.bytes_written;
+      s.kv_disk_bytes_read = d.bytes_read;
+      s.kv_disk_dropped_bad = d.dropped_bad;
+      s.kv_disk_blocks = d.held_blocks;
+      s.kv_disk_blocks_at_start = d.found_at_start;
+    }
   }
   s.num_preemptions = scheduler_.num_preemptions();
   return s;

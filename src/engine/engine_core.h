@@ -36,8 +36,12 @@ struct EngineCoreConfig {
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
   int max_queued_requests = 4096;
-  // Blocks of the prefix cache's host tier (0 = none); needs prefix caching.
+  // Blocks of the prefix cache's host tier (0 = none); needs prefix caching. The disk tier below it: a folder
+  // (empty = none), its bound in bytes, and the identity of the model and KV layout its files are kept under.
   int host_kv_blocks = 0;
+  std::string kv_cache_dir;
+  uint64_t kv_cache_disk_bytes = 0;
+  uint64_t kv_identity = 0;
   // Speculative decoding (off unless enabled; the proposer is given with set_proposer).
   SpeculativeConfig speculative;
 };

@@ -124,6 +124,12 @@ void EngineConfig::validate() const {
   if (!(kv_offloading_size >= 0.0 && kv_offloading_size <= 1 << 20)) {
     fail("kv_offloading_size must be in [0, 1048576] GiB, got " + num(kv_offloading_size));
   }
+  if (!kv_cache_dir.empty() && !(kv_offloading_size > 0.0)) {
+    fail("kv_cache_dir needs kv_offloading_size > 0: the disk tier keeps what the host tier receives");
+  }
+  if (!(kv_cache_disk_gb > 0.0 && kv_cache_disk_gb <= 1e9)) {
+    fail("kv_cache_disk_gb must be in (0, 1e9], got " + num(kv_cache_disk_gb));
+  }
   speculative.validate();
 }
 
