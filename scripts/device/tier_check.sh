@@ -12,7 +12,7 @@ bin=.device/bin
 timeout 120 "$bin/engine_model_tests" --gtest_filter='EngineModelTest.HostTier*' >"$out/tier_test.log" 2>&1
 echo "host tier tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|SKIPPED \]" "$out/tier_test.log" | head -8
 if command -v compute-sanitizer >/dev/null; then
-  timeout 200 compute-sanitizer --tool memcheck --leak-check none "$bin/engine_model_tests" \
+  timeout 200 compute-sanitizer --tool memcheck "$bin/engine_model_tests" \
     --gtest_filter='EngineModelTest.HostTierHitsEqualDeviceHitsOnCuda' >"$out/tier_memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/tier_memcheck.log" | head -3
 fi
@@ -21,7 +21,7 @@ timeout 120 "$bin/peregrine" bench prefix-cache --model models/pycoder-tiny --de
 echo "bench tiny rc=$?"
 cfg=.device/shared/configs/llama-3-8b.json
 timeout 300 "$bin/peregrine" bench prefix-cache --model models/pycoder-tiny --random-weights --config "$cfg" \
-  --device cuda --prompt-len 8192 --cached-len 7372 --repeats 3 --kv-offloading-size 16 \
+  --device cuda --prompt-len 8000 --cached-len 7200 --repeats 3 --kv-offloading-size 16 \
   --kv-cache-memory-bytes 4294967296 >"$out/8b.txt" 2>&1
 echo "bench 8b rc=$?"
 echo "total: $(( $(date +%s) - start )) s"
