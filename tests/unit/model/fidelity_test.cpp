@@ -155,4 +155,19 @@ INSTANTIATE_TEST_SUITE_P(
                       FidelityCase{"arch/llama-yarn", "arch/llama-yarn/reference.json", "cuda", "float32", 1e-3}),
     case_name);
 
+// Quantized checkpoints in their real formats (../shared/models/quant, references from the dequantized weights,
+// tolerances from its README: float32 engines 1e-3, bfloat16 8e-2; CUDA runs bf16, not f16, activations).
+#define PEREGRINE_QUANT_CASES(folder, half_dtype, half_tol)                                                      \
+  FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "cpu", "auto", 1e-3},                        \
+      FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "ref", "auto", 1e-3},                    \
+      FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "cuda", "float32", 1e-3},                \
+      FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "cuda", half_dtype, half_tol}
+INSTANTIATE_TEST_SUITE_P(Quantized, Fidelity,
+                         ::testing::Values(PEREGRINE_QUANT_CASES("gptq-w4g32-sym", "bfloat16", 8e-2),
+                                           PEREGRINE_QUANT_CASES("gptq-w4g128-actorder-asym", "bfloat16", 8e-2),
+                                           PEREGRINE_QUANT_CASES("awq-w4g64", "bfloat16", 8e-2),
+                                           PEREGRINE_QUANT_CASES("ct-w4a16-g128", "bfloat16", 8e-2),
+                                           PEREGRINE_QUANT_CASES("ct-w4a16-g128-asym", "bfloat16", 8e-2)),
+                         case_name);
+
 }  // namespace
