@@ -1,6 +1,6 @@
 // W4A16 / W8A16 matmul on Hopper (ops.h WeightQuant with kI4 / kU8 codes, f32 group scales, optional zeros and
-// act-order perm): a small-M kernel that reads the codes once and dequantizes them in registers (one warp per
-// output row pair, no split-K, a fixed lane order and butterfly: a row's bits do not depend on M within it), and
+// act-order perm): a small-M kernel that reads the codes once and dequantizes them in registers (a block per output
+// four rows, K split over its threads by K alone and summed in a fixed order: a row's bits do not depend on M), and
 // for larger M a dequantization into a dense [N, K] scratch in the activation dtype followed by the cuBLASLt GEMM.
 #pragma once
 
