@@ -34,6 +34,10 @@ void qmatmul_tile(const peregrine::cpu::QuantMatmulArgs& a, int64_t i0, int64_t 
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = Simd::zero();
   constexpr int64_t kStep = kI4 ? 2 * kLanes : kLanes;  // codes per vector of bytes
+  // GEMV: the next tile's rows (one contiguous block of NR rows) are prefetched as this tile streams, two cache
+  // lines per step of kLanes bytes per row, so the hardware never waits for a new set of row streams to ramp up.
+  const char* next = reinterpret_cast<const char*>(a.codes + (j0 + NR) * row_bytes);
+  const char* next_end = reinterpret_cast<const char*>(a.codes + a.n * row_bytes);
   for (int64_t g = 0; g < groups; ++g) {
     V accq[MR][NR];
 #pragma GCC unroll 8
@@ -42,6 +46,14 @@ void qmatmul_tile(const peregrine::cpu::QuantMatmulArgs& a, int64_t i0, int64_t 
       for (int j = 0; j < NR; ++j) accq[i][j] = Simd::zero();
     const int64_t k0 = g * gs, k1 = k0 + gs;
     for (int64_t kk = k0; kk < k1; kk += kStep) {
+      if constexpr (MR == 1) {
+        constexpr int64_t kAhead = NR * kLanes;  // bytes of the next block per step (its size / steps per row)
+        const char* pf = next + (kk / kStep) * kAhead;
+        if (pf < next_end) {
+          __builtin_prefetch(pf, 0, 3);
+          if constexpr (kAhead > 64) __builtin_prefetch(pf + 64, 0, 3);
+        }
+      }
       if constexpr (kI4) {
         const int64_t b = kk / 2;
         if constexpr (MR == 1) {
