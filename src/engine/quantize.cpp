@@ -202,7 +202,7 @@ float round_to(DType t, float v) {
   return v;
 }
 
-// Scale and zero of one group's values (the observer of quantize_rtn), the scale rounded to the checkpoint dtype.
+// Scale and zero of one group's values (compressed-tensors' minmax observer), the scale rounded to the checkpoint dtype.
 void group_params(const float* v, int64_t count, int64_t stride, int bits, bool asym, DType scale_dtype, float* scale,
                   float* zero) {
   const float qmax = static_cast<float>((1 << bits) - 1);
@@ -619,8 +619,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
       {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr},
                                       {"output_activations", nullptr}, {"format", "pack-quantized"}}}}},
       {"format", "pack-quantized"}, {"global_compression_ratio", nullptr}, {"ignore", {"lm_head"}},
-      {"kv_cache_scheme", nullptr}, {"quant_method", "compressed-tensors"}, {"quantization_status", "compressed"},
-      {"peregrine", {{"method", cfg.method}, {"calibration_tokens", report.calibration_tokens}}}};
+      {"kv_cache_scheme", nullptr}, {"quant_method", "compressed-tensors"}, {"quantization_status", "compressed"}};
   {
     std::ofstream cf(out_dir / "config.json", std::ios::trunc);
     cf << config.dump(2) << "\n";

@@ -338,8 +338,10 @@ bool matches(const std::string& pattern, const std::string& module) {
 bool QuantConfig::applies_to(const std::string& module) const {
   if (method.empty()) return false;
   const bool is_head = module == "lm_head";
-  for (const std::string& p : ignore)
-    if (matches(p, module)) return false;
+  for (const std::string& p : ignore) {
+    // AWQ's modules_to_not_convert are substrings of module names (as vLLM reads them).
+    if (method == "awq" ? module.find(p) != std::string::npos : matches(p, module)) return false;
+  }
   if (method == "compressed-tensors") {
     for (const std::string& t : targets)
       if ((t == "Linear" && !is_head) || matches(t, module)) return true;

@@ -46,7 +46,7 @@ struct QuantConfig {
   bool sym = true;           // no stored zero points (or all at the midpoint)
   bool desc_act = false;     // GPTQ act-order (g_idx) / compressed-tensors actorder
   bool gptq_v1_zeros = true; // GPTQ checkpoint_format gptq (stored zero = zero - 1); false for gptq_v2
-  std::vector<std::string> ignore;   // modules left dense: names or "re:" patterns (compressed-tensors), names (awq)
+  std::vector<std::string> ignore;   // modules left dense: names or "re:" patterns (compressed-tensors), substrings (awq)
   std::vector<std::string> targets;  // compressed-tensors targets: "Linear", names or "re:" patterns
   bool lm_head = false;      // GPTQ: lm_head quantized too
   std::string unsupported;   // non-empty: why this checkpoint cannot be loaded (field and value named)

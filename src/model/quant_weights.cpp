@@ -228,40 +228,6 @@ HostQuantLinear read_quantized_linear(const io::QuantConfig& q, const io::Weight
   throw Error(ErrorCode::kUnsupported, q.file + ": quant_method '" + q.method + "' is not supported");
 }
 
-HostQuantLinear quantize_rtn(const float* src, int64_t n, int64_t k, int bits, int64_t group_size, bool asym) {
-  HostQuantLinear w = empty_linear(bits, n, k, group_size);
-  const int qmax = (1 << bits) - 1, mid = 1 << (bits - 1);
-  w.scales.resize(static_cast<size_t>(n * w.groups));
-  if (asym) w.zeros.resize(static_cast<size_t>(n * w.groups));
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t g = 0; g < w.groups; ++g) {
-      const int64_t k0 = g * w.group_size, k1 = std::min(k, k0 + w.group_size);
-      float lo = 0, hi = 0;
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        lo = std::min(lo, src[r * k + kk]);
-        hi = std::max(hi, src[r * k + kk]);
-      }
-      float scale, zero;
-      if (asym) {
-        scale = (hi - lo) / static_cast<float>(qmax);
-        if (!(scale > 0)) scale = 1;
-        zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, static_cast<float>(qmax));
-      } else {
-        scale = std::max(hi, -lo) / (static_cast<float>(qmax) / 2.0f);
-        if (!(scale > 0)) scale = 1;
-        zero = static_cast<float>(mid);
-      }
-      w.scales[static_cast<size_t>(r * w.groups + g)] = scale;
-      if (asym) w.zeros[static_cast<size_t>(r * w.groups + g)] = zero;
-      for (int64_t kk = k0; kk < k1; ++kk) {
-        const float c = std::clamp(std::nearbyint(src[r * k + kk] / scale) + zero, 0.0f, static_cast<float>(qmax));
-        set_code(w, r, kk, static_cast<uint32_t>(c));
-      }
-    }
-  if (asym) drop_midpoint_zeros(w);
-  return w;
-}
-
 HostQuantLinear random_quantized(int64_t n, int64_t k, int bits, int64_t group_size, uint64_t seed) {
   HostQuantLinear w = empty_linear(bits, n, k, group_size);
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x51ED27ull;

@@ -32,13 +32,8 @@ struct HostQuantLinear {
 HostQuantLinear read_quantized_linear(const io::QuantConfig& q, const io::WeightSource& src, const std::string& prefix,
                                       int64_t n, int64_t k);
 
-// The code of (n, kk) and the dequantized value W[n, perm^-1...] as ops.h defines it (tests and tools).
+// The code of (n, kk): column kk of the codes (after any act-order sort).
 int code_at(const HostQuantLinear& w, int64_t n, int64_t kk);
-
-// Round-to-nearest quantization of a dense row-major [n, k] f32 matrix (symmetric unless `asym`): the layout
-// above (no perm). group_size -1 = per channel. Symmetric scales follow compressed-tensors (max|x| / 7.5 for 4 bits,
-// / 127.5 for 8); asymmetric (max - min) / (2^bits - 1) with zero round(-min / scale).
-HostQuantLinear quantize_rtn(const float* w, int64_t n, int64_t k, int bits, int64_t group_size, bool asym);
 
 // Random codes and scales of the given scheme for benchmarks (weights of about uniform [-a, a), a = sqrt(3 / k)).
 HostQuantLinear random_quantized(int64_t n, int64_t k, int bits, int64_t group_size, uint64_t seed);

@@ -202,6 +202,34 @@ TEST(ModelFolder, MissingAndMisshapenTensorsAreNamed) {
   EXPECT_NE(load_error().find("expected"), std::string::npos) << load_error();
 }
 
+TEST(QuantConfig, UnsupportedSchemesNameTheFieldAndValue) {
+  auto parse = [](const std::string& text) { return io::parse_quant_config(text, "m/config.json", "quantization_config."); };
+  EXPECT_EQ(parse(R"({"quant_method": "gptq", "bits": 3})").unsupported,
+            "m/config.json: field 'quantization_config.bits' is 3: supported: 4, 8");
+  EXPECT_NE(parse(R"({"quant_method": "awq", "version": "gemv"})").unsupported.find("'quantization_config.version' is 'gemv'"),
+            std::string::npos);
+  EXPECT_NE(parse(R"({"quant_method": "bitsandbytes"})").unsupported.find("'quantization_config.quant_method' is 'bitsandbytes'"),
+            std::string::npos);
+  const std::string tensor = R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups":
+      {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "tensor"}}}})";
+  EXPECT_NE(parse(tensor).unsupported.find("'quantization_config.config_groups.g.weights.strategy' is 'tensor'"),
+            std::string::npos) << parse(tensor).unsupported;
+  const io::QuantConfig g = parse(R"({"quant_method": "gptq_marlin", "bits": 8, "group_size": -1, "sym": true})");
+  EXPECT_EQ(g.method, "gptq");
+  EXPECT_TRUE(g.unsupported.empty()) << g.unsupported;
+  EXPECT_EQ(g.group_size, -1);
+  const io::QuantConfig a = parse(R"({"quant_method": "awq", "modules_to_not_convert": ["mlp.down"]})");
+  EXPECT_FALSE(a.applies_to("model.layers.3.mlp.down_proj"));
+  EXPECT_TRUE(a.applies_to("model.layers.3.mlp.up_proj"));
+  const io::QuantConfig ct = parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "ignore": ["lm_head", "re:.*layers\\.0\\..*"], "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": false}}}})");
+  EXPECT_TRUE(ct.unsupported.empty()) << ct.unsupported;
+  EXPECT_FALSE(ct.applies_to("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(ct.applies_to("model.layers.10.mlp.down_proj"));
+  EXPECT_FALSE(ct.applies_to("lm_head"));
+}
+
 TEST(ModelFolder, QuantizationIsDetectedAndUnsupportedSchemesAreRefusedByName) {
   PEREGRINE_REQUIRE_SHARED(shared);
   const fs::path quant = shared / "models" / "quant";
