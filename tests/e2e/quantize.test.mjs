@@ -50,6 +50,16 @@ test('quantize rtn w4a16 and gptq w8a16; the checkpoints load back; perplexity a
   assert.ok(p4.perplexity < dense.perplexity * 1.5, `w4 ${p4.perplexity} vs ${dense.perplexity}`);
 });
 
+test('perplexity --stride scores every token after the first once (sliding windows)', () => {
+  const r = run(['perplexity', '--model', MODEL, '--file', text, '--context', '128', '--stride', '96', '--device', 'cpu',
+    '--threads', '1', '--json']);
+  assert.equal(r.status, 0, r.stderr + r.stdout);
+  const p = JSON.parse(r.stdout.trim().split('\n').pop());
+  assert.equal(p.method, 'sliding-window');
+  assert.equal(p.scored_tokens, p.tokens - 1, JSON.stringify(p));
+  assert.ok(p.perplexity > 1 && Number.isFinite(p.perplexity));
+});
+
 test('bad arguments are refused by name', () => {
   let r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'w3a16']);
   assert.notEqual(r.status, 0);
