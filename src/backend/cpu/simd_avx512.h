@@ -21,7 +21,7 @@ struct Simd {
   static constexpr int kGemmMr = 4;
   static constexpr int kGemmNr = 6;
   // Quantized matmul tiles (quant_matmul_impl.h).
-  static constexpr int kQGemvNr = 8;
+  static constexpr int kQGemvNr = 4;
   static constexpr int kQGemmMr = 4;
   static constexpr int kQGemmNr = 2;
 
