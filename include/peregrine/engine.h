@@ -99,6 +99,17 @@ struct EngineStats {
   double kv_usage = 0.0;       // used / total
   uint64_t prefix_cache_queries = 0;  // prompt tokens looked up
   uint64_t prefix_cache_hits = 0;     // of which found cached
+  // The prefix cache's host tier (kv_offloading_size): hits served from it (prompt tokens, part of
+  // prefix_cache_hits), blocks and bytes copied down (evicted from the device) and back up (hits), capacity.
+  uint64_t prefix_cache_host_hits = 0;
+  uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_from_host = 0;
+  uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_from_host = 0;
+  int host_kv_blocks = 0, host_kv_blocks_used = 0;
+  // The disk tier (kv_cache_dir): hits read back from disk (prompt tokens, part of prefix_cache_host_hits), bytes
+  // written and read, files dropped as bad, blocks held now and found at start.
+  uint64_t prefix_cache_disk_hits = 0;
+  uint64_t kv_disk_bytes_written = 0, kv_disk_bytes_read = 0, kv_disk_dropped_bad = 0;
+  uint64_t kv_disk_blocks = 0, kv_disk_blocks_at_start = 0;
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t num_preemptions = 0;

@@ -38,6 +38,14 @@ struct EngineConfig {
   int num_threads = 0;                  // CPU backend threads; 0 = all cores
   int tensor_parallel_size = 1;         // only 1 is supported
   bool enforce_eager = false;           // GPU: run decode without CUDA graphs (as vLLM's --enforce-eager)
+  // The prefix cache's host tier: GiB of (pinned) host memory that keeps evicted cached KV blocks and serves hits
+  // from them (vLLM's kv_offloading_size); 0 = off.
+  double kv_offloading_size = 0.0;
+  // The prefix cache's disk tier: a folder that keeps every block the host tier receives (written in the
+  // background, checksummed, found again after a restart with the same model, dtype and block size), bounded to
+  // kv_cache_disk_gb GB; empty = off. Needs the host tier.
+  std::string kv_cache_dir;
+  double kv_cache_disk_gb = 16.0;
   SpeculativeConfig speculative;        // --speculative-config (off by default)
   // Benchmarks: random weights built from config_file (or the model folder's config.json); the tokenizer still
   // comes from `tokenizer` or the model folder.

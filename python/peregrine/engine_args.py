@@ -34,6 +34,9 @@ _MAPPED: dict[str, tuple[str, type]] = {
     "quantization": ("quantization", str),
     "num_gpu_blocks_override": ("num_kv_blocks_override", int),
     "kv_cache_memory_bytes": ("kv_cache_memory_bytes", int),
+    "kv_offloading_size": ("kv_offloading_size", float),
+    "kv_cache_dir": ("kv_cache_dir", str),
+    "kv_cache_disk_gb": ("kv_cache_disk_gb", float),
 }
 
 # Options of later work: accepted only with the value that means "off" (what vLLM does by default). When the engine
@@ -132,6 +135,9 @@ class EngineArgs:
     seed: Optional[int] = None
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
+    kv_offloading_size: Optional[float] = None
+    kv_cache_dir: Optional[str] = None
+    kv_cache_disk_gb: Optional[float] = None
     max_model_len: Optional[int] = None
     max_num_seqs: Optional[int] = None
     max_num_batched_tokens: Optional[int] = None

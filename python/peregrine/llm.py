@@ -92,6 +92,8 @@ class LLM(_EngineClient):
     skip_tokenizer_init, dtype ("auto", "float32", "bfloat16", "float16"/"half"), device ("auto", "cpu", "cuda"),
     max_model_len, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, enable_prefix_caching,
     block_size, seed, enforce_eager, generation_config, num_gpu_blocks_override, kv_cache_memory_bytes,
+    kv_offloading_size (GiB of host memory for the prefix cache's host tier), kv_cache_dir and kv_cache_disk_gb (its
+    disk tier, kept across restarts),
     tensor_parallel_size (1), speculative_config (vLLM's dict: ngram, lookahead, draft_model, self), quantization
     (gptq, awq, compressed-tensors or vLLM's marlin aliases: checked against the checkpoint's quantization_config;
     None detects it). kv_cache_dtype other than "auto" is refused until Peregrine implements it; unknown arguments

@@ -201,6 +201,9 @@ void bind_config(py::module_& m) {
       .def_readwrite("num_threads", &EngineConfig::num_threads)
       .def_readwrite("tensor_parallel_size", &EngineConfig::tensor_parallel_size)
       .def_readwrite("enforce_eager", &EngineConfig::enforce_eager)
+      .def_readwrite("kv_offloading_size", &EngineConfig::kv_offloading_size)
+      .def_readwrite("kv_cache_dir", &EngineConfig::kv_cache_dir)
+      .def_readwrite("kv_cache_disk_gb", &EngineConfig::kv_cache_disk_gb)
       // vLLM's speculative_config as JSON text (SpeculativeConfig::parse checks every key).
       .def("set_speculative_config",
            [](EngineConfig& c, const std::string& json) { c.speculative = SpeculativeConfig::parse(json); })

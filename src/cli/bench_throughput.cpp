@@ -120,11 +120,13 @@ void run_throughput(ThroughputArgs& a) {
   }
 }
 
-// TTFT of a prompt whose first `cached` tokens are in the prefix cache vs the same-length prompt cold.
+// TTFT of a prompt whose first `cached` tokens are in the prefix cache vs the same-length prompt cold; with a host
+// tier (--kv-offloading-size), also when the cached prefix was evicted from the device to the host tier.
 void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats) {
   if (cached <= 0 || cached >= prompt_len) {
     throw Error(ErrorCode::kInvalidArgument, "--cached-len must be in (0, --prompt-len)");
   }
+  if (repeats <= 0) throw Error(ErrorCode::kInvalidArgument, "--repeats must be positive");
   if (a.engine.max_model_len == 0) a.engine.max_model_len = prompt_len + 8;
   if (a.engine.max_num_batched_tokens == 0) a.engine.max_num_batched_tokens = prompt_len;  // one-step prefill
   auto engine = Engine::create(a.engine);
@@ -143,29 +145,56 @@ void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats
     const RequestOutput r = engine->generate(std::vector<std::vector<int32_t>>{prompt}, params)[0];
     return std::make_pair(r.timings.first_token - r.timings.arrival, r.num_cached_tokens);
   };
+  auto with_tail = [&](const std::vector<int32_t>& shared) {
+    std::vector<int32_t> p = shared;
+    const auto tail = random_ids(prompt_len - cached);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  const bool tiered = a.engine.kv_offloading_size > 0;
+  // Distinct prompts that fill the device's KV cache: whatever was cached before is evicted (to the host tier).
+  const EngineStats s0 = engine->stats();
+  const int64_t device_tokens = static_cast<int64_t>(s0.num_kv_blocks) * a.engine.block_size;
+  auto evict_device = [&] {
+    for (int64_t filled = 0; filled < device_tokens + prompt_len; filled += prompt_len) ttft(random_ids(prompt_len));
+  };
   ttft(random_ids(prompt_len));  // warm-up
-  std::vector<double> cold, warm;
-  int hit = 0;
+  std::vector<double> cold, warm, host;
+  int hit = 0, host_hit = 0;
   for (int i = 0; i < repeats; ++i) {
     cold.push_back(ttft(random_ids(prompt_len)).first);
     const std::vector<int32_t> shared = random_ids(cached);
-    std::vector<int32_t> first = shared, second = shared;
-    const auto tail1 = random_ids(prompt_len - cached), tail2 = random_ids(prompt_len - cached);
-    first.insert(first.end(), tail1.begin(), tail1.end());
-    second.insert(second.end(), tail2.begin(), tail2.end());
-    ttft(first);  // caches the shared prefix
-    const auto [t, cached_tokens] = ttft(second);
+    ttft(with_tail(shared));  // caches the shared prefix
+    const auto [t, cached_tokens] = ttft(with_tail(shared));
     warm.push_back(t);
     hit = cached_tokens;
+    if (tiered) {
+      evict_device();
+      const auto [th, host_tokens] = ttft(with_tail(shared));
+      host.push_back(th);
+      host_hit = host_tokens;
+    }
   }
-  std::sort(cold.begin(), cold.end());
-  std::sort(warm.begin(), warm.end());
-  const double c = cold[cold.size() / 2], w = warm[warm.size() / 2];
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double c = median(cold), w = median(warm);
   std::printf("model     %s on %s\n", info.model_path.c_str(), info.backend.c_str());
   std::printf("prompt    %d tokens, %d shared with an earlier request (%d served from the cache)\n", prompt_len,
               cached, hit);
   std::printf("TTFT      cold %.2f ms, cached prefix %.2f ms (medians of %d)\n", 1e3 * c, 1e3 * w, repeats);
   std::printf("ratio     cached / cold = %.3f (%.1fx faster)\n", w / c, c / w);
+  if (tiered) {
+    const double h = median(host);
+    const EngineStats s = engine->stats();
+    std::printf("host      prefix evicted to the host tier, then hit there: TTFT %.2f ms (%d tokens served)\n",
+                1e3 * h, host_hit);
+    std::printf("ratio     host-tier hit / cold = %.3f (%.1fx faster); device tier %d blocks, host tier %d blocks\n",
+                h / c, c / h, s.num_kv_blocks, s.host_kv_blocks);
+    std::printf("copies    %.1f MB to host, %.1f MB back\n", static_cast<double>(s.kv_offload_bytes_to_host) / 1e6,
+                static_cast<double>(s.kv_offload_bytes_from_host) / 1e6);
+  }
 }
 
 }  // namespace
@@ -185,6 +214,14 @@ void register_bench_prefix_cache(CLI::App& bench) {
   cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors (checked against the checkpoint); with --random-weights: w4a16 | w8a16");
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
+  cmd->add_option("--kv-offloading-size", e.kv_offloading_size,
+                  "GiB for the prefix cache's host tier; also measures a hit there after the device evicted it");
+  cmd->add_option("--kv-cache-memory-bytes", e.kv_cache_memory_bytes, "Device KV cache size in bytes");
+  cmd->add_option("--kv-cache-dir", e.kv_cache_dir, "Folder for the disk tier (measures a hit there too)");
+  cmd->add_option("--kv-cache-disk-gb", e.kv_cache_disk_gb, "GB the disk tier may use")->capture_default_str();
+  cmd->add_option("--num-gpu-blocks-override", e.num_kv_blocks_override, "Use exactly this many device KV blocks");
+  cmd->add_flag("--random-weights", e.random_weights, "Random weights of --config's shape (tokenizer from --model)");
+  cmd->add_option("--config", e.config_file, "config.json for --random-weights");
   cmd->callback([args, prompt_len, cached, repeats] { run_prefix_cache(*args, *prompt_len, *cached, *repeats); });
 }
 

@@ -270,6 +270,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-request-body-bytes", args->max_request_body_bytes, "Larger bodies get 413")
       ->capture_default_str();
   cmd->add_flag("--enforce-eager", e.enforce_eager, "GPU: decode without CUDA graphs");
+  cmd->add_option("--kv-offloading-size", e.kv_offloading_size,
+                  "GiB of host memory for the prefix cache's host tier (evicted KV blocks; 0 = off)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dir", e.kv_cache_dir,
+                  "Folder for the prefix cache's disk tier (kept across restarts; needs --kv-offloading-size)");
+  cmd->add_option("--kv-cache-disk-gb", e.kv_cache_disk_gb, "GB the disk tier may use")->capture_default_str();
   cmd->add_option("--speculative-config", args->speculative_config,
                   "Speculative decoding as JSON (vLLM's form): ngram, lookahead (see the README)");
   // vLLM flags that change nothing here, accepted so vLLM command lines work unchanged: Peregrine never runs code

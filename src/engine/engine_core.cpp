@@ -44,6 +44,7 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
       config_(config),
       info_(std::move(info)),
       scheduler_(scheduler_config(config)),
+      spec_controller_(config.speculative.max_verify_tokens()),
       epoch_(std::chrono::steady_clock::now()) {
   PEREGRINE_CHECK(runner_->kv_cache().num_blocks() == config.num_blocks, "KV cache and config disagree on blocks");
   PEREGRINE_CHECK(runner_->kv_cache().block_size() == config.block_size, "KV cache and config disagree on block size");
@@ -61,6 +62,21 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
   stats_.time_per_output_token_seconds = make_latency_histogram(inter_token_bounds());
   stats_.e2e_seconds = make_latency_histogram(e2e_bounds());
   stats_.spec_accepted_per_position.assign(static_cast<size_t>(std::max(0, config.speculative.max_verify_tokens())), 0);
+  if (config.host_kv_blocks > 0 && config.enable_prefix_caching) {
+    std::unique_ptr<DiskKvStore> disk;
+    if (!config.kv_cache_dir.empty()) {
+      DiskKvStore::Config d;
+      d.dir = config.kv_cache_dir;
+      d.max_bytes = config.kv_cache_disk_bytes;
+      d.identity = config.kv_identity;
+      d.block_size = config.block_size;
+      d.payload_bytes = runner_->kv_cache().config().bytes_per_block();
+      disk = std::make_unique<DiskKvStore>(d);
+    }
+    host_tier_ = std::make_unique<HostKvTier>(runner_->backend(), runner_->kv_cache(), config.host_kv_blocks,
+                                              std::move(disk));
+    scheduler_.kv().set_lower_tier(host_tier_.get());
+  }
 }
 
 EngineCore::~EngineCore() = default;
@@ -289,6 +305,7 @@ int EngineCore::verify_drafts(RequestState& req, SeqState& ss, const float* rows
     if (ss.finished() || hit < 0) break;
     node = hit;
   }
+  spec_controller_.record_verify(step_draft_limit_, path, num_drafts);
   // The accepted path's KV moves to consecutive positions (a no-op for a chain), as decoding it would have left it.
   if (!ss.finished() && !path.empty()) {
     std::vector<std::pair<int64_t, int64_t>> moves;
@@ -326,15 +343,18 @@ void EngineCore::propose_drafts() {
   // Above this many decoding sequences a step is no longer bound by reading the weights: no speculation.
   const int limit = spec.disable_by_batch_size > 0 ? spec.disable_by_batch_size : kDefaultSpecBatchLimit;
   const int batch = static_cast<int>(propose_seqs_.size());
-  const bool off = batch > limit || (spec.adaptive && !spec_controller_.speculate(batch));
-  step_speculated_ = !off;
+  // The controller's limit: drafts (a chain's length, a tree's nodes) per sequence that pay at this batch size.
+  const int cap = batch > limit ? 0 : spec.adaptive ? spec_controller_.draft_limit(batch) : spec.max_verify_tokens();
+  const bool off = cap == 0;
+  step_draft_limit_ = cap;
+  proposer_->set_tree_node_limit(cap);
   for (Sequence* seq : propose_seqs_) {
     const RequestState& req = *seq->request;
     const SeqState& ss = *req.seqs[static_cast<size_t>(seq->index)];
     // At most one token fewer than the request may still produce (the step emits drafts + 1 tokens).
     const int room = std::min(req.max_total_tokens, config_.max_model_len) - seq->num_tokens() - 1;
     const int want = ss.draft_length > 0 ? ss.draft_length : spec.num_speculative_tokens;
-    propose_limits_.push_back(off ? 0 : std::max(0, std::min(want, room)));
+    propose_limits_.push_back(off ? 0 : std::max(0, std::min({want, room, cap})));
   }
   proposer_->propose(propose_seqs_, propose_limits_);
 }
@@ -342,6 +362,7 @@ void EngineCore::propose_drafts() {
 void EngineCore::step() {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
+  if (host_tier_) host_tier_->poll();  // finished copy-downs go on to the disk tier
   SchedulerOutput out = scheduler_.schedule();
   const auto t1 = Clock::now();
   if (out.empty()) return;
@@ -380,6 +401,8 @@ void EngineCore::step() {
                               rows_.prompt_row_count[i], begin_positions[i]);
     }
     if (rows_.sample_row[i] >= 0 && out.seqs[i].num_draft_tokens == 0) {
+      // A decoding sequence in a step with drafts that had none to verify: for the controller it accepted none.
+      if (step_draft_limit_ > 0 && begin_positions[i] >= seq.num_prompt_tokens) spec_controller_.record_verify(step_draft_limit_, {}, 0);
       sampled.emplace_back(&ss, -1);
       rows.push_back(logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab);
     }
@@ -414,15 +437,12 @@ void EngineCore::step() {
   for (auto& [ss, token] : sampled) process_token(*ss->seq.request, *ss, token, t_now);
   // Sequences that verify drafts: their rows are sampled in order (each with the state the earlier tokens left)
   // and the tokens processed as they come, so the result is what decoding them one by one gives.
-  const uint64_t accepted_before = stats_.spec_num_accepted_tokens;
-  int drafting_seqs = 0;
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     const int drafts = out.seqs[i].num_draft_tokens;
     if (drafts == 0 || rows_.sample_row[i] < 0) continue;
     Sequence& seq = *out.seqs[i].seq;
     RequestState& req = *seq.request;
     SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
-    ++drafting_seqs;
     const int accepted =
         verify_drafts(req, ss, logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab, drafts, t_now);
     if (!ss.finished()) scheduler_.accept_drafts(&seq, accepted);
@@ -431,27 +451,33 @@ void EngineCore::step() {
     s.seq->draft_tokens.clear();
     s.seq->draft_parents.clear();
   }
+  // Measure this step for the controller when it was a pure decode step (no prompt chunk in it): from its start
+  // to its tokens' delivery, plus proposing its drafts (done at the end of the step before), minus proposing the
+  // next step's.
+  bool measured = false;
+  int step_rows = 0;
+  const int draft_limit = step_draft_limit_;
+  double next_propose_seconds = 0.0;
   if (proposer_) {
-    // Measure this step for the controller when it was a pure decode step (no prompt chunk in it).
-    bool decode_only = true;
-    int emitted = 0;
+    measured = true;
     for (const ScheduledSeq& s : out.seqs) {
-      decode_only = decode_only && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens &&
-                    s.seq->num_output_tokens() > 0;
+      measured = measured && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens && s.seq->num_output_tokens() > 0;
+      step_rows += s.num_new_tokens;
     }
-    for (const auto& [ss, token] : sampled) emitted += token >= 0 ? 1 : 0;
-    emitted += static_cast<int>(stats_.spec_num_accepted_tokens - accepted_before) + drafting_seqs;
-    if (decode_only) {
-      spec_controller_.record(static_cast<int>(out.seqs.size()), step_speculated_, emitted,
-                              std::chrono::duration<double>(Clock::now() - t0).count());
-    }
+    const auto p0 = Clock::now();
     propose_drafts();
+    next_propose_seconds = std::chrono::duration<double>(Clock::now() - p0).count();
   }
   for (RequestState* req : touched_) {
     if (req) emit(*req);  // null: delivered and ended since it was listed
   }
   touched_.clear();
   const auto t5 = Clock::now();
+  if (measured) {
+    const double seconds = std::chrono::duration<double>(t5 - t0).count() - next_propose_seconds + propose_seconds_;
+    spec_controller_.record_step(static_cast<int>(out.seqs.size()), draft_limit, step_rows, seconds, propose_seconds_);
+  }
+  if (proposer_) propose_seconds_ = next_propose_seconds;
 
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   ++stats_.num_steps;
@@ -473,6 +499,25 @@ EngineStats EngineCore::stats() const {
   s.kv_usage = pool.num_blocks() ? static_cast<double>(pool.num_used()) / pool.num_blocks() : 0.0;
   s.prefix_cache_queries = scheduler_.kv().num_queried_tokens();
   s.prefix_cache_hits = scheduler_.kv().num_hit_tokens();
+  if (host_tier_) {
+    const HostKvTier::Stats& h = host_tier_->stats();
+    s.prefix_cache_host_hits = scheduler_.kv().num_lower_tier_hit_blocks() * static_cast<uint64_t>(config_.block_size);
+    s.kv_offload_blocks_to_host = h.blocks_down;
+    s.kv_offload_blocks_from_host = h.blocks_up;
+    s.kv_offload_bytes_to_host = h.bytes_down;
+    s.kv_offload_bytes_from_host = h.bytes_up;
+    s.host_kv_blocks = host_tier_->num_slots();
+    s.host_kv_blocks_used = host_tier_->num_held();
+    if (const DiskKvStore* disk = host_tier_->disk()) {
+      const DiskKvStore::Stats d = disk->stats();
+      s.prefix_cache_disk_hits = std::min(h.disk_loads * static_cast<uint64_t>(config_.block_size), s.prefix_cache_host_hits);
+      s.kv_disk_bytes_written = d.bytes_written;
+      s.kv_disk_bytes_read = d.bytes_read;
+      s.kv_disk_dropped_bad = d.dropped_bad;
+      s.kv_disk_blocks = d.held_blocks;
+      s.kv_disk_blocks_at_start = d.found_at_start;
+    }
+  }
   s.num_preemptions = scheduler_.num_preemptions();
   return s;
 }

@@ -18,6 +18,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/spec/proposer.h"
+#include "engine/host_kv_tier.h"
 #include "engine/spec/spec_controller.h"
 #include "engine/text_codec.h"
 #include "peregrine/engine.h"
@@ -35,6 +36,12 @@ struct EngineCoreConfig {
   uint64_t seed = 0;
   std::vector<int32_t> eos_token_ids;
   int max_queued_requests = 4096;
+  // Blocks of the prefix cache's host tier (0 = none); needs prefix caching. The disk tier below it: a folder
+  // (empty = none), its bound in bytes, and the identity of the model and KV layout its files are kept under.
+  int host_kv_blocks = 0;
+  std::string kv_cache_dir;
+  uint64_t kv_cache_disk_bytes = 0;
+  uint64_t kv_identity = 0;
   // Speculative decoding (off unless enabled; the proposer is given with set_proposer).
   SpeculativeConfig speculative;
 };
@@ -118,11 +125,13 @@ class EngineCore {
   int64_t next_seq_id_ = 1;
   uint64_t seed_counter_ = 0;
   std::atomic<int>* queued_counter_ = nullptr;
+  std::unique_ptr<HostKvTier> host_tier_;  // null unless config.host_kv_blocks > 0
   std::unique_ptr<Proposer> proposer_;
   std::vector<Sequence*> propose_seqs_;
   std::vector<int> propose_limits_;
   SpecController spec_controller_;
-  bool step_speculated_ = false;  // the mode the current step's drafts were proposed in
+  int step_draft_limit_ = 0;      // the controller's draft limit the current step's drafts were proposed under
+  double propose_seconds_ = 0.0;  // what proposing the current step's drafts took
   std::chrono::steady_clock::time_point epoch_;
   EngineStats stats_;
 };

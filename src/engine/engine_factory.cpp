@@ -4,6 +4,9 @@
 #include <chrono>
 #include <filesystem>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "core/status.h"
 #include "engine/device_setup.h"
 #include "engine/engine_core.h"
@@ -15,6 +18,44 @@
 #include "peregrine/engine.h"
 
 namespace peregrine {
+
+namespace {
+
+// What the disk tier's files are kept under: the model (its folder and weight files' sizes and times, or the random
+// weights' shape and seed), the compute device and dtype, and the KV layout. Another model never sees them.
+uint64_t kv_identity(const EngineConfig& config, const engine::KvCacheConfig& kv, uint64_t random_seed) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> parts = {"peregrine-kv-1", config.device, config.dtype, std::string(dtype_name(kv.dtype)),
+                                    std::to_string(kv.num_layers), std::to_string(kv.num_kv_heads),
+                                    std::to_string(kv.head_dim), std::to_string(kv.block_size),
+                                    std::to_string(kv.scales_per_token_head)};
+  std::error_code ec;
+  if (config.random_weights) {
+    parts.emplace_back("random");
+    parts.push_back(config.config_file);
+    parts.push_back(std::to_string(random_seed));
+  }
+  if (!config.model.empty()) {
+    const fs::path dir = fs::weakly_canonical(config.model, ec);
+    parts.push_back(dir.string());
+    std::vector<std::string> files;
+    for (const auto& f : fs::directory_iterator(dir, ec)) {
+      const std::string name = f.path().filename().string();
+      if (f.path().extension() != ".safetensors" && name != "config.json") continue;
+      std::string entry = name;
+      entry.append(":").append(std::to_string(fs::file_size(f.path(), ec)));
+      entry.append(":").append(std::to_string(fs::last_write_time(f.path(), ec).time_since_epoch().count()));
+      files.push_back(std::move(entry));
+    }
+    std::sort(files.begin(), files.end());
+    parts.insert(parts.end(), files.begin(), files.end());
+  }
+  std::string id;
+  for (const std::string& p : parts) id.append(p).push_back('|');
+  return XXH3_64bits(id.data(), id.size());
+}
+
+}  // namespace
 namespace {
 
 constexpr size_t kMiB = size_t{1} << 20;
@@ -237,6 +278,15 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   core_config.block_size = config.block_size;
   core_config.num_blocks = static_cast<int>(num_blocks);
   core_config.enable_prefix_caching = config.enable_prefix_caching;
+  if (config.kv_offloading_size > 0 && config.enable_prefix_caching) {
+    const double bytes = config.kv_offloading_size * 1024.0 * 1024.0 * 1024.0;
+    core_config.host_kv_blocks = static_cast<int>(std::min(bytes / static_cast<double>(runner->kv_bytes_per_block()), 1e9));
+    if (!config.kv_cache_dir.empty()) {
+      core_config.kv_cache_dir = config.kv_cache_dir;
+      core_config.kv_cache_disk_bytes = static_cast<uint64_t>(config.kv_cache_disk_gb * 1e9);
+      core_config.kv_identity = kv_identity(config, runner->kv_cache().config(), options.random_seed);
+    }
+  }
   core_config.seed = config.seed;
   core_config.max_queued_requests = config.max_queued_requests;
   core_config.speculative = config.speculative;

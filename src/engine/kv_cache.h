@@ -94,6 +94,8 @@ class KvCache {
   uint64_t swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks);
   bool transfer_done(uint64_t ticket) { return backend_.transfer_done(ticket); }
   void wait(uint64_t ticket) { backend_.wait_transfer(ticket); }
+  // Work enqueued on the compute queue after this call starts after the transfer (e.g. overwriting swapped-out blocks).
+  void compute_waits_for(uint64_t ticket) { backend_.compute_waits_for(ticket); }
 
  private:
   void check_block(int block, const char* what) const;

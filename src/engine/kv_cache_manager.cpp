@@ -12,7 +12,30 @@ KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefi
       enable_prefix_caching_(enable_prefix_caching),
       pool_(num_blocks),
       cache_(num_blocks, block_size) {
-  pool_.set_evict_hook([this](int block) { cache_.evict(block); });
+  pool_.set_evict_hook([this](int block) {
+    if (tier_ && cache_.is_cached(block)) {
+      evicted_.push_back(block);
+      evicted_keys_.push_back(cache_.key_of(block));
+      evicted_keys_.push_back(cache_.parent_key_of(block));
+      const auto t = cache_.tokens_of(block);
+      evicted_tokens_.insert(evicted_tokens_.end(), t.begin(), t.end());
+    }
+    cache_.evict(block);
+  });
+}
+
+void KvCacheManager::flush_evictions() {
+  if (evicted_.empty()) return;
+  std::vector<LowerKvTier::Evicted> blocks;
+  blocks.reserve(evicted_.size());
+  for (size_t i = 0; i < evicted_.size(); ++i) {
+    blocks.push_back({evicted_[i], evicted_keys_[2 * i], evicted_keys_[2 * i + 1],
+                      std::span<const int32_t>(evicted_tokens_).subspan(i * static_cast<size_t>(block_size_), block_size_)});
+  }
+  tier_->keep(blocks);
+  evicted_.clear();
+  evicted_keys_.clear();
+  evicted_tokens_.clear();
 }
 
 std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
@@ -23,12 +46,48 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
   cache_.extend_hashes(seq.token_ids, max_blocks, seq.block_hashes);
   const int usable = std::min<int>(max_blocks, static_cast<int>(seq.block_hashes.size()));
   cache_.match(std::span<const uint64_t>(seq.block_hashes).first(usable), seq.token_ids, hits);
+  last_lower_hits_ = 0;
+  if (!tier_ || static_cast<int>(hits.size()) >= usable) return hits;
+  // The run continues in the lower tier: load it into fresh device blocks, which become cached device blocks.
+  const std::span<const int32_t> tokens(seq.token_ids);
+  std::vector<uint64_t> keys;
+  for (int i = static_cast<int>(hits.size()); i < usable; ++i) {
+    const uint64_t parent = i == 0 ? PrefixCache::kRootHash : seq.block_hashes[static_cast<size_t>(i - 1)];
+    if (!tier_->contains(seq.block_hashes[static_cast<size_t>(i)], parent,
+                         tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_)))
+      break;
+    keys.push_back(seq.block_hashes[static_cast<size_t>(i)]);
+  }
+  if (keys.empty()) return hits;
+  // The device hits must survive the allocation (unreferenced ones sit in the free list).
+  for (int b : hits) pool_.add_ref(b);
+  std::vector<int> fresh;
+  const int n = std::min<int>(static_cast<int>(keys.size()), pool_.num_free());
+  if (n > 0 && pool_.allocate(n, fresh)) {
+    flush_evictions();  // what the allocation evicted goes down before the loads reuse the blocks
+    const int loaded = tier_->load(std::span<const uint64_t>(keys).first(static_cast<size_t>(n)), fresh);
+    for (int j = 0; j < loaded; ++j) {
+      cache_.insert(fresh[static_cast<size_t>(j)], seq.block_hashes, static_cast<int>(hits.size()) + j, seq.token_ids);
+    }
+    // Loaded blocks go back to the free list's tail as cached blocks; the rest were never written.
+    std::vector<int> back(fresh.rbegin(), fresh.rend());
+    pool_.release(back);
+    for (int j = 0; j < loaded; ++j) hits.push_back(fresh[static_cast<size_t>(j)]);
+    last_lower_hits_ = loaded;
+  }
+  // Drop the protection (the caller takes its own references), device hits first in the list's order.
+  std::vector<int> protected_hits(hits.begin(), hits.end() - last_lower_hits_);
+  std::reverse(protected_hits.begin(), protected_hits.end());
+  pool_.release(protected_hits);
   return hits;
 }
 
 void KvCacheManager::record_prefix_lookup(int num_tokens, int num_hit_tokens) {
   queried_tokens_ += static_cast<uint64_t>(num_tokens);
   hit_tokens_ += static_cast<uint64_t>(num_hit_tokens);
+  // The last lookup's blocks from the lower tier (the lookup just made for this admission).
+  lower_hit_blocks_ += static_cast<uint64_t>(last_lower_hits_);
+  last_lower_hits_ = 0;
 }
 
 int KvCacheManager::num_blocks_to_allocate(const Sequence& seq, int num_new_tokens,
@@ -56,6 +115,7 @@ bool KvCacheManager::allocate_slots(Sequence& seq, int num_new_tokens, std::span
   }
   const bool ok = pool_.allocate(needed, seq.block_table);
   PEREGRINE_CHECK(ok, "block pool allocation failed after the free count check");
+  if (tier_) flush_evictions();
   return true;
 }
 

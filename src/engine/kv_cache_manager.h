@@ -12,6 +12,26 @@
 
 namespace peregrine::engine {
 
+// A tier of the prefix cache below the device (host memory): it keeps the content of cached device blocks that
+// the pool reuses, and loads it back into fresh device blocks on a later hit. A block is identified as the
+// prefix cache identifies it: its key, its parent's key and its tokens (so a hash collision never serves wrong KV).
+class LowerKvTier {
+ public:
+  virtual ~LowerKvTier() = default;
+  struct Evicted {
+    int block;
+    uint64_t key, parent_key;
+    std::span<const int32_t> tokens;  // valid during the call only
+  };
+  // Cached device blocks about to be reused: keep their content. Called before any later step writes them.
+  virtual void keep(std::span<const Evicted> blocks) = 0;
+  // Whether the tier holds this block (and marks it recently used).
+  virtual bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) = 0;
+  // Copies the held blocks with these keys into the device blocks (same order); steps enqueued afterwards see
+  // them. Returns how many leading ones it loaded (a key it no longer holds ends the run).
+  virtual int load(std::span<const uint64_t> keys, std::span<const int> blocks) = 0;
+};
+
 class KvCacheManager {
  public:
   KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching);
@@ -44,6 +64,12 @@ class KvCacheManager {
   // Releases seq's blocks past those holding its first num_tokens positions (rejected drafts' blocks).
   void release_blocks_after(Sequence& seq, int num_tokens);
 
+  // The tier below the device (null: none). The manager keeps evicted cached blocks there and looks hits up there
+  // after the device's.
+  void set_lower_tier(LowerKvTier* tier) { tier_ = tier; }
+  // Blocks of admitted lookups that came from the lower tier (counted by record_prefix_lookup).
+  uint64_t num_lower_tier_hit_blocks() const { return lower_hit_blocks_; }
+
   uint64_t num_queried_tokens() const { return queried_tokens_; }
   uint64_t num_hit_tokens() const { return hit_tokens_; }
 
@@ -52,6 +78,15 @@ class KvCacheManager {
   bool enable_prefix_caching_;
   BlockPool pool_;
   PrefixCache cache_;
+  // Hands the blocks evicted since the last call to the lower tier.
+  void flush_evictions();
+
+  LowerKvTier* tier_ = nullptr;
+  std::vector<int> evicted_;             // cached blocks the pool reused, not yet handed down
+  std::vector<uint64_t> evicted_keys_;   // [2 * i]: key, [2 * i + 1]: parent key
+  std::vector<int32_t> evicted_tokens_;  // block_size per block
+  int last_lower_hits_ = 0;
+  uint64_t lower_hit_blocks_ = 0;
   uint64_t queried_tokens_ = 0;
   uint64_t hit_tokens_ = 0;
 };

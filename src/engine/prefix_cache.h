@@ -29,6 +29,12 @@ class PrefixCache {
   // Forgets block if it is cached.
   void evict(int block);
   bool is_cached(int block) const { return cached_[block]; }
+  // A cached block's identity: its key, its parent's key, its tokens.
+  uint64_t key_of(int block) const { return keys_[block]; }
+  uint64_t parent_key_of(int block) const { return parent_keys_[block]; }
+  std::span<const int32_t> tokens_of(int block) const {
+    return std::span<const int32_t>(tokens_).subspan(static_cast<size_t>(block) * block_size_, block_size_);
+  }
   size_t size() const { return map_.size(); }
 
  private:

@@ -121,6 +121,15 @@ void EngineConfig::validate() const {
          " is not supported yet: Peregrine runs a model on one device (use 1)");
   }
   if (num_threads < 0) fail("num_threads must be >= 0, got " + std::to_string(num_threads));
+  if (!(kv_offloading_size >= 0.0 && kv_offloading_size <= 1 << 20)) {
+    fail("kv_offloading_size must be in [0, 1048576] GiB, got " + num(kv_offloading_size));
+  }
+  if (!kv_cache_dir.empty() && !(kv_offloading_size > 0.0)) {
+    fail("kv_cache_dir needs kv_offloading_size > 0: the disk tier keeps what the host tier receives");
+  }
+  if (!(kv_cache_disk_gb > 0.0 && kv_cache_disk_gb <= 1e9)) {
+    fail("kv_cache_disk_gb must be in (0, 1e9], got " + num(kv_cache_disk_gb));
+  }
   speculative.validate();
 }
 

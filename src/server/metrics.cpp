@@ -93,6 +93,21 @@ std::string OpenAiServer::metrics_text() const {
             static_cast<double>(s.prefix_cache_queries));
   w.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in prompt tokens.",
             static_cast<double>(s.prefix_cache_hits));
+  w.counter_by("peregrine:prefix_cache_hits_total", "Prefix cache hits by the tier that held them, in prompt tokens.",
+               "tier", {{"device", static_cast<double>(s.prefix_cache_hits - s.prefix_cache_host_hits)},
+                        {"host", static_cast<double>(s.prefix_cache_host_hits - s.prefix_cache_disk_hits)},
+                        {"disk", static_cast<double>(s.prefix_cache_disk_hits)}});
+  w.counter_by("peregrine:kv_disk_bytes_total", "KV bytes written to and read from the disk tier.", "direction",
+               {{"written", static_cast<double>(s.kv_disk_bytes_written)},
+                {"read", static_cast<double>(s.kv_disk_bytes_read)}});
+  w.counter("peregrine:kv_disk_dropped_files_total", "Disk-tier files found truncated, corrupted or foreign.",
+            static_cast<double>(s.kv_disk_dropped_bad));
+  w.gauge("peregrine:kv_disk_blocks", "Blocks the prefix cache's disk tier holds.", static_cast<double>(s.kv_disk_blocks));
+  w.counter_by("peregrine:kv_offload_bytes_total", "KV bytes copied between the device and the host tier.", "direction",
+               {{"to_host", static_cast<double>(s.kv_offload_bytes_to_host)},
+                {"from_host", static_cast<double>(s.kv_offload_bytes_from_host)}});
+  w.gauge("peregrine:host_kv_blocks", "Blocks the prefix cache's host tier can hold.", s.host_kv_blocks);
+  w.gauge("peregrine:host_kv_blocks_used", "Blocks the prefix cache's host tier holds.", s.host_kv_blocks_used);
   w.gauge("peregrine:prefix_cache_hit_rate", "Prefix cache hits over queries since start.",
           s.prefix_cache_queries ? static_cast<double>(s.prefix_cache_hits) / static_cast<double>(s.prefix_cache_queries)
                                  : 0.0);

@@ -174,7 +174,8 @@ void LookaheadProposer::propose_tree(const std::vector<int32_t>& context, int64_
       }
     }
     if (trie_.size() == 1) continue;
-    const int tree_nodes = config_.max_tree_tokens > 0 && config_.num_branches > 1 ? config_.max_tree_tokens : 0;
+    const int tree_nodes =
+        config_.max_tree_tokens > 0 && config_.num_branches > 1 ? std::min(config_.max_tree_tokens, node_limit_) : 0;
     if (tree_nodes == 0) {
       // The heaviest path.
       int32_t node = 0;

@@ -27,6 +27,7 @@ class LookaheadProposer final : public Proposer {
   void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override;
   void observe(const Sequence& seq) override;
   void forget(const Sequence& seq) override;
+  void set_tree_node_limit(int nodes) override { node_limit_ = nodes; }
 
   // For tests and stats.
   int64_t cached_tokens() const { return cached_tokens_; }
@@ -75,6 +76,7 @@ class LookaheadProposer final : public Proposer {
   };
   std::vector<Node> trie_;
   std::vector<int32_t> path_;
+  int node_limit_ = 1 << 30;  // the engine's cap on a tree's nodes
 };
 
 }  // namespace peregrine::engine

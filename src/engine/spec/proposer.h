@@ -23,6 +23,9 @@ class Proposer {
   virtual void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) = 0;
   // seq's token_ids grew (prompt admitted, tokens accepted): caches that learn from text see the new tokens.
   virtual void observe(const Sequence& seq) { (void)seq; }
+  // Token trees of the next propose() calls have at most this many nodes (the engine's controller lowers it where
+  // verifying big trees costs more than they gain); chains are limited by max_drafts alone.
+  virtual void set_tree_node_limit(int nodes) { (void)nodes; }
   // seq ended (finished or aborted): per-sequence state can go.
   virtual void forget(const Sequence& seq) { (void)seq; }
 };

@@ -4,6 +4,22 @@
 #include <algorithm>
 
 namespace peregrine::engine {
+namespace {
+constexpr double kStepDecay = 0.9;     // the slope forgets a step with drafts in ~10 of them
+constexpr double kPlainWeight = 0.2;   // the plain step time: an average over ~5 such steps
+constexpr double kMinRowSpread = 0.01;  // variance of draft rows, relative to their mean squared, to fit a line
+constexpr double kGainDecay = 0.98;    // the gain forgets a verification in ~50 pure decode steps
+constexpr double kPriorWeight = 2.0;   // verifications the prior of an arm's increment counts as
+constexpr double kPriorAcceptance = 0.5;  // accepted per drafted row before anything is measured
+}  // namespace
+
+SpecController::SpecController(int max_drafts) {
+  max_drafts = std::max(1, max_drafts);
+  limits_.push_back(0);
+  for (int l = 1; l < max_drafts; l *= 2) limits_.push_back(l);
+  limits_.push_back(max_drafts);
+  gain_.assign(limits_.size(), Gain{});
+}
 
 size_t SpecController::bucket(int batch) {
   size_t b = 0;
@@ -11,22 +27,133 @@ size_t SpecController::bucket(int batch) {
   return b;
 }
 
-bool SpecController::speculate(int batch) {
-  Bucket& b = buckets_[bucket(batch)];
-  ++b.decisions;
-  if (b.samples[1] < kWarmSteps && b.samples[1] <= b.samples[0]) return true;
-  if (b.samples[0] < kWarmSteps) return false;
-  const bool best = b.rate[1] >= b.rate[0];
-  return b.decisions % kExploreEvery == 0 ? !best : best;
+int SpecController::arm_of(int limit) const {
+  const auto it = std::find(limits_.begin(), limits_.end(), limit);
+  return it == limits_.end() ? -1 : static_cast<int>(it - limits_.begin());
 }
 
-void SpecController::record(int batch, bool speculated, int tokens, double seconds) {
-  if (seconds <= 0 || tokens <= 0) return;
+void SpecController::estimate(size_t arm, double& accepted, double& rows) const {
+  accepted = 0;
+  rows = 0;
+  for (size_t a = 1; a <= arm; ++a) {
+    const Gain& g = gain_[a];
+    const double width = limits_[a] - limits_[a - 1];
+    const double drows = g.n > 0.5 ? g.rows / g.n : width;
+    const double rate = rows > 0 ? accepted / rows : kPriorAcceptance;
+    accepted += (g.accepted + kPriorWeight * rate * drows) / (g.n + kPriorWeight);
+    rows += drows;
+  }
+}
+
+double SpecController::mean_accepted(int limit) const {
+  const int a = arm_of(limit);
+  if (a < 0) return 0.0;
+  double accepted, rows;
+  estimate(static_cast<size_t>(a), accepted, rows);
+  return accepted;
+}
+
+double SpecController::predict(const Bucket& b, int batch, size_t arm) const {
+  if (b.plain_seconds <= 0) return 0.0;
+  double accepted, rows_per_seq;
+  estimate(arm, accepted, rows_per_seq);
+  if (arm == 0) return batch / b.plain_seconds;
+  // Steps with drafts: the fitted line where their rows spread enough, else a line through the plain step's time.
+  double intercept = b.plain_seconds, slope = 0.0;
+  if (b.sw > 0) {
+    const double mean_d = b.sd / b.sw, mean_t = b.st / b.sw;
+    const double var = b.sdd / b.sw - mean_d * mean_d;
+    if (var >= kMinRowSpread * mean_d * mean_d && var > 0) {
+      slope = std::max(0.0, (b.std / b.sw - mean_d * mean_t) / var);
+      intercept = std::max(0.0, mean_t - slope * mean_d);
+    } else if (b.sdd > 0) {
+      slope = std::max(0.0, (b.std - b.plain_seconds * b.sd) / b.sdd);
+    }
+  }
+  const double propose_per_row = b.propose_rows > 0 ? b.propose_seconds / b.propose_rows : 0.0;
+  const double seconds = intercept + slope * batch * rows_per_seq + propose_per_row * rows_per_seq;
+  return seconds > 0 ? batch * (1 + accepted) / seconds : 0.0;
+}
+
+int SpecController::best_arm(const Bucket& b, int batch) const {
+  int best = 0;
+  double best_rate = predict(b, batch, 0);
+  for (size_t a = 1; a < limits_.size(); ++a) {
+    const double r = predict(b, batch, a);
+    if (r > best_rate) {
+      best = static_cast<int>(a);
+      best_rate = r;
+    }
+  }
+  return best;
+}
+
+double SpecController::predicted_rate(int batch, int limit) const {
+  const int a = arm_of(limit);
+  return a < 0 ? 0.0 : predict(buckets_[bucket(batch)], batch, static_cast<size_t>(a));
+}
+
+int SpecController::best_limit(int batch) const {
+  return limits_[static_cast<size_t>(best_arm(buckets_[bucket(batch)], batch))];
+}
+
+int SpecController::draft_limit(int batch) {
   Bucket& b = buckets_[bucket(batch)];
-  const int m = speculated ? 1 : 0;
-  const double x = tokens / seconds;
-  b.rate[m] = b.samples[m] == 0 ? x : 0.8 * b.rate[m] + 0.2 * x;
-  ++b.samples[m];
+  ++b.decisions;
+  const size_t top = limits_.size() - 1;
+  if (b.steps_at_one == 0) return limits_[1];
+  if (b.steps_at_zero == 0) return 0;
+  // A second limit with drafts tells the cost line's intercept (switching to a verify step) from its slope.
+  if (b.steps_at_two == 0 && top >= 2) return limits_[2];
+  const int best = best_arm(b, batch);
+  if (b.decisions >= b.next_trial) {
+    const bool changed = best != b.last_best;
+    b.last_best = best;
+    b.interval = changed ? kExploreEvery : std::min(kExploreMax, 2 * b.interval);
+    b.next_trial = b.decisions + static_cast<uint64_t>(b.interval);
+    if (static_cast<size_t>(best) < top) return limits_[static_cast<size_t>(best) + 1];
+  }
+  return limits_[static_cast<size_t>(best)];
+}
+
+void SpecController::record_verify(int limit, std::span<const int32_t> path, int num_drafts) {
+  int below_accepted = 0, below_rows = 0;
+  for (size_t a = 1; a < limits_.size() && limits_[a] <= limit; ++a) {
+    const int l = limits_[a];
+    int accepted = 0;
+    while (accepted < static_cast<int>(path.size()) && path[static_cast<size_t>(accepted)] < l) ++accepted;
+    const int rows = std::min(num_drafts, l);
+    gain_[a].n += 1;
+    gain_[a].accepted += accepted - below_accepted;
+    gain_[a].rows += rows - below_rows;
+    below_accepted = accepted;
+    below_rows = rows;
+  }
+}
+
+void SpecController::record_step(int batch, int limit, int rows, double seconds, double propose_seconds) {
+  if (seconds <= 0 || rows <= 0 || batch <= 0) return;
+  for (Gain& g : gain_) {
+    g.n *= kGainDecay;
+    g.accepted *= kGainDecay;
+    g.rows *= kGainDecay;
+  }
+  Bucket& b = buckets_[bucket(batch)];
+  if (limit == limits_[1]) ++b.steps_at_one;
+  if (limits_.size() > 2 && limit == limits_[2]) ++b.steps_at_two;
+  if (limit == 0) ++b.steps_at_zero;
+  const double t = seconds - propose_seconds, d = rows - batch;
+  if (limit == 0 || d <= 0) {
+    b.plain_seconds = b.plain_seconds == 0 ? t : (1 - kPlainWeight) * b.plain_seconds + kPlainWeight * t;
+    return;
+  }
+  b.sw = kStepDecay * b.sw + 1;
+  b.st = kStepDecay * b.st + t;
+  b.sd = kStepDecay * b.sd + d;
+  b.sdd = kStepDecay * b.sdd + d * d;
+  b.std = kStepDecay * b.std + t * d;
+  b.propose_seconds = kStepDecay * b.propose_seconds + propose_seconds;
+  b.propose_rows = kStepDecay * b.propose_rows + d / batch;
 }
 
 }  // namespace peregrine::engine

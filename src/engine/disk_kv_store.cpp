@@ -1,0 +1,302 @@
+// DiskKvStore (see disk_kv_store.h).
+#include "engine/disk_kv_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "core/status.h"
+
+namespace peregrine::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'P', 'G', 'K', 'V', 'B', 'L', 'K', '1'};
+
+struct Header {
+  char magic[8];
+  uint64_t identity;
+  uint64_t key;
+  uint64_t parent_key;
+  uint32_t block_size;
+  uint32_t reserved;
+  uint64_t payload_bytes;
+  uint64_t checksum;
+};
+static_assert(sizeof(Header) == 56);
+
+uint64_t checksum_of(std::span<const int32_t> tokens, const std::byte* payload, size_t n) {
+  return XXH3_64bits_withSeed(payload, n, XXH3_64bits(tokens.data(), tokens.size_bytes()));
+}
+
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool read_all(int fd, void* dst, size_t n) {
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* src, size_t n) {
+  const auto* p = static_cast<const char*>(src);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+DiskKvStore::DiskKvStore(Config config) : config_(std::move(config)) {
+  if (config_.payload_bytes == 0 || config_.block_size <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "kv_cache_dir: the disk tier needs a KV layout");
+  path_ = (fs::path(config_.dir) / hex16(config_.identity)).string();
+  std::error_code ec;
+  fs::create_directories(path_, ec);
+  if (ec || !fs::is_directory(path_))
+    throw Error(ErrorCode::kInvalidArgument, "kv_cache_dir: cannot create " + path_ + ": " + ec.message());
+  index_existing();
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+DiskKvStore::~DiskKvStore() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+std::string DiskKvStore::file_of(uint64_t key) const { return path_ + "/" + hex16(key) + ".kv"; }
+
+void DiskKvStore::index_existing() {
+  struct Found {
+    fs::file_time_type time;
+    uint64_t key;
+    Entry entry;
+  };
+  std::vector<Found> found;
+  const size_t tokens_bytes = sizeof(int32_t) * static_cast<size_t>(config_.block_size);
+  const uint64_t want_size = sizeof(Header) + tokens_bytes + config_.payload_bytes;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(path_, ec)) {
+    const fs::path p = f.path();
+    if (p.extension() == ".tmp") {  // a write that never finished
+      fs::remove(p, ec);
+      continue;
+    }
+    if (p.extension() != ".kv") continue;
+    auto bad = [&](const char* why) {
+      std::fprintf(stderr, "peregrine: KV disk tier: dropped %s: %s\n", p.string().c_str(), why);
+      fs::remove(p, ec);
+      ++stats_.dropped_bad;
+    };
+    const int fd = ::open(p.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    Header h{};
+    std::vector<int32_t> tokens(static_cast<size_t>(config_.block_size));
+    const bool ok = read_all(fd, &h, sizeof h) && read_all(fd, tokens.data(), tokens_bytes);
+    ::close(fd);
+    std::error_code size_ec;
+    const uint64_t size = fs::file_size(p, size_ec);
+    if (!ok || size_ec) {
+      bad("truncated header");
+    } else if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+      bad("not a Peregrine KV block (bad magic)");
+    } else if (h.identity != config_.identity || h.block_size != static_cast<uint32_t>(config_.block_size) ||
+               h.payload_bytes != config_.payload_bytes) {
+      bad("written for another model, dtype or KV layout");
+    } else if (size != want_size) {
+      bad("truncated or padded (size disagrees with its header)");
+    } else if (p.stem().string() != hex16(h.key)) {
+      bad("its name disagrees with its key");
+    } else {
+      found.push_back({f.last_write_time(ec), h.key, Entry{h.parent_key, std::move(tokens), size, {}}});
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.time < b.time; });
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Found& f : found) {
+    f.entry.lru = lru_.insert(lru_.end(), f.key);
+    stats_.held_bytes += f.entry.bytes;
+    index_.emplace(f.key, std::move(f.entry));
+  }
+  stats_.found_at_start = index_.size();
+  while (stats_.held_bytes > config_.max_bytes && !lru_.empty()) {
+    drop_locked(lru_.front(), false);
+    ++stats_.evicted;
+  }
+  stats_.held_blocks = index_.size();
+}
+
+void DiskKvStore::drop_locked(uint64_t key, bool bad) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  std::error_code ec;
+  fs::remove(file_of(key), ec);
+  stats_.held_bytes -= it->second.bytes;
+  lru_.erase(it->second.lru);
+  index_.erase(it);
+  stats_.held_blocks = index_.size();
+  if (bad) ++stats_.dropped_bad;
+}
+
+void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || index_.count(key) || queued_keys_.count(key)) return;
+  if (queued_bytes_ + config_.payload_bytes > config_.max_queued_bytes ||
+      config_.payload_bytes + sizeof(Header) > config_.max_bytes) {
+    ++stats_.dropped_full;
+    return;
+  }
+  Job job{key, parent_key, std::vector<int32_t>(tokens.begin(), tokens.end()),
+          std::vector<std::byte>(payload, payload + config_.payload_bytes)};
+  queued_bytes_ += config_.payload_bytes;
+  queued_keys_[key] = true;
+  queue_.push_back(std::move(job));
+  wake_.notify_one();
+}
+
+void DiskKvStore::writer_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) {
+      if (stopping_) return;
+      continue;
+    }
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    write_one(job);
+    lock.lock();
+    writing_ = false;
+    queued_bytes_ -= config_.payload_bytes;
+    queued_keys_.erase(job.key);
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+void DiskKvStore::write_one(const Job& job) {
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.identity = config_.identity;
+  h.key = job.key;
+  h.parent_key = job.parent_key;
+  h.block_size = static_cast<uint32_t>(config_.block_size);
+  h.payload_bytes = config_.payload_bytes;
+  h.checksum = checksum_of(job.tokens, job.payload.data(), job.payload.size());
+  const std::string final_name = file_of(job.key), tmp = final_name + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  bool ok = fd >= 0 && write_all(fd, &h, sizeof h) && write_all(fd, job.tokens.data(), job.tokens.size() * sizeof(int32_t)) &&
+            write_all(fd, job.payload.data(), job.payload.size());
+  if (fd >= 0) ok = ::close(fd) == 0 && ok;
+  if (ok) ok = ::rename(tmp.c_str(), final_name.c_str()) == 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ok) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    if (stats_.dropped_full++ == 0)
+      std::fprintf(stderr, "peregrine: KV disk tier: cannot write %s (%s); blocks that do not fit are not kept\n",
+                   tmp.c_str(), std::strerror(errno));
+    return;
+  }
+  const uint64_t bytes = sizeof(Header) + job.tokens.size() * sizeof(int32_t) + job.payload.size();
+  Entry e{job.parent_key, job.tokens, bytes, lru_.insert(lru_.end(), job.key)};
+  index_.emplace(job.key, std::move(e));
+  stats_.held_bytes += bytes;
+  ++stats_.blocks_written;
+  stats_.bytes_written += bytes;
+  while (stats_.held_bytes > config_.max_bytes && lru_.size() > 1) {
+    drop_locked(lru_.front(), false);
+    ++stats_.evicted;
+  }
+  stats_.held_blocks = index_.size();
+}
+
+bool DiskKvStore::contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it == index_.end() || it->second.parent_key != parent_key ||
+      !std::equal(tokens.begin(), tokens.end(), it->second.tokens.begin(), it->second.tokens.end()))
+    return false;
+  lru_.splice(lru_.end(), lru_, it->second.lru);
+  return true;
+}
+
+bool DiskKvStore::read(uint64_t key, std::byte* dst, uint64_t& parent_key_out, std::vector<int32_t>& tokens_out) {
+  uint64_t parent_key;
+  std::vector<int32_t> want_tokens;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return false;
+    parent_key = it->second.parent_key;
+    want_tokens = it->second.tokens;
+  }
+  const std::string name = file_of(key);
+  auto bad = [&](const char* why) {
+    std::fprintf(stderr, "peregrine: KV disk tier: dropped %s: %s\n", name.c_str(), why);
+    std::lock_guard<std::mutex> lock(mutex_);
+    drop_locked(key, true);
+    return false;
+  };
+  const int fd = ::open(name.c_str(), O_RDONLY);
+  if (fd < 0) return bad("cannot be opened");
+  Header h{};
+  std::vector<int32_t> tokens(static_cast<size_t>(config_.block_size));
+  bool ok = read_all(fd, &h, sizeof h) && read_all(fd, tokens.data(), tokens.size() * sizeof(int32_t)) &&
+            read_all(fd, dst, config_.payload_bytes);
+  char extra;
+  const bool at_end = ok && ::read(fd, &extra, 1) == 0;
+  ::close(fd);
+  if (!ok) return bad("truncated");
+  if (!at_end) return bad("longer than its header says");
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.identity != config_.identity || h.key != key ||
+      h.parent_key != parent_key || h.payload_bytes != config_.payload_bytes || tokens != want_tokens)
+    return bad("its header disagrees with the index (foreign or overwritten)");
+  if (h.checksum != checksum_of(tokens, dst, config_.payload_bytes)) return bad("checksum mismatch (corrupted)");
+  parent_key_out = parent_key;
+  tokens_out = std::move(tokens);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.blocks_read;
+  stats_.bytes_read += config_.payload_bytes;
+  return true;
+}
+
+void DiskKvStore::flush() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+DiskKvStore::Stats DiskKvStore::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+}  // namespace peregrine::engine

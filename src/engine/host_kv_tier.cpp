@@ -1,0 +1,149 @@
+// HostKvTier (see host_kv_tier.h).
+#include "engine/host_kv_tier.h"
+
+#include <algorithm>
+
+namespace peregrine::engine {
+
+HostKvTier::HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::unique_ptr<DiskKvStore> disk)
+    : kv_(kv), host_(backend, kv.config(), num_slots), slots_(static_cast<size_t>(num_slots)), disk_(std::move(disk)) {
+  for (int s = num_slots - 1; s >= 0; --s) free_.push_back(s);
+}
+
+HostKvTier::~HostKvTier() {
+  for (int s : to_disk_) write_through(s);
+}
+
+void HostKvTier::write_through(int s) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  if (!slot.to_disk) return;
+  kv_.wait(slot.ticket);
+  slot.to_disk = false;
+  if (slot.used && disk_) disk_->put(slot.key, slot.parent_key, slot.tokens, host_.slot(s));
+}
+
+void HostKvTier::poll() {
+  if (to_disk_.empty()) return;
+  size_t kept = 0;
+  for (int s : to_disk_) {
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    if (!slot.to_disk) continue;
+    if (kv_.transfer_done(slot.ticket)) {
+      write_through(s);
+    } else {
+      to_disk_[kept++] = s;
+    }
+  }
+  to_disk_.resize(kept);
+}
+
+int HostKvTier::take_slot() {
+  if (!free_.empty()) {
+    const int s = free_.back();
+    free_.pop_back();
+    return s;
+  }
+  const int s = lru_.front();
+  Slot& old = slots_[static_cast<size_t>(s)];
+  if (old.pinned) return -1;
+  write_through(s);
+  by_key_.erase(old.key);
+  lru_.erase(old.lru);
+  old.used = false;
+  ++stats_.dropped;
+  return s;
+}
+
+void HostKvTier::keep(std::span<const Evicted> blocks) {
+  if (host_.num_slots() == 0 || blocks.empty()) return;
+  std::vector<int> device, host;
+  for (const Evicted& e : blocks) {
+    if (by_key_.count(e.key)) continue;  // already held (an earlier copy of the same content)
+    const int s = take_slot();
+    if (s < 0) break;
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    slot.key = e.key;
+    slot.parent_key = e.parent_key;
+    slot.tokens.assign(e.tokens.begin(), e.tokens.end());
+    slot.used = true;
+    slot.lru = lru_.insert(lru_.end(), s);
+    by_key_[e.key] = s;
+    device.push_back(e.block);
+    host.push_back(s);
+  }
+  if (device.empty()) return;
+  const uint64_t ticket = kv_.swap_out(device, host_, host);
+  kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
+  for (int s : host) {
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    slot.ticket = ticket;
+    if (disk_) {
+      slot.to_disk = true;
+      to_disk_.push_back(s);
+    }
+  }
+  poll();  // host backends copy at once: straight to the disk queue
+  ++stats_.transfers_down;
+  stats_.blocks_down += device.size();
+  stats_.bytes_down += device.size() * host_.slot_bytes();
+}
+
+bool HostKvTier::contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) {
+    if (disk_ && disk_->contains(key, parent_key, tokens)) {
+      ++stats_.hits;
+      return true;
+    }
+    return false;
+  }
+  Slot& slot = slots_[static_cast<size_t>(it->second)];
+  if (slot.parent_key != parent_key || !std::equal(tokens.begin(), tokens.end(), slot.tokens.begin(), slot.tokens.end()))
+    return false;
+  lru_.splice(lru_.end(), lru_, slot.lru);
+  ++stats_.hits;
+  return true;
+}
+
+int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks) {
+  std::vector<int> host;
+  for (uint64_t key : keys) {
+    if (host.size() >= blocks.size()) break;
+    auto it = by_key_.find(key);
+    int s = -1;
+    if (it != by_key_.end()) {
+      s = it->second;
+      lru_.splice(lru_.end(), lru_, slots_[static_cast<size_t>(s)].lru);
+    } else if (disk_) {
+      // Read it back from disk into a host slot (once no transfer uses that slot any more).
+      s = take_slot();
+      if (s < 0) break;
+      Slot& slot = slots_[static_cast<size_t>(s)];
+      kv_.wait(slot.ticket);
+      if (!disk_->read(key, host_.slot(s), slot.parent_key, slot.tokens)) {
+        free_.push_back(s);
+        break;
+      }
+      slot.key = key;
+      slot.used = true;
+      slot.to_disk = false;
+      slot.lru = lru_.insert(lru_.end(), s);
+      by_key_[key] = s;
+      ++stats_.disk_loads;
+    } else {
+      break;
+    }
+    slots_[static_cast<size_t>(s)].pinned = true;
+    host.push_back(s);
+  }
+  for (int s : host) slots_[static_cast<size_t>(s)].pinned = false;
+  if (host.empty()) return 0;
+  const uint64_t ticket = kv_.swap_in(host_, host, blocks.first(host.size()));  // the compute queue waits for it
+  for (int s : host) slots_[static_cast<size_t>(s)].ticket = ticket;
+  ++stats_.transfers_up;
+  stats_.blocks_up += host.size();
+  stats_.bytes_up += host.size() * host_.slot_bytes();
+  return static_cast<int>(host.size());
+}
+
+}  // namespace peregrine::engine

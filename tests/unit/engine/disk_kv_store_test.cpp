@@ -1,0 +1,166 @@
+// DiskKvStore: blocks written in the background read back bit-identical, survive a restart, and a truncated,
+// corrupted, foreign or half-written file is dropped (and never served).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "engine/disk_kv_store.h"
+
+namespace peregrine::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("peregrine_disk_kv_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+DiskKvStore::Config config_for(const fs::path& dir, uint64_t identity = 42) {
+  DiskKvStore::Config c;
+  c.dir = dir.string();
+  c.max_bytes = 1 << 20;
+  c.identity = identity;
+  c.block_size = 4;
+  c.payload_bytes = 1000;
+  return c;
+}
+
+std::vector<std::byte> payload_of(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> p(1000);
+  for (auto& b : p) b = static_cast<std::byte>(rng());
+  return p;
+}
+
+std::vector<int32_t> tokens_of(uint64_t key) {
+  return {static_cast<int32_t>(key), 7, 8, static_cast<int32_t>(key * 3)};
+}
+
+void put_blocks(DiskKvStore& s, int n) {
+  for (int k = 1; k <= n; ++k) {
+    const auto p = payload_of(static_cast<uint32_t>(k));
+    s.put(static_cast<uint64_t>(k), static_cast<uint64_t>(k - 1), tokens_of(static_cast<uint64_t>(k)), p.data());
+  }
+  s.flush();
+}
+
+TEST(DiskKvStore, BlocksReadBackBitIdenticalAndSurviveARestart) {
+  TempDir dir;
+  {
+    DiskKvStore s(config_for(dir.path));
+    put_blocks(s, 5);
+    EXPECT_EQ(s.stats().blocks_written, 5u);
+    for (uint64_t k = 1; k <= 5; ++k) {
+      EXPECT_TRUE(s.contains(k, k - 1, tokens_of(k)));
+      EXPECT_FALSE(s.contains(k, k, tokens_of(k)));  // another parent: another prefix
+      std::vector<std::byte> got(1000);
+      uint64_t parent = 0;
+      std::vector<int32_t> tokens;
+      ASSERT_TRUE(s.read(k, got.data(), parent, tokens));
+      EXPECT_EQ(got, payload_of(static_cast<uint32_t>(k)));
+      EXPECT_EQ(parent, k - 1);
+      EXPECT_EQ(tokens, tokens_of(k));
+    }
+  }
+  DiskKvStore again(config_for(dir.path));
+  EXPECT_EQ(again.stats().found_at_start, 5u);
+  std::vector<std::byte> got(1000);
+  uint64_t parent = 0;
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(again.read(3, got.data(), parent, tokens));
+  EXPECT_EQ(got, payload_of(3));
+  // Another model (identity) keeps its own folder and sees none of them.
+  DiskKvStore other(config_for(dir.path, 43));
+  EXPECT_EQ(other.stats().found_at_start, 0u);
+  EXPECT_FALSE(other.contains(3, 2, tokens_of(3)));
+}
+
+TEST(DiskKvStore, BadFilesAreDroppedNeverServed) {
+  TempDir dir;
+  std::string folder;
+  {
+    DiskKvStore s(config_for(dir.path));
+    put_blocks(s, 6);
+    folder = s.path();
+  }
+  auto file = [&](uint64_t k) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%016llx.kv", static_cast<unsigned long long>(k));
+    return fs::path(folder) / name;
+  };
+  // 1: truncated; 2: a payload byte flipped; 3: a header from another identity; 4: a half-written .tmp.
+  fs::resize_file(file(1), fs::file_size(file(1)) - 10);
+  {
+    std::fstream f(file(2), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x5a');
+  }
+  {
+    std::fstream f(file(3), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    const uint64_t foreign = 777;
+    f.write(reinterpret_cast<const char*>(&foreign), sizeof foreign);
+  }
+  fs::copy_file(file(4), fs::path(folder) / "00000000000000aa.kv.tmp");
+  DiskKvStore s(config_for(dir.path));
+  EXPECT_EQ(s.stats().found_at_start, 4u);  // 2, 4, 5, 6: the truncated and the foreign one are dropped at once
+  EXPECT_EQ(s.stats().dropped_bad, 2u);
+  EXPECT_FALSE(fs::exists(file(1)));
+  EXPECT_FALSE(fs::exists(fs::path(folder) / "00000000000000aa.kv.tmp"));
+  std::vector<std::byte> got(1000);
+  uint64_t parent = 0;
+  std::vector<int32_t> tokens;
+  EXPECT_FALSE(s.read(1, got.data(), parent, tokens));
+  EXPECT_FALSE(s.read(2, got.data(), parent, tokens));  // the checksum catches the flipped byte
+  EXPECT_EQ(s.stats().dropped_bad, 3u);
+  EXPECT_FALSE(fs::exists(file(2)));
+  EXPECT_FALSE(s.contains(2, 1, tokens_of(2)));
+  ASSERT_TRUE(s.read(5, got.data(), parent, tokens));
+  EXPECT_EQ(got, payload_of(5));
+}
+
+TEST(DiskKvStore, StaysWithinItsBoundDroppingTheLeastRecentlyUsed) {
+  TempDir dir;
+  DiskKvStore::Config c = config_for(dir.path);
+  const uint64_t file_bytes = 56 + 4 * 4 + 1000;
+  c.max_bytes = 3 * file_bytes;
+  DiskKvStore s(c);
+  put_blocks(s, 2);
+  EXPECT_TRUE(s.contains(1, 0, tokens_of(1)));  // 1 is now more recent than 2
+  const auto p = payload_of(3);
+  s.put(3, 2, tokens_of(3), p.data());
+  const auto q = payload_of(4);
+  s.put(4, 3, tokens_of(4), q.data());
+  s.flush();
+  EXPECT_EQ(s.stats().held_blocks, 3u);
+  EXPECT_LE(s.stats().held_bytes, c.max_bytes);
+  EXPECT_FALSE(s.contains(2, 1, tokens_of(2)));
+  EXPECT_TRUE(s.contains(1, 0, tokens_of(1)));
+  EXPECT_EQ(s.stats().evicted, 1u);
+}
+
+TEST(DiskKvStore, AnUnusableFolderIsAClearError) {
+  TempDir dir;
+  const fs::path blocker = dir.path / "a_file";
+  std::ofstream(blocker) << "x";
+  try {
+    DiskKvStore s(config_for(blocker));
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_cache_dir"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace peregrine::engine
