@@ -19,6 +19,10 @@ struct EngineConfig {
   bool skip_tokenizer_init = false;
   std::string device = "auto";          // auto | cpu | cuda | ref
   std::string dtype = "auto";           // auto | float32 | bfloat16 | float16 (activations)
+  // vLLM's --quantization: empty = detect from the checkpoint's quantization_config; otherwise the method it must
+  // declare (gptq | awq | compressed-tensors, marlin aliases accepted); with random_weights the scheme to build
+  // (w4a16 | w8a16).
+  std::string quantization;
   int max_model_len = 0;                // 0 = the model's max_position_embeddings (capped by KV capacity)
   int max_num_seqs = 256;               // sequences running at once
   int max_num_batched_tokens = 0;       // token budget per step; 0 = max(2048, ...) chosen by the engine

@@ -94,9 +94,10 @@ class LLM(_EngineClient):
     block_size, seed, enforce_eager, generation_config, num_gpu_blocks_override, kv_cache_memory_bytes,
     kv_offloading_size (GiB of host memory for the prefix cache's host tier), kv_cache_dir and kv_cache_disk_gb (its
     disk tier, kept across restarts),
-    tensor_parallel_size (1), speculative_config (vLLM's dict: ngram, lookahead, draft_model, self). quantization
-    and kv_cache_dtype other than "auto" are refused until Peregrine implements them; unknown arguments raise
-    TypeError.
+    tensor_parallel_size (1), speculative_config (vLLM's dict: ngram, lookahead, draft_model, self), quantization
+    (gptq, awq, compressed-tensors or vLLM's marlin aliases: checked against the checkpoint's quantization_config;
+    None detects it). kv_cache_dtype other than "auto" is refused until Peregrine implements it; unknown arguments
+    raise TypeError.
     """
 
     def __init__(self, model: str, *, tokenizer: Optional[str] = None, **kwargs: Any) -> None:

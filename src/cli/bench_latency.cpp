@@ -26,6 +26,7 @@ struct LatencyArgs {
   int iterations = 3;
   std::string device = "auto";
   std::string dtype = "auto";
+  std::string quantization;
   int threads = 0;
   bool json = false;
   std::string speculative_config;
@@ -78,6 +79,7 @@ void run_latency(const LatencyArgs& a) {
   ec.config_file = a.config_file;
   ec.device = a.device;
   ec.dtype = a.dtype;
+  ec.quantization = a.quantization;
   ec.num_threads = a.threads;
   ec.max_num_batched_tokens = prefill_budget;
   ec.max_num_seqs = a.batch_size;
@@ -195,6 +197,7 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--iterations", args->iterations, "Repeats (best is reported)")->capture_default_str();
   cmd->add_option("--device", args->device, "auto | cpu | cuda | ref")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--quantization,-q", args->quantization, "gptq | awq | compressed-tensors (checked against the checkpoint); with --random-weights: w4a16 | w8a16");
   cmd->add_option("--threads", args->threads, "CPU threads; 0 = all cores")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_option("--speculative-config", args->speculative_config, "Speculative decoding as JSON");

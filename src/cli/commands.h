@@ -12,5 +12,7 @@ void register_tokenize(CLI::App& app);       // tokenize + detokenize
 void register_chat_template(CLI::App& app);  // chat-template
 void register_serve(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_perplexity(CLI::App& app);
+void register_quantize(CLI::App& app);
 
 }  // namespace peregrine::cli

@@ -33,6 +33,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   std::string device = "auto";
   std::string dtype = "auto";
+  std::string quantization;
   int threads = 0;
   int max_num_batched_tokens = 2048;
   std::string speculative_config;
@@ -74,6 +75,7 @@ void run_generate(const GenerateArgs& a) {
   ec.model = a.model_dir;
   ec.device = a.device;
   ec.dtype = a.dtype;
+  ec.quantization = a.quantization;
   ec.num_threads = a.threads;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.max_num_seqs = std::max<int>(static_cast<int>(a.prompts.size() + id_prompts.size()), 1);
@@ -178,6 +180,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-sequence tokens");
   cmd->add_option("--device", args->device, "auto | cpu | cuda | ref")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
+  cmd->add_option("--quantization,-q", args->quantization, "gptq | awq | compressed-tensors (checked against the checkpoint); with --random-weights: w4a16 | w8a16");
   cmd->add_option("--threads", args->threads, "CPU threads; 0 = all cores")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens, "Tokens per forward step")
       ->capture_default_str();

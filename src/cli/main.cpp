@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   peregrine::cli::register_chat_template(app);
   peregrine::cli::register_bench(app);
   peregrine::cli::register_serve(app);
+  peregrine::cli::register_perplexity(app);
+  peregrine::cli::register_quantize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -153,6 +153,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   options.max_logits_rows = std::max(1, std::min(config.max_num_seqs, budget));
   options.random_weights = config.random_weights;
   options.random_seed = config.seed;
+  options.quantization = config.quantization;
   options.on_load_progress = config.on_load_progress;
   auto model = config.random_weights ? model::make_random_model(model_config, *backend, options)
                                      : model::load_model(model_dir, *backend, options);
@@ -186,6 +187,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     model::ModelOptions draft_options = options;
     draft_options.random_weights = false;
     draft_options.on_load_progress = nullptr;
+    draft_options.quantization.clear();  // the draft declares its own
     auto draft = model::load_model(spec.model, runner->backend(), draft_options);
     engine::RunnerOptions dro = runner_options;
     dro.verify_rows = 0;  // the drafter only decodes

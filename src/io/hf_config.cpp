@@ -2,6 +2,7 @@
 #include "io/hf_config.h"
 
 #include <fstream>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -223,9 +224,130 @@ ModelConfig parse_model_config(const std::string& text, const std::string& file)
     const json& q = root["quantization_config"];
     if (!q.is_object() || !q.contains("quant_method") || !q["quant_method"].is_string())
       throw Error(ErrorCode::kFormatError, file + ": field 'quantization_config.quant_method' must be a string");
-    c.quant_method = q["quant_method"].get<std::string>();
+    c.quant = parse_quant_config(q.dump(), file, "quantization_config.");
+    c.quant_method = c.quant.method;
   }
   return c;
+}
+
+QuantConfig parse_quant_config(const std::string& text, const std::string& file, const std::string& prefix) {
+  const json q = json::parse(text);
+  Fields f(q, file, prefix);
+  QuantConfig c;
+  c.file = file;
+  c.method = f.str_or("quant_method", "");
+  auto field = [&](const std::string& name) { return file + ": field '" + prefix + name + "'"; };
+  auto refuse = [&](const std::string& name, const std::string& value, const std::string& why) {
+    if (c.unsupported.empty()) c.unsupported = field(name) + " is " + value + ": " + why;
+  };
+  auto names = [&](const json& j, const std::string& name) {
+    std::vector<std::string> out;
+    if (j.is_null()) return out;
+    if (!j.is_array()) throw Error(ErrorCode::kFormatError, field(name) + " must be a list of strings");
+    for (const json& v : j) {
+      if (!v.is_string()) throw Error(ErrorCode::kFormatError, field(name) + " must be a list of strings");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  if (c.method == "gptq" || c.method == "gptq_marlin") {
+    c.method = "gptq";
+    c.bits = static_cast<int>(f.int_or("bits", 4));
+    c.group_size = f.int_or("group_size", 128);
+    c.desc_act = f.bool_or("desc_act", false);
+    c.sym = f.bool_or("sym", true);
+    c.lm_head = f.bool_or("lm_head", false);
+    const std::string fmt = f.str_or("checkpoint_format", "gptq");
+    if (fmt == "gptq_v2") c.gptq_v1_zeros = false;
+    else if (fmt != "gptq") refuse("checkpoint_format", "'" + fmt + "'", "supported: gptq, gptq_v2");
+    if (c.bits != 4 && c.bits != 8) refuse("bits", std::to_string(c.bits), "supported: 4, 8");
+    if (c.lm_head) refuse("lm_head", "true", "a quantized lm_head is not supported");
+  } else if (c.method == "awq" || c.method == "awq_marlin") {
+    c.method = "awq";
+    c.bits = static_cast<int>(f.int_or("bits", f.int_or("w_bit", 4)));
+    c.group_size = f.int_or("group_size", f.int_or("q_group_size", 128));
+    c.sym = !f.bool_or("zero_point", true);
+    const std::string version = f.str_or("version", "gemm");
+    if (version != "gemm" && version != "GEMM") refuse("version", "'" + version + "'", "supported: gemm");
+    if (c.bits != 4) refuse("bits", std::to_string(c.bits), "supported: 4");
+    if (c.sym) refuse("zero_point", "false", "AWQ checkpoints without zero points are not supported");
+    if (q.contains("modules_to_not_convert")) c.ignore = names(q["modules_to_not_convert"], "modules_to_not_convert");
+  } else if (c.method == "compressed-tensors") {
+    const std::string fmt = f.str_or("format", "");
+    if (q.contains("ignore")) c.ignore = names(q["ignore"], "ignore");
+    if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
+      throw Error(ErrorCode::kFormatError, field("config_groups") + " must be a non-empty object");
+    if (q["config_groups"].size() != 1)
+      refuse("config_groups", std::to_string(q["config_groups"].size()) + " groups", "one scheme per model is supported");
+    const auto& [gname, g] = *q["config_groups"].items().begin();
+    const std::string gp = "config_groups." + gname + ".";
+    if (!g.is_object()) throw Error(ErrorCode::kFormatError, field(gp) + " must be an object");
+    if (g.contains("targets")) c.targets = names(g["targets"], gp + "targets");
+    const std::string gfmt = g.contains("format") && g["format"].is_string() ? g["format"].get<std::string>() : fmt;
+    if (!g.contains("weights") || !g["weights"].is_object())
+      throw Error(ErrorCode::kFormatError, field(gp + "weights") + " must be an object");
+    Fields w(g["weights"], file, prefix + gp + "weights.");
+    c.bits = static_cast<int>(w.int_or("num_bits", 0));
+    const std::string type = w.str_or("type", "int");
+    const std::string strategy = w.str_or("strategy", "tensor");
+    c.sym = w.bool_or("symmetric", true);
+    c.group_size = strategy == "group" ? w.int_or("group_size", 0) : -1;
+    const std::string actorder = w.str_or("actorder", "");
+    c.desc_act = actorder == "group" || actorder == "weight";
+    const bool act_quant = g.contains("input_activations") && !g["input_activations"].is_null();
+    if (gfmt != "pack-quantized") {
+      refuse(gp + "format", "'" + gfmt + "'", gfmt == "int-quantized" || gfmt == "float-quantized"
+                                                    ? "W8A8 / FP8 checkpoints come with issue 12 (supported now: pack-quantized W4A16/W8A16)"
+                                                    : "supported: pack-quantized");
+    } else if (act_quant) {
+      refuse(gp + "input_activations", "set", "quantized activations are not supported with pack-quantized weights");
+    } else if (type != "int") {
+      refuse(gp + "weights.type", "'" + type + "'", "supported: int");
+    } else if (c.bits != 4 && c.bits != 8) {
+      refuse(gp + "weights.num_bits", std::to_string(c.bits), "supported: 4, 8");
+    } else if (strategy != "group" && strategy != "channel") {
+      refuse(gp + "weights.strategy", "'" + strategy + "'", "supported: group, channel");
+    } else if (strategy == "group" && c.group_size <= 0) {
+      refuse(gp + "weights.group_size", std::to_string(c.group_size), "a group strategy needs a positive group_size");
+    } else if (actorder == "weight") {
+      refuse(gp + "weights.actorder", "'weight'", "supported: null, group");
+    }
+  } else if (!c.method.empty()) {
+    refuse("quant_method", "'" + c.method + "'",
+           c.method == "fp8" ? "FP8 checkpoints come with issue 12 (supported now: gptq, awq, compressed-tensors W4A16/W8A16)"
+                             : "supported: gptq, awq, compressed-tensors");
+  }
+  if (c.unsupported.empty() && c.group_size != -1 && c.group_size <= 0)
+    refuse("group_size", std::to_string(c.group_size), "must be positive or -1");
+  return c;
+}
+
+namespace {
+// compressed-tensors matching: "re:" patterns match from the start of the name (Python's re.match), others are
+// exact names or, for targets, the class name "Linear".
+bool matches(const std::string& pattern, const std::string& module) {
+  if (pattern.rfind("re:", 0) == 0) {
+    std::regex re(pattern.substr(3));
+    return std::regex_search(module, re, std::regex_constants::match_continuous);
+  }
+  return pattern == module || (module.size() > pattern.size() && module.compare(module.size() - pattern.size(), pattern.size(), pattern) == 0 &&
+                               module[module.size() - pattern.size() - 1] == '.');
+}
+}  // namespace
+
+bool QuantConfig::applies_to(const std::string& module) const {
+  if (method.empty()) return false;
+  const bool is_head = module == "lm_head";
+  for (const std::string& p : ignore) {
+    // AWQ's modules_to_not_convert are substrings of module names (as vLLM reads them).
+    if (method == "awq" ? module.find(p) != std::string::npos : matches(p, module)) return false;
+  }
+  if (method == "compressed-tensors") {
+    for (const std::string& t : targets)
+      if ((t == "Linear" && !is_head) || matches(t, module)) return true;
+    return targets.empty() && !is_head;
+  }
+  return !is_head || lm_head;
 }
 
 ModelConfig load_model_config(const fs::path& dir) {
@@ -238,7 +360,19 @@ ModelConfig load_model_config(const fs::path& dir) {
       c.eos_token_ids.push_back(id);
   if (!c.bos_token_id && g.bos_token_id) c.bos_token_id = g.bos_token_id;
   // Older GPTQ checkpoints keep their quantization settings in quantize_config.json only.
-  if (c.quant_method.empty() && fs::exists(dir / "quantize_config.json")) c.quant_method = "gptq";
+  if (c.quant_method.empty() && fs::exists(dir / "quantize_config.json")) {
+    const fs::path qpath = dir / "quantize_config.json";
+    json q;
+    try {
+      q = json::parse(read_text_file(qpath));
+    } catch (const json::exception& e) {
+      throw Error(ErrorCode::kFormatError, qpath.string() + ": not valid JSON: " + e.what());
+    }
+    if (!q.is_object()) throw Error(ErrorCode::kFormatError, qpath.string() + ": must hold a JSON object");
+    if (!q.contains("quant_method")) q["quant_method"] = "gptq";
+    c.quant = parse_quant_config(q.dump(), qpath.string(), "");
+    c.quant_method = c.quant.method;
+  }
   return c;
 }
 

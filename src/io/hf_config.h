@@ -36,6 +36,29 @@ struct RopeConfig {
 
 enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
 
+// A checkpoint's weight quantization, from config.json `quantization_config` (or quantize_config.json), read as
+// vLLM reads it. Parsing records what the checkpoint says; the loader refuses what it cannot load (`unsupported`).
+struct QuantConfig {
+  std::string method;        // gptq | awq | compressed-tensors | fp8 | ... ; empty for a float checkpoint
+  std::string file;          // the file it came from (errors name it)
+  int bits = 0;              // weight bits: 4 or 8
+  int64_t group_size = -1;   // input columns per scale; -1 = one group per output channel
+  bool sym = true;           // no stored zero points (or all at the midpoint)
+  bool desc_act = false;     // GPTQ act-order (g_idx) / compressed-tensors actorder
+  bool gptq_v1_zeros = true; // GPTQ checkpoint_format gptq (stored zero = zero - 1); false for gptq_v2
+  std::vector<std::string> ignore;   // modules left dense: names or "re:" patterns (compressed-tensors), substrings (awq)
+  std::vector<std::string> targets;  // compressed-tensors targets: "Linear", names or "re:" patterns
+  bool lm_head = false;      // GPTQ: lm_head quantized too
+  std::string unsupported;   // non-empty: why this checkpoint cannot be loaded (field and value named)
+  bool quantized() const { return !method.empty(); }
+  // True when the module (HF name without ".weight", e.g. "model.layers.0.mlp.down_proj") is quantized.
+  bool applies_to(const std::string& module) const;
+};
+
+// Parses a quantization_config object (`file` names it in errors, `prefix` is the field path, e.g.
+// "quantization_config.").
+QuantConfig parse_quant_config(const std::string& json_text, const std::string& file, const std::string& prefix);
+
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
   std::string architecture_name;  // as in config.json, e.g. "LlamaForCausalLM"
@@ -62,6 +85,7 @@ struct ModelConfig {
   std::optional<int32_t> pad_token_id;
   // quantization_config.quant_method (or quantize_config.json's), empty for a float checkpoint.
   std::string quant_method;
+  QuantConfig quant;         // the rest of quantization_config
 
   int64_t rotary_dim() const { return static_cast<int64_t>(head_dim * rope.partial_rotary_factor); }
 };

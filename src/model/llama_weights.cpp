@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "io/safetensors.h"
+#include "model/quant_weights.h"
 
 namespace peregrine::model {
 namespace {
@@ -57,6 +58,28 @@ class Placer {
     return out;
   }
 
+  // A copy owned by the weights (host data that does not outlive loading: repacked quantized tensors).
+  TensorView place_owned(const TensorView& host) {
+    TensorView out = host;
+    ops::DeviceBuffer buf(backend_, std::max<size_t>(1, out.bytes()));
+    out.data = buf.data();
+    backend_.copy_from_host(out.data, host.data, host.bytes());
+    weights_.buffers.push_back(std::move(buf));
+    weights_.total_bytes += out.bytes();
+    return out;
+  }
+
+  // A quantized projection in ops::WeightQuant's layout.
+  void place_quantized(const HostQuantLinear& q, Linear& l) {
+    l.weight = place_owned(TensorView(q.codes.data(), q.codes_dtype, {q.n, q.k}));
+    l.quant.scales = place_owned(TensorView(q.scales.data(), DType::kF32, {q.n, q.groups}));
+    if (!q.zeros.empty()) l.quant.zeros = place_owned(TensorView(q.zeros.data(), DType::kF32, {q.n, q.groups}));
+    if (!q.perm.empty()) l.quant.perm = place_owned(TensorView(q.perm.data(), DType::kI32, {q.k}));
+    if (!q.g_idx.empty()) l.quant.g_idx = place_owned(TensorView(q.g_idx.data(), DType::kI32, {q.k}));
+    l.quant.group_size = q.group_size;
+    l.quant.block_rows = 1;
+  }
+
  private:
   ops::Backend& backend_;
   LlamaWeights& weights_;
@@ -66,14 +89,15 @@ class Placer {
 };
 
 // Fills every tensor of the architecture through get(name, shape) (a float tensor placed on the backend).
-// Projections go through linear(prefix, N, K, has_bias), so a quantized checkpoint changes only that function.
-template <typename GetFn>
-void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get) {
+// Projections go through linear(prefix, N, K, has_bias): quantized(prefix, N, K, linear) fills a quantized
+// projection's weight and returns true, or returns false for a dense one.
+template <typename GetFn, typename QuantFn>
+void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get, QuantFn&& quantized) {
   const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t f = c.intermediate_size;
   auto linear = [&](const std::string& prefix, int64_t n, int64_t k, bool bias) {
     Linear l;
-    l.weight = get(prefix + ".weight", {n, k});
+    if (!quantized(prefix, n, k, l)) l.weight = get(prefix + ".weight", {n, k});
     if (bias) l.bias = get(prefix + ".bias", {n});
     return l;
   };
@@ -106,12 +130,29 @@ void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get) {
 
 }  // namespace
 
+std::string normalize_quantization(const std::string& name) {
+  if (name == "gptq_marlin" || name == "gptq_marlin_24") return "gptq";
+  if (name == "awq_marlin") return "awq";
+  if (name == "compressed_tensors") return "compressed-tensors";
+  return name;
+}
+
+void check_quantization_option(const io::ModelConfig& c, const std::filesystem::path& where, const std::string& option) {
+  if (option.empty()) return;
+  const std::string want = normalize_quantization(option);
+  const std::string file = c.quant.file.empty() ? (where / "config.json").string() : c.quant.file;
+  if (c.quant_method.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--quantization " + option + ": " + (where / "config.json").string() +
+                                                 " has no quantization_config (a dense checkpoint)");
+  if (want != c.quant_method)
+    throw Error(ErrorCode::kInvalidArgument, "--quantization " + option + " does not match " + file +
+                                                 ": field 'quantization_config.quant_method' is '" + c.quant_method + "'");
+}
+
 LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::WeightSource> source,
                                 const std::filesystem::path& where, ops::Backend& backend, const ModelOptions& options) {
-  if (!c.quant_method.empty()) {
-    throw Error(ErrorCode::kUnsupported, (where / "config.json").string() + ": quantization_config.quant_method '" +
-                                             c.quant_method + "' is not supported yet (dense float checkpoints only)");
-  }
+  check_quantization_option(c, where, options.quantization);
+  if (!c.quant.unsupported.empty()) throw Error(ErrorCode::kUnsupported, c.quant.unsupported);
   LlamaWeights w;
   w.source = std::move(source);
   Placer placer(backend, w, options, w.source->total_bytes());
@@ -122,8 +163,12 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
       throw Error(ErrorCode::kUnsupported, src.get(name).file->string() + ": tensor '" + name + "' has dtype " +
                                                std::string(dtype_name(v.dtype)) + "; supported: F32, BF16, F16");
     return placer.place(v);
+  }, [&](const std::string& prefix, int64_t n, int64_t k, Linear& l) {
+    if (!c.quant.applies_to(prefix)) return false;
+    placer.place_quantized(read_quantized_linear(c.quant, src, prefix, n, k), l);
+    return true;
   });
-  if (!c.tie_word_embeddings && !src.contains("lm_head.weight"))
+  if (!c.tie_word_embeddings && !c.quant.applies_to("lm_head") && !src.contains("lm_head.weight"))
     throw Error(ErrorCode::kNotFound, (where / "config.json").string() +
                                           ": tie_word_embeddings is false but tensor 'lm_head.weight' is missing");
   return w;
@@ -146,6 +191,17 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   std::vector<float> scaled(kPattern);
   std::vector<std::byte> pattern(dtype_bytes(dtype, kPattern) * 2);  // twice, so any offset has kPattern values after it
   size_t tensor_index = 0;
+  int qbits = 0;
+  int64_t qgroup = 0;
+  if (!options.quantization.empty() && !random_scheme(options.quantization, &qbits, &qgroup))
+    throw Error(ErrorCode::kInvalidArgument, "--quantization '" + options.quantization +
+                                                 "' with random weights: expected w4a16, w8a16, gptq, awq or compressed-tensors");
+  Placer placer(backend, w, options, 0);
+  auto quantized = [&](const std::string&, int64_t n, int64_t k, Linear& l) {
+    if (qbits == 0) return false;
+    placer.place_quantized(random_quantized(n, k, qbits, qgroup, options.random_seed + tensor_index++), l);
+    return true;
+  };
   fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape) {
     TensorView v(static_cast<void*>(nullptr), dtype, shape);
     ops::DeviceBuffer buf(backend, v.bytes());
@@ -167,7 +223,9 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
     w.total_bytes += v.bytes();
     w.buffers.push_back(std::move(buf));
     return v;
-  });
+  }, quantized);
+  // Every matrix in the named scheme, as the GGUF peers quantize theirs: a tied LM head gets its own codes.
+  if (qbits != 0 && c.tie_word_embeddings) quantized("lm_head", c.vocab_size, c.hidden_size, w.lm_head);
   return w;
 }
 

@@ -43,7 +43,14 @@ struct LlamaWeights {
 // shapes. `where` names the checkpoint in errors (the model folder).
 LlamaWeights load_llama_weights(const io::ModelConfig& config, std::unique_ptr<io::WeightSource> source,
                                 const std::filesystem::path& where, ops::Backend& backend, const ModelOptions& options);
-// Random weights (uniform, scaled by 1/sqrt(fan_in)) in the config's dtype, for benchmarks.
+// --quantization against the checkpoint's quantization_config (vLLM's names; gptq_marlin = gptq, awq_marlin =
+// awq): a mismatch or a dense checkpoint is an Error naming the file, the field and the value. Empty: no check.
+void check_quantization_option(const io::ModelConfig& config, const std::filesystem::path& where,
+                               const std::string& option);
+std::string normalize_quantization(const std::string& name);
+// Random weights (uniform, scaled by 1/sqrt(fan_in)) in the config's dtype, for benchmarks; with
+// options.quantization (w4a16 | w8a16) every projection and the LM head (its own copy when tied) get random
+// int4/uint8 codes, group 128, as the GGUF peers store every matrix in the benchmarked type.
 LlamaWeights make_random_llama_weights(const io::ModelConfig& config, ops::Backend& backend,
                                        const ModelOptions& options);
 

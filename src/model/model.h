@@ -50,6 +50,8 @@ struct ModelOptions {
   // Build weights in memory from the config with this seed instead of reading safetensors (benchmarks).
   bool random_weights = false;
   uint64_t random_seed = 0;
+  // --quantization: the method the checkpoint must declare (vLLM's names), or the scheme of random weights.
+  std::string quantization;
 };
 
 class Model {

@@ -78,6 +78,9 @@ void check_matmul(const MatmulParams& p) {
     if (!q.g_idx.empty()) {
       require(q.g_idx.dtype == DType::kI32 && q.g_idx.numel() == k, op, "quant.g_idx must be [K] int32");
     }
+    if (!q.perm.empty()) {
+      require(q.perm.dtype == DType::kI32 && q.perm.numel() == k, op, "quant.perm must be [K] int32");
+    }
   } else {
     require_float(p.w, op, "w");
   }

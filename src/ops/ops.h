@@ -20,12 +20,16 @@ struct EmbeddingParams {
 // With g(k) = g_idx[k] when given, else k / group_size:
 //   W[n, k] = (code(n, k) - zero(n, g(k))) * scales[n / block_rows, g(k)]
 // where zero(n, g) = zeros[n, g] when given, else 8 for kI4, 128 for kU8 and 0 for kI8 and kF8E4M3.
+// With a column permutation `perm` (GPTQ act-order, stored sorted by group): code column k belongs to input
+// column perm[k], i.e. the matmul computes out[m, n] = sum_k x[m, perm[k]] * W[n, k].
 // The matmul then computes out = x · Wᵀ (+ bias) with W dequantized (backends may quantize x too where the
-// format is defined that way; the ref backend never does).
+// format is defined that way; the ref backend never does). Checkpoint formats (GPTQ, AWQ, compressed-tensors)
+// are repacked into this one layout at load (model/quant_weights.h).
 struct WeightQuant {
   TensorView scales;        // [ceil(N / block_rows), num_groups] f32/bf16/f16; empty = not quantized
   TensorView zeros;         // [N, num_groups] f32, zero points in code units; optional
-  TensorView g_idx;         // [K] int32 group of each input column (GPTQ act-order); optional
+  TensorView g_idx;         // [K] int32 group of each code column; optional
+  TensorView perm;          // [K] int32 input column of each code column (act-order); optional
   int64_t group_size = 0;   // input columns per group (K: one group per row)
   int64_t block_rows = 1;   // output rows sharing a row of scales (128 for block-wise FP8)
   bool quantized() const { return !scales.empty(); }

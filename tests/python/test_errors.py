@@ -88,8 +88,7 @@ def test_generate_arguments(llm):
 def test_llm_options_are_vllms(model_path):
     with pytest.raises(TypeError, match="LLM\\(\\) got an unexpected keyword argument 'max_num_sequences'"):
         LLM(model_path, max_num_sequences=4)
-    for option, value, what in [("quantization", "awq", "quantized models"),
-                                ("kv_cache_dtype", "fp8", "kv_cache_dtype='auto'")]:
+    for option, value, what in [("kv_cache_dtype", "fp8", "kv_cache_dtype='auto'")]:
         with pytest.raises(peregrine.UnsupportedError) as info:
             LLM(model_path, **{option: value}, **MODEL_KW)
         assert str(info.value).startswith(f"{option}=") and what in str(info.value)

@@ -105,10 +105,7 @@ class CpuBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
-    if (p.quant.quantized()) {
-      throw Error(ErrorCode::kUnsupported, std::string("cpu backend: matmul with quantized weights (") +
-                                               std::string(dtype_name(p.w.dtype)) + " codes) is not implemented yet");
-    }
+    if (p.quant.quantized()) return quant_matmul(p);
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");
     cpu::MatmulArgs a;
@@ -134,6 +131,116 @@ class CpuBackend final : public Backend {
           a.n, [&](int64_t n0, int64_t n1) { k_.matmul(a, 0, a.m, n0, n1); }, kGrainN);
     } else {
       pool_.parallel_for(a.m, [&](int64_t m0, int64_t m1) { k_.matmul(a, m0, m1, 0, a.n); });
+    }
+  }
+
+  // W4A16 / W8A16: x is prepared once per row (act-order permutation, the int4 even/odd lane layout, group
+  // sums), then the kernel streams the codes (quant_matmul_impl.h). Shapes the kernels do not tile (a group not
+  // a multiple of the vector, irregular g_idx) take a plain per-row dequantization with the same row rule.
+  void quant_matmul(const MatmulParams& p) {
+    require_f32(p.x, "matmul", "x");
+    require_f32(p.out, "matmul", "out");
+    const WeightQuant& q = p.quant;
+    const DType c = p.w.dtype;
+    if (c != DType::kI4 && c != DType::kU8)
+      throw Error(ErrorCode::kUnsupported, std::string("cpu backend: matmul with ") + std::string(dtype_name(c)) +
+                                               " weight codes is not implemented (int4 and uint8 codes are)");
+    const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0), groups = q.scales.dim(1), gs = q.group_size;
+    if (m == 0 || n == 0) return;
+    std::vector<float> scales_f32, bias;
+    const float* scales = q.scales.dtype == DType::kF32 ? q.scales.as<const float>() : nullptr;
+    if (!scales) {
+      scales_f32 = to_f32_vector(k_, q.scales);
+      scales = scales_f32.data();
+    }
+    if (!p.bias.empty()) bias = to_f32_vector(k_, p.bias);
+    const float* zeros = q.zeros.empty() ? nullptr : q.zeros.as<const float>();
+    const int32_t* perm = q.perm.empty() ? nullptr : q.perm.as<const int32_t>();
+    if (perm)
+      for (int64_t j = 0; j < k; ++j)
+        if (perm[j] < 0 || perm[j] >= k) fail("matmul: quant.perm[" + std::to_string(j) + "] is outside [0, K)");
+    const float* x = p.x.as<const float>();
+    float* out = p.out.as<float>();
+    const int64_t lanes = k_.lanes, step = c == DType::kI4 ? 2 * lanes : lanes;
+    const bool tiled = q.g_idx.empty() && q.block_rows == 1 && gs % step == 0 && groups * gs == k;
+    const int threads = pool_.num_threads();
+    if (!tiled) {
+      // Generic: each weight row dequantized to f32, then one sequential dot per row of x.
+      const int32_t* g_idx = q.g_idx.empty() ? nullptr : q.g_idx.as<const int32_t>();
+      const auto* codes = static_cast<const uint8_t*>(p.w.data);
+      if (g_idx)
+        for (int64_t kk = 0; kk < k; ++kk)
+          if (g_idx[kk] < 0 || g_idx[kk] >= groups)
+            fail("matmul: quant.g_idx[" + std::to_string(kk) + "] is outside [0, " + std::to_string(groups) + ")");
+      pool_.parallel_for(n, [&](int64_t n0, int64_t n1) {
+        std::vector<float> row(static_cast<size_t>(k));
+        for (int64_t j = n0; j < n1; ++j) {
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const int64_t i = j * k + kk;
+            const float code = c == DType::kU8 ? codes[i] : ((i % 2 == 0) ? (codes[i / 2] & 0xf) : (codes[i / 2] >> 4));
+            const int64_t g = g_idx ? g_idx[kk] : kk / gs;
+            const float z = zeros ? zeros[j * groups + g] : (c == DType::kI4 ? 8.0f : 128.0f);
+            row[static_cast<size_t>(kk)] = (code - z) * scales[(j / q.block_rows) * groups + g];
+          }
+          for (int64_t r = 0; r < m; ++r) {
+            float acc = 0;
+            for (int64_t kk = 0; kk < k; ++kk) acc += x[r * k + (perm ? perm[kk] : kk)] * row[static_cast<size_t>(kk)];
+            out[r * n + j] = bias.empty() ? acc : acc + bias[static_cast<size_t>(j)];
+          }
+        }
+      });
+      return;
+    }
+    // Prepared rows and their group sums.
+    qx_.resize(static_cast<size_t>(m * k));
+    qsum_.resize(static_cast<size_t>(m * groups * lanes));
+    auto prepare = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * k;
+        float* xp = qx_.data() + r * k;
+        if (c == DType::kI4) {
+          for (int64_t b = 0; b < k; b += step)
+            for (int64_t l = 0; l < lanes; ++l) {
+              const int64_t even = b + 2 * l, odd = even + 1;
+              xp[b + l] = xr[perm ? perm[even] : even];
+              xp[b + lanes + l] = xr[perm ? perm[odd] : odd];
+            }
+        } else {
+          for (int64_t kk = 0; kk < k; ++kk) xp[kk] = xr[perm ? perm[kk] : kk];
+        }
+        float* xs = qsum_.data() + r * groups * lanes;
+        for (int64_t g = 0; g < groups; ++g)
+          for (int64_t l = 0; l < lanes; ++l) {
+            float s = 0;
+            for (int64_t b = g * gs; b < (g + 1) * gs; b += step) {
+              s += xp[b + l];
+              if (c == DType::kI4) s += xp[b + lanes + l];
+            }
+            xs[g * lanes + l] = s;
+          }
+      }
+    };
+    if (m * k >= kParallelElems) pool_.parallel_for(m, prepare);
+    else prepare(0, m);
+    cpu::QuantMatmulArgs a;
+    a.x = qx_.data();
+    a.xsum = qsum_.data();
+    a.codes = static_cast<const uint8_t*>(p.w.data);
+    a.codes_dtype = c;
+    a.scales = scales;
+    a.zeros = zeros;
+    a.bias = bias.empty() ? nullptr : bias.data();
+    a.out = out;
+    a.m = m;
+    a.k = k;
+    a.n = n;
+    a.groups = groups;
+    a.group_size = gs;
+    constexpr int64_t kGrainN = 16;
+    if (m == 1 || n >= threads * 4 * kGrainN) {
+      pool_.parallel_for(n, [&](int64_t n0, int64_t n1) { k_.qmatmul(a, 0, m, n0, n1); }, kGrainN);
+    } else {
+      pool_.parallel_for(m, [&](int64_t m0, int64_t m1) { k_.qmatmul(a, m0, m1, 0, n); });
     }
   }
 
@@ -242,6 +349,7 @@ class CpuBackend final : public Backend {
   const KernelTable& k_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
+  std::vector<float> qx_, qsum_;             // quantized matmul: prepared rows of x and their group sums
   std::vector<float> partials_;              // attention: per-segment softmax states of split items
   std::vector<int32_t> tails_;               // attention: token-tree rows' paths (sequence slots)
 };

@@ -22,6 +22,23 @@ struct MatmulArgs {
   int64_t m = 0, k = 0, n = 0;
 };
 
+// Quantized-weight matmul (quant_matmul_impl.h): out[m, n] = sum_g scale[n, g] * sum_{k in g} (code(n, k) -
+// zero[n, g]) * x[m, k] (+ bias[n]). Groups are contiguous runs of group_size columns; group_size is a multiple
+// of 2 * lanes (kI4) or lanes (kU8). The caller prepares x: kI4 rows are laid out per block of 2 * lanes columns
+// as [the even columns, the odd columns]; xsum[m, g, lane] is the lane-wise sum of the prepared row over group g
+// (for kI4 the even and odd halves of each block both added into the lane).
+struct QuantMatmulArgs {
+  const float* x = nullptr;       // [M, K] prepared f32
+  const float* xsum = nullptr;    // [M, groups, lanes]
+  const uint8_t* codes = nullptr; // [N, K] kI4 (low nibble = even k) or kU8
+  DType codes_dtype = DType::kI4;
+  const float* scales = nullptr;  // [N, groups]
+  const float* zeros = nullptr;   // [N, groups] or null (8 for kI4, 128 for kU8)
+  const float* bias = nullptr;    // [N] or null
+  float* out = nullptr;           // [M, N]
+  int64_t m = 0, k = 0, n = 0, groups = 0, group_size = 0;
+};
+
 // Paged attention (semantics in ops/ops.h, AttentionParams), f32 queries and outputs.
 struct AttentionArgs {
   const float* q = nullptr;       // [T, hq, hd]
@@ -85,6 +102,7 @@ struct KernelTable {
   int lanes = 1;
   // Columns [n_begin, n_end) of rows [m_begin, m_end).
   void (*matmul)(const MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
+  void (*qmatmul)(const QuantMatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
   // Attention of one item. With partial null the item covers every segment its rows see and writes out;
   // otherwise the item has exactly one segment and stores that segment's state (attention_state_floats) there.
   void (*attention)(const AttentionArgs& a, const AttentionItem& item, float* scratch, float* partial) = nullptr;

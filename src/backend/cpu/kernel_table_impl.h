@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/matmul_impl.h"
+#include "backend/cpu/quant_matmul_impl.h"
 
 namespace {
 
@@ -15,6 +16,7 @@ peregrine::cpu::KernelTable make_kernel_table() {
   t.name = Simd::kName;
   t.lanes = kLanes;
   t.matmul = matmul_kernel;
+  t.qmatmul = qmatmul_kernel;
   t.attention = attention_kernel;
   t.attention_merge = attention_merge_kernel;
   t.rms_norm_row = rms_norm_row_kernel;

@@ -16,6 +16,10 @@ struct Simd {
   static constexpr int kGemvNr = 8;
   static constexpr int kGemmMr = 4;
   static constexpr int kGemmNr = 3;
+  // Quantized matmul tiles (quant_matmul_impl.h).
+  static constexpr int kQGemvNr = 4;
+  static constexpr int kQGemmMr = 2;
+  static constexpr int kQGemmNr = 2;
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float v) { return _mm256_set1_ps(v); }
@@ -26,6 +30,15 @@ struct Simd {
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
   static V load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  // 8 bytes as unsigned integers; as the low and the high nibbles of 8 bytes.
+  static V load_u8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static void load_u4(const uint8_t* p, V* lo, V* hi) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf)));
+    *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+  }
   // Round to nearest even; NaN stays a quiet NaN (matches f32_to_bf16 in core/dtype.h).
   static void store_bf16(uint16_t* p, V v) {
     __m256i bits = _mm256_castps_si256(v);

@@ -20,6 +20,10 @@ struct Simd {
   static constexpr int kGemvNr = 8;
   static constexpr int kGemmMr = 4;
   static constexpr int kGemmNr = 6;
+  // Quantized matmul tiles (quant_matmul_impl.h).
+  static constexpr int kQGemvNr = 4;
+  static constexpr int kQGemmMr = 4;
+  static constexpr int kQGemmNr = 2;
 
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float v) { return _mm512_set1_ps(v); }
@@ -31,6 +35,15 @@ struct Simd {
   }
   static V load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  // 16 bytes as unsigned integers; as the low and the high nibbles of 16 bytes.
+  static V load_u8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static void load_u4(const uint8_t* p, V* lo, V* hi) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    *lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(0xf)));
+    *hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
   }
   // Round to nearest even; NaN stays a quiet NaN (matches f32_to_bf16 in core/dtype.h).
   static void store_bf16(uint16_t* p, V v) {

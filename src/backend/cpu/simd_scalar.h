@@ -21,6 +21,9 @@ struct Simd {
   static constexpr int kGemvNr = 4;
   static constexpr int kGemmMr = 2;
   static constexpr int kGemmNr = 2;
+  static constexpr int kQGemvNr = 4;
+  static constexpr int kQGemmMr = 2;
+  static constexpr int kQGemmNr = 2;
 
   template <class F>
   static V map(V a, F f) {
@@ -59,6 +62,17 @@ struct Simd {
     V r;
     for (int i = 0; i < 8; ++i) r.v[i] = peregrine::f16_to_f32(p[i]);
     return r;
+  }
+  static V load_u8(const uint8_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(p[i]);
+    return r;
+  }
+  static void load_u4(const uint8_t* p, V* lo, V* hi) {
+    for (int i = 0; i < 8; ++i) {
+      lo->v[i] = static_cast<float>(p[i] & 0xf);
+      hi->v[i] = static_cast<float>(p[i] >> 4);
+    }
   }
   static void store_bf16(uint16_t* p, V v) {
     for (int i = 0; i < 8; ++i) p[i] = peregrine::f32_to_bf16(v.v[i]);

@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/quant_matmul.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm.cuh"
@@ -29,7 +30,9 @@ namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 constexpr int kScratchSlots = 8;
-constexpr int kGemmScratchSlot = 7;  // split-K partials beyond kGemmWorkspaceBytes (large M)
+constexpr int kGemmScratchSlot = 7;
+constexpr int kQuantWSlot = 6;  // quantized matmul at large M: the dequantized weight
+constexpr int kQuantXSlot = 5;  // quantized matmul with act-order: the permuted activations  // split-K partials beyond kGemmWorkspaceBytes (large M)
 
 std::string describe_device_errors(int flags) {
   std::string msg = "cuda: invalid input found on the device:";
@@ -124,12 +127,13 @@ class CudaBackendImpl final : public CudaBackend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
-    if (p.quant.quantized()) {
-      throw Error(ErrorCode::kUnsupported, std::string("cuda backend: matmul with quantized weights (") +
-                                               std::string(dtype_name(p.w.dtype)) + " codes) is not implemented yet");
-    }
+    if (p.quant.quantized()) return quant_matmul(p);
     cuda::GemmLaunch l{p.x.data, p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.out.data,
                        p.x.dtype, p.w.dtype, p.bias.dtype, p.out.dtype, p.x.dim(0), p.w.dim(0), p.x.dim(1)};
+    dense_matmul(l);
+  }
+
+  void dense_matmul(const cuda::GemmLaunch& l) {
     if (l.m == 0 || l.n == 0) return;
     if (cuda::LtMatmul::supports(l) && run_lt_matmul(l)) {
       if (l.bias && !cuda::LtMatmul::fuses_bias(l)) {
@@ -139,6 +143,39 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       cuda::launch_gemm_generic(l, stream_);
     }
+  }
+
+  // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers; larger M
+  // (and shapes that kernel does not tile) dequantize into a dense scratch and run the cuBLASLt GEMM.
+  // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 boundary.
+  void quant_matmul(const MatmulParams& p) {
+    const WeightQuant& q = p.quant;
+    const DType c = p.w.dtype;
+    if (c != DType::kI4 && c != DType::kU8)
+      throw Error(ErrorCode::kUnsupported, std::string("cuda backend: matmul with ") + std::string(dtype_name(c)) +
+                                               " weight codes is not implemented (int4 and uint8 codes are)");
+    if (q.scales.dtype != DType::kF32 || q.block_rows != 1)
+      throw Error(ErrorCode::kUnsupported, "cuda backend: quantized matmul needs f32 group scales with block_rows 1");
+    if (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32)
+      throw Error(ErrorCode::kUnsupported, "cuda backend: quantized matmul out dtype must be x's or f32");
+    cuda::QuantMatmulLaunch l{p.x.data, p.x.dtype, static_cast<const uint8_t*>(p.w.data), c, q.scales.as<const float>(),
+                              q.zeros.empty() ? nullptr : q.zeros.as<const float>(),
+                              q.g_idx.empty() ? nullptr : q.g_idx.as<const int32_t>(),
+                              q.perm.empty() ? nullptr : q.perm.as<const int32_t>(),
+                              p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, p.out.dtype,
+                              p.x.dim(0), p.w.dim(0), p.x.dim(1), q.scales.dim(1), q.group_size};
+    if (l.m == 0 || l.n == 0) return;
+    const size_t elem = dtype_bytes(p.x.dtype, 1);
+    if (cuda::quant_gemv_supports(l)) {
+      void* xp = l.perm ? scratch(static_cast<size_t>(l.m * l.k) * elem, kQuantXSlot) : nullptr;
+      cuda::launch_quant_gemv(l, xp, stream_);
+      return;
+    }
+    if (l.k % 8 != 0) throw Error(ErrorCode::kUnsupported, "cuda backend: quantized matmul needs K % 8 == 0");
+    void* w = scratch(static_cast<size_t>(l.n * l.k) * elem, kQuantWSlot);
+    cuda::launch_dequantize(l, w, stream_);
+    dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
+                                  l.m, l.n, l.k});
   }
 
   void rms_norm(const RmsNormParams& p) override {

@@ -65,7 +65,17 @@ class RefBackend final : public Backend {
     int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
     std::vector<double> row(static_cast<size_t>(k));
     for (int64_t j = 0; j < n; ++j) {
-      for (int64_t kk = 0; kk < k; ++kk) row[static_cast<size_t>(kk)] = weight(p, j, kk);
+      if (p.quant.perm.empty()) {
+        for (int64_t kk = 0; kk < k; ++kk) row[static_cast<size_t>(kk)] = weight(p, j, kk);
+      } else {
+        const int32_t* perm = p.quant.perm.as<const int32_t>();
+        std::fill(row.begin(), row.end(), 0.0);
+        for (int64_t kk = 0; kk < k; ++kk) {
+          if (perm[kk] < 0 || perm[kk] >= k)
+            throw Error(ErrorCode::kInvalidArgument, "matmul: quant.perm[" + std::to_string(kk) + "] is outside [0, K)");
+          row[static_cast<size_t>(perm[kk])] += weight(p, j, kk);
+        }
+      }
       for (int64_t i = 0; i < m; ++i) {
         double acc = p.bias.empty() ? 0.0 : load(p.bias, j);
         for (int64_t kk = 0; kk < k; ++kk) acc += load(p.x, i * k + kk) * row[static_cast<size_t>(kk)];

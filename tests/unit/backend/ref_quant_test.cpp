@@ -1,6 +1,6 @@
 // The quantized-weight matmul contract (ops.h WeightQuant) on the ref backend: int4/uint8/int8/fp8 codes with
 // group scales, zero points, act-order group indices and row blocks, against a dequantization written out here;
-// malformed quantization fields are refused by op_checks; fast backends refuse what they do not implement yet.
+// malformed quantization fields are refused by op_checks; the CPU backend refuses int8/fp8 codes (issue 12).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,7 +117,7 @@ TEST(RefQuantMatmul, MalformedQuantizationIsRefused) {
   EXPECT_THROW(run(DType::kI4, good, 7), Error);  // odd K for int4
 }
 
-TEST(RefQuantMatmul, CpuBackendRefusesQuantizedWeightsForNow) {
+TEST(RefQuantMatmul, CpuBackendRefusesInt8AndFp8CodesForNow) {
   auto cpu = make_cpu_backend(1);
   std::vector<float> x(8), out(4), scales(4);
   std::vector<uint8_t> w(32);

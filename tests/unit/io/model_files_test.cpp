@@ -202,18 +202,77 @@ TEST(ModelFolder, MissingAndMisshapenTensorsAreNamed) {
   EXPECT_NE(load_error().find("expected"), std::string::npos) << load_error();
 }
 
-TEST(ModelFolder, QuantizedCheckpointsAreRefusedByName) {
+TEST(QuantConfig, UnsupportedSchemesNameTheFieldAndValue) {
+  auto parse = [](const std::string& text) { return io::parse_quant_config(text, "m/config.json", "quantization_config."); };
+  EXPECT_EQ(parse(R"({"quant_method": "gptq", "bits": 3})").unsupported,
+            "m/config.json: field 'quantization_config.bits' is 3: supported: 4, 8");
+  EXPECT_NE(parse(R"({"quant_method": "awq", "version": "gemv"})").unsupported.find("'quantization_config.version' is 'gemv'"),
+            std::string::npos);
+  EXPECT_NE(parse(R"({"quant_method": "bitsandbytes"})").unsupported.find("'quantization_config.quant_method' is 'bitsandbytes'"),
+            std::string::npos);
+  const std::string tensor = R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups":
+      {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "tensor"}}}})";
+  EXPECT_NE(parse(tensor).unsupported.find("'quantization_config.config_groups.g.weights.strategy' is 'tensor'"),
+            std::string::npos) << parse(tensor).unsupported;
+  const io::QuantConfig g = parse(R"({"quant_method": "gptq_marlin", "bits": 8, "group_size": -1, "sym": true})");
+  EXPECT_EQ(g.method, "gptq");
+  EXPECT_TRUE(g.unsupported.empty()) << g.unsupported;
+  EXPECT_EQ(g.group_size, -1);
+  const io::QuantConfig a = parse(R"({"quant_method": "awq", "modules_to_not_convert": ["mlp.down"]})");
+  EXPECT_FALSE(a.applies_to("model.layers.3.mlp.down_proj"));
+  EXPECT_TRUE(a.applies_to("model.layers.3.mlp.up_proj"));
+  const io::QuantConfig ct = parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "ignore": ["lm_head", "re:.*layers\\.0\\..*"], "config_groups": {"g": {"targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": false}}}})");
+  EXPECT_TRUE(ct.unsupported.empty()) << ct.unsupported;
+  EXPECT_FALSE(ct.applies_to("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(ct.applies_to("model.layers.10.mlp.down_proj"));
+  EXPECT_FALSE(ct.applies_to("lm_head"));
+}
+
+TEST(ModelFolder, QuantizationIsDetectedAndUnsupportedSchemesAreRefusedByName) {
   PEREGRINE_REQUIRE_SHARED(shared);
-  const fs::path dir = shared / "models" / "quant" / "gptq-w4g32-sym";
-  if (!fs::exists(dir / "config.json")) GTEST_SKIP() << dir << " absent";
-  const io::ModelConfig c = io::load_model_config(dir);
-  EXPECT_EQ(c.quant_method, "gptq");
+  const fs::path quant = shared / "models" / "quant";
+  if (!fs::exists(quant / "gptq-w4g32-sym" / "config.json")) GTEST_SKIP() << quant << " absent";
+  const io::ModelConfig g = io::load_model_config(quant / "gptq-w4g128-actorder-asym");
+  EXPECT_EQ(g.quant_method, "gptq");
+  EXPECT_EQ(g.quant.bits, 4);
+  EXPECT_EQ(g.quant.group_size, 128);
+  EXPECT_TRUE(g.quant.desc_act);
+  EXPECT_FALSE(g.quant.sym);
+  const io::ModelConfig ct = io::load_model_config(quant / "ct-w4a16-g128");
+  EXPECT_EQ(ct.quant_method, "compressed-tensors");
+  EXPECT_TRUE(ct.quant.applies_to("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(ct.quant.applies_to("lm_head"));
   auto backend = engine::create_backend(engine::resolve_device("cpu", "auto", DType::kF32), 1);
   model::ModelOptions mo;
   mo.max_num_tokens = 16;
-  const std::string e = error_of([&] { model::load_model(dir, *backend, mo); });
-  EXPECT_NE(e.find("quantization_config.quant_method 'gptq'"), std::string::npos) << e;
-  EXPECT_NE(e.find("config.json"), std::string::npos) << e;
+  // W8A8 and FP8 belong to a later issue: refused naming the file, the field and the value.
+  std::string e = error_of([&] { model::load_model(quant / "ct-w8a8-int8", *backend, mo); });
+  EXPECT_NE(e.find("config.json: field 'quantization_config.config_groups.group_0.format' is 'int-quantized'"),
+            std::string::npos) << e;
+  e = error_of([&] { model::load_model(quant / "fp8-block128", *backend, mo); });
+  EXPECT_NE(e.find("field 'quantization_config.quant_method' is 'fp8'"), std::string::npos) << e;
+  // --quantization insists: a mismatch names the file, field and value.
+  mo.quantization = "awq";
+  e = error_of([&] { model::load_model(quant / "gptq-w4g32-sym", *backend, mo); });
+  EXPECT_NE(e.find("--quantization awq does not match"), std::string::npos) << e;
+  EXPECT_NE(e.find("config.json: field 'quantization_config.quant_method' is 'gptq'"), std::string::npos) << e;
+  mo.quantization = "gptq_marlin";  // vLLM's kernel name for the same format
+  EXPECT_NO_THROW(model::load_model(quant / "gptq-w4g32-sym", *backend, mo));
+  mo.quantization = "gptq";
+  e = error_of([&] { model::load_model(shared / "models" / "pycoder-tiny", *backend, mo); });
+  EXPECT_NE(e.find("has no quantization_config"), std::string::npos) << e;
+  // A damaged quantized tensor is named with its file.
+  TempDir dir;
+  for (const char* f : {"config.json", "generation_config.json"}) fs::copy_file(quant / "awq-w4g64" / f, dir.path() / f);
+  json cfg = json::parse(io::read_text_file(quant / "awq-w4g64" / "config.json"));
+  cfg["quantization_config"]["group_size"] = 32;
+  write_file(dir.path() / "config.json", cfg.dump());
+  fs::create_symlink(quant / "awq-w4g64" / "model.safetensors", dir.path() / "model.safetensors");
+  mo.quantization.clear();
+  e = error_of([&] { model::load_model(dir.path(), *backend, mo); });
+  EXPECT_NE(e.find("model.safetensors: tensor 'model.layers.0.self_attn.q_proj.qzeros'"), std::string::npos) << e;
 }
 
 }  // namespace

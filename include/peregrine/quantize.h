@@ -1,0 +1,36 @@
+// Quantizing a dense checkpoint into a compressed-tensors `pack-quantized` checkpoint (W4A16 / W8A16), the
+// format vLLM loads and Peregrine loads back (what `peregrine quantize` runs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace peregrine {
+
+struct QuantizeConfig {
+  std::string model;            // dense Hugging Face folder (safetensors)
+  std::string out;              // folder to write (created; files of the same names are replaced)
+  std::string scheme = "w4a16"; // w4a16 | w8a16
+  std::string method = "rtn";   // rtn | awq | gptq
+  int64_t group_size = 128;     // -1 = one scale per output channel
+  bool symmetric = true;        // false: zero points (compressed-tensors W4A16_ASYM)
+  std::string calibration;      // awq / gptq: a text file, or a JSON list of {"text": ...}
+  int calibration_tokens = 4096;  // at most this many calibration tokens, in windows of calibration_context
+  int calibration_context = 512;
+  int num_threads = 0;          // CPU threads for the calibration forward (0 = all cores)
+  // (stage, done, total) while it works: "calibrating" over windows, "quantizing" over projections.
+  std::function<void(const std::string&, size_t, size_t)> on_progress;
+};
+
+struct QuantizeReport {
+  int quantized_linears = 0;
+  int64_t calibration_tokens = 0;
+  size_t bytes_in = 0, bytes_out = 0;  // model.safetensors sizes
+};
+
+// Throws Error naming the file, field or flag at fault.
+QuantizeReport quantize_model(const QuantizeConfig& config);
+
+}  // namespace peregrine

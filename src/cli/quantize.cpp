@@ -1,0 +1,49 @@
+// `peregrine quantize`: a dense checkpoint → a compressed-tensors pack-quantized W4A16 / W8A16 checkpoint (rtn,
+// awq or gptq; see include/peregrine/quantize.h), with a progress bar on a terminal.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "peregrine/error.h"
+#include "peregrine/quantize.h"
+
+namespace peregrine::cli {
+
+void register_quantize(CLI::App& app) {
+  auto cfg = std::make_shared<QuantizeConfig>();
+  auto asym = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a dense checkpoint into compressed-tensors W4A16 / W8A16");
+  cmd->add_option("--model,-m", cfg->model, "dense model folder")->required();
+  cmd->add_option("--out,-o", cfg->out, "output folder")->required();
+  cmd->add_option("--scheme", cfg->scheme, "w4a16 | w8a16")->capture_default_str();
+  cmd->add_option("--group-size", cfg->group_size, "input columns per scale (-1: per output channel)")->capture_default_str();
+  cmd->add_option("--method", cfg->method, "rtn | awq | gptq")->capture_default_str();
+  cmd->add_option("--calibration", cfg->calibration, "calibration text (or a JSON list of {\"text\": ...}) for awq / gptq");
+  cmd->add_option("--calibration-tokens", cfg->calibration_tokens, "at most this many calibration tokens")->capture_default_str();
+  cmd->add_flag("--asymmetric", *asym, "zero points (W4A16_ASYM)");
+  cmd->add_option("--threads", cfg->num_threads, "CPU threads (0 = all cores)");
+  cmd->callback([cfg, asym] {
+    cfg->symmetric = !*asym;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<ProgressBar> bar;
+    std::string stage;
+    cfg->on_progress = [&](const std::string& s, size_t done, size_t total) {
+      if (s != stage) {
+        if (bar) bar->finish();
+        stage = s;
+        bar = std::make_unique<ProgressBar>(s);
+      }
+      bar->update(done, total);
+    };
+    const QuantizeReport r = quantize_model(*cfg);
+    if (bar) bar->finish();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s: %d projections quantized (%s, %s, group %lld%s), %lld calibration tokens, %.1f MB -> %.1f MB in %.1f s\n",
+                cfg->out.c_str(), r.quantized_linears, cfg->scheme.c_str(), cfg->method.c_str(),
+                static_cast<long long>(cfg->group_size), cfg->symmetric ? "" : ", asymmetric",
+                static_cast<long long>(r.calibration_tokens), r.bytes_in / 1e6, r.bytes_out / 1e6, s);
+  });
+}
+
+}  // namespace peregrine::cli

@@ -1,0 +1,45 @@
+// Quantized projections: checkpoint formats (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized) read into
+// the one layout ops::WeightQuant defines, on the host, before placement on the backend:
+//   codes [N, K] kI4 (two per byte, even k in the low nibble) or kU8, scales f32 [N, groups], zeros f32 [N, groups]
+//   (only when some zero differs from the midpoint 8 / 128), and for act-order checkpoints the code columns sorted
+//   by group with `perm` (the input column of each code column), so groups are contiguous for every kernel.
+// Every defect (missing tensor, wrong dtype or shape, a g_idx outside the groups) is an Error naming file and tensor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "io/hf_config.h"
+#include "io/weight_source.h"
+
+namespace peregrine::model {
+
+struct HostQuantLinear {
+  DType codes_dtype = DType::kI4;  // kI4 or kU8
+  int64_t n = 0, k = 0;
+  int64_t group_size = 0;          // columns per group (K when per channel)
+  int64_t groups = 0;
+  std::vector<uint8_t> codes;      // N*K/2 (kI4) or N*K (kU8) bytes
+  std::vector<float> scales;       // [N, groups]
+  std::vector<float> zeros;        // [N, groups] or empty (midpoint)
+  std::vector<int32_t> perm;       // [K] or empty
+  std::vector<int32_t> g_idx;      // [K] or empty (groups irregular after sorting: ref/generic paths only)
+};
+
+// Reads projection `prefix` (e.g. "model.layers.0.mlp.down_proj") of logical shape [n, k].
+HostQuantLinear read_quantized_linear(const io::QuantConfig& q, const io::WeightSource& src, const std::string& prefix,
+                                      int64_t n, int64_t k);
+
+// The code of (n, kk): column kk of the codes (after any act-order sort).
+int code_at(const HostQuantLinear& w, int64_t n, int64_t kk);
+
+// Random codes and scales of the given scheme for benchmarks (weights of about uniform [-a, a), a = sqrt(3 / k)).
+HostQuantLinear random_quantized(int64_t n, int64_t k, int bits, int64_t group_size, uint64_t seed);
+
+// Which scheme --quantization names for random weights: w4a16 / w8a16 (and the checkpoint method names, which
+// mean int4 g128). Returns false for names it does not know.
+bool random_scheme(const std::string& name, int* bits, int64_t* group_size);
+
+}  // namespace peregrine::model
