@@ -1,0 +1,131 @@
+// The byte-level pushdown matcher and the token mask.
+//
+// GrammarAutomaton runs a Grammar (grammar.h) over bytes. A parse position is a stack of frames (rule, alternative,
+// position, parent), interned so that a whole stack is one integer and equal stacks are equal integers; a rule in
+// tail position replaces its caller's frame, so loops never deepen the stack. A matcher state is the set of stacks
+// whose top frame is about to read a byte class (plus "accept" once the root rule can end). Such sets are interned
+// as states of a lazily built DFA: next(state, byte) is computed once (closure over calls and returns) and then
+// read from a 256-entry row, so after warm-up a byte costs one table load.
+//
+// TokenVocab holds every token's bytes in a trie laid out in depth-first order (each node knows where its subtree
+// ends). The mask of a state walks that array once, following next() byte by byte and skipping a whole subtree at
+// the first byte the grammar refuses; masks are cached per DFA state, so a state seen before (every position inside
+// a string, every repeated key of an array of objects) costs a copy. Masks can be warmed ahead (while the forward
+// runs). CompiledGrammar is shared by every request with the same constraint; its methods lock, so any thread may
+// call them.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/structured/grammar.h"
+
+namespace peregrine::engine::structured {
+
+class GrammarAutomaton {
+ public:
+  static constexpr int32_t kDead = -1;
+  explicit GrammarAutomaton(Grammar g);
+
+  int32_t initial() const { return 0; }
+  // The state after `byte`, or kDead. Not thread-safe (CompiledGrammar locks).
+  int32_t next(int32_t state, uint8_t byte);
+  // True when the text so far is a complete sentence of the grammar.
+  bool accepting(int32_t state) const { return accepting_[static_cast<size_t>(state)] != 0; }
+  // True when some byte can follow (false: only the end may come).
+  bool can_continue(int32_t state) const { return continues_[static_cast<size_t>(state)] != 0; }
+  // Matches a whole byte string (tests, reference checks); kDead when refused.
+  int32_t run(int32_t state, std::string_view bytes);
+  size_t num_states() const { return sets_.size(); }
+  const Grammar& grammar() const { return g_; }
+
+  static constexpr size_t kMaxStacksPerState = 4096;
+  static constexpr int32_t kMaxStackDepth = 2048;
+
+ private:
+  struct Frame {
+    int32_t rule, alt, pos, parent, depth;
+  };
+  int32_t intern_node(int32_t rule, int32_t alt, int32_t pos, int32_t parent);
+  void settle(int32_t node, std::vector<int32_t>& out, std::vector<int32_t>& visited_list);
+  int32_t intern_state(std::vector<int32_t> set);
+
+  Grammar g_;
+  std::vector<Frame> nodes_;  // node 0: the empty stack (the root rule returned)
+  std::unordered_map<uint64_t, std::vector<int32_t>> node_index_;  // hash -> candidate node ids
+  std::vector<std::vector<int32_t>> sets_;
+  std::unordered_map<std::string, int32_t> set_index_;
+  std::vector<std::array<int32_t, 256>> trans_;
+  std::vector<char> accepting_, continues_;
+  std::vector<uint32_t> visit_mark_;  // per node: the closure pass that last visited it
+  uint32_t visit_epoch_ = 0;
+};
+
+// The tokens of a vocabulary as bytes, in a depth-first trie (see above).
+class TokenVocab {
+ public:
+  // bytes[id]: what token id adds to the text; empty = never allowed by a constraint (special tokens). eos ids are
+  // the tokens that end a sentence (allowed once the grammar accepts).
+  TokenVocab(std::vector<std::string> bytes, std::vector<int32_t> eos_ids);
+  int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
+  const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
+  std::span<const int32_t> eos_ids() const { return eos_; }
+  size_t num_nodes() const { return node_byte_.size(); }
+  size_t mask_words() const { return (bytes_.size() + 63) / 64; }
+
+ private:
+  friend class CompiledGrammar;
+  std::vector<std::string> bytes_;
+  std::vector<int32_t> eos_;
+  std::vector<uint8_t> node_byte_;
+  std::vector<uint16_t> node_depth_;   // 1 = a first byte
+  std::vector<int32_t> node_skip_;     // the first node after this node's subtree
+  std::vector<int32_t> node_tok_begin_, node_tok_end_;  // tokens ending here: sorted_[begin, end)
+  std::vector<int32_t> sorted_;
+  uint16_t max_depth_ = 0;
+};
+
+class CompiledGrammar {
+ public:
+  static constexpr int32_t kDone = -2;  // an eos token was taken in an accepting state
+  CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab);
+
+  int32_t initial() const { return 0; }
+  // The allowed tokens after `state` as a bitmask of vocab().mask_words() words (bit t%64 of word t/64). Eos tokens
+  // are allowed in accepting states; a state from which nothing can follow allows only eos.
+  void fill_mask(int32_t state, uint64_t* out);
+  // Computes and caches the mask of `state` (no copy): what the engine runs while the forward runs.
+  void warm(int32_t state);
+  // The state after `token` (kDead when the grammar refuses it; kDone for eos in an accepting state).
+  int32_t advance(int32_t state, int32_t token);
+  bool accepting(int32_t state);
+  // The mask computed without the trie or the cache: every token tried byte by byte (the reference for tests).
+  std::vector<uint64_t> reference_mask(int32_t state);
+  const TokenVocab& vocab() const { return *vocab_; }
+  size_t num_states();
+  // Masks cached at most (each vocab/8 bytes); the cache is dropped and refilled when full.
+  static constexpr size_t kMaxCachedMasks = 4096;
+  // Counters for benchmarks.
+  uint64_t masks_computed() const { return masks_computed_.load(); }
+
+ private:
+  const std::vector<uint64_t>& mask_locked(int32_t state);
+  void compute_mask(int32_t state, std::vector<uint64_t>& out);
+
+  std::mutex mutex_;
+  GrammarAutomaton automaton_;
+  std::shared_ptr<const TokenVocab> vocab_;
+  std::vector<std::unique_ptr<std::vector<uint64_t>>> masks_;  // per DFA state
+  size_t cached_masks_ = 0;
+  std::vector<int32_t> walk_states_;
+  std::atomic<uint64_t> masks_computed_{0};
+};
+
+}  // namespace peregrine::engine::structured
