@@ -265,7 +265,8 @@ void GenerationJob::on_output(size_t prompt_index, RequestOutput&& out) {
       }
       chunk += ",\"logprobs\":";
       chunk += want_logprobs ? dump(choice_logprobs(choice, c.logprobs, echo_now, &state.prompt_logprobs)) : "null";
-      chunk += ",\"finish_reason\":" + dump(choice.called_tools ? Json("tool_calls") : finish_json(c.finish_reason));
+      chunk += ",\"finish_reason\":" +
+               dump(choice.called_tools && c.finished() ? Json("tool_calls") : finish_json(c.finish_reason));
       chunk += ",\"stop_reason\":" + dump(stop_reason_json(c.stop_string, c.stop_token_id));
       if (options_.sampling.include_usage && options_.sampling.continuous_usage) {
         chunk += "}],\"usage\":" + dump(usage()) + "}";

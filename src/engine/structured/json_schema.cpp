@@ -567,18 +567,31 @@ class SchemaCompiler {
       return it->get<double>();
     };
     std::optional<double> lo = bound("minimum"), hi = bound("maximum");
-    if (auto x = bound("exclusiveMinimum")) lo = std::max(lo.value_or(-1e300), std::floor(*x) + 1);
-    if (auto x = bound("exclusiveMaximum")) hi = std::min(hi.value_or(1e300), std::ceil(*x) - 1);
+    bool lo_excl = false, hi_excl = false;
+    if (auto x = bound("exclusiveMinimum"); x && (!lo || *x >= *lo)) { lo = *x; lo_excl = true; }
+    if (auto x = bound("exclusiveMaximum"); x && (!hi || *x <= *hi)) { hi = *x; hi_excl = true; }
     if (!lo && !hi) return number_unbounded(integer);
     constexpr double kBig = 1e15;
-    // Integer bounds that contain the valid values (a subset for fractional bounds).
-    const double l = lo ? std::ceil(*lo) : -kBig;
-    const double h = hi ? std::floor(*hi) : kBig;
-    if (l > h) fail(path, "no number satisfies the bounds");
-    if (std::fabs(l) > kBig || std::fabs(h) > kBig) {
-      if ((lo && std::fabs(*lo) > kBig) || (hi && std::fabs(*hi) > kBig)) {
-        // Bounds beyond what is written anyway (16 digits): only the sign matters.
+    // The integers within the bounds; fractions are written below the top one (a subset of the valid numbers).
+    const double l = lo ? (lo_excl ? std::floor(*lo) + 1 : std::ceil(*lo)) : -kBig;
+    const double h = hi ? (hi_excl ? std::ceil(*hi) - 1 : std::floor(*hi)) : kBig;
+    // Non-integers just above a fractional (or exclusive) lower bound k + f: "k." then a first digit above f.
+    std::optional<Sequence> boundary;
+    if (!integer && lo && *lo >= 0 && *lo < kBig && std::floor(*lo) < l) {
+      const int64_t k = static_cast<int64_t>(std::floor(*lo));
+      const int a = static_cast<int>(std::floor((*lo - static_cast<double>(k)) * 10)) + 1;
+      int z = 9;
+      if (hi && *hi < static_cast<double>(k + 1)) z = static_cast<int>(std::floor((*hi - static_cast<double>(k)) * 10)) - 1;
+      if (a <= z && a <= 9) {
+        ByteSet first, d09;
+        first.set_range('0' + a, '0' + z);
+        d09.set_range('0', '9');
+        boundary = Sequence{uint_range(k, k), b_.byte('.'), b_.cls(first), b_.repeat(b_.cls(d09), 0, 7, field_)};
       }
+    }
+    if (l > h) {
+      if (boundary) return b_.seq(std::move(*boundary), "bounded");
+      fail(path, "no number satisfies the bounds");
     }
     const int64_t L = static_cast<int64_t>(std::clamp(l, -kBig, kBig));
     const int64_t H = static_cast<int64_t>(std::clamp(h, -kBig, kBig));
@@ -592,6 +605,7 @@ class SchemaCompiler {
       const int64_t mag_hi = lo_open ? -1 : -L;
       alts.push_back({b_.byte('-'), nonneg(mag_lo, mag_hi, integer)});
     }
+    if (boundary) alts.push_back(std::move(*boundary));
     return b_.alt(std::move(alts), "bounded");
   }
 
