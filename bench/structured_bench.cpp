@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
 
   std::ifstream in(fixtures);
   const nlohmann::json list = nlohmann::json::parse(in);
-  std::vector<double> compile_us, cold_us, warm_us;
+  std::vector<double> compile_us, cold_us, warm_us, walk_us;
   std::vector<uint64_t> mask(v->mask_words());
   for (const auto& item : list) {
     StructuredOutputsParams p;
@@ -53,14 +53,15 @@ int main(int argc, char** argv) {
     auto c0 = Clock::now();
     auto g = std::make_shared<CompiledGrammar>(build_grammar(p), v);
     compile_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - c0).count());
-    for (int pass = 0; pass < 2; ++pass) {
+    for (int pass = 0; pass < 3; ++pass) {
+      if (pass == 2) g->drop_masks();
       std::mt19937 rng(42);
       int32_t st = g->initial();
       for (int s = 0; s < steps && st >= 0; ++s) {
         auto m0 = Clock::now();
         g->fill_mask(st, mask.data());
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - m0).count();
-        (pass == 0 ? cold_us : warm_us).push_back(us);
+        (pass == 0 ? cold_us : pass == 1 ? warm_us : walk_us).push_back(us);
         // A random allowed token, preferring short ones (as a model's text mostly is) so generations advance.
         std::vector<int32_t> allowed;
         for (size_t w = 0; w < mask.size(); ++w) {
@@ -84,6 +85,8 @@ int main(int argc, char** argv) {
               pct(cold_us, 0.5), pct(cold_us, 0.99), pct(cold_us, 1.0));
   std::printf("mask, warm (states cached):              n %zu, p50 %.1f us, p99 %.1f us, max %.1f us\n", warm_us.size(),
               pct(warm_us, 0.5), pct(warm_us, 0.99), pct(warm_us, 1.0));
+  std::printf("mask, trie walk alone (DFA built, masks dropped): n %zu, p50 %.1f us, p99 %.1f us, max %.1f us\n",
+              walk_us.size(), pct(walk_us, 0.5), pct(walk_us, 0.99), pct(walk_us, 1.0));
   std::vector<double> all = cold_us;
   all.insert(all.end(), warm_us.begin(), warm_us.end());
   std::printf("mask, all steps:                         n %zu, p50 %.1f us, p99 %.1f us\n", all.size(), pct(all, 0.5), pct(all, 0.99));

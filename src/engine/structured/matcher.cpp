@@ -11,7 +11,7 @@
 namespace peregrine::engine::structured {
 namespace {
 
-constexpr int32_t kUnknown = -3;
+constexpr int32_t kUnknown = GrammarAutomaton::kUnknownTransition;
 
 uint64_t node_hash(int32_t rule, int32_t alt, int32_t pos, int32_t parent) {
   uint64_t h = static_cast<uint32_t>(rule);
@@ -97,9 +97,8 @@ int32_t GrammarAutomaton::intern_state(std::vector<int32_t> set) {
   return id;
 }
 
-int32_t GrammarAutomaton::next(int32_t state, uint8_t byte) {
-  int32_t t = trans_[static_cast<size_t>(state)][byte];
-  if (t != kUnknown) return t;
+int32_t GrammarAutomaton::next_slow(int32_t state, uint8_t byte) {
+  int32_t t = kUnknown;
   std::vector<int32_t> out, visited;
   ++visit_epoch_;
   const std::vector<int32_t> set = sets_[static_cast<size_t>(state)];  // copy: interning may grow sets_
@@ -246,6 +245,12 @@ void CompiledGrammar::fill_mask(int32_t state, uint64_t* out) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::vector<uint64_t>& m = mask_locked(state);
   std::memcpy(out, m.data(), m.size() * sizeof(uint64_t));
+}
+
+void CompiledGrammar::drop_masks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& m : masks_) m.reset();
+  cached_masks_ = 0;
 }
 
 void CompiledGrammar::warm(int32_t state) {

@@ -35,8 +35,13 @@ class GrammarAutomaton {
   explicit GrammarAutomaton(Grammar g);
 
   int32_t initial() const { return 0; }
-  // The state after `byte`, or kDead. Not thread-safe (CompiledGrammar locks).
-  int32_t next(int32_t state, uint8_t byte);
+  // The state after `byte`, or kDead. Not thread-safe (CompiledGrammar locks). The fast path (a table load) is
+  // inline; a transition seen for the first time is computed by next_slow.
+  int32_t next(int32_t state, uint8_t byte) {
+    const int32_t t = trans_[static_cast<size_t>(state)][byte];
+    return t != kUnknownTransition ? t : next_slow(state, byte);
+  }
+  static constexpr int32_t kUnknownTransition = -3;
   // True when the text so far is a complete sentence of the grammar.
   bool accepting(int32_t state) const { return accepting_[static_cast<size_t>(state)] != 0; }
   // True when some byte can follow (false: only the end may come).
@@ -53,6 +58,7 @@ class GrammarAutomaton {
   struct Frame {
     int32_t rule, alt, pos, parent, depth;
   };
+  int32_t next_slow(int32_t state, uint8_t byte);
   int32_t intern_node(int32_t rule, int32_t alt, int32_t pos, int32_t parent);
   void settle(int32_t node, std::vector<int32_t>& out, std::vector<int32_t>& visited_list);
   int32_t intern_state(std::vector<int32_t> set);
@@ -112,6 +118,8 @@ class CompiledGrammar {
   size_t num_states();
   // Masks cached at most (each vocab/8 bytes); the cache is dropped and refilled when full.
   static constexpr size_t kMaxCachedMasks = 4096;
+  // Drops the cached masks (the DFA stays): benchmarks time the trie walk alone this way.
+  void drop_masks();
   // Counters for benchmarks.
   uint64_t masks_computed() const { return masks_computed_.load(); }
 
