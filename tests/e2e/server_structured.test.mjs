@@ -252,3 +252,27 @@ test('openai SDK responses.create / responses.stream, instructions, text.format,
   const got = await request(server.port, 'GET', `/v1/responses/${call.id}`);
   assert.equal(JSON.parse(got.body).id, call.id);
 });
+
+test('speculative decoding: drafts are checked against the constraint, greedy output identical to plain decoding', async () => {
+  const spec = await startServer(['--served-model-name', MODEL, '--chat-template', CHAT_TEMPLATE, '--speculative-config',
+    '{"method": "lookahead", "num_speculative_tokens": 6, "prompt_lookup_max": 4}']);
+  try {
+    const specClient = new OpenAI({ baseURL: `${spec.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+    const picked = schemas.filter((s) => ['order', 'todo_list', 'survey', 'menu', 'polygon', 'grade_report', 'tags', 'matrix'].includes(s.name));
+    for (const { name, schema } of picked) {
+      const body = { model: MODEL, messages: [{ role: 'user', content: `A ${name} as JSON, twice the same.` }],
+        response_format: { type: 'json_schema', json_schema: { name, schema } }, max_tokens: 300, temperature: 0 };
+      const a = await client.chat.completions.create(body);
+      for (let round = 0; round < 2; ++round) {  // the second round drafts from the first one's text
+        const b = await specClient.chat.completions.create(body);
+        assert.equal(b.choices[0].message.content, a.choices[0].message.content, name);
+        assert.ok(ajv.compile(schema)(JSON.parse(b.choices[0].message.content)), name);
+      }
+    }
+    const metrics = (await request(spec.port, 'GET', '/metrics')).body;
+    const drafted = Number(/^vllm:spec_decode_num_draft_tokens_total(?:\{[^}]*\})? (\S+)$/m.exec(metrics)?.[1] ?? 0);
+    assert.ok(drafted > 0, 'drafts were proposed and verified');
+  } finally {
+    await spec.stop();
+  }
+});
