@@ -97,8 +97,10 @@ void GenerationJob::begin_stream() {
     Json c = chunk_base();
     Json choice;
     choice["index"] = i;
-    const bool forced = options_.forced_tools != JobOptions::ForcedTools::kNone;
-    choice["delta"] = Json{{"role", "assistant"}, {"content", forced ? Json(nullptr) : Json("")}};
+    // With tools the reply may be calls only, whose content is null (as the non-streamed message says): the role
+    // chunk must not make it "".
+    const bool tools = options_.forced_tools != JobOptions::ForcedTools::kNone || options_.tool_parser.has_value();
+    choice["delta"] = Json{{"role", "assistant"}, {"content", tools ? Json(nullptr) : Json("")}};
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = nullptr;
     c["choices"] = Json::array({choice});
