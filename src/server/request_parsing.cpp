@@ -331,7 +331,7 @@ std::optional<StructuredOutputsParams> parse_structured_outputs(const Fields& f)
   std::string from;
   auto set = [&](StructuredOutputsParams so, const std::string& field) {
     if (out) throw_bad_field(field, "only one constraint may be given, but " + from + " is given too");
-    if (so.field.empty()) so.field = field;
+    if (so.field.empty() || so.field == "structured_outputs") so.field = field;  // guided_*: their own name
     out = std::move(so);
     from = field;
   };
