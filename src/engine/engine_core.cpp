@@ -83,7 +83,10 @@ void EngineCore::validate(const std::vector<int32_t>& prompt, const SamplingPara
       throw Error(ErrorCode::kInvalidArgument, "structured_outputs: constraints need a tokenizer (the engine was "
                                                "started with skip_tokenizer_init)", params.structured_outputs->field);
     }
-    grammar_cache_.check(*params.structured_outputs);  // compiles (cached): a bad constraint is refused here
+    // Compiles (cached; a bad constraint is refused here, on the caller's thread) and computes the first mask, so
+    // the engine loop finds both ready.
+    auto grammar = grammar_cache_.get(*params.structured_outputs, token_vocab());
+    grammar->warm(grammar->initial());
   }
   if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "prompt: the prompt is empty (0 tokens)");
   for (size_t i = 0; i < prompt.size(); ++i) {
