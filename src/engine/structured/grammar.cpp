@@ -239,38 +239,75 @@ void Grammar::check(const std::string& field) const {
       }
     }
   }
-  std::vector<std::vector<int>> first(n);
+  // Calls a rule may make before reading a byte, marked when they are not the alternative's last element (a call
+  // in tail position replaces the caller's frame, so only the other calls grow the stack). A cycle of such calls
+  // with at least one growing call would make the matcher's closure endless: that is left recursion, refused.
+  struct Edge {
+    int to;
+    bool grows;
+  };
+  std::vector<std::vector<Edge>> first(n);
   for (size_t r = 0; r < n; ++r) {
     if (rules[r].alts.empty()) fail(field, "rule '" + rules[r].name + "' has no alternatives");
     for (const Sequence& s : rules[r].alts) {
-      for (const Element& e : s) {
+      for (size_t k = 0; k < s.size(); ++k) {
+        const Element& e = s[k];
         if (e.rule >= static_cast<int>(n) || (e.rule < 0 && e.cls < 0)) fail(field, "rule '" + rules[r].name + "' refers to an undefined rule");
         if (e.cls >= 0) break;
-        first[r].push_back(e.rule);
+        first[r].push_back(Edge{e.rule, k + 1 < s.size()});
         if (!nullable[static_cast<size_t>(e.rule)]) break;
       }
     }
   }
-  std::vector<char> color(n, 0);  // 0 new, 1 on the path, 2 done
-  std::vector<std::pair<int, size_t>> stack;
+  // Strongly connected components (Tarjan, iterative); a growing call inside one component is a cycle.
+  std::vector<int> index(n, -1), low(n, 0), comp(n, -1);
+  std::vector<char> on_stack(n, 0);
+  std::vector<int> scc_stack;
+  int counter = 0, num_comps = 0;
   for (size_t s0 = 0; s0 < n; ++s0) {
-    if (color[s0]) continue;
-    stack.emplace_back(static_cast<int>(s0), 0);
-    color[s0] = 1;
-    while (!stack.empty()) {
-      auto& [r, i] = stack.back();
-      if (i < first[static_cast<size_t>(r)].size()) {
-        const int c = first[static_cast<size_t>(r)][i++];
-        if (color[static_cast<size_t>(c)] == 1) {
-          fail(field, "left recursion through rule '" + rules[static_cast<size_t>(c)].name + "' is not supported");
-        }
-        if (color[static_cast<size_t>(c)] == 0) {
-          color[static_cast<size_t>(c)] = 1;
-          stack.emplace_back(c, 0);
+    if (index[s0] >= 0) continue;
+    std::vector<std::pair<int, size_t>> work{{static_cast<int>(s0), 0}};
+    index[s0] = low[s0] = counter++;
+    scc_stack.push_back(static_cast<int>(s0));
+    on_stack[s0] = 1;
+    while (!work.empty()) {
+      auto& [v, i] = work.back();
+      const size_t uv = static_cast<size_t>(v);
+      if (i < first[uv].size()) {
+        const int w = first[uv][i++].to;
+        const size_t uw = static_cast<size_t>(w);
+        if (index[uw] < 0) {
+          index[uw] = low[uw] = counter++;
+          scc_stack.push_back(w);
+          on_stack[uw] = 1;
+          work.emplace_back(w, 0);
+        } else if (on_stack[uw]) {
+          low[uv] = std::min(low[uv], index[uw]);
         }
       } else {
-        color[static_cast<size_t>(r)] = 2;
-        stack.pop_back();
+        if (low[uv] == index[uv]) {
+          for (;;) {
+            const int w = scc_stack.back();
+            scc_stack.pop_back();
+            on_stack[static_cast<size_t>(w)] = 0;
+            comp[static_cast<size_t>(w)] = num_comps;
+            if (w == v) break;
+          }
+          ++num_comps;
+        }
+        const int done = v;
+        work.pop_back();
+        if (!work.empty()) {
+          const size_t up = static_cast<size_t>(work.back().first);
+          low[up] = std::min(low[up], low[static_cast<size_t>(done)]);
+        }
+      }
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    for (const Edge& e : first[r]) {
+      if (e.grows && comp[r] == comp[static_cast<size_t>(e.to)]) {
+        fail(field, "left recursion through rule '" + rules[static_cast<size_t>(e.to)].name + "' is not supported");
       }
     }
   }

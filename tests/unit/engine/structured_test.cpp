@@ -182,6 +182,10 @@ TEST(StructuredEbnf, GbnfAndLark) {
   EXPECT_TRUE(full_match(l, "1+(2-3.5)"));
   EXPECT_FALSE(full_match(l, "1+"));
   EXPECT_THROW(compile_ebnf("root ::= root \"a\" | \"b\"", "grammar"), Error);  // left recursion
+  EXPECT_THROW(compile_ebnf("root ::= s \"x\"\ns ::= root | \"b\"", "grammar"), Error);  // through a tail call
+  // Loops over nullable items only call in tail position: the stack cannot grow, so they are fine.
+  EXPECT_TRUE(full_match(regex_grammar("(a*)*b", "regex"), "aab"));
+  EXPECT_TRUE(full_match(compile_ebnf("root ::= x \"!\"\nx ::= x?", "grammar"), "!"));
   EXPECT_THROW(compile_ebnf("start: WS\n%import common.WS\n%ignore WS", "grammar"), Error);
   EXPECT_THROW(compile_ebnf("root ::= undefined", "grammar"), Error);
 }
