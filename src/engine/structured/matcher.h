@@ -117,7 +117,7 @@ class CompiledGrammar {
   const TokenVocab& vocab() const { return *vocab_; }
   size_t num_states();
   // Masks cached at most (each vocab/8 bytes); the cache is dropped and refilled when full.
-  static constexpr size_t kMaxCachedMasks = 4096;
+  static constexpr size_t kMaxCachedMasks = 512;
   // Drops the cached masks (the DFA stays): benchmarks time the trie walk alone this way.
   void drop_masks();
   // Counters for benchmarks.

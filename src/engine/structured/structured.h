@@ -28,7 +28,7 @@ Grammar build_grammar(const StructuredOutputsParams& params);
 // Compiled grammars by constraint, least recently used dropped beyond `capacity`. Thread-safe.
 class GrammarCache {
  public:
-  explicit GrammarCache(size_t capacity = 128) : capacity_(capacity) {}
+  explicit GrammarCache(size_t capacity = 64) : capacity_(capacity) {}
   // The compiled grammar (compiling on a miss); throws Error(kInvalidArgument) for a bad constraint.
   std::shared_ptr<CompiledGrammar> get(const StructuredOutputsParams& params, const std::shared_ptr<const TokenVocab>& vocab);
   // Checks a constraint (compiles it to a grammar, cached) without a vocabulary.
