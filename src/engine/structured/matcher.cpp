@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <unordered_map>
 
 #include "peregrine/error.h"
 
@@ -124,57 +125,110 @@ int32_t GrammarAutomaton::run(int32_t state, std::string_view bytes) {
   return state;
 }
 
-TokenVocab::TokenVocab(std::vector<std::string> bytes, std::vector<int32_t> eos_ids)
-    : bytes_(std::move(bytes)), eos_(std::move(eos_ids)) {
-  for (int32_t e : eos_) bytes_.at(static_cast<size_t>(e)).clear();  // eos is never text
-  for (size_t i = 0; i < bytes_.size(); ++i) {
-    if (!bytes_[i].empty()) sorted_.push_back(static_cast<int32_t>(i));
+int TokenVocab::plain_chars(std::string_view b) {
+  if (b.empty()) return 0;
+  int chars = 0;
+  for (size_t i = 0; i < b.size();) {
+    const unsigned char c = static_cast<unsigned char>(b[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return 0;
+      ++i;
+      ++chars;
+      continue;
+    }
+    int len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) { len = 3; lo = 0xA0; }
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) len = 3;
+    else if (c == 0xED) { len = 3; hi = 0x9F; }
+    else if (c == 0xF0) { len = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) { len = 4; hi = 0x8F; }
+    else return 0;
+    if (i + static_cast<size_t>(len) > b.size()) return 0;
+    const unsigned char c1 = static_cast<unsigned char>(b[i + 1]);
+    if (c1 < lo || c1 > hi) return 0;
+    for (int k = 2; k < len; ++k) {
+      const unsigned char ck = static_cast<unsigned char>(b[i + static_cast<size_t>(k)]);
+      if (ck < 0x80 || ck > 0xBF) return 0;
+    }
+    i += static_cast<size_t>(len);
+    ++chars;
   }
-  std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) {
+  return chars <= kMaxPlainChars ? chars : 0;
+}
+
+TokenVocab::Trie TokenVocab::build(std::vector<int32_t> ids) const {
+  Trie t;
+  t.sorted = std::move(ids);
+  std::sort(t.sorted.begin(), t.sorted.end(), [&](int32_t a, int32_t b) {
     const int c = bytes_[static_cast<size_t>(a)].compare(bytes_[static_cast<size_t>(b)]);
     return c != 0 ? c < 0 : a < b;
   });
   std::vector<int32_t> path;
   const std::string* prev = nullptr;
-  for (size_t k = 0; k < sorted_.size(); ++k) {
-    const std::string& s = bytes_[static_cast<size_t>(sorted_[k])];
+  for (size_t k = 0; k < t.sorted.size(); ++k) {
+    const std::string& s = bytes_[static_cast<size_t>(t.sorted[k])];
     if (s.size() > 65535) throw Error(ErrorCode::kInvalidArgument, "a token longer than 65535 bytes");
     size_t lcp = 0;
     if (prev) {
       while (lcp < s.size() && lcp < prev->size() && s[lcp] == (*prev)[lcp]) ++lcp;
     }
     if (prev && lcp == s.size() && lcp == prev->size()) {
-      node_tok_end_[static_cast<size_t>(path.back())] = static_cast<int32_t>(k + 1);  // same bytes as the previous
+      t.tok_end[static_cast<size_t>(path.back())] = static_cast<int32_t>(k + 1);  // same bytes as the previous
       continue;
     }
     path.resize(lcp);
     for (size_t d = lcp; d < s.size(); ++d) {
-      node_byte_.push_back(static_cast<uint8_t>(s[d]));
-      node_depth_.push_back(static_cast<uint16_t>(d + 1));
-      node_tok_begin_.push_back(0);
-      node_tok_end_.push_back(0);
-      path.push_back(static_cast<int32_t>(node_byte_.size() - 1));
+      t.byte.push_back(static_cast<uint8_t>(s[d]));
+      t.depth.push_back(static_cast<uint16_t>(d + 1));
+      t.tok_begin.push_back(0);
+      t.tok_end.push_back(0);
+      path.push_back(static_cast<int32_t>(t.byte.size() - 1));
     }
-    node_tok_begin_[static_cast<size_t>(path.back())] = static_cast<int32_t>(k);
-    node_tok_end_[static_cast<size_t>(path.back())] = static_cast<int32_t>(k + 1);
-    max_depth_ = std::max<uint16_t>(max_depth_, static_cast<uint16_t>(s.size()));
+    t.tok_begin[static_cast<size_t>(path.back())] = static_cast<int32_t>(k);
+    t.tok_end[static_cast<size_t>(path.back())] = static_cast<int32_t>(k + 1);
+    t.max_depth = std::max<uint16_t>(t.max_depth, static_cast<uint16_t>(s.size()));
     prev = &s;
   }
-  const int32_t n = static_cast<int32_t>(node_byte_.size());
-  node_skip_.assign(static_cast<size_t>(n), n);
+  const int32_t n = static_cast<int32_t>(t.byte.size());
+  t.skip.assign(static_cast<size_t>(n), n);
   std::vector<int32_t> stack;
   for (int32_t i = 0; i < n; ++i) {
-    while (!stack.empty() && node_depth_[static_cast<size_t>(stack.back())] >= node_depth_[static_cast<size_t>(i)]) {
-      node_skip_[static_cast<size_t>(stack.back())] = i;
+    while (!stack.empty() && t.depth[static_cast<size_t>(stack.back())] >= t.depth[static_cast<size_t>(i)]) {
+      t.skip[static_cast<size_t>(stack.back())] = i;
       stack.pop_back();
     }
     stack.push_back(i);
   }
+  return t;
+}
+
+TokenVocab::TokenVocab(std::vector<std::string> bytes, std::vector<int32_t> eos_ids)
+    : bytes_(std::move(bytes)), eos_(std::move(eos_ids)) {
+  for (int32_t e : eos_) bytes_.at(static_cast<size_t>(e)).clear();  // eos is never text
+  std::vector<int32_t> all, rest;
+  plain_upto_.assign(kMaxPlainChars + 1, std::vector<uint64_t>(mask_words(), 0));
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (bytes_[i].empty()) continue;
+    all.push_back(static_cast<int32_t>(i));
+    if (const int c = plain_chars(bytes_[i]); c > 0) {
+      plain_upto_[static_cast<size_t>(c)][i >> 6] |= uint64_t{1} << (i & 63);
+    } else {
+      rest.push_back(static_cast<int32_t>(i));
+    }
+  }
+  for (size_t c = 1; c < plain_upto_.size(); ++c) {
+    for (size_t w = 0; w < mask_words(); ++w) plain_upto_[c][w] |= plain_upto_[c - 1][w];
+  }
+  all_ = build(std::move(all));
+  rest_ = build(std::move(rest));
 }
 
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab)
     : automaton_(std::move(g)), vocab_(std::move(vocab)) {
-  walk_states_.resize(static_cast<size_t>(vocab_->max_depth_) + 1);
+  walk_states_.resize(static_cast<size_t>(vocab_->all_.max_depth) + 1);
 }
 
 size_t CompiledGrammar::num_states() {
@@ -188,32 +242,114 @@ bool CompiledGrammar::accepting(int32_t state) {
   return automaton_.accepting(state);
 }
 
+int32_t CompiledGrammar::plain_successor(int32_t state) {
+  const size_t u = static_cast<size_t>(state);
+  if (plain_succ_.size() <= u) plain_succ_.resize(u + 1, GrammarAutomaton::kUnknownTransition);
+  if (plain_succ_[u] != GrammarAutomaton::kUnknownTransition) return plain_succ_[u];
+  // UTF-8 automaton over plain characters: 0 = between characters; 1, 2, 3 = that many continuation bytes to go;
+  // 4 = after E0 (A0-BF next), 5 = after ED (80-9F), 6 = after F0 (90-BF), 7 = after F4 (80-8F).
+  auto step = [](int q, int b) -> int {
+    switch (q) {
+      case 0:
+        if (b < 0x80) return b < 0x20 || b == '"' || b == '\\' ? -1 : 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return 2;
+        if (b == 0xED) return 5;
+        if (b == 0xF0) return 6;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        if (b == 0xF4) return 7;
+        return -1;
+      case 1: case 2: case 3: return b >= 0x80 && b <= 0xBF ? q - 1 : -1;
+      case 4: return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+      case 5: return b >= 0x80 && b <= 0x9F ? 1 : -1;
+      case 6: return b >= 0x90 && b <= 0xBF ? 2 : -1;
+      case 7: return b >= 0x80 && b <= 0x8F ? 2 : -1;
+    }
+    return -1;
+  };
+  std::vector<std::pair<int32_t, int>> todo{{state, 0}};
+  std::unordered_map<uint64_t, char> seen;
+  seen[static_cast<uint64_t>(static_cast<uint32_t>(state)) << 3] = 1;
+  bool ok = true;
+  int32_t target = GrammarAutomaton::kUnknownTransition;  // where complete characters lead (one state, or kDead)
+  while (ok && !todo.empty()) {
+    auto [s, q] = todo.back();
+    todo.pop_back();
+    for (int b = 0; b < 256 && ok; ++b) {
+      const int q2 = step(q, b);
+      if (q2 < 0) continue;
+      const int32_t s2 = automaton_.next(s, static_cast<uint8_t>(b));
+      if (s2 < 0 || q2 == 0) {
+        // A character ends here (or dies part-way, which counts as dying): all must end in the same place.
+        const int32_t end = s2 < 0 ? GrammarAutomaton::kDead : s2;
+        if (target == GrammarAutomaton::kUnknownTransition) target = end;
+        if (end != target) {
+          ok = false;
+          break;
+        }
+        continue;
+      }
+      const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(s2)) << 3) | static_cast<uint64_t>(q2);
+      if (seen.emplace(key, 1).second) {
+        if (seen.size() > 4096) ok = false;  // not a simple loop: walk the whole trie instead
+        todo.emplace_back(s2, q2);
+      }
+    }
+  }
+  if (target == GrammarAutomaton::kUnknownTransition) target = GrammarAutomaton::kDead;
+  const int32_t answer = ok ? target : kNoChain;
+  plain_succ_[static_cast<size_t>(state)] = answer;
+  return answer;
+}
+
+int CompiledGrammar::plain_chain_length(int32_t state) {
+  std::vector<int32_t> chain{state};
+  for (int c = 0; c < TokenVocab::kMaxPlainChars; ++c) {
+    const int32_t next = plain_successor(chain.back());
+    if (next == kNoChain) return -1;
+    if (next == GrammarAutomaton::kDead) return c;  // c characters pass, the next one dies whatever it is
+    if (std::find(chain.begin(), chain.end(), next) != chain.end()) return TokenVocab::kMaxPlainChars;  // a loop
+    chain.push_back(next);
+  }
+  return TokenVocab::kMaxPlainChars;
+}
+
+void CompiledGrammar::walk(const TokenVocab::Trie& trie, int32_t state, std::vector<uint64_t>& out) {
+  const int32_t n = static_cast<int32_t>(trie.byte.size());
+  const uint8_t* bytes = trie.byte.data();
+  const uint16_t* depth = trie.depth.data();
+  const int32_t* skip = trie.skip.data();
+  const int32_t* tb = trie.tok_begin.data();
+  const int32_t* te = trie.tok_end.data();
+  const int32_t* sorted = trie.sorted.data();
+  int32_t* st = walk_states_.data();
+  st[0] = state;
+  for (int32_t i = 0; i < n;) {
+    const int32_t s = automaton_.next(st[depth[i] - 1], bytes[i]);
+    if (s < 0) {
+      i = skip[i];
+      continue;
+    }
+    st[depth[i]] = s;
+    for (int32_t k = tb[i]; k < te[i]; ++k) {
+      const int32_t t = sorted[k];
+      out[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+    }
+    ++i;
+  }
+}
+
 void CompiledGrammar::compute_mask(int32_t state, std::vector<uint64_t>& out) {
   const TokenVocab& v = *vocab_;
   out.assign(v.mask_words(), 0);
   masks_computed_.fetch_add(1, std::memory_order_relaxed);
   if (state >= 0 && automaton_.can_continue(state)) {
-    const int32_t n = static_cast<int32_t>(v.node_byte_.size());
-    const uint8_t* bytes = v.node_byte_.data();
-    const uint16_t* depth = v.node_depth_.data();
-    const int32_t* skip = v.node_skip_.data();
-    const int32_t* tb = v.node_tok_begin_.data();
-    const int32_t* te = v.node_tok_end_.data();
-    const int32_t* sorted = v.sorted_.data();
-    int32_t* st = walk_states_.data();
-    st[0] = state;
-    for (int32_t i = 0; i < n;) {
-      const int32_t s = automaton_.next(st[depth[i] - 1], bytes[i]);
-      if (s < 0) {
-        i = skip[i];
-        continue;
-      }
-      st[depth[i]] = s;
-      for (int32_t k = tb[i]; k < te[i]; ++k) {
-        const int32_t t = sorted[k];
-        out[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
-      }
-      ++i;
+    if (const int len = plain_chain_length(state); len >= 0) {
+      out = v.plain_upto_[static_cast<size_t>(len)];  // the plain tokens that fit; the others are walked
+      walk(v.rest_, state, out);
+    } else {
+      walk(v.all_, state, out);
     }
   }
   const bool acc = state == kDone || (state >= 0 && automaton_.accepting(state));

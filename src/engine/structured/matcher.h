@@ -74,7 +74,11 @@ class GrammarAutomaton {
   uint32_t visit_epoch_ = 0;
 };
 
-// The tokens of a vocabulary as bytes, in a depth-first trie (see above).
+// The tokens of a vocabulary as bytes, in a depth-first trie (see above). Tokens that are plain text (1 to 16 complete
+// UTF-8 characters, none of them '"', '\\' or a control character) are also kept as bitmasks by their length in
+// characters, and the other tokens in a trie of their own: where every plain character moves a state along one
+// chain of states (inside a JSON string: the state itself, or the next count of a maxLength), the plain tokens
+// allowed are those up to the chain's length, one bitmask copy, and only the small trie is walked.
 class TokenVocab {
  public:
   // bytes[id]: what token id adds to the text; empty = never allowed by a constraint (special tokens). eos ids are
@@ -83,19 +87,28 @@ class TokenVocab {
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
   std::span<const int32_t> eos_ids() const { return eos_; }
-  size_t num_nodes() const { return node_byte_.size(); }
+  size_t num_nodes() const { return all_.byte.size(); }
+  size_t num_rest_nodes() const { return rest_.byte.size(); }
   size_t mask_words() const { return (bytes_.size() + 63) / 64; }
+  // The number of characters of a plain-text token (see above); 0 when it is not one.
+  static int plain_chars(std::string_view bytes);
+  static constexpr int kMaxPlainChars = 16;
 
  private:
   friend class CompiledGrammar;
+  struct Trie {
+    std::vector<uint8_t> byte;
+    std::vector<uint16_t> depth;  // 1 = a first byte
+    std::vector<int32_t> skip;    // the first node after this node's subtree
+    std::vector<int32_t> tok_begin, tok_end;  // tokens ending here: sorted[begin, end)
+    std::vector<int32_t> sorted;
+    uint16_t max_depth = 0;
+  };
+  Trie build(std::vector<int32_t> ids) const;
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
-  std::vector<uint8_t> node_byte_;
-  std::vector<uint16_t> node_depth_;   // 1 = a first byte
-  std::vector<int32_t> node_skip_;     // the first node after this node's subtree
-  std::vector<int32_t> node_tok_begin_, node_tok_end_;  // tokens ending here: sorted_[begin, end)
-  std::vector<int32_t> sorted_;
-  uint16_t max_depth_ = 0;
+  Trie all_, rest_;
+  std::vector<std::vector<uint64_t>> plain_upto_;  // [c]: bitmask of the plain tokens of at most c characters
 };
 
 class CompiledGrammar {
@@ -126,6 +139,16 @@ class CompiledGrammar {
  private:
   const std::vector<uint64_t>& mask_locked(int32_t state);
   void compute_mask(int32_t state, std::vector<uint64_t>& out);
+  void walk(const TokenVocab::Trie& trie, int32_t state, std::vector<uint64_t>& out);
+  // Plain characters (see TokenVocab) from `state`: the one state every one of them leads to through live states
+  // (kChainAll), kDead when every one of them dies, or kNoChain (they lead to different states). Found by walking
+  // the state paired with a UTF-8 automaton; cached per state.
+  static constexpr int32_t kNoChain = -5;
+  int32_t plain_successor(int32_t state);
+  // The number of plain characters every sequence of which `state` accepts while no longer one is accepted
+  // (kMaxPlainChars when unbounded), or -1 when plain characters do not move it along one chain.
+  int plain_chain_length(int32_t state);
+  std::vector<int32_t> plain_succ_;  // per state: kUnknownTransition, or plain_successor's answer
 
   std::mutex mutex_;
   GrammarAutomaton automaton_;

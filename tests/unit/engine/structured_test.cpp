@@ -232,6 +232,8 @@ std::shared_ptr<const TokenVocab> random_vocab(std::mt19937& rng, int size, cons
     for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
     bytes.push_back(s);
   }
+  // Multi-byte characters, whole and cut, with and without quotes (plain-token fast path and its exceptions).
+  for (const char* u : {"é", "ab€", "\xE2\x82", "\xAC", "😀", "\xF0\x9F", "é\"", "\\u00e9", "ü ", "\xED\xA0\x80"}) bytes.push_back(u);
   bytes.push_back("");  // a special token
   bytes.push_back("");  // eos
   return std::make_shared<TokenVocab>(bytes, std::vector<int32_t>{static_cast<int32_t>(bytes.size() - 1)});
@@ -246,7 +248,8 @@ TEST(StructuredMask, FastMaskEqualsReferenceOnRandomStates) {
   const char* schemas[] = {
       R"({"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":6},"ok":{"type":"boolean"},"xs":{"type":"array","items":{"type":"number"},"maxItems":3}},"required":["id","name"]})",
       R"({"type":"array","items":{"anyOf":[{"type":"null"},{"type":"string","enum":["a","bc"]},{"type":"integer","minimum":-5,"maximum":50}]},"minItems":1,"maxItems":4})",
-      R"({})"};
+      R"({})",
+      R"({"type":"object","properties":{"s":{"type":"string"},"p":{"type":"string","pattern":"^[a-zé€]{0,5}$"}}})"};
   for (const char* s : schemas) {
     CompiledGrammar cg(json_schema_grammar(Json::parse(s), "schema"), vocab);
     std::vector<uint64_t> mask(vocab->mask_words());
