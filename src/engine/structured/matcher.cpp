@@ -14,13 +14,6 @@ namespace {
 
 constexpr int32_t kUnknown = GrammarAutomaton::kUnknownTransition;
 
-uint64_t node_hash(int32_t rule, int32_t alt, int32_t pos, int32_t parent) {
-  uint64_t h = static_cast<uint32_t>(rule);
-  h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(alt);
-  h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(pos);
-  h = h * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(parent);
-  return h ^ (h >> 29);
-}
 
 }  // namespace
 
@@ -39,18 +32,14 @@ GrammarAutomaton::GrammarAutomaton(Grammar g) : g_(std::move(g)) {
 }
 
 int32_t GrammarAutomaton::intern_node(int32_t rule, int32_t alt, int32_t pos, int32_t parent) {
-  const uint64_t h = node_hash(rule, alt, pos, parent);
-  auto& bucket = node_index_[h];
-  for (int32_t id : bucket) {
-    const Frame& f = nodes_[static_cast<size_t>(id)];
-    if (f.rule == rule && f.alt == alt && f.pos == pos && f.parent == parent) return id;
-  }
+  const NodeKey key{(static_cast<uint64_t>(static_cast<uint32_t>(rule)) << 32) | static_cast<uint32_t>(alt),
+                    (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent)};
+  auto [it, inserted] = node_index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
+  if (!inserted) return it->second;
   const int32_t depth = nodes_[static_cast<size_t>(parent)].depth + 1;
   nodes_.push_back(Frame{rule, alt, pos, parent, depth});
   visit_mark_.push_back(0);
-  const int32_t id = static_cast<int32_t>(nodes_.size() - 1);
-  bucket.push_back(id);
-  return id;
+  return it->second;
 }
 
 // Closure: from a stack whose top may be at the end of its alternative or before a rule call, every stack whose

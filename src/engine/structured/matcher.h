@@ -65,7 +65,17 @@ class GrammarAutomaton {
 
   Grammar g_;
   std::vector<Frame> nodes_;  // node 0: the empty stack (the root rule returned)
-  std::unordered_map<uint64_t, std::vector<int32_t>> node_index_;  // hash -> candidate node ids
+  struct NodeKey {
+    uint64_t a, b;  // (rule, alt), (pos, parent)
+    bool operator==(const NodeKey& o) const { return a == o.a && b == o.b; }
+  };
+  struct NodeKeyHash {
+    size_t operator()(const NodeKey& k) const {
+      const uint64_t h = (k.a * 0x9E3779B97F4A7C15ull) ^ (k.b + 0x632BE59BD9B4E019ull + (k.a << 6));
+      return static_cast<size_t>(h ^ (h >> 31));
+    }
+  };
+  std::unordered_map<NodeKey, int32_t, NodeKeyHash> node_index_;
   std::vector<std::vector<int32_t>> sets_;
   std::unordered_map<std::string, int32_t> set_index_;
   std::vector<std::array<int32_t, 256>> trans_;
