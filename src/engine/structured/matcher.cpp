@@ -87,23 +87,56 @@ int32_t GrammarAutomaton::intern_state(std::vector<int32_t> set) {
   return id;
 }
 
+// The whole row of `state` at once: bytes that the same stacks accept (the same signature) lead to the same state,
+// so each group's closure is computed once (a string's ~200 plain bytes are one group).
 int32_t GrammarAutomaton::next_slow(int32_t state, uint8_t byte) {
-  int32_t t = kUnknown;
-  std::vector<int32_t> out, visited;
-  ++visit_epoch_;
   const std::vector<int32_t> set = sets_[static_cast<size_t>(state)];  // copy: interning may grow sets_
+  std::vector<int32_t> ready;                                          // stacks that read a byte next
+  std::vector<const ByteSet*> classes;
   for (int32_t n : set) {
     if (n == 0) continue;
-    const Frame f = nodes_[static_cast<size_t>(n)];
+    const Frame& f = nodes_[static_cast<size_t>(n)];
     const Element e = g_.rules[static_cast<size_t>(f.rule)].alts[static_cast<size_t>(f.alt)][static_cast<size_t>(f.pos)];
-    if (!g_.classes[static_cast<size_t>(e.cls)].test(byte)) continue;
-    settle(intern_node(f.rule, f.alt, f.pos + 1, f.parent), out, visited);
+    ready.push_back(n);
+    classes.push_back(&g_.classes[static_cast<size_t>(e.cls)]);
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  t = out.empty() || out.size() > kMaxStacksPerState ? kDead : intern_state(std::move(out));
-  trans_[static_cast<size_t>(state)][byte] = t;
-  return t;
+  const size_t words = (ready.size() + 63) / 64;
+  std::vector<uint64_t> sig(256 * words, 0);  // per byte: which of `ready` accept it
+  for (size_t k = 0; k < ready.size(); ++k) {
+    const ByteSet& c = *classes[k];
+    for (int b = 0; b < 256; ++b) {
+      if (c.test(b)) sig[static_cast<size_t>(b) * words + k / 64] |= uint64_t{1} << (k % 64);
+    }
+  }
+  std::vector<char> done(256, 0);
+  std::vector<int32_t> out, visited;
+  for (int b = 0; b < 256; ++b) {
+    if (done[static_cast<size_t>(b)]) continue;
+    const uint64_t* mine = &sig[static_cast<size_t>(b) * words];
+    bool any = false;
+    for (size_t w = 0; w < words; ++w) any = any || mine[w] != 0;
+    int32_t t = kDead;
+    if (any) {
+      out.clear();
+      ++visit_epoch_;
+      for (size_t k = 0; k < ready.size(); ++k) {
+        if (!((mine[k / 64] >> (k % 64)) & 1)) continue;
+        const Frame f = nodes_[static_cast<size_t>(ready[k])];
+        settle(intern_node(f.rule, f.alt, f.pos + 1, f.parent), out, visited);
+      }
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      t = out.empty() || out.size() > kMaxStacksPerState ? kDead : intern_state(out);
+    }
+    for (int b2 = b; b2 < 256; ++b2) {
+      if (done[static_cast<size_t>(b2)]) continue;
+      if (std::equal(mine, mine + words, &sig[static_cast<size_t>(b2) * words])) {
+        done[static_cast<size_t>(b2)] = 1;
+        trans_[static_cast<size_t>(state)][static_cast<size_t>(b2)] = t;
+      }
+    }
+  }
+  return trans_[static_cast<size_t>(state)][byte];
 }
 
 int32_t GrammarAutomaton::run(int32_t state, std::string_view bytes) {
