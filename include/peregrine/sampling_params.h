@@ -11,6 +11,23 @@
 
 namespace peregrine {
 
+// vLLM's StructuredOutputsParams: a constraint on the output text. Exactly one of json, regex, choice, grammar and
+// json_object is set. The engine compiles it (errors are kInvalidArgument naming `field`) and masks every token the
+// constraint does not allow before sampling; eos is allowed once the text is complete.
+struct StructuredOutputsParams {
+  std::optional<std::string> json;                  // a JSON Schema (as JSON text)
+  std::optional<std::string> regex;                 // the whole output matches this regular expression
+  std::optional<std::vector<std::string>> choice;   // the output is one of these strings
+  std::optional<std::string> grammar;               // EBNF (`root ::= ...`) or Lark (`start: ...`)
+  bool json_object = false;                         // any JSON object
+  // The request field errors are reported under (the server sets e.g. "response_format").
+  std::string field = "structured_outputs";
+
+  int num_set() const {
+    return (json ? 1 : 0) + (regex ? 1 : 0) + (choice ? 1 : 0) + (grammar ? 1 : 0) + (json_object ? 1 : 0);
+  }
+};
+
 struct SamplingParams {
   int n = 1;                      // completions per prompt; they share the prompt's KV blocks
   float temperature = 1.0f;       // 0 = greedy
@@ -32,6 +49,7 @@ struct SamplingParams {
   std::optional<int> prompt_logprobs;  // top logprobs per prompt token
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
+  std::optional<StructuredOutputsParams> structured_outputs;  // constrained decoding (structured outputs)
 
   static constexpr int kMaxLogprobs = 20;
   static constexpr int kMaxN = 128;

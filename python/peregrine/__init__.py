@@ -15,11 +15,12 @@ from .engine_args import AsyncEngineArgs, EngineArgs
 from .inputs import PromptType, TextPrompt, TokensPrompt
 from .llm import LLM
 from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from .sampling_params import RequestOutputKind, SamplingParams
+from .sampling_params import GuidedDecodingParams, RequestOutputKind, SamplingParams, StructuredOutputsParams
 from .tokenizer import Tokenizer
 
 __all__ = [
     "LLM", "AsyncLLM", "AsyncLLMEngine", "EngineArgs", "AsyncEngineArgs", "SamplingParams", "RequestOutputKind",
+    "StructuredOutputsParams", "GuidedDecodingParams",
     "RequestOutput", "CompletionOutput", "Logprob", "RequestMetrics", "PromptType", "TextPrompt", "TokensPrompt",
     "Tokenizer", "PeregrineError", "InvalidArgumentError", "NotFoundError", "UnsupportedError", "__version__",
 ]

@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 
 from . import _core
 
-__all__ = ["SamplingParams", "RequestOutputKind"]
+__all__ = ["SamplingParams", "RequestOutputKind", "StructuredOutputsParams", "GuidedDecodingParams"]
 
 _INT32_MAX = 2**31 - 1
 _UINT64_MASK = 2**64 - 1
@@ -56,6 +56,42 @@ def _check_bool(name: str, value: Any) -> None:
 
 def _unsupported(name: str, why: str) -> None:
     raise _core.UnsupportedError(f"{name}: {why}")
+
+
+@dataclass
+class StructuredOutputsParams:
+    """A constraint on the output (vLLM's ``StructuredOutputsParams``): exactly one of ``json`` (a JSON Schema as a
+    dict or JSON text), ``regex``, ``choice`` (a list of strings), ``grammar`` (EBNF ``root ::= ...`` or Lark
+    ``start: ...``) and ``json_object`` (any JSON object). The engine compiles it when the request is submitted
+    (errors raise ``ValueError`` naming the problem) and masks every token it does not allow."""
+
+    json: Optional[Union[str, dict]] = None
+    regex: Optional[str] = None
+    choice: Optional[list[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+    disable_fallback: bool = False
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: Optional[str] = None
+    structural_tag: Optional[str] = None
+
+    def _apply(self, p: "_core.NativeSamplingParams") -> None:
+        import json as _json
+
+        if self.whitespace_pattern is not None:
+            _unsupported("structured_outputs.whitespace_pattern", "custom whitespace patterns are not supported")
+        if self.structural_tag is not None:
+            _unsupported("structured_outputs.structural_tag", "structural tags are not supported")
+        schema = self.json
+        if schema is not None and not isinstance(schema, str):
+            schema = _json.dumps(schema)
+        choice = None if self.choice is None else [str(c) for c in self.choice]
+        p.set_structured_outputs(schema, self.regex, choice, self.grammar, bool(self.json_object))
+
+
+# vLLM's older name.
+GuidedDecodingParams = StructuredOutputsParams
 
 
 @dataclass
@@ -153,9 +189,10 @@ class SamplingParams:
             raise TypeError(f"extra_args must be a dict, got {_type_name(self.extra_args)}")
         if self.logits_processors:
             _unsupported("logits_processors", "custom logits processors are not supported (the engine runs no Python)")
-        if self.structured_outputs is not None or self.guided_decoding is not None:
-            _unsupported("structured_outputs", "structured outputs (JSON schema, regex, grammar, choice) are not "
-                                               "supported yet")
+        if self.structured_outputs is None and self.guided_decoding is not None:
+            self.structured_outputs = self.guided_decoding
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, StructuredOutputsParams):
+            raise TypeError(f"structured_outputs must be a StructuredOutputsParams, got {_type_name(self.structured_outputs)}")
         if self.allowed_token_ids is not None:
             _unsupported("allowed_token_ids", "restricting sampling to a token list is not supported yet")
         if self.bad_words:
@@ -189,6 +226,8 @@ class SamplingParams:
         p.prompt_logprobs = self.prompt_logprobs
         p.skip_special_tokens = self.skip_special_tokens
         p.spaces_between_special_tokens = self.spaces_between_special_tokens
+        if self.structured_outputs is not None:
+            self.structured_outputs._apply(p)
         return p
 
     def clone(self) -> "SamplingParams":

@@ -233,6 +233,20 @@ void bind_sampling(py::module_& m) {
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
       .def_readwrite("spaces_between_special_tokens", &SamplingParams::spaces_between_special_tokens)
+      .def(
+          "set_structured_outputs",
+          [](SamplingParams& p, std::optional<std::string> json, std::optional<std::string> regex,
+             std::optional<std::vector<std::string>> choice, std::optional<std::string> grammar, bool json_object) {
+            StructuredOutputsParams so;
+            so.json = std::move(json);
+            so.regex = std::move(regex);
+            so.choice = std::move(choice);
+            so.grammar = std::move(grammar);
+            so.json_object = json_object;
+            p.structured_outputs = std::move(so);
+          },
+          py::arg("json"), py::arg("regex"), py::arg("choice"), py::arg("grammar"), py::arg("json_object"),
+          "A structured-outputs constraint (StructuredOutputsParams)")
       .def("validate", &SamplingParams::validate, py::arg("vocab_size"),
            "The engine's checks (raises InvalidArgumentError naming the field)")
       .def_readonly_static("MAX_LOGPROBS", &SamplingParams::kMaxLogprobs)

@@ -41,6 +41,7 @@ struct ServeBenchArgs {
   int output_len = 128;
   int vocab_size = 32000;
   std::string dataset;
+  std::string extra_body;  // JSON object merged into every request (e.g. a structured-output constraint)
   uint64_t seed = 0;
 };
 
@@ -239,6 +240,7 @@ void run_serve_bench(const ServeBenchArgs& a) {
       json body = {{"model", model},     {"prompt", prompts[i]}, {"max_tokens", a.output_len},
                    {"temperature", 0.0}, {"ignore_eos", true},   {"stream", true},
                    {"stream_options", {{"include_usage", true}}}};
+      if (!a.extra_body.empty()) body.update(json::parse(a.extra_body));
       ++in_flight;
       std::make_shared<Client>(ioc, ep, a.host, body.dump(), a.api_key, results[i], [&] {
         --in_flight;
@@ -289,6 +291,12 @@ void register_bench_serve(CLI::App& bench) {
   cmd->add_option("--vocab-size", args->vocab_size, "Random prompt ids are drawn below this")->capture_default_str();
   cmd->add_option("--dataset", args->dataset, "JSON list of {\"text\": ...} prompts (e.g. ../shared/data/code-dev.json)");
   cmd->add_option("--seed", args->seed, "Seed for prompts and arrivals")->capture_default_str();
+  cmd->add_option("--extra-body", args->extra_body,
+                  "JSON object merged into every request, e.g. '{\"guided_regex\": \"[a-z ]+\"}'")
+      ->check([](const std::string& v) {
+        const json j = json::parse(v, nullptr, false);
+        return j.is_object() ? std::string() : std::string("--extra-body must be a JSON object");
+      });
   cmd->callback([args] { run_serve_bench(*args); });
 }
 

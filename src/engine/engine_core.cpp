@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <future>
+#include <limits>
 #include <thread>
 
 #include "core/status.h"
@@ -92,6 +94,16 @@ void EngineCore::validate(const std::vector<int32_t>& prompt, const SamplingPara
     throw Error(ErrorCode::kInvalidArgument, "stop: stop strings need a tokenizer (the engine was started with "
                                              "skip_tokenizer_init); use stop_token_ids");
   }
+  if (params.structured_outputs) {
+    if (!codec_->has_tokenizer()) {
+      throw Error(ErrorCode::kInvalidArgument, "structured_outputs: constraints need a tokenizer (the engine was "
+                                               "started with skip_tokenizer_init)", params.structured_outputs->field);
+    }
+    // Compiles (cached; a bad constraint is refused here, on the caller's thread) and computes the first mask, so
+    // the engine loop finds both ready.
+    auto grammar = grammar_cache_.get(*params.structured_outputs, token_vocab());
+    grammar->warm(grammar->initial());
+  }
   if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "prompt: the prompt is empty (0 tokens)");
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab) {
@@ -134,6 +146,7 @@ void EngineCore::add_request(const std::string& id, std::vector<int32_t> prompt,
     req->prompt_unique_tokens.erase(std::unique(req->prompt_unique_tokens.begin(), req->prompt_unique_tokens.end()),
                                     req->prompt_unique_tokens.end());
   }
+  if (params.structured_outputs) req->grammar = grammar_cache_.get(*params.structured_outputs, token_vocab());
   const uint64_t base_seed = params.seed ? *params.seed : mix_seed(config_.seed ^ mix_seed(++seed_counter_));
   for (int i = 0; i < params.n; ++i) {
     auto ss = std::make_unique<SeqState>(base_seed + static_cast<uint64_t>(i));
@@ -247,6 +260,11 @@ int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, Sa
   const SamplingParams& p = req.params;
   const int vocab = runner_->vocab_size();
   const bool edit = needs_logits_edits(p);
+  const bool masked = req.grammar != nullptr;
+  if (masked) {
+    if (p.logprobs) ws.saved_row.assign(row, row + vocab);  // logprobs are of the model's own distribution
+    apply_grammar_mask(ss, req, row, ws);
+  }
   if (edit) ws.edits.apply(row, vocab, req, ss, config_.eos_token_ids);
   SamplerParams sp;
   sp.temperature = p.temperature;
@@ -257,6 +275,7 @@ int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, Sa
   const int32_t token =
       drafts.empty() ? ws.sampler.sample(row, vocab, sp, ss.rng).token : ws.sampler.verify(row, vocab, sp, ss.rng, drafts).token;
   if (edit) ws.edits.restore(row);
+  if (masked && p.logprobs) std::copy(ws.saved_row.begin(), ws.saved_row.end(), row);
   if (p.logprobs) {
     const double lse = Sampler::log_sum_exp(row, vocab);
     PositionLogprobs lp = make_logprobs(row, token, *p.logprobs, lse, ss.seq.token_ids, ws);
@@ -264,6 +283,44 @@ int32_t EngineCore::sample_token(SeqState& ss, RequestState& req, float* row, Sa
     ss.pending_logprobs.push_back(std::move(lp));
   }
   return token;
+}
+
+std::shared_ptr<const structured::TokenVocab> EngineCore::token_vocab() const {
+  std::lock_guard<std::mutex> lock(vocab_mutex_);
+  if (!token_vocab_) {
+    const int vocab = runner_->vocab_size();
+    std::vector<std::string> bytes(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) bytes[static_cast<size_t>(i)] = codec_->token_bytes(i);
+    std::vector<int32_t> eos;
+    for (int32_t e : config_.eos_token_ids) {
+      if (e >= 0 && e < vocab) eos.push_back(e);
+    }
+    token_vocab_ = std::make_shared<const structured::TokenVocab>(std::move(bytes), std::move(eos));
+  }
+  return token_vocab_;
+}
+
+// Tokens the constraint refuses get -inf (whole 64-token words at a time where none is allowed).
+void EngineCore::apply_grammar_mask(const SeqState& ss, const RequestState& req, float* row, SamplingWorkspace& ws) const {
+  const int vocab = runner_->vocab_size();
+  structured::CompiledGrammar& g = *req.grammar;
+  ws.mask.resize(g.vocab().mask_words());
+  g.fill_mask(ss.grammar_state, ws.mask.data());
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const size_t words = ws.mask.size();
+  for (size_t w = 0; w < words; ++w) {
+    const uint64_t m = ws.mask[w];
+    if (m == ~uint64_t{0}) continue;
+    const int base = static_cast<int>(w * 64);
+    const int end = std::min(vocab, base + 64);
+    if (m == 0) {
+      std::fill(row + base, row + end, kNegInf);
+      continue;
+    }
+    for (int t = base; t < end; ++t) {
+      if (!((m >> (t - base)) & 1)) row[t] = kNegInf;
+    }
+  }
 }
 
 int EngineCore::verify_drafts(RequestState& req, SeqState& ss, const float* rows, int num_drafts, double now) {
@@ -383,7 +440,28 @@ void EngineCore::step() {
   }
   runner_->prepare(out, logits_requests_, rows_);
   const auto t2 = Clock::now();
-  runner_->execute(logits_);
+  // Structured outputs: the masks of the states sampled next are computed (and cached) while the forward runs.
+  std::vector<std::pair<structured::CompiledGrammar*, int32_t>> warm;
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const Sequence& seq = *out.seqs[i].seq;
+    const RequestState& req = *seq.request;
+    if (req.grammar && out.seqs[i].samples) {
+      warm.emplace_back(req.grammar.get(), req.seqs[static_cast<size_t>(seq.index)]->grammar_state);
+    }
+  }
+  std::future<void> warming;
+  if (!warm.empty()) {
+    warming = std::async(std::launch::async, [&warm] {
+      for (auto& [g, st] : warm) g->warm(st);
+    });
+  }
+  try {
+    runner_->execute(logits_);
+  } catch (...) {
+    if (warming.valid()) warming.wait();
+    throw;
+  }
+  if (warming.valid()) warming.get();
   const auto t3 = Clock::now();
 
   scheduler_.on_step_computed(out);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "engine/spec/proposer.h"
 #include "engine/host_kv_tier.h"
 #include "engine/spec/spec_controller.h"
+#include "engine/structured/structured.h"
 #include "engine/text_codec.h"
 #include "peregrine/engine.h"
 
@@ -93,7 +95,12 @@ class EngineCore {
     LogitsEdits edits;
     std::vector<int32_t> text_ids;
     std::vector<std::string> text_out;
+    std::vector<uint64_t> mask;     // structured outputs: the allowed tokens of the row
+    std::vector<float> saved_row;   // the row before masking (when logprobs are asked)
   };
+  // Structured outputs: the vocabulary as bytes (built at the first constrained request) and masks.
+  std::shared_ptr<const structured::TokenVocab> token_vocab() const;
+  void apply_grammar_mask(const SeqState& ss, const RequestState& req, float* row, SamplingWorkspace& ws) const;
   PositionLogprobs make_logprobs(const float* row, int32_t chosen, int top_k, double lse,
                                  std::span<const int32_t> context, SamplingWorkspace& ws) const;
   // drafts: the tokens proposed for this position (verification); empty for plain sampling.
@@ -134,6 +141,9 @@ class EngineCore {
   double propose_seconds_ = 0.0;  // what proposing the current step's drafts took
   std::chrono::steady_clock::time_point epoch_;
   EngineStats stats_;
+  mutable structured::GrammarCache grammar_cache_;
+  mutable std::mutex vocab_mutex_;
+  mutable std::shared_ptr<const structured::TokenVocab> token_vocab_;
 };
 
 }  // namespace peregrine::engine

@@ -31,6 +31,7 @@ void EngineCore::process_token(RequestState& req, SeqState& ss, int32_t token, d
   const SamplingParams& p = req.params;
   Sequence& seq = ss.seq;
   seq.token_ids.push_back(token);
+  if (req.grammar) ss.grammar_state = req.grammar->advance(ss.grammar_state, token);
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     ++ss.output_counts[token];
   }

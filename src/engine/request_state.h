@@ -13,6 +13,7 @@
 #include "engine/sampler.h"
 #include "engine/sequence.h"
 #include "engine/stop_matcher.h"
+#include "engine/structured/matcher.h"
 #include "engine/text_codec.h"
 #include "peregrine/engine.h"
 
@@ -37,6 +38,7 @@ struct SeqState {
   int num_draft_tokens = 0;
   int num_accepted_tokens = 0;
   int draft_length = 0;  // 0 = the configured num_speculative_tokens
+  int32_t grammar_state = 0;  // structured outputs: the matcher's state after the output so far
 
   FinishReason finish_reason = FinishReason::kNone;
   std::optional<std::string> stop_string;
@@ -55,6 +57,7 @@ struct RequestState {
   std::vector<std::unique_ptr<SeqState>> seqs;
   std::vector<int32_t> prompt_unique_tokens;  // sorted, for the repetition penalty (only when it is on)
   std::unique_ptr<StopMatcher> stop_matcher;  // built at the first output text when there are stop strings
+  std::shared_ptr<structured::CompiledGrammar> grammar;  // structured outputs (shared by requests with the same one)
 
   std::vector<PositionLogprobs> prompt_logprobs;  // filled while the prompt is computed (when asked)
   bool prompt_logprobs_done = false;

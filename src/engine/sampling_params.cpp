@@ -99,6 +99,23 @@ void SamplingParams::validate(int vocab_size) const {
     bad("prompt_logprobs", "prompt_logprobs must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
          std::to_string(*prompt_logprobs));
   }
+  if (structured_outputs) {
+    const StructuredOutputsParams& so = *structured_outputs;
+    const std::string& f = so.field.empty() ? std::string("structured_outputs") : so.field;
+    if (so.num_set() != 1) {
+      bad(f.c_str(), f + ": exactly one of json, regex, choice, grammar and json_object must be given, got " +
+                 std::to_string(so.num_set()));
+    }
+    if (so.choice) {
+      if (so.choice->empty()) bad(f.c_str(), f + ": choice must be a non-empty list of strings");
+      if (so.choice->size() > 10000) bad(f.c_str(), f + ": at most 10000 choices are allowed");
+    }
+    constexpr size_t kMaxSpec = 1 << 20;
+    if ((so.json && so.json->size() > kMaxSpec) || (so.regex && so.regex->size() > kMaxSpec) ||
+        (so.grammar && so.grammar->size() > kMaxSpec)) {
+      bad(f.c_str(), f + ": the constraint is larger than 1 MiB");
+    }
+  }
 }
 
 void EngineConfig::validate() const {

@@ -43,6 +43,9 @@ class TextCodec {
   virtual std::unique_ptr<IncrementalDetokenizer> make_detokenizer(std::span<const int32_t> prompt,
                                                                    bool skip_special_tokens,
                                                                    bool spaces_between_special_tokens) const = 0;
+  // The bytes token `id` adds to the text (may be part of a UTF-8 sequence); empty for special tokens and ids
+  // outside the vocabulary. What structured outputs match tokens with.
+  virtual std::string token_bytes(int32_t id) const { return token_text(id); }
   // False for an engine started without a tokenizer (text is empty; stop strings cannot match).
   virtual bool has_tokenizer() const { return true; }
   virtual bool has_chat_template() const = 0;

@@ -2,6 +2,7 @@
 #include "engine/tokenizer_codec.h"
 
 #include "core/status.h"
+#include "tokenizer/decoders.h"
 #include "peregrine/text.h"
 
 namespace peregrine::engine {
@@ -44,6 +45,15 @@ std::string TokenizerCodec::decode(std::span<const int32_t> ids, bool skip_speci
 std::string TokenizerCodec::token_text(int32_t id) const {
   const int32_t one[1] = {id};
   return tokenizer_->decode(std::span<const int32_t>(one, 1), false);
+}
+
+std::string TokenizerCodec::token_bytes_of(const tokenizer::Tokenizer& tok, int32_t id) {
+  if (id < 0 || id >= tok.vocab_size() || tok.is_special(id)) return {};
+  const std::string_view text = tok.token_text(id);
+  if (text.empty()) return {};
+  if (const tokenizer::PiecewiseDecoder* pw = tok.piecewise_decoder()) return pw->piece(text, tok.is_added(id), false);
+  const int32_t one[1] = {id};
+  return tok.decode(std::span<const int32_t>(one, 1), false);
 }
 
 void TokenizerCodec::token_texts_after(std::span<const int32_t> context, std::span<const int32_t> ids,

@@ -24,6 +24,9 @@ class TokenizerCodec : public TextCodec {
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
   std::string token_text(int32_t id) const override;
+  std::string token_bytes(int32_t id) const override { return token_bytes_of(*tokenizer_, id); }
+  // A token's raw bytes (byte-level and byte-fallback pieces undone); empty for special tokens.
+  static std::string token_bytes_of(const tokenizer::Tokenizer& tok, int32_t id);
   void token_texts_after(std::span<const int32_t> context, std::span<const int32_t> ids,
                          std::vector<std::string>& out) const override;
   std::unique_ptr<IncrementalDetokenizer> make_detokenizer(std::span<const int32_t> prompt, bool skip_special_tokens,

@@ -120,20 +120,45 @@ void OpenAiServer::handle_chat(const HttpRequest& request, const std::shared_ptr
   Fields f(body);
   check_model(f, options_.served_model_names);
   ParsedSampling sampling = parse_sampling(f, engine_.default_sampling_params(), Endpoint::kChat);
-  if (const Json* rf = f.get("response_format")) {
-    if (!rf->is_object() || rf->value("type", std::string()) != "text") {
-      throw_bad_field("response_format", "only {\"type\": \"text\"} is supported");
-    }
-  }
-  std::string tool_choice = "auto";
-  if (const Json* tc = f.get("tool_choice")) {
-    if (!tc->is_string() || (*tc != "none" && *tc != "auto")) {
-      throw_bad_field("tool_choice", "only \"none\" and \"auto\" are supported");
-    }
-    tool_choice = tc->get<std::string>();
-  }
   const Json* tools = f.get("tools");
-  const bool parse_tools = options_.tool_parser && tools && tools->is_array() && !tools->empty() && tool_choice == "auto";
+  validate_tools(tools);
+  const bool have_tools = tools && tools->is_array() && !tools->empty();
+  // tool_choice: "none", "auto" (the default with tools), "required", or {"type": "function", "function": {"name"}}.
+  std::string tool_choice = have_tools ? "auto" : "none";
+  std::string named;
+  if (const Json* tc = f.get("tool_choice")) {
+    if (tc->is_string()) {
+      tool_choice = tc->get<std::string>();
+      if (tool_choice != "none" && tool_choice != "auto" && tool_choice != "required") {
+        throw_bad_field("tool_choice", "expected \"none\", \"auto\", \"required\" or a named function, got '" +
+                                           quote_input(tool_choice) + "'");
+      }
+    } else if (tc->is_object()) {
+      if (tc->value("type", std::string()) != "function") throw_bad_field("tool_choice.type", "expected \"function\"");
+      auto fn = tc->find("function");
+      if (fn == tc->end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+        throw_bad_field("tool_choice.function.name", "a function name is required");
+      }
+      named = (*fn)["name"].get<std::string>();
+      tool_choice = "named";
+    } else {
+      throw_bad_field("tool_choice", "expected a string or an object");
+    }
+  }
+  if (have_tools && tool_choice == "auto" && !options_.tool_parser) {
+    throw HttpError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
+  }
+  JobOptions::ForcedTools forced = JobOptions::ForcedTools::kNone;
+  if (tool_choice == "required" || tool_choice == "named") {
+    if (!have_tools) throw_bad_field("tool_choice", "\"" + tool_choice + "\" needs a non-empty list of tools");
+    if (sampling.params.structured_outputs) {
+      throw_bad_field("tool_choice", "cannot be combined with " + sampling.params.structured_outputs->field);
+    }
+    const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
+    sampling.params.structured_outputs = forced_tools_constraint(*tools, named, parallel);
+    forced = tool_choice == "named" ? JobOptions::ForcedTools::kNamed : JobOptions::ForcedTools::kRequired;
+  }
+  const bool parse_tools = options_.tool_parser && have_tools && tool_choice == "auto";
   if (parse_tools && *options_.tool_parser == ToolParserKind::kMistral) {
     sampling.params.skip_special_tokens = false;  // [TOOL_CALLS] is a special token
   }
@@ -148,6 +173,8 @@ void OpenAiServer::handle_chat(const HttpRequest& request, const std::shared_ptr
   sampling.echo = false;
   options.sampling = std::move(sampling);
   if (parse_tools) options.tool_parser = options_.tool_parser;
+  options.forced_tools = forced;
+  options.named_tool = named;
   std::vector<JobPrompt> prompts;
   prompts.push_back(std::move(prompt));
   auto job = std::make_shared<GenerationJob>(engine_, channel, std::move(options), std::move(prompts));

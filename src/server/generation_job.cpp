@@ -74,6 +74,9 @@ GenerationJob::GenerationJob(Engine& engine, std::shared_ptr<ResponseChannel> ch
   if (options_.tool_parser && options_.sampling.stream) {
     for (Choice& c : choices_) c.tool_stream.emplace(*options_.tool_parser);
   }
+  if (options_.forced_tools == JobOptions::ForcedTools::kRequired && options_.sampling.stream) {
+    for (Choice& c : choices_) c.required_stream.emplace();
+  }
   remaining_ = prompts_.size();
   Json base = chunk_base();
   std::string head = dump(base);
@@ -94,7 +97,10 @@ void GenerationJob::begin_stream() {
     Json c = chunk_base();
     Json choice;
     choice["index"] = i;
-    choice["delta"] = Json{{"role", "assistant"}, {"content", ""}};
+    // With tools the reply may be calls only, whose content is null (as the non-streamed message says): the role
+    // chunk must not make it "".
+    const bool tools = options_.forced_tools != JobOptions::ForcedTools::kNone || options_.tool_parser.has_value();
+    choice["delta"] = Json{{"role", "assistant"}, {"content", tools ? Json(nullptr) : Json("")}};
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = nullptr;
     c["choices"] = Json::array({choice});
@@ -232,7 +238,12 @@ void GenerationJob::on_output(size_t prompt_index, RequestOutput&& out) {
       // Built as a string: this runs once per token per stream, and nlohmann objects cost ten times more.
       std::string chunk = chunk_prefix_;
       chunk += std::to_string(index);
-      if (chat && choice.tool_stream) {
+      if (chat && options_.forced_tools != JobOptions::ForcedTools::kNone) {
+        Json delta = forced_tools_delta(choice, c.text);
+        if (delta.is_null() && !c.finished() && !want_logprobs) continue;
+        if (delta.is_null()) delta = Json::object();
+        chunk += ",\"delta\":" + dump(delta);
+      } else if (chat && choice.tool_stream) {
         // Content is released only where it cannot be part of a call; the calls come with the final chunk.
         std::string content = choice.tool_stream->feed(c.text);
         std::vector<ToolCall> calls;
@@ -256,9 +267,14 @@ void GenerationJob::on_output(size_t prompt_index, RequestOutput&& out) {
       }
       chunk += ",\"logprobs\":";
       chunk += want_logprobs ? dump(choice_logprobs(choice, c.logprobs, echo_now, &state.prompt_logprobs)) : "null";
-      chunk += ",\"finish_reason\":" + dump(choice.called_tools ? Json("tool_calls") : finish_json(c.finish_reason));
+      chunk += ",\"finish_reason\":" +
+               dump(choice.called_tools && c.finished() ? Json("tool_calls") : finish_json(c.finish_reason));
       chunk += ",\"stop_reason\":" + dump(stop_reason_json(c.stop_string, c.stop_token_id));
-      chunk += options_.sampling.include_usage ? "}],\"usage\":null}" : "}]}";
+      if (options_.sampling.include_usage && options_.sampling.continuous_usage) {
+        chunk += "}],\"usage\":" + dump(usage()) + "}";
+      } else {
+        chunk += options_.sampling.include_usage ? "}],\"usage\":null}" : "}]}";
+      }
       channel_->send_event(chunk);
     } else {
       choice.text += prefix + c.text;
@@ -270,6 +286,37 @@ void GenerationJob::on_output(size_t prompt_index, RequestOutput&& out) {
     state.finished = true;
     if (--remaining_ == 0) finish();
   }
+}
+
+Json GenerationJob::forced_tools_delta(Choice& choice, const std::string& text) {
+  Json calls = Json::array();
+  auto header = [&](size_t index, const std::string& name) {
+    while (choice.call_ids.size() <= index) choice.call_ids.push_back(new_tool_call_id());
+    return Json{{"index", index}, {"id", choice.call_ids[index]}, {"type", "function"},
+                {"function", Json{{"name", name}, {"arguments", ""}}}};
+  };
+  if (options_.forced_tools == JobOptions::ForcedTools::kNamed) {
+    if (choice.call_ids.empty()) {
+      Json h = header(0, options_.named_tool);
+      h["function"]["arguments"] = text;
+      calls.push_back(std::move(h));
+    } else if (!text.empty()) {
+      calls.push_back(Json{{"index", 0}, {"function", Json{{"arguments", text}}}});
+    }
+  } else {
+    for (ToolCallDelta& d : choice.required_stream->feed(text)) {
+      if (d.name) {
+        Json h = header(d.index, *d.name);
+        h["function"]["arguments"] = d.arguments;
+        calls.push_back(std::move(h));
+        choice.called_tools = true;
+      } else if (!d.arguments.empty()) {
+        calls.push_back(Json{{"index", d.index}, {"function", Json{{"arguments", d.arguments}}}});
+      }
+    }
+  }
+  if (calls.empty()) return nullptr;
+  return Json{{"tool_calls", std::move(calls)}};
 }
 
 void GenerationJob::finish() {
@@ -315,11 +362,19 @@ void GenerationJob::finish() {
     if (chat) {
       ParsedToolCalls parsed;
       if (options_.tool_parser) parsed = parse_tool_calls(*options_.tool_parser, c.text);
+      if (options_.forced_tools == JobOptions::ForcedTools::kNamed) {
+        parsed.calls = {ToolCall{options_.named_tool, c.text}};
+        parsed.content.reset();
+      } else if (options_.forced_tools == JobOptions::ForcedTools::kRequired) {
+        parsed.calls = parse_required_tool_calls(c.text);
+        parsed.content.reset();
+      }
       if (!parsed.calls.empty()) {
         ch["message"] = Json{{"role", "assistant"},
                              {"content", parsed.content ? Json(*parsed.content) : Json(nullptr)},
                              {"tool_calls", tool_calls_json(parsed.calls, false)}};
-        c.called_tools = true;
+        // A named function's call ends as a plain stop (vLLM); "required" calls report tool_calls.
+        c.called_tools = options_.forced_tools != JobOptions::ForcedTools::kNamed;
       } else {
         ch["message"] = Json{{"role", "assistant"}, {"content", c.text}, {"tool_calls", Json::array()}};
       }

@@ -31,6 +31,11 @@ struct JobOptions {
   ParsedSampling sampling;
   // Chat with tools and --enable-auto-tool-choice: the parser that turns the output's calls into tool_calls.
   std::optional<ToolParserKind> tool_parser;
+  // tool_choice "required" (the output is a constrained list of calls) or a named function (the output is its
+  // arguments, constrained by its schema).
+  enum class ForcedTools { kNone, kRequired, kNamed };
+  ForcedTools forced_tools = ForcedTools::kNone;
+  std::string named_tool;
 };
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
@@ -53,6 +58,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     size_t text_offset = 0;  // completions logprobs: characters before the next token
     std::optional<ToolCallStream> tool_stream;  // streamed chat with a tool parser
     bool called_tools = false;                  // the output was tool calls: finish_reason "tool_calls"
+    std::optional<RequiredToolCallStream> required_stream;  // streamed tool_choice "required"
+    std::vector<std::string> call_ids;                      // streamed forced calls: their ids, by index
   };
   struct PromptState {
     std::string engine_id;
@@ -69,6 +76,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   Json choice_logprobs(Choice& choice, const std::vector<PositionLogprobs>& lps, bool with_prompt,
                        const std::vector<PositionLogprobs>* prompt_lps);
   Json usage() const;
+  // Streamed forced tool calls: the delta of one output delta (null when there is nothing to send).
+  Json forced_tools_delta(Choice& choice, const std::string& text);
   std::string dump(const Json& j) const;
 
   Engine& engine_;

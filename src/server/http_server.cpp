@@ -633,9 +633,15 @@ void ResponseChannel::start_stream(const HeaderList& extra) {
   net::post(s->executor(), [s, headers = std::move(headers)] { s->guard([&] { s->queue_stream_start(headers); }); });
 }
 
-void ResponseChannel::send_event(std::string_view data) {
+void ResponseChannel::send_event(std::string_view data, std::string_view event) {
   if (done_.load()) return;
-  std::string payload = "data: ";
+  std::string payload;
+  if (!event.empty()) {
+    payload += "event: ";
+    payload += event;
+    payload += "\n";
+  }
+  payload += "data: ";
   payload += data;
   payload += "\n\n";
   if (auto s = session_.lock()) {

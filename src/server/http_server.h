@@ -36,7 +36,8 @@ class ResponseChannel {
   }
   // 200, text/event-stream: chunked for HTTP/1.1, close-delimited for HTTP/1.0.
   void start_stream(const HeaderList& extra = {});
-  void send_event(std::string_view data);  // one "data: <data>\n\n" event
+  // One "data: <data>\n\n" event ("event: <event>\n" before it when named: the Responses API's events).
+  void send_event(std::string_view data, std::string_view event = {});
   void end_stream();                       // "data: [DONE]" and the end of the response
   // Headers added to whatever response this channel sends (CORS); set before the response is sent.
   void set_default_headers(HeaderList headers);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <random>
 
 #include "peregrine/error.h"
@@ -31,6 +32,7 @@ OpenAiServer::OpenAiServer(Engine& engine, ServerOptions options) : engine_(engi
                     .count();
   std::random_device rd;
   id_salt_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  response_store_ = make_response_store();
 }
 
 std::string OpenAiServer::new_id(const char* prefix) {
@@ -177,6 +179,7 @@ void OpenAiServer::route(HttpRequest& request, const std::shared_ptr<ResponseCha
       {"/v1/completions", "POST", 0}, {"/v1/chat/completions", "POST", 1}, {"/v1/models", "GET", 2},
       {"/tokenize", "POST", 3},       {"/detokenize", "POST", 4},          {"/health", "GET", 5},
       {"/version", "GET", 6},         {"/metrics", "GET", 7},              {"/ping", "GET", 5},
+      {"/v1/responses", "POST", 8},
   };
   for (const Route& r : routes) {
     if (path != r.path) continue;
@@ -209,26 +212,58 @@ void OpenAiServer::route(HttpRequest& request, const std::shared_ptr<ResponseCha
         return channel->send(200, "text/plain", "");
       case 6: return channel->send_json(200, Json{{"version", kVersion}}.dump());
       case 7: return channel->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text());
+      case 8: return handle_responses(request, channel);
     }
+  }
+  // Routes with an id: GET /v1/models/{id}, GET /v1/responses/{id}.
+  for (const char* prefix : {"/v1/models/", "/v1/responses/"}) {
+    if (!starts_with(path, prefix) || path.size() == std::strlen(prefix)) continue;
+    if (method == "OPTIONS") return channel->send(204, "text/plain", "", {{"Allow", "GET, HEAD, OPTIONS"}});
+    if (method != "GET" && method != "HEAD") {
+      throw HttpError(405, "method " + quote_input(method) + " is not allowed on " + quote_input(path) + " (use GET)");
+    }
+    const std::string id = path.substr(std::strlen(prefix));
+    if (std::string_view(prefix) == "/v1/models/") return handle_model(id, channel);
+    return handle_response_get(id, channel);
   }
   throw HttpError(404, "no route for " + quote_input(method) + " " + quote_input(path));
 }
 
-void OpenAiServer::handle_models(const std::shared_ptr<ResponseChannel>& channel) {
+Json OpenAiServer::model_card(const std::string& name) const {
   const ModelInfo& info = engine_.info();
+  Json m;
+  m["id"] = name;
+  m["object"] = "model";
+  m["created"] = start_time_;
+  m["owned_by"] = "peregrine";
+  m["root"] = info.model_path;
+  m["parent"] = nullptr;
+  m["max_model_len"] = info.max_model_len;
+  return m;
+}
+
+void OpenAiServer::handle_models(const std::shared_ptr<ResponseChannel>& channel) {
   Json data = Json::array();
-  for (const std::string& name : options_.served_model_names) {
-    Json m;
-    m["id"] = name;
-    m["object"] = "model";
-    m["created"] = start_time_;
-    m["owned_by"] = "peregrine";
-    m["root"] = info.model_path;
-    m["parent"] = nullptr;
-    m["max_model_len"] = info.max_model_len;
-    data.push_back(std::move(m));
-  }
+  for (const std::string& name : options_.served_model_names) data.push_back(model_card(name));
   channel->send_json(200, Json{{"object", "list"}, {"data", std::move(data)}}.dump());
+}
+
+void OpenAiServer::handle_model(const std::string& id, const std::shared_ptr<ResponseChannel>& channel) {
+  // The id may hold a '/' (an organisation/name model), as clients send it unescaped or %2F-escaped.
+  std::string name;
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (id[i] == '%' && i + 2 < id.size() && std::isxdigit(static_cast<unsigned char>(id[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(id[i + 2]))) {
+      name += static_cast<char>(std::stoi(id.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      name += id[i];
+    }
+  }
+  for (const std::string& served : options_.served_model_names) {
+    if (served == name) return channel->send_json(200, model_card(served).dump());
+  }
+  throw HttpError(404, "The model `" + quote_input(name) + "` does not exist.", std::string("model"));
 }
 
 void OpenAiServer::handle_tokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel) {

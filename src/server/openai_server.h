@@ -43,6 +43,9 @@ struct ServerOptions {
   std::function<bool()> shutting_down;
 };
 
+struct ResponseStore;  // stored /v1/responses results (api_responses.cpp)
+std::shared_ptr<ResponseStore> make_response_store();
+
 class OpenAiServer {
  public:
   OpenAiServer(Engine& engine, ServerOptions options);
@@ -63,6 +66,10 @@ class OpenAiServer {
   void handle_tokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
   void handle_detokenize(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
   void handle_models(const std::shared_ptr<ResponseChannel>& channel);
+  void handle_model(const std::string& id, const std::shared_ptr<ResponseChannel>& channel);
+  void handle_responses(const HttpRequest& request, const std::shared_ptr<ResponseChannel>& channel);
+  void handle_response_get(const std::string& id, const std::shared_ptr<ResponseChannel>& channel);
+  Json model_card(const std::string& name) const;
   // Renders a chat request's messages with the chat template (400 naming the field on bad messages).
   std::string render_messages(const Fields& fields, bool default_add_generation_prompt) const;
   std::string new_id(const char* prefix);
@@ -72,6 +79,7 @@ class OpenAiServer {
   int64_t start_time_ = 0;
   std::atomic<uint64_t> id_counter_{0};
   uint64_t id_salt_ = 0;
+  std::shared_ptr<ResponseStore> response_store_;
 };
 
 // True when `authorization` is "Bearer <key>" (the scheme in any case), compared in time that does not depend on

@@ -241,6 +241,63 @@ void validate_tools(const Json* tools) {
   }
 }
 
+namespace {
+
+// Local references of a schema moved under #/$defs/<prefix>.
+void rebase_refs(Json& j, const std::string& prefix) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "$ref" && it->is_string()) {
+        const std::string r = it->get<std::string>();
+        if (!r.empty() && r[0] == '#') *it = "#/$defs/" + prefix + r.substr(1);
+      } else {
+        rebase_refs(*it, prefix);
+      }
+    }
+  } else if (j.is_array()) {
+    for (Json& e : j) rebase_refs(e, prefix);
+  }
+}
+
+}  // namespace
+
+StructuredOutputsParams forced_tools_constraint(const Json& tools, const std::string& named, bool parallel) {
+  StructuredOutputsParams so;
+  auto params_of = [](const Json& tool) {
+    const Json& fn = tool["function"];
+    auto p = fn.find("parameters");
+    if (p == fn.end() || p->is_null()) return Json{{"type", "object"}, {"properties", Json::object()}};
+    return *p;
+  };
+  if (!named.empty()) {
+    for (size_t i = 0; i < tools.size(); ++i) {
+      if (tools[i]["function"]["name"] == named) {
+        so.json = params_of(tools[i]).dump();
+        so.field = "tools[" + std::to_string(i) + "].function.parameters";
+        return so;
+      }
+    }
+    throw_bad_field("tool_choice.function.name", "'" + quote_input(named) + "' is not one of the tools");
+  }
+  Json defs = Json::object();
+  Json any_of = Json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string key = "tool_" + std::to_string(i);
+    Json p = params_of(tools[i]);
+    rebase_refs(p, key);
+    defs[key] = std::move(p);
+    any_of.push_back(Json{{"type", "object"},
+                          {"properties", Json{{"name", Json{{"const", tools[i]["function"]["name"]}}},
+                                              {"parameters", Json{{"$ref", "#/$defs/" + key}}}}},
+                          {"required", Json::array({"name", "parameters"})}});
+  }
+  Json schema{{"type", "array"}, {"minItems", 1}, {"items", Json{{"anyOf", std::move(any_of)}}}, {"$defs", std::move(defs)}};
+  if (!parallel) schema["maxItems"] = 1;
+  so.json = schema.dump();
+  so.field = "tools";
+  return so;
+}
+
 void check_model(const Fields& fields, const std::vector<std::string>& served_names) {
   const auto model = fields.string("model");
   if (!model) return;
@@ -248,6 +305,130 @@ void check_model(const Fields& fields, const std::vector<std::string>& served_na
     if (*model == name) return;
   }
   throw HttpError(404, "The model `" + quote_input(*model) + "` does not exist.", std::string("model"));
+}
+
+StructuredOutputsParams json_schema_constraint(const Json& js, const std::string& field) {
+  if (!js.is_object()) throw_bad_field(field, "expected an object with name and schema");
+  StructuredOutputsParams so;
+  if (auto n = js.find("name"); n != js.end() && !n->is_string() && !n->is_null()) throw_bad_field(field + ".name", "expected a string");
+  if (auto st = js.find("strict"); st != js.end() && !st->is_boolean() && !st->is_null()) {
+    throw_bad_field(field + ".strict", "expected a boolean");
+  }
+  auto schema = js.find("schema");
+  if (schema == js.end() || schema->is_null()) {
+    so.json = "{}";  // no schema: any JSON value
+  } else if (schema->is_object() || schema->is_boolean()) {
+    so.json = schema->dump();
+  } else {
+    throw_bad_field(field + ".schema", "expected a JSON Schema object");
+  }
+  so.field = field + ".schema";
+  return so;
+}
+
+std::optional<StructuredOutputsParams> parse_structured_outputs(const Fields& f) {
+  std::optional<StructuredOutputsParams> out;
+  std::string from;
+  auto set = [&](StructuredOutputsParams so, const std::string& field) {
+    if (out) throw_bad_field(field, "only one constraint may be given, but " + from + " is given too");
+    if (so.field.empty() || so.field == "structured_outputs") so.field = field;  // guided_*: their own name
+    out = std::move(so);
+    from = field;
+  };
+  auto schema_text = [](const Json& v, const std::string& field) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() || v.is_boolean()) return v.dump();
+    throw_bad_field(field, "expected a JSON Schema (an object or its JSON text)");
+  };
+  if (const Json* so = f.get("structured_outputs")) {
+    if (!so->is_object()) throw_bad_field("structured_outputs", "expected an object");
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      const std::string& k = it.key();
+      const std::string field = "structured_outputs." + k;
+      const Json& v = it.value();
+      if (v.is_null()) continue;
+      StructuredOutputsParams p;
+      p.field = field;
+      if (k == "json") {
+        p.json = schema_text(v, field);
+      } else if (k == "regex") {
+        if (!v.is_string()) throw_bad_field(field, "expected a string");
+        p.regex = v.get<std::string>();
+      } else if (k == "choice") {
+        if (!v.is_array()) throw_bad_field(field, "expected a list of strings");
+        std::vector<std::string> c;
+        for (const Json& e : v) {
+          if (!e.is_string()) throw_bad_field(field, "expected a list of strings");
+          c.push_back(e.get<std::string>());
+        }
+        p.choice = std::move(c);
+      } else if (k == "grammar") {
+        if (!v.is_string()) throw_bad_field(field, "expected a string");
+        p.grammar = v.get<std::string>();
+      } else if (k == "json_object") {
+        if (!v.is_boolean()) throw_bad_field(field, "expected a boolean");
+        if (!v.get<bool>()) continue;
+        p.json_object = true;
+      } else if (k == "disable_fallback" || k == "disable_any_whitespace" || k == "disable_additional_properties") {
+        if (!v.is_boolean()) throw_bad_field(field, "expected a boolean");
+        continue;  // our engine never falls back, writes no free whitespace and adds no unlisted properties
+      } else if (k == "whitespace_pattern" || k == "structural_tag") {
+        throw_bad_field(field, "is not supported");
+      } else {
+        throw_bad_field(field, "unknown field of structured_outputs");
+      }
+      set(std::move(p), field);
+    }
+    if (!out) throw_bad_field("structured_outputs", "one of json, regex, choice, grammar or json_object is required");
+  }
+  if (const Json* rf = f.get("response_format")) {
+    if (!rf->is_object()) throw_bad_field("response_format", "expected an object with a type");
+    auto type = rf->find("type");
+    if (type == rf->end() || !type->is_string()) throw_bad_field("response_format.type", "a string type is required");
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      StructuredOutputsParams p;
+      p.json_object = true;
+      set(std::move(p), "response_format");
+    } else if (t == "json_schema") {
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || js->is_null()) throw_bad_field("response_format.json_schema", "is required for type json_schema");
+      set(json_schema_constraint(*js, "response_format.json_schema"), "response_format");
+    } else if (t != "text") {
+      throw_bad_field("response_format.type", "expected \"text\", \"json_object\" or \"json_schema\", got '" + quote_input(t) + "'");
+    }
+  }
+  if (const Json* g = f.get("guided_json")) {
+    StructuredOutputsParams p;
+    p.json = schema_text(*g, "guided_json");
+    set(std::move(p), "guided_json");
+  }
+  if (auto r = f.string("guided_regex")) {
+    StructuredOutputsParams p;
+    p.regex = *r;
+    set(std::move(p), "guided_regex");
+  }
+  if (const Json* c = f.get("guided_choice")) {
+    if (!c->is_array()) throw_bad_field("guided_choice", "expected a list of strings");
+    std::vector<std::string> list;
+    for (const Json& e : *c) {
+      if (!e.is_string()) throw_bad_field("guided_choice", "expected a list of strings");
+      list.push_back(e.get<std::string>());
+    }
+    StructuredOutputsParams p;
+    p.choice = std::move(list);
+    set(std::move(p), "guided_choice");
+  }
+  if (auto g = f.string("guided_grammar")) {
+    StructuredOutputsParams p;
+    p.grammar = *g;
+    set(std::move(p), "guided_grammar");
+  }
+  if (f.get("guided_whitespace_pattern")) throw_bad_field("guided_whitespace_pattern", "is not supported");
+  if (auto b = f.string("guided_decoding_backend")) {
+    (void)b;  // one engine: any backend name is served by it
+  }
+  return out;
 }
 
 ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, Endpoint endpoint) {
@@ -324,8 +505,9 @@ ParsedSampling parse_sampling(const Fields& f, const SamplingParams& defaults, E
     if (!so->is_object()) throw_bad_field("stream_options", "expected an object");
     Fields sf(*so);
     out.include_usage = sf.boolean("include_usage").value_or(false);
-    (void)sf.boolean("continuous_usage_stats");
+    out.continuous_usage = sf.boolean("continuous_usage_stats").value_or(false);
   }
+  p.structured_outputs = parse_structured_outputs(f);
   // The one validator of sampling values; the vocabulary-dependent checks run when the engine takes the request.
   try {
     p.validate(0);

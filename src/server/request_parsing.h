@@ -44,6 +44,7 @@ struct ParsedSampling {
   SamplingParams params;
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats: usage in every chunk
   bool echo = false;
   int top_logprobs = -1;  // completions: logprobs; chat: top_logprobs when logprobs is true; -1 = none
   bool max_tokens_given = false;
@@ -52,6 +53,15 @@ struct ParsedSampling {
 // Reads the sampling fields on top of the engine's defaults (generation_config.json).
 ParsedSampling parse_sampling(const Fields& fields, const SamplingParams& defaults, Endpoint endpoint);
 
+// The constraint of a request, from whichever field carries it: `structured_outputs` (vLLM), `response_format`
+// (json_object, json_schema; text = none), or the older guided_json / guided_regex / guided_choice /
+// guided_grammar. More than one is a 400; a constraint field that cannot be honoured (whitespace patterns,
+// structural tags) is a 400 naming it. Called by parse_sampling.
+std::optional<StructuredOutputsParams> parse_structured_outputs(const Fields& fields);
+
+// OpenAI's json_schema object ({"name", "schema", "strict", "description"}) as a constraint; `field` names it.
+StructuredOutputsParams json_schema_constraint(const Json& json_schema, const std::string& field);
+
 // Chat messages with text-part content flattened to strings (what chat templates expect); 400 naming the field
 // (messages[i].content[j].type, ...) for a malformed message or assistant tool_calls.
 Json normalize_messages(const Json& messages);
@@ -59,6 +69,11 @@ Json normalize_messages(const Json& messages);
 // `tools`: OpenAI function tools, checked as vLLM checks them ({"type": "function", "function": {"name": str,
 // "description"?: str, "parameters"?: object, "strict"?: bool}}); 400 naming the field. nullptr: none.
 void validate_tools(const Json* tools);
+
+// tool_choice "required" (named empty) or a named function: the constraint on the output. Required: a JSON list
+// of {"name": const, "parameters": the tool's schema} (at most one element when parallel is false); named: the
+// function's parameters schema. 400 naming tool_choice when the name is not among the tools.
+StructuredOutputsParams forced_tools_constraint(const Json& tools, const std::string& named, bool parallel);
 
 // Checks `model` against the served names: 404 "The model `x` does not exist." when it is not one of them.
 void check_model(const Fields& fields, const std::vector<std::string>& served_names);

@@ -253,3 +253,90 @@ ParsedToolCalls ToolCallStream::finish() {
 }
 
 }  // namespace peregrine::server
+
+namespace peregrine::server {
+
+std::vector<ToolCall> parse_required_tool_calls(std::string_view text) {
+  std::vector<ToolCall> calls;
+  const nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
+  if (list.is_discarded() || !list.is_array()) return calls;
+  for (const auto& e : list) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) return {};
+    ToolCall c;
+    c.name = e["name"].get<std::string>();
+    c.arguments = e.contains("parameters") ? e["parameters"].dump() : "{}";
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
+std::vector<ToolCallDelta> RequiredToolCallStream::feed(std::string_view delta) {
+  std::vector<ToolCallDelta> out;
+  auto args_out = [&](char c) {
+    if (out.empty() || out.back().index != index_) {
+      ToolCallDelta d;
+      d.index = index_;
+      out.push_back(std::move(d));
+    }
+    out.back().arguments += c;
+  };
+  for (char c : delta) {
+    if (in_args_) {
+      if (!args_started_ && c == ' ') continue;  // the optional space after "parameters":
+      args_started_ = true;
+      args_out(c);
+      if (in_string_) {
+        if (escape_) escape_ = false;
+        else if (c == '\\') escape_ = true;
+        else if (c == '"') in_string_ = false;
+        continue;
+      }
+      if (c == '"') in_string_ = true;
+      else if (c == '{' || c == '[') ++depth_;
+      else if (c == '}' || c == ']') {
+        --depth_;
+        if (depth_ < args_depth_) in_args_ = false;  // the arguments value closed
+      }
+      continue;
+    }
+    // Outside arguments: track the list and each element's "name" / "parameters" keys.
+    if (depth_ == 2) element_ += c;
+    if (in_string_) {
+      if (escape_) escape_ = false;
+      else if (c == '\\') escape_ = true;
+      else if (c == '"') in_string_ = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string_ = true;
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+      if (depth_ == 2) {
+        element_ = "{";
+        started_ = false;
+      }
+    } else if (c == '}' || c == ']') {
+      if (depth_ == 2) ++index_;
+      --depth_;
+    } else if (c == ':' && depth_ == 2) {
+      // "parameters": starts the arguments at the next value.
+      const std::string probe = element_ + "null}";
+      const nlohmann::json e = nlohmann::json::parse(probe, nullptr, false);
+      if (!e.is_discarded() && e.is_object() && e.contains("parameters") && e["parameters"].is_null()) {
+        if (!started_ && e.contains("name") && e["name"].is_string()) {
+          ToolCallDelta d;
+          d.index = index_;
+          d.name = e["name"].get<std::string>();
+          out.push_back(std::move(d));
+          started_ = true;
+        }
+        in_args_ = true;
+        args_started_ = false;
+        args_depth_ = depth_ + 1;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace peregrine::server

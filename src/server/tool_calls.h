@@ -59,3 +59,34 @@ class ToolCallStream {
 };
 
 }  // namespace peregrine::server
+
+namespace peregrine::server {
+
+// tool_choice "required": the output is constrained to a JSON list [{"name": ..., "parameters": {...}}, ...]
+// (vLLM's form). parse_required_tool_calls reads the whole list (empty when it does not parse);
+// RequiredToolCallStream turns output deltas into streamed tool-call deltas: a call's header (index, name) once its
+// name is complete, then its arguments as they come, so the concatenated arguments are each call's JSON.
+std::vector<ToolCall> parse_required_tool_calls(std::string_view text);
+
+struct ToolCallDelta {
+  size_t index = 0;
+  std::optional<std::string> name;  // set on the call's first delta
+  std::string arguments;
+};
+
+class RequiredToolCallStream {
+ public:
+  std::vector<ToolCallDelta> feed(std::string_view delta);
+
+ private:
+  int depth_ = 0;
+  bool in_string_ = false, escape_ = false;
+  bool in_args_ = false;
+  bool args_started_ = false;
+  int args_depth_ = 0;    // depth at which the arguments value started
+  std::string element_;   // the current element's text before its arguments
+  size_t index_ = 0;
+  bool started_ = false;  // the current element's header was sent
+};
+
+}  // namespace peregrine::server

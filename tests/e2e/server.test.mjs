@@ -187,8 +187,13 @@ test('chat: template, streaming and not, logprobs, max_completion_tokens, tools 
   const rendered = JSON.parse((await postJson(server.port, '/detokenize', { tokens: tok.tokens })).body).prompt;
   assert.match(rendered, /<\|system\|>\nYou write Python\.\n<\|user\|>\nWrite a function\nthat adds\.\n<\|assistant\|>\n$/);
   assert.match(rendered, /add_numbers/);
-  const withTools = await client.chat.completions.create({ model: MODEL, messages, tools, temperature: 0, max_tokens: 4 });
+  const withTools = await client.chat.completions.create({ model: MODEL, messages, tools, tool_choice: 'none', temperature: 0, max_tokens: 4 });
   assert.equal(withTools.usage.prompt_tokens, tok.count);
+  // tool_choice auto (the default with tools) needs a tool-call parser, as in vLLM.
+  const refused = await postJson(server.port, '/v1/chat/completions', { model: MODEL, messages, tools, max_tokens: 4 });
+  assert.equal(refused.status, 400);
+  assert.equal(JSON.parse(refused.body).error.message,
+    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set');
 });
 
 test('chat: continue_final_message continues a partly written assistant reply', async () => {

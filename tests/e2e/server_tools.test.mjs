@@ -64,14 +64,17 @@ test('streamed: the call arrives as a tool_calls delta, no call text leaks into 
   let content = '';
   const calls = [];
   let finish = null;
+  let roleChunk = null;
   for await (const chunk of stream) {
     for (const c of chunk.choices) {
+      if (c.delta.role) roleChunk = c.delta;
       if (c.delta.content) content += c.delta.content;
       for (const tc of c.delta.tool_calls || []) calls.push(tc);
       if (c.finish_reason) finish = c.finish_reason;
     }
   }
   assert.equal(content.trim(), '');
+  assert.equal(roleChunk.content, null, 'the role chunk does not turn a calls-only reply\'s null content into ""');
   assert.equal(finish, 'tool_calls');
   assert.equal(calls.length, 1);
   assert.equal(calls[0].index, 0);
@@ -105,8 +108,12 @@ test('bad tool-call flags are refused at startup with a clear message', () => {
   assert.match(missing.stderr, /--enable-auto-tool-choice needs --tool-call-parser/);
 });
 
-test('tool_choice other than none/auto is a 400 naming the field', async () => {
-  const r = await postJson(server.port, '/v1/chat/completions', { ...request, tool_choice: 'required' });
+test('tool_choice required works beside the parser (a constrained call); an unknown tool_choice is a 400', async () => {
+  const ok = await client.chat.completions.create({ ...request, tool_choice: 'required' });
+  assert.equal(ok.choices[0].finish_reason, 'tool_calls');
+  assert.equal(ok.choices[0].message.tool_calls[0].function.name, 'add');
+  assert.equal(typeof JSON.parse(ok.choices[0].message.tool_calls[0].function.arguments), 'object');
+  const r = await postJson(server.port, '/v1/chat/completions', { ...request, tool_choice: 'sometimes' });
   assert.equal(r.status, 400);
   assert.equal(JSON.parse(r.body).error.param, 'tool_choice');
 });

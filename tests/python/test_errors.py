@@ -46,8 +46,8 @@ def test_sampling_params_types_raise_type_error(kwargs):
 def test_sampling_params_unknown_and_unimplemented_fields():
     with pytest.raises(TypeError):
         SamplingParams(not_a_field=1)
-    with pytest.raises(peregrine.UnsupportedError, match="structured_outputs"):
-        SamplingParams(structured_outputs={"json": {}})
+    with pytest.raises(TypeError, match="structured_outputs"):
+        SamplingParams(structured_outputs={"json": {}})  # a StructuredOutputsParams is expected
     with pytest.raises(ValueError, match="logits_processors"):
         SamplingParams(logits_processors=[lambda ids, logits: logits])
     with pytest.raises(ValueError, match="allowed_token_ids"):

@@ -264,10 +264,11 @@ TEST(Engine, GenerateAbortsTheBatchWhenPollThrows) {
   EXPECT_THROW(engine->generate(prompts, std::span<const SamplingParams>(&p, 1), options), std::runtime_error);
   // Every submitted request has ended (generate waited for its abort), and the engine keeps working.
   const EngineStats s = idle_stats(*engine);
-  // (Usually one request is live when the poll throws and ends aborted; on a fast or busy machine the live one may
-  // have just finished, so nothing is left to abort: the count of aborts is not asserted.)
+  // The poll may come just after the live request finished and before the next was submitted (the fake model runs
+  // 250 tokens in about a millisecond): then nothing is left to abort. Either way the batch ended early.
   EXPECT_GE(s.requests_finished_abort + s.requests_finished_length, 1u);
   EXPECT_LT(s.requests_finished_length, 50u);
+  EXPECT_LE(s.requests_finished_abort, 1u);
   EXPECT_EQ(s.num_running + s.num_waiting, 0);
   auto again = engine->generate(std::vector<std::vector<int32_t>>{{3, 4, 5}}, greedy(4));
   EXPECT_EQ(again[0].outputs[0].token_ids, expected_greedy({3, 4, 5}, 4));
