@@ -256,8 +256,10 @@ std::vector<RequestOutput> Engine::generate(const std::vector<std::vector<int32_
       }
       std::unique_lock<std::mutex> lock(shared->mutex);
       if (shared->finished == prompts.size()) break;
-      // Wake for the poll, for the batch's end, or (while prompts wait to be submitted) for any finish.
-      const size_t seen = shared->finished;
+      // Wake for the poll, for the batch's end, or (while prompts wait to be submitted) for any finish since the
+      // count the submissions were paced by: one that came between submitting and taking the lock counts too
+      // (comparing with a fresh count would wait for a finish that may never come).
+      const size_t seen = finished;
       const bool more = submitted < prompts.size();
       auto woken = [&] { return shared->finished == prompts.size() || (more && shared->finished != seen); };
       if (options.poll) {
