@@ -174,23 +174,37 @@ TEST_F(EngineModelTest, ChatTemplateGivenPerCallReplacesTheEngines) {
   EXPECT_THROW(engine->apply_chat_template(messages, options), Error);
 }
 
-TEST_F(EngineModelTest, HostTierHitsAreIdenticalToColdRuns) {
-  // Prompts of ~12 blocks; a device cache of 24 blocks holds about two of them, so each new one evicts an older
-  // one's blocks, which go down to the host tier; asking again hits there.
+// The tier tests' engine: a device cache of 24 blocks (384 tokens), so the ~12-block prompts below evict each other.
+EngineConfig small_cache_config(const char* device) {
   EngineConfig config;
   config.model = kModel.string();
-  config.device = "cpu";
+  config.device = device;
   config.max_model_len = 384;
   config.num_kv_blocks_override = 24;
-  config.enable_prefix_caching = false;
-  auto cold = Engine::create(config);
+  return config;
+}
+
+// Four prompts of 9-15 blocks each, made of the code prompts.
+std::vector<std::vector<int32_t>> long_prompts(Engine& engine) {
   const auto texts = code_prompts();
   std::vector<std::vector<int32_t>> prompts;
   for (int k = 0; k < 4; ++k) {
     std::string t;
     for (int j = 0; j < 7; ++j) t += texts[static_cast<size_t>(k * 8 + j) % texts.size()];
-    prompts.push_back(cold->tokenize(t, true));
-    ASSERT_GT(prompts.back().size(), 16u * 9) << "prompt " << k;
+    prompts.push_back(engine.tokenize(t, true));
+  }
+  return prompts;
+}
+
+TEST_F(EngineModelTest, HostTierHitsAreIdenticalToColdRuns) {
+  // Prompts of ~12 blocks; a device cache of 24 blocks holds about two of them, so each new one evicts an older
+  // one's blocks, which go down to the host tier; asking again hits there.
+  EngineConfig config = small_cache_config("cpu");
+  config.enable_prefix_caching = false;
+  auto cold = Engine::create(config);
+  const auto prompts = long_prompts(*cold);
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    ASSERT_GT(prompts[k].size(), 16u * 9) << "prompt " << k;
   }
   constexpr int kTokens = 12;
   std::vector<std::vector<int32_t>> want;
@@ -229,21 +243,11 @@ TEST_F(EngineModelTest, HostTierHitsAreIdenticalToColdRuns) {
 // down): on CUDA a cached prefix changes how the prompt is computed (CUDA is not batch-invariant yet), so this is
 // the exact check there.
 void host_tier_hits_equal_device_hits(const char* device) {
-  EngineConfig config;
-  config.model = kModel.string();
-  config.device = device;
+  EngineConfig config = small_cache_config(device);
   config.dtype = "float32";
-  config.max_model_len = 384;
-  config.num_kv_blocks_override = 24;
   config.kv_offloading_size = 0.05;
   auto engine = Engine::create(config);
-  const auto texts = code_prompts();
-  std::vector<std::vector<int32_t>> prompts;
-  for (int k = 0; k < 4; ++k) {
-    std::string t;
-    for (int j = 0; j < 7; ++j) t += texts[static_cast<size_t>(k * 8 + j) % texts.size()];
-    prompts.push_back(engine->tokenize(t, true));
-  }
+  const auto prompts = long_prompts(*engine);
   constexpr int kTokens = 12;
   for (int round = 0; round < 2; ++round) {
     for (size_t k = 0; k < prompts.size(); ++k) {
@@ -271,20 +275,10 @@ TEST_F(EngineModelTest, HostTierHitsEqualDeviceHitsOnCuda) {
 TEST_F(EngineModelTest, DiskTierSurvivesARestartAndDropsABadFile) {
   const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_dir_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  EngineConfig config;
-  config.model = kModel.string();
-  config.device = "cpu";
-  config.max_model_len = 384;
-  config.num_kv_blocks_override = 24;
+  EngineConfig config = small_cache_config("cpu");
   config.enable_prefix_caching = false;
   auto cold = Engine::create(config);
-  const auto texts = code_prompts();
-  std::vector<std::vector<int32_t>> prompts;
-  for (int k = 0; k < 4; ++k) {
-    std::string t;
-    for (int j = 0; j < 7; ++j) t += texts[static_cast<size_t>(k * 8 + j) % texts.size()];
-    prompts.push_back(cold->tokenize(t, true));
-  }
+  const auto prompts = long_prompts(*cold);
   constexpr int kTokens = 8;
   std::vector<std::vector<int32_t>> want;
   for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
