@@ -145,17 +145,11 @@ void OpenAiServer::handle_chat(const HttpRequest& request, const std::shared_ptr
       throw_bad_field("tool_choice", "expected a string or an object");
     }
   }
-  if (have_tools && tool_choice == "auto" && !options_.tool_parser) {
-    throw HttpError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
-  }
   JobOptions::ForcedTools forced = JobOptions::ForcedTools::kNone;
-  if (tool_choice == "required" || tool_choice == "named") {
-    if (!have_tools) throw_bad_field("tool_choice", "\"" + tool_choice + "\" needs a non-empty list of tools");
-    if (sampling.params.structured_outputs) {
-      throw_bad_field("tool_choice", "cannot be combined with " + sampling.params.structured_outputs->field);
-    }
-    const bool parallel = f.boolean("parallel_tool_calls").value_or(true);
-    sampling.params.structured_outputs = forced_tools_constraint(*tools, named, parallel);
+  const std::string conflicting = sampling.params.structured_outputs ? sampling.params.structured_outputs->field : "";
+  static const Json kNoTools = Json::array();
+  if (apply_tool_choice(tool_choice, named, have_tools ? *tools : kNoTools, f.boolean("parallel_tool_calls").value_or(true),
+                        options_.tool_parser.has_value(), conflicting, sampling.params)) {
     forced = tool_choice == "named" ? JobOptions::ForcedTools::kNamed : JobOptions::ForcedTools::kRequired;
   }
   const bool parse_tools = options_.tool_parser && have_tools && tool_choice == "auto";

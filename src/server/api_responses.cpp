@@ -373,15 +373,9 @@ void OpenAiServer::handle_responses(const HttpRequest& request, const std::share
       throw_bad_field("tool_choice", "expected a string or {\"type\": \"function\", \"name\": ...}");
     }
   }
-  if (have_tools && tool_choice == "auto" && !options_.tool_parser) {
-    throw HttpError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
-  }
   JobOptions::ForcedTools forced = JobOptions::ForcedTools::kNone;
-  if (tool_choice == "required" || tool_choice == "named") {
-    if (!have_tools) throw_bad_field("tool_choice", "needs a non-empty list of tools");
-    if (sampling.params.structured_outputs) throw_bad_field("tool_choice", "cannot be combined with text.format");
-    sampling.params.structured_outputs =
-        forced_tools_constraint(chat_tools, named, f.boolean("parallel_tool_calls").value_or(true));
+  if (apply_tool_choice(tool_choice, named, chat_tools, f.boolean("parallel_tool_calls").value_or(true),
+                        options_.tool_parser.has_value(), "text.format", sampling.params)) {
     forced = tool_choice == "named" ? JobOptions::ForcedTools::kNamed : JobOptions::ForcedTools::kRequired;
   }
   // The conversation: the previous response's, then instructions (not carried over), then the input.

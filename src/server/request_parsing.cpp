@@ -261,6 +261,19 @@ void rebase_refs(Json& j, const std::string& prefix) {
 
 }  // namespace
 
+bool apply_tool_choice(const std::string& tool_choice, const std::string& named, const Json& tools, bool parallel,
+                       bool have_tool_parser, const std::string& conflicting_field, SamplingParams& params) {
+  const bool have_tools = tools.is_array() && !tools.empty();
+  if (have_tools && tool_choice == "auto" && !have_tool_parser) {
+    throw HttpError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
+  }
+  if (tool_choice != "required" && tool_choice != "named") return false;
+  if (!have_tools) throw_bad_field("tool_choice", "\"" + tool_choice + "\" needs a non-empty list of tools");
+  if (params.structured_outputs) throw_bad_field("tool_choice", "cannot be combined with " + conflicting_field);
+  params.structured_outputs = forced_tools_constraint(tools, named, parallel);
+  return true;
+}
+
 StructuredOutputsParams forced_tools_constraint(const Json& tools, const std::string& named, bool parallel) {
   StructuredOutputsParams so;
   auto params_of = [](const Json& tool) {

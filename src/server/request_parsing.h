@@ -75,6 +75,13 @@ void validate_tools(const Json* tools);
 // function's parameters schema. 400 naming tool_choice when the name is not among the tools.
 StructuredOutputsParams forced_tools_constraint(const Json& tools, const std::string& named, bool parallel);
 
+// tool_choice as parsed ("none", "auto", "required" or "named" with `named`) checked against the tools (an array;
+// empty: none) and the server: "auto" with tools needs a tool-call parser (vLLM's 400); "required" and a named
+// function need tools and no other constraint (`conflicting_field` names the request's), and set
+// params.structured_outputs to the forced calls. Returns whether calls are forced.
+bool apply_tool_choice(const std::string& tool_choice, const std::string& named, const Json& tools, bool parallel,
+                       bool have_tool_parser, const std::string& conflicting_field, SamplingParams& params);
+
 // Checks `model` against the served names: 404 "The model `x` does not exist." when it is not one of them.
 void check_model(const Fields& fields, const std::vector<std::string>& served_names);
 
