@@ -60,8 +60,9 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
   for (const Evicted& e : blocks) {
     if (by_key_.count(e.key)) continue;  // already held (an earlier copy of the same content)
     const int s = take_slot();
-    if (s < 0) break;
+    if (s < 0) break;  // every slot holds one of this call's blocks: the rest are not kept
     Slot& slot = slots_[static_cast<size_t>(s)];
+    slot.pinned = true;  // one transfer must not write a slot twice (its copies run in no set order)
     slot.key = e.key;
     slot.parent_key = e.parent_key;
     slot.tokens.assign(e.tokens.begin(), e.tokens.end());
@@ -71,6 +72,7 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
     device.push_back(e.block);
     host.push_back(s);
   }
+  for (int s : host) slots_[static_cast<size_t>(s)].pinned = false;
   if (device.empty()) return;
   const uint64_t ticket = kv_.swap_out(device, host_, host);
   kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy

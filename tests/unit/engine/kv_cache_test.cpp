@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/host_kv_tier.h"
 #include "engine/kv_cache.h"
 #include "ops/backend.h"
 
@@ -164,6 +165,48 @@ TEST_P(KvCacheOps, BadBlocksAndSlotsAreErrors) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.device + "_" + std::string(dtype_name(info.param.dtype)) + (info.param.scales ? "_scales" : "");
+}
+
+TEST_P(KvCacheOps, HostTierKeepsWhatFitsAndLoadsItBackBitExact) {
+  const Case& c = GetParam();
+  ops::BackendOptions bo;
+  bo.kind = c.device == "ref" ? ops::DeviceKind::kRef : c.device == "cpu" ? ops::DeviceKind::kCpu : ops::DeviceKind::kCuda;
+  if (bo.kind == ops::DeviceKind::kCuda && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  auto backend = ops::create_backend(bo);
+  KvCacheConfig cfg;
+  cfg.num_layers = 3;
+  cfg.num_kv_heads = 2;
+  cfg.head_dim = 8;
+  cfg.num_blocks = 12;
+  cfg.block_size = 4;
+  cfg.dtype = c.dtype;
+  cfg.scales_per_token_head = c.scales;
+  KvCache kv(*backend, cfg);
+  std::mt19937 rng(11);
+  fill_random(*backend, kv, rng);
+  const auto original = read_pools(*backend, kv);
+  // Three blocks evicted at once into a tier of two slots: the first two are kept (a transfer never writes a slot
+  // twice), the third is not.
+  HostKvTier tier(*backend, kv, 2);
+  const std::vector<int32_t> t1{1, 2, 3, 4}, t2{5, 6, 7, 8}, t3{9, 10, 11, 12};
+  const LowerKvTier::Evicted evicted[] = {{1, 101, 0, t1}, {2, 102, 101, t2}, {3, 103, 102, t3}};
+  tier.keep(evicted);
+  EXPECT_EQ(tier.num_held(), 2);
+  EXPECT_TRUE(tier.contains(101, 0, t1));
+  EXPECT_TRUE(tier.contains(102, 101, t2));
+  EXPECT_FALSE(tier.contains(102, 0, t2));  // another parent: another prefix
+  EXPECT_FALSE(tier.contains(103, 102, t3));
+  // Loaded into other blocks, they read back bit-identical; a key the tier lacks ends the run.
+  const uint64_t keys[] = {101, 102, 103};
+  const int blocks[] = {8, 9, 10};
+  EXPECT_EQ(tier.load(keys, blocks), 2);
+  backend->synchronize();
+  const auto now = read_pools(*backend, kv);
+  for (size_t p = 0; p < original.size(); ++p) {
+    EXPECT_EQ(block_of(now, p, 8, 12), block_of(original, p, 1, 12)) << "pool " << p;
+    EXPECT_EQ(block_of(now, p, 9, 12), block_of(original, p, 2, 12)) << "pool " << p;
+    EXPECT_EQ(block_of(now, p, 10, 12), block_of(original, p, 10, 12)) << "pool " << p;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, KvCacheOps,
