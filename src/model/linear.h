@@ -14,7 +14,11 @@ struct Linear {
   ops::WeightQuant quant;  // not quantized unless scales are set
 
   int64_t out_features() const { return weight.dim(0); }
-  int64_t in_features() const { return weight.dim(1); }
+  int64_t in_features() const {
+    if (!quant.ggml_blocks()) return weight.dim(1);
+    const GgmlBlockInfo b = *ggml_block_info(quant.ggml);
+    return weight.dim(1) / b.type_size * b.block_size;
+  }
   // The matmul out = x · Wᵀ (+ bias).
   ops::MatmulParams operator()(const TensorView& x, const TensorView& out) const { return {x, weight, bias, out, quant}; }
 };

@@ -42,9 +42,21 @@ void check_embedding(const EmbeddingParams& p) {
   require_dims(p.token_ids, 1, op, "token_ids");
   require_dtype(p.token_ids, DType::kI32, op, "token_ids");
   require_dims(p.table, 2, op, "table");
-  require_float(p.table, op, "table");
   require_dims(p.out, 2, op, "out");
   require_float(p.out, op, "out");
+  if (p.table_ggml != GgmlType::kNone) {
+    require(ggml_is_supported_block_type(p.table_ggml) || p.table_ggml == GgmlType::kF32 ||
+                p.table_ggml == GgmlType::kF16 || p.table_ggml == GgmlType::kBF16,
+            op, "table_ggml " + ggml_type_name(p.table_ggml) + " is not a supported ggml type");
+    require_dtype(p.table, DType::kU8, op, "table (ggml blocks)");
+    require(p.out.dim(0) == p.token_ids.dim(0), op, "out must have one row per token id");
+    require(p.out.dim(1) % ggml_block_info(p.table_ggml)->block_size == 0 &&
+                static_cast<size_t>(p.table.dim(1)) == ggml_row_bytes(p.table_ggml, p.out.dim(1)),
+            op, "table " + p.table.shape_string() + " does not hold " + std::to_string(p.out.dim(1)) + " " +
+                    ggml_type_name(p.table_ggml) + " values per row");
+    return;
+  }
+  require_float(p.table, op, "table");
   require(p.out.dim(0) == p.token_ids.dim(0) && p.out.dim(1) == p.table.dim(1), op,
           "out shape " + p.out.shape_string() + " does not match token_ids/table");
 }
@@ -56,6 +68,26 @@ void check_matmul(const MatmulParams& p) {
   require_dims(p.out, 2, op, "out");
   require_float(p.x, op, "x");
   require_float(p.out, op, "out");
+  if (p.quant.ggml_blocks()) {
+    const WeightQuant& q = p.quant;
+    require(ggml_is_supported_block_type(q.ggml), op,
+            "quant.ggml " + ggml_type_name(q.ggml) + " is not a supported block type");
+    require(q.scales.empty() && q.zeros.empty() && q.g_idx.empty() && q.perm.empty(), op,
+            "ggml block weights carry their own scales: quant.scales/zeros/g_idx/perm must be empty");
+    require_dtype(p.w, DType::kU8, op, "w (ggml blocks)");
+    const int64_t k = p.x.dim(1);
+    require(k % ggml_block_info(q.ggml)->block_size == 0 &&
+                static_cast<size_t>(p.w.dim(1)) == ggml_row_bytes(q.ggml, k),
+            op, "w " + p.w.shape_string() + " does not hold K = " + std::to_string(k) + " " + ggml_type_name(q.ggml) +
+                    " values per row");
+    require(p.out.dim(0) == p.x.dim(0) && p.out.dim(1) == p.w.dim(0), op,
+            "out shape " + p.out.shape_string() + " must be [M, N]");
+    if (!p.bias.empty()) {
+      require(p.bias.numel() == p.w.dim(0), op, "bias must have N elements");
+      require_float(p.bias, op, "bias");
+    }
+    return;
+  }
   if (p.quant.quantized()) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;

@@ -3,6 +3,7 @@
 // activation dtype the caller chose (f32 on CPU backends, bf16 or f32 on CUDA).
 #pragma once
 
+#include "core/ggml_quant.h"
 #include "core/tensor.h"
 
 namespace peregrine::ops {
@@ -10,8 +11,11 @@ namespace peregrine::ops {
 // out[t, :] = table[token_ids[t], :]
 struct EmbeddingParams {
   TensorView token_ids;  // [T] int32
-  TensorView table;      // [vocab, hidden] f32/bf16/f16
+  TensorView table;      // [vocab, hidden] f32/bf16/f16; or, with table_ggml set, u8 [vocab, row bytes] of
+                         // ggml blocks (core/ggml_quant.h) holding `hidden` values per row
   TensorView out;        // [T, hidden] act
+  GgmlType table_ggml = GgmlType::kNone;
+  int64_t hidden() const { return out.dim(1); }
 };
 
 // How a matmul's weight is quantized; `scales` empty means a dense float weight (the default).
@@ -32,13 +36,18 @@ struct WeightQuant {
   TensorView perm;          // [K] int32 input column of each code column (act-order); optional
   int64_t group_size = 0;   // input columns per group (K: one group per row)
   int64_t block_rows = 1;   // output rows sharing a row of scales (128 for block-wise FP8)
+  // GGUF block quantization (llama.cpp's Q4_0 ... Q6_K, core/ggml_quant.h): w is then u8 [N, row bytes], each row
+  // the K values of one output in ggml blocks of this type, dequantized as ggml_dequantize_row defines; scales,
+  // zeros, g_idx and perm stay empty (the blocks carry their own scales). K is x's second dim.
+  GgmlType ggml = GgmlType::kNone;
   bool quantized() const { return !scales.empty(); }
+  bool ggml_blocks() const { return ggml != GgmlType::kNone; }
 };
 
 // out = x · wᵀ (+ bias). Rows of x are independent: a row's result must not depend on M (determinism).
 struct MatmulParams {
   TensorView x;       // [M, K] act
-  TensorView w;       // [N, K] f32/bf16/f16 (the Hugging Face Linear layout), or codes (see WeightQuant)
+  TensorView w;       // [N, K] f32/bf16/f16 (the Hugging Face Linear layout), or codes / ggml blocks (WeightQuant)
   TensorView bias;    // [N] optional (empty when none), any float dtype
   TensorView out;     // [M, N] act
   WeightQuant quant;  // not quantized unless scales are set

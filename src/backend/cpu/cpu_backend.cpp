@@ -91,6 +91,8 @@ class CpuBackend final : public Backend {
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);
     require_f32(p.out, "embedding", "out");
+    if (p.table_ggml != GgmlType::kNone)
+      throw Error(ErrorCode::kUnsupported, "cpu embedding: ggml block tables are not implemented yet");
     const int64_t tokens = p.token_ids.dim(0), vocab = p.table.dim(0), hidden = p.table.dim(1);
     const int32_t* ids = p.token_ids.as<const int32_t>();
     for (int64_t t = 0; t < tokens; ++t)
@@ -105,6 +107,8 @@ class CpuBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
+    if (p.quant.ggml_blocks())
+      throw Error(ErrorCode::kUnsupported, "cpu matmul: ggml block weights are not implemented yet");
     if (p.quant.quantized()) return quant_matmul(p);
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");

@@ -120,6 +120,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);
+    if (p.table_ggml != GgmlType::kNone)
+      throw Error(ErrorCode::kUnsupported, "cuda embedding: ggml block tables are not implemented yet");
     cuda::EmbeddingLaunch l{p.token_ids.as<const int32_t>(), p.table.data, p.out.data, p.table.dtype, p.out.dtype,
                             p.token_ids.dim(0), p.table.dim(0), p.table.dim(1), error_word_};
     cuda::launch_embedding(l, stream_);
@@ -127,6 +129,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
+    if (p.quant.ggml_blocks())
+      throw Error(ErrorCode::kUnsupported, "cuda matmul: ggml block weights are not implemented yet");
     if (p.quant.quantized()) return quant_matmul(p);
     cuda::GemmLaunch l{p.x.data, p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.out.data,
                        p.x.dtype, p.w.dtype, p.bias.dtype, p.out.dtype, p.x.dim(0), p.w.dim(0), p.x.dim(1)};

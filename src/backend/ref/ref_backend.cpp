@@ -51,11 +51,18 @@ class RefBackend final : public Backend {
 
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);
-    int64_t hidden = p.table.dim(1), vocab = p.table.dim(0);
+    const int64_t hidden = p.hidden(), vocab = p.table.dim(0);
+    std::vector<float> row(static_cast<size_t>(hidden));
     for (int64_t t = 0; t < p.token_ids.dim(0); ++t) {
       int32_t id = p.token_ids.as<const int32_t>()[t];
       if (id < 0 || id >= vocab)
         throw Error(ErrorCode::kInvalidArgument, "embedding: token id " + std::to_string(id) + " out of range");
+      if (p.table_ggml != GgmlType::kNone) {
+        ggml_dequantize_row(p.table_ggml, static_cast<const uint8_t*>(p.table.data) + id * p.table.dim(1), row.data(),
+                            hidden);
+        for (int64_t h = 0; h < hidden; ++h) store(p.out, t * hidden + h, row[static_cast<size_t>(h)]);
+        continue;
+      }
       for (int64_t h = 0; h < hidden; ++h) store(p.out, t * hidden + h, load(p.table, id * hidden + h));
     }
   }
@@ -64,8 +71,12 @@ class RefBackend final : public Backend {
     check_matmul(p);
     int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
     std::vector<double> row(static_cast<size_t>(k));
+    std::vector<float> blocks(p.quant.ggml_blocks() ? static_cast<size_t>(k) : 0);
     for (int64_t j = 0; j < n; ++j) {
-      if (p.quant.perm.empty()) {
+      if (p.quant.ggml_blocks()) {  // dequantized as gguf-py's reference does
+        ggml_dequantize_row(p.quant.ggml, static_cast<const uint8_t*>(p.w.data) + j * p.w.dim(1), blocks.data(), k);
+        for (int64_t kk = 0; kk < k; ++kk) row[static_cast<size_t>(kk)] = blocks[static_cast<size_t>(kk)];
+      } else if (p.quant.perm.empty()) {
         for (int64_t kk = 0; kk < k; ++kk) row[static_cast<size_t>(kk)] = weight(p, j, kk);
       } else {
         const int32_t* perm = p.quant.perm.as<const int32_t>();
