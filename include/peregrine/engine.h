@@ -113,6 +113,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t num_preemptions = 0;
+  uint64_t backend_sampled_tokens = 0;  // tokens sampled where the logits are (GPU sampling), not on the host
   // Speculative decoding (vLLM's spec_decode counters): verify steps of a sequence with drafts, drafted and accepted
   // tokens, and accepted tokens by draft position.
   uint64_t spec_num_drafts = 0;
@@ -130,8 +131,8 @@ struct EngineStats {
   uint64_t num_steps = 0;
   double step_schedule_seconds = 0.0;  // scheduler
   double step_prepare_seconds = 0.0;   // flattening the batch
-  double step_forward_seconds = 0.0;   // model forward (including logits to host)
-  double step_sample_seconds = 0.0;    // sampler
+  double step_forward_seconds = 0.0;   // model forward (including logits to host, and sampling on the backend)
+  double step_sample_seconds = 0.0;    // host sampler
   double step_update_seconds = 0.0;    // appending tokens, detokenizing, stop checks, callbacks
 };
 

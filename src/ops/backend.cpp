@@ -17,6 +17,10 @@ int64_t Backend::capture_graph(const std::function<void()>&) {
 void Backend::replay_graph(int64_t) { throw Error(ErrorCode::kUnsupported, name() + ": graph replay is not supported"); }
 void Backend::destroy_graph(int64_t) {}
 
+void Backend::sample(const SampleParams&) {
+  throw Error(ErrorCode::kUnsupported, name() + ": sampling on the backend is not supported");
+}
+
 uint64_t Backend::copy_async(CopyDirection, std::span<const CopyRegion> regions) {
   // Host memory on both sides: ordered after prior work by finishing it first.
   synchronize();

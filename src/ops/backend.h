@@ -101,6 +101,9 @@ class Backend {
   virtual void kv_write(const KvWriteParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;
+  // Sampling where the logits are (ops.h SampleParams); backends without it throw Error(kUnsupported).
+  virtual bool supports_sampling() const { return false; }
+  virtual void sample(const SampleParams& p);
 
  private:
   uint64_t host_transfers_ = 0;

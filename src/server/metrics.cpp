@@ -114,6 +114,8 @@ std::string OpenAiServer::metrics_text() const {
   w.counter("vllm:prompt_tokens_total", "Prefill tokens processed.", static_cast<double>(s.prompt_tokens));
   w.counter("vllm:generation_tokens_total", "Generation tokens processed.", static_cast<double>(s.generation_tokens));
   w.counter("vllm:num_preemptions_total", "Cumulative preemptions.", static_cast<double>(s.num_preemptions));
+  w.counter("peregrine:backend_sampled_tokens_total", "Tokens sampled on the device where the logits are (not on the host).",
+            static_cast<double>(s.backend_sampled_tokens));
   w.counter("vllm:spec_decode_num_drafts_total", "Verify steps of sequences that carried drafts.",
             static_cast<double>(s.spec_num_drafts));
   w.counter("vllm:spec_decode_num_draft_tokens_total", "Draft tokens verified.", static_cast<double>(s.spec_num_draft_tokens));

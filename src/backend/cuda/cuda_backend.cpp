@@ -15,6 +15,7 @@
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/quant_matmul.cuh"
@@ -257,6 +258,9 @@ class CudaBackendImpl final : public CudaBackend {
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
     cuda::launch_attention(l, stream_);
   }
+
+  bool supports_sampling() const override { return true; }
+  void sample(const SampleParams& p) override { cuda_sample(*this, p); }
 
   void gather_rows(const GatherRowsParams& p) override {
     check_gather_rows(p);
