@@ -107,7 +107,8 @@ bool HostKvTier::contains(uint64_t key, uint64_t parent_key, std::span<const int
   return true;
 }
 
-int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks) {
+int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket_out) {
+  *ticket_out = 0;
   std::vector<int> host;
   for (uint64_t key : keys) {
     if (host.size() >= blocks.size()) break;
@@ -140,7 +141,9 @@ int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks
   }
   for (int s : host) slots_[static_cast<size_t>(s)].pinned = false;
   if (host.empty()) return 0;
-  const uint64_t ticket = kv_.swap_in(host_, host, blocks.first(host.size()));  // the compute queue waits for it
+  // Nothing waits for it on the device: the manager holds the blocks back until the transfer is done.
+  const uint64_t ticket = kv_.swap_in(host_, host, blocks.first(host.size()), /*compute_waits=*/false);
+  *ticket_out = ticket;
   for (int s : host) slots_[static_cast<size_t>(s)].ticket = ticket;
   ++stats_.transfers_up;
   stats_.blocks_up += host.size();

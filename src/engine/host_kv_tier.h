@@ -37,7 +37,8 @@ class HostKvTier final : public LowerKvTier {
 
   void keep(std::span<const Evicted> blocks) override;
   bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) override;
-  int load(std::span<const uint64_t> keys, std::span<const int> blocks) override;
+  int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) override;
+  bool loaded(uint64_t ticket) override { return kv_.transfer_done(ticket); }
 
   // Hands blocks whose copy-down finished to the disk tier (called once per engine step).
   void poll();
