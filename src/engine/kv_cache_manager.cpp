@@ -83,13 +83,18 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
       cache_.insert(fresh[static_cast<size_t>(j)], seq.block_hashes, static_cast<int>(hits.size()) + j, seq.token_ids);
     }
     // Blocks never written go back to the free list's tail at once; loaded ones as cached blocks once their copy
-    // is done (now, or when poll_loads sees it), leaves first.
-    const bool done = loaded == 0 || tier_->loaded(ticket);
+    // is done (now, or when poll_loads sees it), leaves first; a block that never arrived is uncached first.
+    const int arrived = loaded == 0 ? 0 : tier_->loaded(ticket);
+    const bool done = arrived >= 0;
+    if (done && arrived < loaded) {
+      for (int j = arrived; j < loaded; ++j) cache_.evict(fresh[static_cast<size_t>(j)]);
+      loaded = arrived;
+    }
     std::vector<int> back;
     for (int j = n - 1; j >= (done ? 0 : loaded); --j) back.push_back(fresh[static_cast<size_t>(j)]);
     pool_.release(back);
     if (!done) {
-      for (int j = loaded - 1; j >= 0; --j) loading_.emplace_back(fresh[static_cast<size_t>(j)], ticket);
+      for (int j = loaded - 1; j >= 0; --j) loading_.push_back({fresh[static_cast<size_t>(j)], ticket, j});
     }
     for (int j = 0; j < loaded; ++j) {
       hits.push_back(fresh[static_cast<size_t>(j)]);
@@ -106,22 +111,34 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
 
 bool KvCacheManager::hits_ready(std::span<const int> hits) {
   poll_loads();
-  for (const auto& [block, ticket] : loading_) {
-    if (std::find(hits.begin(), hits.end(), block) != hits.end()) return false;
+  for (const Loading& l : loading_) {
+    if (std::find(hits.begin(), hits.end(), l.block) != hits.end()) return false;
   }
   return true;
 }
 
 void KvCacheManager::poll_loads() {
   if (loading_.empty()) return;
+  std::vector<std::pair<uint64_t, int>> answers;  // each load is asked once: its answer is given once
+  auto answer = [&](uint64_t ticket) {
+    for (const auto& [t, a] : answers)
+      if (t == ticket) return a;
+    answers.emplace_back(ticket, tier_->loaded(ticket));
+    return answers.back().second;
+  };
   std::vector<int> done;
   auto keep = loading_.begin();
   for (auto it = loading_.begin(); it != loading_.end(); ++it) {
-    if (tier_->loaded(it->second)) {
-      done.push_back(it->first);
-    } else {
+    const int arrived = answer(it->ticket);
+    if (arrived < 0) {
       *keep++ = *it;
+      continue;
     }
+    if (it->index >= arrived) {  // it never arrived: it must not be found as cached
+      cache_.evict(it->block);
+      from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), it->block), from_lower_.end());
+    }
+    done.push_back(it->block);
   }
   loading_.erase(keep, loading_.end());
   pool_.release(done);

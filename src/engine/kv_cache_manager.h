@@ -28,11 +28,12 @@ class LowerKvTier {
   // Whether the tier holds this block (and marks it recently used).
   virtual bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) = 0;
   // Starts copying the held blocks with these keys into the device blocks (same order). Returns how many leading
-  // ones it loaded (a key it no longer holds ends the run) and sets *ticket to the transfer carrying them: nothing
-  // may read or write those blocks until loaded(*ticket).
+  // ones it started loading (a key it no longer holds ends the run) and sets *ticket to the load: nothing may read
+  // or write those blocks until loaded(*ticket) answers.
   virtual int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) = 0;
-  // Whether a load's transfer has finished (never blocks).
-  virtual bool loaded(uint64_t ticket) = 0;
+  // Never blocks: -1 while the load runs; then, once, how many leading blocks arrived intact (fewer than started
+  // when a read from below failed; the blocks past them hold nothing).
+  virtual int loaded(uint64_t ticket) = 0;
 };
 
 class KvCacheManager {
@@ -55,8 +56,8 @@ class KvCacheManager {
   void poll_loads();
   int num_blocks_loading() const { return static_cast<int>(loading_.size()); }
   bool is_loading(int block) const {
-    for (const auto& [b, t] : loading_)
-      if (b == block) return true;
+    for (const auto& l : loading_)
+      if (l.block == block) return true;
     return false;
   }
   // Counts an admitted lookup (its hit blocks) in the hit-rate statistics.
@@ -103,7 +104,12 @@ class KvCacheManager {
   std::vector<int32_t> evicted_tokens_;  // block_size per block
   int last_lower_hits_ = 0;
   uint64_t lower_hit_blocks_ = 0;
-  std::vector<std::pair<int, uint64_t>> loading_;  // blocks held while the lower tier loads them, and the ticket
+  struct Loading {
+    int block;
+    uint64_t ticket;
+    int index;  // within its load
+  };
+  std::vector<Loading> loading_;  // blocks held while the lower tier loads them
   std::vector<int> from_lower_;  // blocks loaded from the lower tier that no admitted lookup has counted yet
   uint64_t queried_tokens_ = 0;
   uint64_t hit_tokens_ = 0;

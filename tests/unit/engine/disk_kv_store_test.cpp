@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <csignal>
 #include <sys/resource.h>
@@ -195,6 +196,24 @@ TEST(DiskKvStore, WritesTheDiskRefusesAreDroppedNotServed) {
   store.flush();
   ASSERT_TRUE(store.read(2, back.data(), parent, toks));
   EXPECT_EQ(back, p2);
+}
+
+// Reads on the store's reader thread: the same bytes as read(), a missing block answers 0, each answer is given once.
+TEST(DiskKvStore, ReadsInTheBackgroundAnswerOnce) {
+  TempDir dir;
+  DiskKvStore store(config_for(dir.path));
+  put_blocks(store, 3);
+  std::vector<std::byte> a(1000), b(1000);
+  const uint64_t ra = store.read_async(2, a.data()), rb = store.read_async(99, b.data());
+  while (!store.read_finished(ra) || !store.read_finished(rb)) std::this_thread::yield();
+  uint64_t parent = 0;
+  std::vector<int32_t> toks;
+  EXPECT_EQ(store.read_result(ra, parent, toks), 1);
+  EXPECT_EQ(parent, 1u);
+  EXPECT_EQ(toks, tokens_of(2));
+  EXPECT_EQ(a, payload_of(2));
+  EXPECT_EQ(store.read_result(rb, parent, toks), 0);
+  EXPECT_EQ(store.read_result(ra, parent, toks), 0);  // answered already
 }
 
 }  // namespace

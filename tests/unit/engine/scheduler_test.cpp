@@ -295,12 +295,15 @@ class SlowTier final : public LowerKvTier {
   int loads = 0;
   void keep(std::span<const Evicted>) override {}
   bool contains(uint64_t, uint64_t, std::span<const int32_t>) override { return holds_all; }
+  int arrives = 1 << 30;  // leading blocks of a load that arrive intact
   int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) override {
     ++loads;
     *ticket = static_cast<uint64_t>(loads);
-    return static_cast<int>(std::min(keys.size(), blocks.size()));
+    count = static_cast<int>(std::min(keys.size(), blocks.size()));
+    return count;
   }
-  bool loaded(uint64_t) override { return ready; }
+  int loaded(uint64_t) override { return ready ? std::min(count, arrives) : -1; }
+  int count = 0;
 };
 
 TEST(Scheduler, ARequestWhoseBlocksAreLoadingWaitsWhileOthersRun) {
@@ -327,6 +330,28 @@ TEST(Scheduler, ARequestWhoseBlocksAreLoadingWaitsWhileOthersRun) {
   EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
   EXPECT_EQ(h.sched.kv().num_lower_tier_hit_blocks(), 4u);
   EXPECT_EQ(tier.loads, 1);
+  h.run_to_completion();
+  EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
+}
+
+// A load whose later blocks never arrive (a disk read failed): the request takes the blocks that did and computes
+// the rest; the others are not found as cached afterwards.
+TEST(Scheduler, BlocksThatNeverArriveAreRecomputed) {
+  Harness h(config(16));
+  SlowTier tier;
+  h.sched.kv().set_lower_tier(&tier);
+  tier.holds_all = true;
+  tier.arrives = 2;
+  Sequence* a = h.add(tokens(17), 3);
+  EXPECT_TRUE(h.step().seqs.empty());
+  tier.ready = true;
+  tier.holds_all = false;
+  SchedulerOutput out = h.step();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].seq, a);
+  EXPECT_EQ(out.seqs[0].num_new_tokens, 17 - 8);
+  EXPECT_EQ(h.sched.kv().num_lower_tier_hit_blocks(), 2u);
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
   h.run_to_completion();
   EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
 }
