@@ -104,6 +104,7 @@ struct EngineStats {
   uint64_t prefix_cache_host_hits = 0;
   uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_from_host = 0;
   uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_from_host = 0;
+  double kv_offload_seconds_to_host = 0.0, kv_offload_seconds_from_host = 0.0;  // the copies' own time
   int host_kv_blocks = 0, host_kv_blocks_used = 0;
   // The disk tier (kv_cache_dir): hits read back from disk (prompt tokens, part of prefix_cache_host_hits), bytes
   // written and read, files dropped as bad, blocks held now and found at start.

@@ -630,6 +630,9 @@ EngineStats EngineCore::stats() const {
     s.kv_offload_blocks_from_host = h.blocks_up;
     s.kv_offload_bytes_to_host = h.bytes_down;
     s.kv_offload_bytes_from_host = h.bytes_up;
+    const ops::Backend::TransferTotals t = runner_->backend().transfer_totals();  // the tiers make every transfer
+    s.kv_offload_seconds_to_host = t.seconds[static_cast<int>(ops::Backend::CopyDirection::kDeviceToHost)];
+    s.kv_offload_seconds_from_host = t.seconds[static_cast<int>(ops::Backend::CopyDirection::kHostToDevice)];
     s.host_kv_blocks = host_tier_->num_slots();
     s.host_kv_blocks_used = host_tier_->num_held();
     if (const DiskKvStore* disk = host_tier_->disk()) {

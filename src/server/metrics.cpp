@@ -106,6 +106,8 @@ std::string OpenAiServer::metrics_text() const {
   w.counter_by("peregrine:kv_offload_bytes_total", "KV bytes copied between the device and the host tier.", "direction",
                {{"to_host", static_cast<double>(s.kv_offload_bytes_to_host)},
                 {"from_host", static_cast<double>(s.kv_offload_bytes_from_host)}});
+  w.counter_by("peregrine:kv_offload_seconds_total", "Seconds the copies between the device and the host tier took.",
+               "direction", {{"to_host", s.kv_offload_seconds_to_host}, {"from_host", s.kv_offload_seconds_from_host}});
   w.gauge("peregrine:host_kv_blocks", "Blocks the prefix cache's host tier can hold.", s.host_kv_blocks);
   w.gauge("peregrine:host_kv_blocks_used", "Blocks the prefix cache's host tier holds.", s.host_kv_blocks_used);
   w.gauge("peregrine:prefix_cache_hit_rate", "Prefix cache hits over queries since start.",

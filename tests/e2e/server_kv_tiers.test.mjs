@@ -51,6 +51,7 @@ test('prompts evicted from the device are served from the lower tiers with uncha
   const m = await metricsOf(tiered);
   assert.ok(m('peregrine:prefix_cache_hits_total', 'tier="host"') + m('peregrine:prefix_cache_hits_total', 'tier="disk"') > 0);
   assert.ok(m('peregrine:kv_offload_bytes_total', 'direction="to_host"') > 0);
+  assert.ok(m('peregrine:kv_offload_seconds_total', 'direction="to_host"') > 0, 'the copies are timed');
   assert.ok(m('peregrine:kv_disk_bytes_total', 'direction="written"') > 0);
 });
 
