@@ -118,6 +118,11 @@ void run_throughput(ThroughputArgs& a) {
                 static_cast<unsigned long long>(s.spec_num_accepted_tokens),
                 1.0 + static_cast<double>(s.spec_num_accepted_tokens) / static_cast<double>(s.spec_num_drafts));
   }
+  if (s.host_kv_blocks > 0) {
+    std::printf("host tier %d blocks: %.1f MB copied down in %.3f s, %.1f MB back in %.3f s\n", s.host_kv_blocks,
+                static_cast<double>(s.kv_offload_bytes_to_host) / 1e6, s.kv_offload_seconds_to_host,
+                static_cast<double>(s.kv_offload_bytes_from_host) / 1e6, s.kv_offload_seconds_from_host);
+  }
 }
 
 // TTFT of a prompt whose first `cached` tokens are in the prefix cache vs the same-length prompt cold; with a host
@@ -256,6 +261,7 @@ void register_bench_throughput(CLI::App& bench) {
   cmd->add_option("--max-model-len", e.max_model_len, "Context length (default: input + output)");
   cmd->add_option("--gpu-memory-utilization", e.gpu_memory_utilization, "Device memory fraction")->capture_default_str();
   cmd->add_option("--kv-cache-memory-bytes", e.kv_cache_memory_bytes, "KV cache size in bytes");
+  cmd->add_option("--kv-offloading-size", e.kv_offloading_size, "GiB for the prefix cache's host tier (evicted blocks go down)");
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--speculative-config", args->speculative_config, "Speculative decoding as JSON (random ids rarely match)");
   cmd->callback([args] { run_throughput(*args); });
