@@ -186,6 +186,17 @@ void HostKvTier::issue(Load& load) {
   load.issued = true;
 }
 
+bool HostKvTier::order_on_device(uint64_t ticket) {
+  auto it = loads_.find(ticket);
+  if (it == loads_.end()) return true;
+  const Load& load = it->second;
+  // Not before every read is back, and never for a load that came up short (its missing blocks must be uncached
+  // first, when loaded() answers).
+  if (!load.issued || load.count < static_cast<int>(load.slots.size())) return false;
+  kv_.compute_waits_for(load.transfer);
+  return true;
+}
+
 int HostKvTier::loaded(uint64_t ticket) {
   auto it = loads_.find(ticket);
   if (it == loads_.end()) return 0;

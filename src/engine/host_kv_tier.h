@@ -42,6 +42,7 @@ class HostKvTier final : public LowerKvTier {
   // engine loop.
   int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) override;
   int loaded(uint64_t ticket) override;
+  bool order_on_device(uint64_t ticket) override;
 
   // Hands blocks whose copy-down finished to the disk tier (called once per engine step).
   void poll();

@@ -117,6 +117,18 @@ bool KvCacheManager::hits_ready(std::span<const int> hits) {
   return true;
 }
 
+bool KvCacheManager::order_hits_on_device(std::span<const int> hits) {
+  std::vector<uint64_t> tickets;
+  for (const Loading& l : loading_) {
+    if (std::find(hits.begin(), hits.end(), l.block) != hits.end() &&
+        std::find(tickets.begin(), tickets.end(), l.ticket) == tickets.end())
+      tickets.push_back(l.ticket);
+  }
+  for (uint64_t t : tickets)
+    if (!tier_->order_on_device(t)) return false;
+  return true;
+}
+
 void KvCacheManager::poll_loads() {
   if (loading_.empty()) return;
   std::vector<std::pair<uint64_t, int>> answers;  // each load is asked once: its answer is given once

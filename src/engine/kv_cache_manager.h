@@ -34,6 +34,9 @@ class LowerKvTier {
   // Never blocks: -1 while the load runs; then, once, how many leading blocks arrived intact (fewer than started
   // when a read from below failed; the blocks past them hold nothing).
   virtual int loaded(uint64_t ticket) = 0;
+  // Makes work enqueued from now on wait for the load on the device (false when it cannot yet: its blocks are still
+  // being read from below). The blocks may then be used before loaded() answers.
+  virtual bool order_on_device(uint64_t ticket) = 0;
 };
 
 class KvCacheManager {
@@ -52,6 +55,9 @@ class KvCacheManager {
   // are not ready is not admitted yet, so other requests' steps never wait for its copies; the manager holds the
   // blocks in flight (they cannot be evicted) and hands them to the cache when their transfer finishes.
   bool hits_ready(std::span<const int> hits);
+  // For when nothing else would run: makes the device wait for the hits' loads instead of the host (so the step is
+  // enqueued while they copy). False when a load cannot be ordered yet (reads from below still running).
+  bool order_hits_on_device(std::span<const int> hits);
   // Releases the blocks whose loads finished (called once per schedule).
   void poll_loads();
   int num_blocks_loading() const { return static_cast<int>(loading_.size()); }

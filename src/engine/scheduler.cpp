@@ -64,8 +64,9 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
     }
     const bool fresh = seq->block_table.empty();
     std::vector<int> hits = fresh ? kv_.find_cached_prefix(*seq) : std::vector<int>{};
-    // Its cached blocks are still coming up from the host tier: it waits (FCFS), the running ones go on.
-    if (!kv_.hits_ready(hits)) break;
+    // Its cached blocks are still coming up from the host tier: it waits (FCFS) while others run; when nothing
+    // else would run, the device waits for the copy instead, so the step is enqueued meanwhile.
+    if (!kv_.hits_ready(hits) && !(running_.empty() && out.seqs.empty() && kv_.order_hits_on_device(hits))) break;
     const int computed = seq->num_computed_tokens + static_cast<int>(hits.size()) * config_.block_size;
     const int num_new = std::min(seq->num_tokens() - computed, budget);
     PEREGRINE_CHECK(num_new > 0, "waiting sequence with nothing to compute");

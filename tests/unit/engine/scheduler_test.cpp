@@ -303,6 +303,12 @@ class SlowTier final : public LowerKvTier {
     return count;
   }
   int loaded(uint64_t) override { return ready ? std::min(count, arrives) : -1; }
+  bool orderable = false;  // whether the device can be made to wait for a load
+  int ordered = 0;
+  bool order_on_device(uint64_t) override {
+    ordered += orderable ? 1 : 0;
+    return orderable;
+  }
   int count = 0;
 };
 
@@ -331,6 +337,26 @@ TEST(Scheduler, ARequestWhoseBlocksAreLoadingWaitsWhileOthersRun) {
   EXPECT_EQ(h.sched.kv().num_lower_tier_hit_blocks(), 4u);
   EXPECT_EQ(tier.loads, 1);
   h.run_to_completion();
+  EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
+}
+
+// Alone, a request need not wait on the host: the device is made to wait for its load, and its step goes out at once.
+TEST(Scheduler, ALoneRequestGoesOutWhileItsBlocksLoadWhenTheDeviceCanWait) {
+  Harness h(config(16));
+  SlowTier tier;
+  h.sched.kv().set_lower_tier(&tier);
+  tier.holds_all = true;
+  tier.orderable = true;
+  Sequence* a = h.add(tokens(17), 3);
+  SchedulerOutput out = h.step();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].seq, a);
+  EXPECT_EQ(out.seqs[0].num_new_tokens, 1);
+  EXPECT_EQ(tier.ordered, 1);
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 4);  // held until the transfer is seen done
+  tier.ready = true;
+  h.run_to_completion();
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
   EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
 }
 
