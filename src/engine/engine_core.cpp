@@ -43,7 +43,8 @@ namespace {
 // A request the backend's sampling op can serve alone: nothing edits, masks or reads its logits on the host.
 bool device_samplable(const RequestState& req) {
   const SamplingParams& p = req.params;
-  return !req.grammar && !p.logprobs && !needs_logits_edits(p);
+  // Penalties are the op's too; logit_bias and min_tokens are not.
+  return !req.grammar && !p.logprobs && p.logit_bias.empty() && p.min_tokens == 0;
 }
 }  // namespace
 
@@ -477,6 +478,14 @@ void EngineCore::step() {
   device_rows_.top_k.clear();
   device_rows_.seeds.clear();
   device_rows_.offsets.clear();
+  device_rows_.repetition.clear();
+  device_rows_.presence.clear();
+  device_rows_.frequency.clear();
+  device_rows_.prompt_tokens.clear();
+  device_rows_.output_tokens.clear();
+  device_rows_.prompt_offsets.assign(1, 0);
+  device_rows_.output_offsets.assign(1, 0);
+  bool any_penalty = false;
   device_row_of_.assign(out.seqs.size(), -1);
   if (device_sampling_) {
     for (size_t i = 0; i < out.seqs.size(); ++i) {
@@ -492,6 +501,25 @@ void EngineCore::step() {
       device_rows_.top_k.push_back(req.params.top_k);
       device_rows_.seeds.push_back(static_cast<int64_t>(ss.seed));
       device_rows_.offsets.push_back(seq.num_output_tokens());
+      const SamplingParams& p = req.params;
+      device_rows_.repetition.push_back(p.repetition_penalty);
+      device_rows_.presence.push_back(p.presence_penalty);
+      device_rows_.frequency.push_back(p.frequency_penalty);
+      if (p.repetition_penalty != 1.0f) {
+        device_rows_.prompt_tokens.insert(device_rows_.prompt_tokens.end(), req.prompt.begin(), req.prompt.end());
+      }
+      if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+        any_penalty = true;
+        device_rows_.output_tokens.insert(device_rows_.output_tokens.end(),
+                                          seq.token_ids.begin() + seq.num_prompt_tokens, seq.token_ids.end());
+      }
+      device_rows_.prompt_offsets.push_back(static_cast<int32_t>(device_rows_.prompt_tokens.size()));
+      device_rows_.output_offsets.push_back(static_cast<int32_t>(device_rows_.output_tokens.size()));
+    }
+    if (!any_penalty) {  // the op then runs without the penalty pass
+      device_rows_.repetition.clear();
+      device_rows_.presence.clear();
+      device_rows_.frequency.clear();
     }
   }
   try {

@@ -83,6 +83,7 @@ ModelRunner::~ModelRunner() {
   release_graphs();
   if (staging_) backend_.deallocate_pinned(staging_);
   if (sample_staging_) backend_.deallocate_pinned(sample_staging_);
+  if (penalty_staging_) backend_.deallocate_pinned(penalty_staging_);
 }
 
 KvCacheConfig ModelRunner::kv_cache_config(int num_blocks) const {
@@ -388,9 +389,11 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
 // op sees one contiguous [rows, vocab] block; the asked-for rows' tokens come back, and the other rows' logits.
 void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<float>& logits) {
   const size_t n = static_cast<size_t>(real_rows), cap = static_cast<size_t>(max_rows_per_chunk_);
-  // Layout: temperature, top_p, min_p (f32), top_k, tokens (i32), seeds, offsets (i64); each [cap].
+  // Layout: temperature, top_p, min_p (f32), top_k, tokens (i32), seeds, offsets (i64), repetition, presence,
+  // frequency (f32); each [cap].
   const size_t f_temp = 0, f_top_p = cap * 4, f_min_p = cap * 8, f_top_k = cap * 12, f_tokens = cap * 16,
-               f_seeds = cap * 24, f_offsets = cap * 32, total = cap * 40;
+               f_seeds = cap * 24, f_offsets = cap * 32, f_rep = cap * 40, f_pres = cap * 44, f_freq = cap * 48,
+               total = cap * 52;
   if (!sample_staging_) {
     sample_params_ = ops::DeviceBuffer(backend_, total);
     sample_staging_ = static_cast<char*>(backend_.allocate_pinned(total));
@@ -407,6 +410,16 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
   std::fill(top_k, top_k + n, 0);
   std::fill(seeds, seeds + n, 0);
   std::fill(offsets, offsets + n, 0);
+  const bool penalties = !s.repetition.empty();
+  auto* rep = reinterpret_cast<float*>(sample_staging_ + f_rep);
+  auto* pres = reinterpret_cast<float*>(sample_staging_ + f_pres);
+  auto* freq = reinterpret_cast<float*>(sample_staging_ + f_freq);
+  if (penalties) {
+    std::fill(rep, rep + n, 1.0f);
+    std::fill(pres, pres + n, 0.0f);
+    std::fill(freq, freq + n, 0.0f);
+  }
+  std::vector<int> entry_of(n, -1);
   std::vector<char> asked(n, 0);
   for (size_t i = 0; i < s.rows.size(); ++i) {
     const int32_t r = s.rows[i];
@@ -419,11 +432,56 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
     top_k[r] = s.top_k[i];
     seeds[r] = s.seeds[i];
     offsets[r] = s.offsets[i];
+    entry_of[static_cast<size_t>(r)] = static_cast<int>(i);
+    if (penalties) {
+      rep[r] = s.repetition[i];
+      pres[r] = s.presence[i];
+      freq[r] = s.frequency[i];
+    }
   }
   char* dev = static_cast<char*>(sample_params_.data());
-  for (size_t off : {f_temp, f_top_p, f_min_p, f_top_k, f_seeds, f_offsets}) {
-    const size_t width = off >= f_seeds ? 8 : 4;
+  for (size_t off : {f_temp, f_top_p, f_min_p, f_top_k, f_seeds, f_offsets, f_rep, f_pres, f_freq}) {
+    if (!penalties && off >= f_rep) continue;
+    const size_t width = off >= f_seeds && off < f_rep ? 8 : 4;
     backend_.copy_from_host_async(dev + off, sample_staging_ + off, n * width);
+  }
+  // Penalty tokens in row order: [prompt tokens][output tokens][prompt offsets (n + 1)][output offsets (n + 1)].
+  int32_t* pen_dev = nullptr;
+  size_t pen_prompt = 0, pen_output = 0;
+  if (penalties) {
+    pen_prompt = s.prompt_tokens.size();
+    pen_output = s.output_tokens.size();
+    const size_t need = pen_prompt + pen_output + 2 * (n + 1);
+    if (need > penalty_capacity_) {
+      if (penalty_staging_) backend_.deallocate_pinned(penalty_staging_);
+      penalty_capacity_ = std::max(need, 2 * penalty_capacity_);
+      penalty_tokens_ = ops::DeviceBuffer(backend_, penalty_capacity_ * sizeof(int32_t));
+      penalty_staging_ = static_cast<int32_t*>(backend_.allocate_pinned(penalty_capacity_ * sizeof(int32_t)));
+    }
+    int32_t* pt = penalty_staging_;
+    int32_t* ot = pt + pen_prompt;
+    int32_t* po = ot + pen_output;
+    int32_t* oo = po + n + 1;
+    size_t p_at = 0, o_at = 0;
+    po[0] = 0;
+    oo[0] = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const int e = entry_of[r];
+      if (e >= 0) {
+        const auto pb = static_cast<size_t>(s.prompt_offsets[static_cast<size_t>(e)]);
+        const auto pe = static_cast<size_t>(s.prompt_offsets[static_cast<size_t>(e) + 1]);
+        const auto ob = static_cast<size_t>(s.output_offsets[static_cast<size_t>(e)]);
+        const auto oe = static_cast<size_t>(s.output_offsets[static_cast<size_t>(e) + 1]);
+        std::copy(s.prompt_tokens.begin() + static_cast<long>(pb), s.prompt_tokens.begin() + static_cast<long>(pe), pt + p_at);
+        std::copy(s.output_tokens.begin() + static_cast<long>(ob), s.output_tokens.begin() + static_cast<long>(oe), ot + o_at);
+        p_at += pe - pb;
+        o_at += oe - ob;
+      }
+      po[r + 1] = static_cast<int32_t>(p_at);
+      oo[r + 1] = static_cast<int32_t>(o_at);
+    }
+    pen_dev = static_cast<int32_t*>(penalty_tokens_.data());
+    backend_.copy_from_host_async(pen_dev, penalty_staging_, need * sizeof(int32_t));
   }
   const int64_t rows = real_rows;
   ops::SampleParams p;
@@ -435,6 +493,16 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
   p.seeds = TensorView(dev + f_seeds, DType::kI64, {rows});
   p.offsets = TensorView(dev + f_offsets, DType::kI64, {rows});
   p.out_tokens = TensorView(dev + f_tokens, DType::kI32, {rows});
+  if (penalties) {
+    p.repetition_penalty = TensorView(dev + f_rep, DType::kF32, {rows});
+    p.presence_penalty = TensorView(dev + f_pres, DType::kF32, {rows});
+    p.frequency_penalty = TensorView(dev + f_freq, DType::kF32, {rows});
+    const int64_t np = static_cast<int64_t>(pen_prompt), no = static_cast<int64_t>(pen_output);
+    if (np > 0) p.prompt_tokens = TensorView(pen_dev, DType::kI32, {np});
+    if (no > 0) p.output_tokens = TensorView(pen_dev + np, DType::kI32, {no});
+    p.prompt_offsets = TensorView(pen_dev + np + no, DType::kI32, {rows + 1});
+    p.output_offsets = TensorView(pen_dev + np + no + rows + 1, DType::kI32, {rows + 1});
+  }
   backend_.sample(p);
   // Rows the host samples: their logits, in runs of consecutive rows.
   for (size_t r = 0; r < n;) {

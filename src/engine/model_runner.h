@@ -45,6 +45,10 @@ struct DeviceSampling {
   std::vector<float> temperature, top_p, min_p;  // one per entry of rows
   std::vector<int32_t> top_k;
   std::vector<int64_t> seeds, offsets;
+  // Penalties (all empty when no row has one): per entry, and the tokens they look at, entry i owning
+  // tokens[offsets[i], offsets[i + 1]) of each list.
+  std::vector<float> repetition, presence, frequency;
+  std::vector<int32_t> prompt_tokens, prompt_offsets{0}, output_tokens, output_offsets{0};
   // Out: tokens[i] for rows[i]; done is false when the step could not sample on the backend (its logits rows
   // exceed one chunk, or the backend has no sampling op); then every row's logits came back.
   std::vector<int32_t> tokens;
@@ -148,6 +152,9 @@ class ModelRunner {
   void sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<float>& logits);
   ops::DeviceBuffer sample_params_;
   char* sample_staging_ = nullptr;  // pinned, the layout of sample_params_
+  ops::DeviceBuffer penalty_tokens_;  // prompt and output tokens of rows with penalties, and their offsets
+  int32_t* penalty_staging_ = nullptr;
+  size_t penalty_capacity_ = 0;     // int32 elements of both
   // Decode graphs by padded batch size: 0 = not captured yet.
   std::vector<int64_t> graphs_;
   // Verify-step graphs by (padded sequences, rows per sequence): key sequences * 64 + rows.

@@ -181,9 +181,9 @@ TEST(EngineCore, SeededSamplingIsReproducibleAcrossBatches) {
  }
 }
 
-// Backend sampling takes only requests that need nothing on the host; the others (logprobs, penalties) are sampled
-// on the host in the same steps, and every request's tokens are what it gets alone.
-TEST(EngineCore, DeviceSamplingLeavesLogprobsAndPenaltiesToTheHost) {
+// Backend sampling takes only requests that need nothing on the host; the others (logprobs, logit_bias) are sampled
+// on the host in the same steps, and every request's tokens are what it gets alone. Penalties are the op's too.
+TEST(EngineCore, DeviceSamplingLeavesLogprobsAndLogitBiasToTheHost) {
   std::mt19937 rng(11);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 6; ++i) prompts.push_back(random_prompt(rng, 5 + i));
@@ -195,6 +195,7 @@ TEST(EngineCore, DeviceSamplingLeavesLogprobsAndPenaltiesToTheHost) {
     if (i == 1) p.top_k = 7;
     if (i == 2) p.logprobs = 2;
     if (i == 3) p.repetition_penalty = 1.3f;
+    if (i == 4) p.logit_bias = {{7, 2.0f}};
     if (i == 5) p.min_p = 0.1f;
     return p;
   };
@@ -215,11 +216,35 @@ TEST(EngineCore, DeviceSamplingLeavesLogprobsAndPenaltiesToTheHost) {
                                                 col.callback_for(testing::make_id("r", i)), 0.0);
   run(*core);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(col.tokens(testing::make_id("r", i)), alone[i]) << "request " << i;
-  EXPECT_EQ(core->stats().backend_sampled_tokens, 4u * 12u);  // all but the logprobs and penalty requests
+  EXPECT_EQ(core->stats().backend_sampled_tokens, 4u * 12u);  // all but the logprobs and logit_bias requests
   size_t logprobs = 0;
   for (const auto& d : col.deltas.at(testing::make_id("r", 2)))
     for (const auto& c : d.outputs) logprobs += c.logprobs.size();
   EXPECT_EQ(logprobs, 12u);
+}
+
+// Greedy with repetition, presence and frequency penalties: the backend's op gives the host sampler's tokens.
+TEST(EngineCore, DevicePenaltiesMatchTheHostsInGreedy) {
+  std::mt19937 rng(21);
+  for (int i = 0; i < 4; ++i) {
+    const auto prompt = random_prompt(rng, 6 + 3 * i);
+    SamplingParams p = greedy(20);
+    // Strong enough to move the fake model's preferred token (~3.5 above the rest, which lie in [0, 1)).
+    p.repetition_penalty = i == 1 ? 6.0f : i == 3 ? 4.0f : 1.0f;
+    p.presence_penalty = i == 2 ? 3.5f : i == 3 ? 2.0f : 0.0f;
+    p.frequency_penalty = i == 0 ? 4.0f : i == 3 ? 1.0f : 0.0f;
+    std::vector<int32_t> got[2];
+    for (int device : {0, 1}) {
+      auto core = make_core({.device_sampling = device});
+      Collector col;
+      core->add_request("p", prompt, p, col.callback_for("p"), 0.0);
+      run(*core);
+      got[device] = col.tokens("p");
+      EXPECT_EQ(core->stats().backend_sampled_tokens, device ? 20u : 0u);
+    }
+    EXPECT_EQ(got[1], got[0]) << "case " << i;
+    EXPECT_NE(got[0], expected_greedy(prompt, 20)) << "case " << i << ": the penalties should change the output";
+  }
 }
 
 TEST(EngineCore, StopsAtEosUnlessIgnored) {
