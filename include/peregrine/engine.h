@@ -49,6 +49,8 @@ struct ModelInfo {
   int num_key_value_heads = 0;
   int head_dim = 0;
   size_t kv_bytes_per_token = 0;  // over all layers, K and V
+  bool tie_word_embeddings = false;
+  int max_num_batched_tokens = 0;  // the step's token budget the engine chose
 };
 
 
@@ -181,8 +183,13 @@ class Engine {
   // Measures the device's memory bandwidth on the engine loop thread, between steps (benchmarks: the limit
   // measured in the same run). Takes a few seconds.
   MemoryBandwidth measure_memory_bandwidth();
+  // Measures the dense matmul rate of the engine's backend in its activation dtype (8192^3 on a GPU, 1024^3 on the
+  // host; best of a few), in TFLOP/s: the compute limit a roofline is drawn against. Same thread rules as above.
+  double measure_matmul_tflops();
 
  private:
+  // Runs task on the engine loop thread between steps and waits for it (rethrowing what it threw).
+  void run_on_loop(const std::function<void()>& task);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

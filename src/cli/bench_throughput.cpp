@@ -3,6 +3,7 @@
 // time split (how much of a step is outside the model forward).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <sstream>
@@ -39,6 +40,39 @@ std::vector<int> parse_list(const std::string& s, const char* flag) {
   return out;
 }
 
+// The workload's roofline: per step, max(bytes moved / bandwidth, FLOPs / matmul rate), summed over the steps the
+// workload needs (prefill in chunks of the token budget, then output_len - 1 decode steps of c rows). Bytes are the
+// weights (every projection and the LM head, at the bytes per parameter the model stores), the KV read by attention
+// and the KV written; FLOPs are 2 per weight per token (LM head once per sequence per step) and 4 per attended key
+// per head per layer.
+double roofline_seconds(const ModelInfo& m, int c, int input_len, int output_len, double bytes_per_s, double flops_per_s) {
+  const double h = m.hidden_size, inter = m.intermediate_size, layers = m.num_layers, heads = m.num_attention_heads;
+  const double kv_heads = m.num_key_value_heads, hd = m.head_dim, vocab = m.vocab_size;
+  const double layer_params = h * (heads * hd + 2 * kv_heads * hd) + heads * hd * h + 3 * h * inter;
+  const double head_params = vocab * h;
+  const double stored_params = layers * layer_params + head_params * (m.tie_word_embeddings ? 1 : 2);
+  const double bytes_per_param = static_cast<double>(m.weight_bytes) / stored_params;
+  const double weight_bytes = (layers * layer_params + head_params) * bytes_per_param;
+  const double kv = static_cast<double>(m.kv_bytes_per_token);
+  auto step = [&](double tokens, double rows, double attended, double kv_read) {
+    const double bytes = weight_bytes + kv_read * kv + tokens * kv;
+    const double flops = 2 * layers * layer_params * tokens + 2 * head_params * rows + 4 * layers * heads * hd * attended;
+    return std::max(bytes / bytes_per_s, flops / flops_per_s);
+  };
+  double total = 0.0;
+  const double budget = std::max(1, m.max_num_batched_tokens);
+  for (double left = static_cast<double>(c) * input_len; left > 0; left -= budget) {
+    const double tokens = std::min(budget, left);
+    // A chunk's tokens attend to half their prompt on average and read the chunk's own keys back.
+    total += step(tokens, tokens / input_len, tokens * input_len / 2.0, tokens);
+  }
+  for (int j = 1; j < output_len; ++j) {
+    const double ctx = static_cast<double>(c) * (input_len + j);
+    total += step(c, c, ctx, ctx);
+  }
+  return total;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -62,10 +96,16 @@ void run_throughput(ThroughputArgs& a) {
   std::printf("kv cache  %lld tokens (%d blocks x %d), max_num_seqs %d\n",
               static_cast<long long>(info.kv_capacity_tokens), info.num_kv_blocks, info.block_size,
               a.engine.max_num_seqs);
-  std::printf("workload  input %d, output %d tokens per request (random ids, ignore_eos, greedy)\n\n", a.input_len,
+  std::printf("workload  input %d, output %d tokens per request (random ids, ignore_eos, greedy)\n", a.input_len,
               a.output_len);
-  std::printf("%11s %8s %10s %12s %12s %9s %9s %9s %9s\n", "concurrency", "requests", "seconds", "output tok/s",
-              "total tok/s", "steps", "step ms", "forward%", "other%");
+  const MemoryBandwidth bw = engine->measure_memory_bandwidth();
+  const double bytes_per_s = 1e9 * (bw.read_gbs > 0 ? bw.read_gbs : bw.copy_gbs);
+  const double flops_per_s = 1e12 * engine->measure_matmul_tflops();
+  std::printf("limits    %.0f GB/s (%s), matmul %.1f TFLOP/s (%s, this run); roofline: per step max(bytes / "
+              "bandwidth, FLOPs / matmul rate)\n\n",
+              bytes_per_s / 1e9, bw.read_gbs > 0 ? "read" : "device copy", flops_per_s / 1e12, info.dtype.c_str());
+  std::printf("%11s %8s %10s %12s %12s %9s %9s %9s %9s %11s %9s\n", "concurrency", "requests", "seconds", "output tok/s",
+              "total tok/s", "steps", "step ms", "forward%", "other%", "roofline s", "of roof");
   std::mt19937 rng(1234);
   const int vocab = info.vocab_size;
   // Prompt ids avoid the low ids (special tokens) of most vocabularies.
@@ -98,10 +138,13 @@ void run_throughput(ThroughputArgs& a) {
                          (after.step_sample_seconds - before.step_sample_seconds) +
                          (after.step_update_seconds - before.step_update_seconds);
     const double total_tokens = static_cast<double>(out_tokens) + static_cast<double>(count) * a.input_len;
-    std::printf("%11d %8d %10.2f %12.1f %12.1f %9.0f %9.2f %8.1f%% %8.1f%%\n", c, count, secs,
+    // One wave per c requests: the roofline of a wave, times the waves.
+    const double roof = roofline_seconds(info, c, a.input_len, a.output_len, bytes_per_s, flops_per_s) *
+                        std::ceil(static_cast<double>(count) / c);
+    std::printf("%11d %8d %10.2f %12.1f %12.1f %9.0f %9.2f %8.1f%% %8.1f%% %11.3f %8.1f%%\n", c, count, secs,
                 static_cast<double>(out_tokens) / secs, total_tokens / secs, steps,
                 steps > 0 ? 1e3 * (forward + other) / steps : 0.0, 100.0 * forward / std::max(1e-12, forward + other),
-                100.0 * other / std::max(1e-12, forward + other));
+                100.0 * other / std::max(1e-12, forward + other), roof, 100.0 * roof / secs);
     std::fflush(stdout);
   }
   const EngineStats s = engine->stats();

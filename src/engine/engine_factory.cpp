@@ -324,6 +324,8 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   info.num_key_value_heads = static_cast<int>(model_config.num_key_value_heads);
   info.head_dim = static_cast<int>(model_config.head_dim);
   info.kv_bytes_per_token = block_bytes / static_cast<size_t>(config.block_size);
+  info.tie_word_embeddings = model_config.tie_word_embeddings;
+  info.max_num_batched_tokens = core_config.max_num_batched_tokens;
   info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   auto core = std::make_unique<engine::EngineCore>(std::move(runner), std::move(codec), core_config, std::move(info));
