@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -22,7 +23,54 @@ struct ThroughputArgs {
   std::string concurrency = "1,8,32,64";
   int prompts_per_level = 0;  // 0 = the concurrency itself
   std::string speculative_config;
+  std::string plot;  // SVG of output tok/s against concurrency beside the roofline's
 };
+
+struct LevelResult {
+  int concurrency;
+  double output_tps, roofline_tps;
+};
+
+// A small SVG: output tok/s (measured and at the roofline) against concurrency on log2 axes.
+void write_plot(const std::string& path, const std::vector<LevelResult>& levels, const std::string& title) {
+  std::ofstream f(path);
+  if (!f) throw Error(ErrorCode::kIoError, "--plot: cannot write " + path);
+  const double w = 640, h = 400, left = 70, right = 20, top = 40, bottom = 50;
+  double ymax = 1;
+  for (const LevelResult& l : levels) ymax = std::max({ymax, l.output_tps, l.roofline_tps});
+  const double lx0 = std::log2(std::max(1, levels.front().concurrency));
+  const double lx1 = std::max(lx0 + 1, std::log2(std::max(1, levels.back().concurrency)));
+  const double ly1 = std::ceil(std::log10(ymax * 1.2));
+  const double ly0 = std::min(ly1 - 1, std::floor(std::log10(std::max(1.0, levels.front().output_tps * 0.8))));
+  auto px = [&](int c) { return left + (std::log2(std::max(1, c)) - lx0) / (lx1 - lx0) * (w - left - right); };
+  auto py = [&](double v) { return top + (ly1 - std::log10(std::max(v, 1e-9))) / (ly1 - ly0) * (h - top - bottom); };
+  f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  f << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << title << "</text>\n";
+  f << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << w - left - right << "\" height=\"" << h - top - bottom
+    << "\" fill=\"none\" stroke=\"#888\"/>\n";
+  for (double e = ly0; e <= ly1; e += 1) {
+    f << "<text x=\"" << left - 6 << "\" y=\"" << py(std::pow(10, e)) + 4 << "\" text-anchor=\"end\">" << std::pow(10, e)
+      << "</text>\n";
+  }
+  for (const LevelResult& l : levels) {
+    f << "<text x=\"" << px(l.concurrency) << "\" y=\"" << h - bottom + 16 << "\" text-anchor=\"middle\">" << l.concurrency
+      << "</text>\n";
+  }
+  f << "<text x=\"" << (w + left) / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">concurrency</text>\n";
+  auto series = [&](bool roof, const char* color, const char* label, double ly) {
+    f << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\"" << (roof ? " stroke-dasharray=\"6 4\"" : "")
+      << " points=\"";
+    for (const LevelResult& l : levels) f << px(l.concurrency) << "," << py(roof ? l.roofline_tps : l.output_tps) << " ";
+    f << "\"/>\n";
+    for (const LevelResult& l : levels)
+      f << "<circle cx=\"" << px(l.concurrency) << "\" cy=\"" << py(roof ? l.roofline_tps : l.output_tps) << "\" r=\"3\" fill=\""
+        << color << "\"/>\n";
+    f << "<text x=\"" << left + 10 << "\" y=\"" << ly << "\" fill=\"" << color << "\">" << label << "</text>\n";
+  };
+  series(true, "#999", "roofline (output tok/s)", top + 16);
+  series(false, "#1f77b4", "measured output tok/s", top + 32);
+  f << "</svg>\n";
+}
 
 std::vector<int> parse_list(const std::string& s, const char* flag) {
   std::vector<int> out;
@@ -114,6 +162,7 @@ void run_throughput(ThroughputArgs& a) {
   params.temperature = 0.0f;
   params.max_tokens = a.output_len;
   params.ignore_eos = true;
+  std::vector<LevelResult> results;
   for (int c : levels) {
     const int count = a.prompts_per_level > 0 ? a.prompts_per_level : c;
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(count));
@@ -145,6 +194,7 @@ void run_throughput(ThroughputArgs& a) {
                 static_cast<double>(out_tokens) / secs, total_tokens / secs, steps,
                 steps > 0 ? 1e3 * (forward + other) / steps : 0.0, 100.0 * forward / std::max(1e-12, forward + other),
                 100.0 * other / std::max(1e-12, forward + other), roof, 100.0 * roof / secs);
+    results.push_back({c, static_cast<double>(out_tokens) / secs, static_cast<double>(out_tokens) / roof});
     std::fflush(stdout);
   }
   const EngineStats s = engine->stats();
@@ -160,6 +210,12 @@ void run_throughput(ThroughputArgs& a) {
                 static_cast<unsigned long long>(s.spec_num_drafts), static_cast<unsigned long long>(s.spec_num_draft_tokens),
                 static_cast<unsigned long long>(s.spec_num_accepted_tokens),
                 1.0 + static_cast<double>(s.spec_num_accepted_tokens) / static_cast<double>(s.spec_num_drafts));
+  }
+  if (!a.plot.empty() && !results.empty()) {
+    std::sort(results.begin(), results.end(), [](const LevelResult& x, const LevelResult& y) { return x.concurrency < y.concurrency; });
+    write_plot(a.plot, results, info.architecture + " on " + info.backend + ", " + std::to_string(a.input_len) + " in / " +
+                                    std::to_string(a.output_len) + " out");
+    std::printf("plot      %s\n", a.plot.c_str());
   }
   if (s.host_kv_blocks > 0) {
     std::printf("host tier %d blocks: %.1f MB copied down in %.3f s, %.1f MB back in %.3f s\n", s.host_kv_blocks,
@@ -307,6 +363,7 @@ void register_bench_throughput(CLI::App& bench) {
   cmd->add_option("--kv-offloading-size", e.kv_offloading_size, "GiB for the prefix cache's host tier (evicted blocks go down)");
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--speculative-config", args->speculative_config, "Speculative decoding as JSON (random ids rarely match)");
+  cmd->add_option("--plot", args->plot, "Write an SVG of output tok/s against concurrency beside the roofline");
   cmd->callback([args] { run_throughput(*args); });
 }
 
