@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
+#include "core/ggml_quant.h"
 #include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -91,8 +92,7 @@ class CpuBackend final : public Backend {
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);
     require_f32(p.out, "embedding", "out");
-    if (p.table_ggml != GgmlType::kNone)
-      throw Error(ErrorCode::kUnsupported, "cpu embedding: ggml block tables are not implemented yet");
+    if (p.table_ggml != GgmlType::kNone) return ggml_embedding(p);
     const int64_t tokens = p.token_ids.dim(0), vocab = p.table.dim(0), hidden = p.table.dim(1);
     const int32_t* ids = p.token_ids.as<const int32_t>();
     for (int64_t t = 0; t < tokens; ++t)
@@ -107,8 +107,7 @@ class CpuBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
-    if (p.quant.ggml_blocks())
-      throw Error(ErrorCode::kUnsupported, "cpu matmul: ggml block weights are not implemented yet");
+    if (p.quant.ggml_blocks()) return ggml_matmul(p);
     if (p.quant.quantized()) return quant_matmul(p);
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");
@@ -136,6 +135,56 @@ class CpuBackend final : public Backend {
     } else {
       pool_.parallel_for(a.m, [&](int64_t m0, int64_t m1) { k_.matmul(a, m0, m1, 0, a.n); });
     }
+  }
+
+  // GGUF blocks (llama.cpp's Q4_0 ... Q6_K): each gathered row dequantized from its blocks straight into out.
+  void ggml_embedding(const EmbeddingParams& p) {
+    const int64_t tokens = p.token_ids.dim(0), vocab = p.table.dim(0), hidden = p.hidden();
+    const int32_t* ids = p.token_ids.as<const int32_t>();
+    for (int64_t t = 0; t < tokens; ++t)
+      if (ids[t] < 0 || ids[t] >= vocab)
+        fail("embedding: token id " + std::to_string(ids[t]) + " out of range [0, " + std::to_string(vocab) + ")");
+    const auto* table = static_cast<const uint8_t*>(p.table.data);
+    const int64_t row_bytes = p.table.dim(1);
+    float* out = p.out.as<float>();
+    parallel_rows(tokens, hidden, [&](int64_t t) {
+      ggml_dequantize_row(p.table_ggml, table + ids[t] * row_bytes, out + t * hidden, hidden);
+    });
+  }
+
+  // GGUF block weights: panels of weight rows dequantized to f32 (per thread, in L2) and run through the f32
+  // kernels, so every row of x reuses a panel. Each output keeps the f32 kernel's fixed reduction order.
+  void ggml_matmul(const MatmulParams& p) {
+    require_f32(p.x, "matmul", "x");
+    require_f32(p.out, "matmul", "out");
+    const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+    if (m == 0 || n == 0) return;
+    std::vector<float> bias;
+    if (!p.bias.empty()) bias = to_f32_vector(k_, p.bias);
+    const auto* w = static_cast<const uint8_t*>(p.w.data);
+    const int64_t row_bytes = p.w.dim(1);
+    constexpr int64_t kPanelRows = 16;
+    pool_.parallel_for(
+        n,
+        [&](int64_t n0, int64_t n1) {
+          std::vector<float> panel(static_cast<size_t>(kPanelRows * k));
+          for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
+            const int64_t rows = std::min(kPanelRows, n1 - j0);
+            for (int64_t r = 0; r < rows; ++r)
+              ggml_dequantize_row(p.quant.ggml, w + (j0 + r) * row_bytes, panel.data() + r * k, k);
+            cpu::MatmulArgs a;
+            a.x = p.x.as<const float>();
+            a.w = panel.data();
+            a.w_dtype = DType::kF32;
+            a.out = p.out.as<float>() + j0;  // columns [j0, j0 + rows): the kernel's column j is out column j0 + j
+            a.bias = bias.empty() ? nullptr : bias.data() + j0;
+            a.m = m;
+            a.k = k;
+            a.n = n;  // the row stride of out
+            k_.matmul(a, 0, m, 0, rows);
+          }
+        },
+        kPanelRows);
   }
 
   // W4A16 / W8A16: x is prepared once per row (act-order permutation, the int4 even/odd lane layout, group
