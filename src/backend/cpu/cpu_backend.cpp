@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/ggml_kernels.h"
 #include "core/cpu_features.h"
 #include "core/ggml_quant.h"
 #include "core/huge_pages.h"
@@ -63,12 +64,13 @@ std::vector<float> to_f32_vector(const KernelTable& k, const TensorView& t) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, const KernelTable& kernels) : k_(kernels), pool_(num_threads) {
+  CpuBackend(int num_threads, const KernelTable& kernels, const cpu::GgmlKernelTable& ggml)
+      : k_(kernels), g_(ggml), pool_(num_threads) {
     scratch_.resize(static_cast<size_t>(pool_.num_threads()));
   }
 
   std::string name() const override {
-    return std::string("cpu (") + k_.name + ", " + std::to_string(pool_.num_threads()) + " threads)";
+    return std::string("cpu (") + k_.name + (std::string(g_.name) == k_.name ? "" : std::string(", ggml ") + g_.name) + ", " + std::to_string(pool_.num_threads()) + " threads)";
   }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   bool is_host() const override { return true; }
@@ -152,8 +154,8 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // GGUF block weights: panels of weight rows dequantized to f32 (per thread, in L2) and run through the f32
-  // kernels, so every row of x reuses a panel. Each output keeps the f32 kernel's fixed reduction order.
+  // GGUF block weights: each row of x quantized once to int8 blocks (as llama.cpp's CPU matmuls do), then the
+  // integer block kernels (ggml_kernels.h) stream the weight blocks, decoded in registers, split over N.
   void ggml_matmul(const MatmulParams& p) {
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");
@@ -161,30 +163,34 @@ class CpuBackend final : public Backend {
     if (m == 0 || n == 0) return;
     std::vector<float> bias;
     if (!p.bias.empty()) bias = to_f32_vector(k_, p.bias);
-    const auto* w = static_cast<const uint8_t*>(p.w.data);
-    const int64_t row_bytes = p.w.dim(1);
-    constexpr int64_t kPanelRows = 16;
-    pool_.parallel_for(
-        n,
-        [&](int64_t n0, int64_t n1) {
-          std::vector<float> panel(static_cast<size_t>(kPanelRows * k));
-          for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
-            const int64_t rows = std::min(kPanelRows, n1 - j0);
-            for (int64_t r = 0; r < rows; ++r)
-              ggml_dequantize_row(p.quant.ggml, w + (j0 + r) * row_bytes, panel.data() + r * k, k);
-            cpu::MatmulArgs a;
-            a.x = p.x.as<const float>();
-            a.w = panel.data();
-            a.w_dtype = DType::kF32;
-            a.out = p.out.as<float>() + j0;  // columns [j0, j0 + rows): the kernel's column j is out column j0 + j
-            a.bias = bias.empty() ? nullptr : bias.data() + j0;
-            a.m = m;
-            a.k = k;
-            a.n = n;  // the row stride of out
-            k_.matmul(a, 0, m, 0, rows);
-          }
-        },
-        kPanelRows);
+    const int64_t qk = cpu::ggml_x_block(p.quant.ggml);
+    gx_q_.resize(static_cast<size_t>(m * k));
+    gx_d_.resize(static_cast<size_t>(m * k / qk));
+    gx_s_.resize(static_cast<size_t>(m * k / 16));
+    const float* x = p.x.as<const float>();
+    auto quantize = [&](int64_t r0, int64_t r1) {
+      g_.quantize_x(x + r0 * k, r1 - r0, k, qk, gx_q_.data() + r0 * k, gx_d_.data() + r0 * (k / qk),
+                    gx_s_.data() + r0 * (k / 16));
+    };
+    if (m * k >= kParallelElems && m > 1) pool_.parallel_for(m, quantize);
+    else quantize(0, m);
+    cpu::GgmlMatmulArgs a;
+    a.type = p.quant.ggml;
+    a.w = static_cast<const uint8_t*>(p.w.data);
+    a.row_bytes = p.w.dim(1);
+    a.x = {gx_q_.data(), gx_d_.data(), gx_s_.data()};
+    a.bias = bias.empty() ? nullptr : bias.data();
+    a.out = p.out.as<float>();
+    a.m = m;
+    a.k = k;
+    a.n = n;
+    const int threads = pool_.num_threads();
+    constexpr int64_t kGrainN = 16;
+    if (m == 1 || n >= threads * 4 * kGrainN) {
+      pool_.parallel_for(n, [&](int64_t n0, int64_t n1) { g_.matmul(a, 0, m, n0, n1); }, kGrainN);
+    } else {
+      pool_.parallel_for(m, [&](int64_t m0, int64_t m1) { g_.matmul(a, m0, m1, 0, n); });
+    }
   }
 
   // W4A16 / W8A16: x is prepared once per row (act-order permutation, the int4 even/odd lane layout, group
@@ -400,9 +406,13 @@ class CpuBackend final : public Backend {
   void validate_attention(const AttentionParams& p) const;
 
   const KernelTable& k_;
+  const cpu::GgmlKernelTable& g_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
   std::vector<float> qx_, qsum_;             // quantized matmul: prepared rows of x and their group sums
+  std::vector<int8_t> gx_q_;                 // ggml matmul: x as int8 blocks, their scales, their 16-sums
+  std::vector<float> gx_d_;
+  std::vector<int16_t> gx_s_;
   std::vector<float> partials_;              // attention: per-segment softmax states of split items
   std::vector<int32_t> tails_;               // attention: token-tree rows' paths (sequence slots)
 };
@@ -594,7 +604,13 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
   if (!table)
     throw Error(ErrorCode::kUnsupported, "cpu backend: the requested kernel set is not available on this CPU (" +
                                              cpu_features().describe() + ")");
-  return std::make_unique<CpuBackend>(num_threads, *table);
+  // The GGUF block kernels of the same ISA level; AVX-512 ones need VNNI (and VL), else the AVX2 ones serve.
+  const cpu::GgmlKernelTable* ggml = &cpu::ggml_scalar_kernels();
+  if (table == cpu::avx512_kernels() && cpu_features().avx512_vnni && __builtin_cpu_supports("avx512vl"))
+    ggml = cpu::ggml_vnni_kernels();
+  else if (table == cpu::avx512_kernels() || table == cpu::avx2_kernels())
+    ggml = cpu::ggml_avx2_kernels();
+  return std::make_unique<CpuBackend>(num_threads, *table, *ggml);
 }
 
 }  // namespace peregrine::ops

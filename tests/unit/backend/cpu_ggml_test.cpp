@@ -10,6 +10,7 @@
 // term on top.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -53,6 +54,38 @@ std::vector<double> activation_bounds(GgmlType t, const std::vector<uint8_t>& w,
   return bound;
 }
 
+// The exact result for x rounded as the kernels round it (int8 per block, scale amax / 127, codes rounded to
+// nearest even, the same f32 operations), from the oracle's dequantized weights in double: the kernels must
+// match it up to f32 summation.
+std::vector<double> quantized_x_oracle(GgmlType t, const std::vector<uint8_t>& w, const float* x, const float* bias,
+                                       int64_t m, int64_t k, int64_t n) {
+  const int64_t qb = act_block(t);
+  std::vector<double> xq(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t b = 0; b < k / qb; ++b) {
+      float amax = 0;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
+      const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) {
+        const float v = x[i * k + kk] * inv;
+        const double c = std::clamp(static_cast<double>(std::nearbyint(v)), -127.0, 127.0);
+        xq[static_cast<size_t>(i * k + kk)] = c * d;
+      }
+    }
+  const size_t rb = ggml_row_bytes(t, k);
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<double> out(static_cast<size_t>(m * n));
+  for (int64_t j = 0; j < n; ++j) {
+    ggml_dequantize_row(t, w.data() + j * rb, row.data(), k);
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (int64_t kk = 0; kk < k; ++kk) s += xq[static_cast<size_t>(i * k + kk)] * row[static_cast<size_t>(kk)];
+      out[static_cast<size_t>(i * n + j)] = s + (bias ? bias[j] : 0.0f);
+    }
+  }
+  return out;
+}
+
 class CpuGgml : public CpuIsaTest {};
 
 TEST_P(CpuGgml, MatmulMatchesRefOnEveryElementAndKeepsRowsIndependent) {
@@ -85,13 +118,24 @@ TEST_P(CpuGgml, MatmulMatchesRefOnEveryElementAndKeepsRowsIndependent) {
       for (int64_t i = 0; i < want.n; ++i) ss += double(want.get(i)) * want.get(i);
       const double rms = std::sqrt(ss / static_cast<double>(want.n));
       int64_t bad = 0;
+      double worst = 0;
       for (int64_t i = 0; i < want.n; ++i) {
         const double g = got.get(i), wv_ = want.get(i);
         const double tol = act[static_cast<size_t>(i)] + 1e-4 * (std::fabs(wv_) + rms);
+        worst = std::max(worst, std::fabs(g - wv_) / tol);
         if (!(std::fabs(g - wv_) <= tol) && bad++ < 5)
           ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << wv_ << " tol " << tol;
       }
+      if (getenv("GGML_WORST")) printf("%s worst %.3f\n", what.c_str(), worst);
       ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements out of bounds";
+      const std::vector<double> exact =
+          quantized_x_oracle(t, w, x.f32(), s.bias ? bias.f32() : nullptr, s.m, s.k, s.n);
+      for (int64_t i = 0; i < want.n; ++i) {
+        const double e = exact[static_cast<size_t>(i)];
+        if (!(std::fabs(got.get(i) - e) <= 3e-6 * (std::fabs(e) + rms)) && bad++ < 5)
+          ADD_FAILURE() << what << ": element " << i << " got " << got.get(i) << " want (x rounded) " << e;
+      }
+      ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements off the rounded-x oracle";
       // Row rule: each row alone (and on one thread) gives the bits it had inside the batch.
       for (int64_t r = 0; r < s.m; r += (s.m > 8 ? 7 : 1)) {
         Buffer one = poisoned(DType::kF32, s.n);
