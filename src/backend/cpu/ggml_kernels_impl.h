@@ -262,13 +262,14 @@ void ggml_matmul_typed(const peregrine::cpu::GgmlMatmulArgs& a, int64_t m0, int6
     return;
   }
   // Panels of weight rows (about 64 KiB of blocks, in L2) reused by every row tile of x.
-  const int64_t block_n = gmax(G::kNr, gmin(64 * G::kNr, (int64_t{64} << 10) / a.row_bytes / G::kNr * G::kNr));
+  constexpr int kMr = T::kQk == 256 ? G::kMrK : G::kMr, kNr = T::kQk == 256 ? G::kNrK : G::kNr;
+  const int64_t block_n = gmax(kNr, gmin(64 * kNr, (int64_t{64} << 10) / a.row_bytes / kNr * kNr));
   for (int64_t jb = n0; jb < n1; jb += block_n) {
     const int64_t jb_end = gmin(n1, jb + block_n);
-    for (int64_t i = m0; i < m1; i += G::kMr) {
-      const int mr = static_cast<int>(gmin(G::kMr, m1 - i));
-      for (int64_t j = jb; j < jb_end; j += G::kNr)
-        ggml_tile_mn<T, G::kMr, G::kNr>(mr, static_cast<int>(gmin(G::kNr, jb_end - j)), a, i, j);
+    for (int64_t i = m0; i < m1; i += kMr) {
+      const int mr = static_cast<int>(gmin(kMr, m1 - i));
+      for (int64_t j = jb; j < jb_end; j += kNr)
+        ggml_tile_mn<T, kMr, kNr>(mr, static_cast<int>(gmin(kNr, jb_end - j)), a, i, j);
     }
   }
 }

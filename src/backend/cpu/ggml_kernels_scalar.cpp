@@ -35,6 +35,7 @@ struct GScalar {
   static constexpr const char* kName = "scalar";
   static constexpr int kGemvNr = 4;
   static constexpr int kMr = 2, kNr = 2;
+  static constexpr int kMrK = 2, kNrK = 2;
 
   static I zero() { return I{}; }
   static I load(const void* p) {

@@ -15,7 +15,8 @@ struct GAvx2 {
   using F = __m256;
   static constexpr const char* kName = "avx2";
   static constexpr int kGemvNr = 4;  // weight rows streamed at once by the M = 1 kernel
-  static constexpr int kMr = 2, kNr = 2;  // the M > 1 register tile (16 vector registers)
+  static constexpr int kMr = 2, kNr = 2;    // the M > 1 register tile (16 vector registers)
+  static constexpr int kMrK = 4, kNrK = 1;  // the same for the K-quants
 
   static I zero() { return _mm256_setzero_si256(); }
   static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
