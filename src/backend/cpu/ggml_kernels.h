@@ -1,0 +1,55 @@
+// CPU kernels on GGUF blocks (llama.cpp's Q4_0 ... Q6_K, core/ggml_quant.h): one table per ISA (portable,
+// AVX2, AVX-512 VNNI), each compiled in its own translation unit (ggml_kernels_*.cpp over ggml_kernels_impl.h).
+//
+// The matmul quantizes each row of x once per call to int8 in blocks of 32 values (32-value weight types) or 256
+// (K-quants), scale amax / 127, with the int16 sums of every 16 values, as llama.cpp's CPU matmuls do; the
+// kernels then take integer dot products of weight codes and x codes (VNNI vpdpbusd, or AVX2 maddubs + madd) and
+// turn each block's integer sum into f32 once. Weight blocks are read once per tile of rows of x and decoded in
+// registers; nothing full-precision is written.
+// NOTE determinism: every output element is one 8-lane f32 accumulator fed block by block in k order (per block:
+// integer lane sums, then an FMA with the block's f32 scale product), then a fixed horizontal sum, + bias; the
+// tile shape, M and the range split change nothing, so a row's bits never depend on the batch.
+#pragma once
+
+#include <cstdint>
+
+#include "core/ggml_quant.h"
+
+namespace peregrine::cpu {
+
+// x prepared for the ggml matmul: per row, k int8 codes, k / qk f32 scales, k / 16 int16 sums of codes.
+struct GgmlQuantizedX {
+  const int8_t* q = nullptr;     // [M, K]
+  const float* d = nullptr;      // [M, K / qk]
+  const int16_t* sums = nullptr; // [M, K / 16]
+};
+
+// The block size x is quantized in for a weight type: 32, or 256 for the K-quants.
+inline int64_t ggml_x_block(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K ? 256 : 32;
+}
+
+struct GgmlMatmulArgs {
+  GgmlType type = GgmlType::kNone;
+  const uint8_t* w = nullptr;  // [N, row_bytes]
+  int64_t row_bytes = 0;
+  GgmlQuantizedX x;
+  const float* bias = nullptr;  // [N] or null
+  float* out = nullptr;         // [M, N]
+  int64_t m = 0, k = 0, n = 0;
+};
+
+struct GgmlKernelTable {
+  const char* name = "";
+  // Rows [0, rows) of x [rows, k] into q / d / sums (GgmlQuantizedX layout) in blocks of qk.
+  void (*quantize_x)(const float* x, int64_t rows, int64_t k, int64_t qk, int8_t* q, float* d, int16_t* sums) = nullptr;
+  // Columns [n_begin, n_end) of rows [m_begin, m_end); every supported block type.
+  void (*matmul)(const GgmlMatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
+};
+
+const GgmlKernelTable& ggml_scalar_kernels();
+// Null when the build has no such kernels (non-x86 target); callers check the CPU separately.
+const GgmlKernelTable* ggml_avx2_kernels();
+const GgmlKernelTable* ggml_vnni_kernels();  // AVX-512 F/BW/VL + VNNI
+
+}  // namespace peregrine::cpu
