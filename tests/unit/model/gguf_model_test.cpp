@@ -27,6 +27,11 @@ struct GgufCase {
   std::string device;
   int cases;   // how many of the 8 prompts
   int tokens;  // generated per prompt
+  // Against llama.cpp on the exact dequantization: the near-tie threshold and the log-prob bound. The ref backend
+  // computes exactly (1e-2 and 5e-3); the CPU kernels round activations to int8 blocks as llama.cpp's do, so they
+  // carry llama.cpp's own activation noise (README: thresholds 0.1, log-prob max ~0.5).
+  double exact_threshold = 1e-2;
+  double logprob_bound = 5e-3;
 };
 
 std::string case_name(const ::testing::TestParamInfo<GgufCase>& info) {
@@ -88,7 +93,7 @@ TEST_P(GgufModel, MatchesLlamaCpp) {
   sp.ignore_eos = true;  // llama.cpp's references continue through EOS
   const std::vector<RequestOutput> results = engine->generate(prompts, sp);
 
-  int exact_prefix = 0, compared = 0;
+  int exact_prefix = 0, native_prefix = 0, compared = 0;
   double max_lp_error = 0;
   for (int i = 0; i < gc.cases; ++i) {
     ASSERT_FALSE(results[i].error.has_value()) << *results[i].error;
@@ -98,8 +103,8 @@ TEST_P(GgufModel, MatchesLlamaCpp) {
     for (const PositionLogprobs& p : out.logprobs) margin.push_back(p.top.at(0).logprob - p.top.at(1).logprob);
     const std::string where = gc.file + " on " + gc.device + ", case " + std::to_string(i);
     const json& exact = file_ref["results_dequantized_f32"][i];
-    const int agree = compare_greedy(out.token_ids, margin, exact, 1e-2, where + " vs exact dequantization");
-    compare_greedy(out.token_ids, margin, file_ref["results"][i], 0.1, where + " vs llama.cpp native");
+    const int agree = compare_greedy(out.token_ids, margin, exact, gc.exact_threshold, where + " vs exact dequantization");
+    native_prefix += compare_greedy(out.token_ids, margin, file_ref["results"][i], 0.1, where + " vs llama.cpp native");
     exact_prefix += agree;
     // Log-probs of the shared tokens before the divergence: llama.cpp's f32 math on the same values.
     for (int s = 0; s < agree; ++s) {
@@ -109,7 +114,7 @@ TEST_P(GgufModel, MatchesLlamaCpp) {
           if (t.token_id != id) continue;
           const double err = std::fabs(t.logprob - pair[1].get<double>());
           max_lp_error = std::max(max_lp_error, err);
-          EXPECT_LT(err, 5e-3) << where << " step " << s << " token " << id;
+          EXPECT_LT(err, gc.logprob_bound) << where << " step " << s << " token " << id;
           ++compared;
         }
       }
@@ -117,9 +122,9 @@ TEST_P(GgufModel, MatchesLlamaCpp) {
   }
   EXPECT_GT(compared, gc.cases * 4);
   RecordProperty("exact_prefix_steps", exact_prefix);
-  std::printf("%s on %s: %d of %d steps before any divergence from llama.cpp (exact dequantization), "
-              "max |d logprob| %.2e over %d tokens\n",
-              gc.file.c_str(), gc.device.c_str(), exact_prefix, gc.cases * gc.tokens, max_lp_error, compared);
+  std::printf("%s on %s: of %d steps, %d agree with llama.cpp on the exact dequantization and %d with llama.cpp "
+              "native before any (near-tie) divergence; max |d logprob| %.2e over %d tokens\n",
+              gc.file.c_str(), gc.device.c_str(), gc.cases * gc.tokens, exact_prefix, native_prefix, max_lp_error, compared);
 }
 
 // The ref backend is plain loops (slow): a few prompts and tokens there.
@@ -127,6 +132,12 @@ INSTANTIATE_TEST_SUITE_P(Ref, GgufModel,
                          ::testing::Values(GgufCase{"pycoder-tiny-q8_0.gguf", "ref", 2, 6},
                                            GgufCase{"pycoder-tiny-q4_0.gguf", "ref", 2, 6},
                                            GgufCase{"pycoder-tiny-q4_k.gguf", "ref", 2, 6}),
+                         case_name);
+// The CPU kernels: every prompt, every step.
+INSTANTIATE_TEST_SUITE_P(Cpu, GgufModel,
+                         ::testing::Values(GgufCase{"pycoder-tiny-q8_0.gguf", "cpu", 8, 32, 0.1, 0.5},
+                                           GgufCase{"pycoder-tiny-q4_0.gguf", "cpu", 8, 32, 0.1, 0.5},
+                                           GgufCase{"pycoder-tiny-q4_k.gguf", "cpu", 8, 32, 0.1, 0.5}),
                          case_name);
 
 TEST(GgufModelErrors, ShapeThatDisagreesWithTheMetadataIsNamed) {
