@@ -16,7 +16,7 @@ cxx="$(command -v clang++-14 || command -v clang++ || true)"
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -I"$root/src" -I"$root/include" -I"$root/tests/fuzz")
-sources=("$root/src/io/gguf.cpp" "$root/src/io/gguf_config.cpp" "$root/src/io/hf_config.cpp" "$root/src/io/mapped_file.cpp"
+sources=("$root/src/io/gguf.cpp" "$root/src/io/gguf_config.cpp" "$root/src/io/hf_config.cpp" "$root/src/io/mapped_file.cpp" "$root/src/io/safetensors.cpp"
          "$root/src/core/ggml_quant.cpp" "$root/src/core/dtype.cpp" "$root/src/core/tensor.cpp" "$root/tests/fuzz/gguf_fuzz.cpp")
 printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   '"$0" "$@" -c "{}" -o "'"$out"'/obj/$(basename "{}" .cpp).o"' "$cxx" "${flags[@]}"

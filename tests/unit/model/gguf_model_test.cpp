@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ops/backend.h"
 #include "peregrine/engine.h"
 #include "peregrine/error.h"
 #include "test_fixtures.h"
@@ -71,6 +72,7 @@ TEST_P(GgufModel, MatchesLlamaCpp) {
   const fs::path dir = shared / "models" / "gguf";
   const fs::path path = dir / gc.file;
   if (!fs::exists(path)) GTEST_SKIP() << path << " absent";
+  if (gc.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
   const json& ref = reference(dir);
   const json& file_ref = ref["files"][gc.file];
 
@@ -82,7 +84,13 @@ TEST_P(GgufModel, MatchesLlamaCpp) {
   ec.max_model_len = 256;
   ec.generation_config = "vllm";
   ec.skip_tokenizer_init = true;  // prompts as ids (the README: llama.cpp's SPM tokenization is not HF's)
-  auto engine = Engine::create(ec);
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = Engine::create(ec);
+  } catch (const Error& e) {
+    if (gc.device == "cuda" && e.code() == ErrorCode::kUnsupported) GTEST_SKIP() << e.what();
+    throw;
+  }
 
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < gc.cases; ++i) prompts.push_back(ref["cases"][i]["prompt_ids"].get<std::vector<int32_t>>());
@@ -132,6 +140,12 @@ INSTANTIATE_TEST_SUITE_P(Ref, GgufModel,
                          ::testing::Values(GgufCase{"pycoder-tiny-q8_0.gguf", "ref", 2, 6},
                                            GgufCase{"pycoder-tiny-q4_0.gguf", "ref", 2, 6},
                                            GgufCase{"pycoder-tiny-q4_k.gguf", "ref", 2, 6}),
+                         case_name);
+// CUDA (skips without a GPU; scripts/device/gguf_check.sh runs it on the H200).
+INSTANTIATE_TEST_SUITE_P(Cuda, GgufModel,
+                         ::testing::Values(GgufCase{"pycoder-tiny-q8_0.gguf", "cuda", 8, 32, 0.1, 0.5},
+                                           GgufCase{"pycoder-tiny-q4_0.gguf", "cuda", 8, 32, 0.1, 0.5},
+                                           GgufCase{"pycoder-tiny-q4_k.gguf", "cuda", 8, 32, 0.1, 0.5}),
                          case_name);
 // The CPU kernels: every prompt, every step.
 INSTANTIATE_TEST_SUITE_P(Cpu, GgufModel,
