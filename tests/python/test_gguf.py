@@ -49,3 +49,13 @@ def test_gguf_defect_names_the_file(tmp_path):
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x01" * 10)
     with pytest.raises(peregrine.PeregrineError, match="bad.gguf: truncated"):
         LLM(str(bad), **KW)
+
+
+def test_gguf_with_an_hf_tokenizer_folder():
+    folder = gguf_dir()
+    ref = json.loads((folder / "reference.json").read_text())
+    from conftest import MODEL
+    llm = LLM(str(folder / "pycoder-tiny-q8_0.gguf"), tokenizer=str(MODEL), **KW)
+    for case in ref["cases"][:3]:  # the prompt ids are HF's tokenization
+        assert llm.get_tokenizer().encode(case["prompt"]) == case["prompt_ids"]
+    llm.shutdown()
