@@ -121,9 +121,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     r.type = RopeType::kYarn;
     r.factor = factor;
     const int64_t orig = positive_or(p + "rope.scaling.original_context_length", c.max_position_embeddings);
-    r.original_max_position_embeddings = orig;
-    // The HF YaRN formula scales from max_position_embeddings = the original length.
-    c.max_position_embeddings = static_cast<int64_t>(std::llround(static_cast<double>(orig) * factor));
+    r.original_max_position_embeddings = orig;  // the ramps are computed from the pre-training length
     if (auto af = f.number_opt(p + "rope.scaling.attn_factor")) r.attention_factor = *af;
   } else if (scaling != "none") {
     f.fail(ErrorCode::kUnsupported, "key '" + p + "rope.scaling.type' is '" + scaling + "'; supported: none, linear, yarn");
