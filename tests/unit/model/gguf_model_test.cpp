@@ -187,4 +187,39 @@ TEST(GgufModelErrors, ShapeThatDisagreesWithTheMetadataIsNamed) {
   fs::remove(bad);
 }
 
+TEST(GgufModelErrors, UnsupportedBlockTypeIsNamed) {
+  PEREGRINE_REQUIRE_SHARED(shared);
+  const fs::path src = shared / "models" / "gguf" / "pycoder-tiny-q8_0.gguf";
+  if (!fs::exists(src)) GTEST_SKIP();
+  // blk.0.ffn_down.weight (rows of 1024) relabelled Q2_K: a type the reader knows the layout of but Peregrine
+  // does not compute on.
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string name = "blk.0.ffn_down.weight";
+  const size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  const size_t type_at = at + name.size() + 4 + 16;
+  uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + type_at, 4);
+  ASSERT_EQ(type, 8u);  // Q8_0
+  type = 10;            // Q2_K
+  std::memcpy(bytes.data() + type_at, &type, 4);
+  const fs::path bad = fs::temp_directory_path() / ("peregrine_gguf_q2k_" + std::to_string(::getpid()) + ".gguf");
+  std::ofstream(bad, std::ios::binary) << bytes;
+  EngineConfig ec;
+  ec.model = bad.string();
+  ec.device = "cpu";
+  ec.skip_tokenizer_init = true;
+  ec.max_model_len = 64;
+  try {
+    Engine::create(ec);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find(bad.string() + ": tensor 'blk.0.ffn_down.weight' has type Q2_K"), std::string::npos)
+        << e.what();
+  }
+  fs::remove(bad);
+}
+
 }  // namespace
