@@ -88,7 +88,7 @@ class _EngineClient:
 class LLM(_EngineClient):
     """An LLM for offline batch inference (vLLM's ``LLM``).
 
-    model: a Hugging Face model folder. Keyword arguments take vLLM's engine argument names: tokenizer,
+    model: a Hugging Face model folder or a GGUF file. Keyword arguments take vLLM's engine argument names: tokenizer,
     skip_tokenizer_init, dtype ("auto", "float32", "bfloat16", "float16"/"half"), device ("auto", "cpu", "cuda"),
     max_model_len, max_num_seqs, max_num_batched_tokens, gpu_memory_utilization, enable_prefix_caching,
     block_size, seed, enforce_eager, generation_config, num_gpu_blocks_override, kv_cache_memory_bytes,

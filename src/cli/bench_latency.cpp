@@ -188,7 +188,7 @@ void run_latency(const LatencyArgs& a) {
 void register_bench_latency(CLI::App& bench) {
   auto args = std::make_shared<LatencyArgs>();
   CLI::App* cmd = bench.add_subcommand("latency", "Prefill and decode speed at a small batch, against memory bandwidth");
-  cmd->add_option("--model", args->model_dir, "Hugging Face model folder");
+  cmd->add_option("--model", args->model_dir, "Hugging Face model folder, or a GGUF file");
   cmd->add_option("--config", args->config_file, "config.json for --random-weights");
   cmd->add_flag("--random-weights", args->random_weights, "Build random weights in memory from the config");
   cmd->add_option("--input-len", args->input_len, "Prompt tokens per sequence")->capture_default_str();

@@ -240,7 +240,7 @@ void register_bench_speculative(CLI::App& bench) {
   auto args = std::make_shared<SpecArgs>();
   CLI::App* cmd = bench.add_subcommand("speculative", "Speculative decoding on code workloads, beside plain decoding");
   EngineConfig& e = args->engine;
-  cmd->add_option("--model", e.model, "Hugging Face model folder")->required();
+  cmd->add_option("--model", e.model, "Hugging Face model folder, or a GGUF file")->required();
   cmd->add_option("--dataset", args->dataset, "JSON list of {\"text\": ...} files (e.g. ../shared/data/code-dev.json)")->required();
   cmd->add_option("--workloads", args->workloads, "complete, edit (comma-separated)")->capture_default_str();
   cmd->add_option("--concurrency", args->concurrency, "Comma-separated concurrency levels")->capture_default_str();

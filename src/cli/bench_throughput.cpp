@@ -321,7 +321,7 @@ void register_bench_prefix_cache(CLI::App& bench) {
   auto repeats = std::make_shared<int>(5);
   CLI::App* cmd = bench.add_subcommand("prefix-cache", "TTFT with a cached prompt prefix vs cold");
   EngineConfig& e = args->engine;
-  cmd->add_option("--model", e.model, "Hugging Face model folder")->required();
+  cmd->add_option("--model", e.model, "Hugging Face model folder, or a GGUF file")->required();
   cmd->add_option("--prompt-len", *prompt_len, "Prompt tokens")->capture_default_str();
   cmd->add_option("--cached-len", *cached, "Leading tokens shared with an earlier request")->capture_default_str();
   cmd->add_option("--repeats", *repeats, "Measurements (the median is reported)")->capture_default_str();

@@ -19,6 +19,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model_dir;
+  std::string tokenizer;
   std::vector<std::string> prompts;
   std::vector<std::string> prompt_ids;
   int max_tokens = 64;
@@ -67,12 +68,16 @@ void run_generate(const GenerateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> id_prompts;
   for (const auto& p : a.prompt_ids) id_prompts.push_back(parse_ids(p));
-  const bool has_tokenizer = std::filesystem::exists(std::filesystem::path(a.model_dir) / "tokenizer.json");
+  // A GGUF file carries its tokenizer; --tokenizer names another (a folder with tokenizer.json).
+  const bool gguf = std::filesystem::path(a.model_dir).extension() == ".gguf";
+  const bool has_tokenizer = !a.tokenizer.empty() || gguf ||
+                             std::filesystem::exists(std::filesystem::path(a.model_dir) / "tokenizer.json");
   if (!a.prompts.empty() && !has_tokenizer)
     throw Error(ErrorCode::kNotFound, a.model_dir + ": no tokenizer.json for --prompt text; give --prompt-ids");
 
   EngineConfig ec;
   ec.model = a.model_dir;
+  ec.tokenizer = a.tokenizer;
   ec.device = a.device;
   ec.dtype = a.dtype;
   ec.quantization = a.quantization;
@@ -165,7 +170,8 @@ void run_generate(const GenerateArgs& a) {
 void register_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from prompts (offline)");
-  cmd->add_option("--model", args->model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--model", args->model_dir, "Hugging Face model folder, or a GGUF file")->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "Folder with tokenizer.json (default: the model's own)");
   cmd->add_option("--prompt", args->prompts, "Prompt text (repeatable)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated (repeatable)");
   cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate per prompt")->capture_default_str();

@@ -1,4 +1,4 @@
-// `peregrine serve <model_dir>`: the OpenAI/vLLM-compatible HTTP server. Flags carry vLLM's names; the startup
+// `peregrine serve <model_dir or file.gguf>`: the OpenAI/vLLM-compatible HTTP server. Flags carry vLLM's names; the startup
 // log says what was loaded, the KV capacity and the URL. SIGINT/SIGTERM: stop accepting, let in-flight requests
 // finish for --shutdown-timeout seconds, then end the rest (streams with a final event and [DONE], whole responses
 // with a 503), exit 0 (a second signal exits at once).
@@ -222,7 +222,7 @@ void register_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI/vLLM-compatible HTTP server");
   EngineConfig& e = args->engine;
-  cmd->add_option("model", e.model, "Hugging Face model folder")->required();
+  cmd->add_option("model", e.model, "Hugging Face model folder, or a GGUF file")->required();
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port to listen on (0 = any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", args->served_model_names, "Model name(s) the API reports and accepts");
@@ -242,7 +242,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
                   "On SIGTERM/SIGINT, seconds to let in-flight requests finish before aborting them")
       ->capture_default_str();
-  cmd->add_option("--tokenizer", e.tokenizer, "Folder with tokenizer.json (default: the model folder)");
+  cmd->add_option("--tokenizer", e.tokenizer, "Folder with tokenizer.json (default: the model folder, or the GGUF file's own)");
   cmd->add_option("--max-model-len", e.max_model_len, "Context length (default: the model's)");
   cmd->add_option("--max-num-seqs", e.max_num_seqs, "Sequences running at once")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", e.max_num_batched_tokens,

@@ -129,7 +129,7 @@ void run_detokenize(const DetokenizeArgs& a) {
 void register_tokenize(CLI::App& app) {
   auto targs = std::make_shared<TokenizeArgs>();
   CLI::App* t = app.add_subcommand("tokenize", "Turn text into token ids with a model folder's tokenizer");
-  t->add_option("--model", targs->model, "Model folder (tokenizer.json, tokenizer_config.json)")->required();
+  t->add_option("--model", targs->model, "Model folder (tokenizer.json, tokenizer_config.json) or GGUF file")->required();
   auto* text = t->add_option("--text", targs->text, "Text to tokenize");
   auto* file = t->add_option("--file", targs->file, "File whose content to tokenize");
   text->excludes(file);

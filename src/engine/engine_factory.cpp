@@ -14,6 +14,8 @@
 #include "engine/model_runner.h"
 #include "engine/spec/model_proposer.h"
 #include "engine/tokenizer_codec.h"
+#include "io/gguf.h"
+#include "io/gguf_config.h"
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "peregrine/engine.h"
@@ -36,7 +38,12 @@ uint64_t kv_identity(const EngineConfig& config, const engine::KvCacheConfig& kv
     parts.push_back(config.config_file);
     parts.push_back(std::to_string(random_seed));
   }
-  if (!config.model.empty()) {
+  if (!config.model.empty() && io::is_gguf_path(config.model)) {
+    const fs::path file = fs::weakly_canonical(config.model, ec);
+    parts.push_back(file.string());
+    parts.push_back(std::to_string(fs::file_size(file, ec)));
+    parts.push_back(std::to_string(fs::last_write_time(file, ec).time_since_epoch().count()));
+  } else if (!config.model.empty()) {
     const fs::path dir = fs::weakly_canonical(config.model, ec);
     parts.push_back(dir.string());
     std::vector<std::string> files;
@@ -113,12 +120,13 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::filesystem::path model_dir = config.model;
   const bool config_only = config.random_weights && !config.config_file.empty() && config.model.empty();
-  if (!config_only && !std::filesystem::is_directory(model_dir)) {
+  const bool gguf = !config_only && io::is_gguf_path(model_dir);
+  if (!config_only && !gguf && !std::filesystem::is_directory(model_dir)) {
     throw Error(ErrorCode::kNotFound, "model folder " + model_dir.string() + " does not exist");
   }
   io::ModelConfig model_config = config.random_weights && !config.config_file.empty()
                                      ? io::parse_model_config(io::read_text_file(config.config_file), config.config_file)
-                                     : io::load_model_config(model_dir);
+                                     : io::load_model_config_any(model_dir);
   const engine::DeviceChoice choice = engine::resolve_device(config.device, config.dtype, model_config.torch_dtype);
   auto backend = engine::create_backend(choice, config.num_threads);
   const bool on_gpu = choice.kind == ops::DeviceKind::kCuda;
@@ -177,7 +185,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   const SpeculativeConfig& spec = config.speculative;
   std::unique_ptr<engine::ModelRunner> draft_runner;
   if (spec.method == Method::kDraftModel) {
-    const io::ModelConfig draft_config = io::load_model_config(spec.model);
+    const io::ModelConfig draft_config = io::load_model_config_any(spec.model);
     if (draft_config.vocab_size != model_config.vocab_size) {
       throw Error(ErrorCode::kInvalidArgument,
                   "speculative_config.model: " + spec.model + " has a vocabulary of " +

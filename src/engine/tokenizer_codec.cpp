@@ -32,6 +32,14 @@ TokenizerCodec::TokenizerCodec(const std::filesystem::path& tokenizer_dir, const
     if (!chat_template_override.empty() || e.code() != ErrorCode::kNotFound) throw;
     chat_template_error_ = e.message();
   }
+  // A model without one (a GGUF file without tokenizer.chat_template) takes the --tokenizer folder's.
+  if (!chat_template_ && chat_template_override.empty() && tokenizer_dir != model_dir) {
+    try {
+      chat_template_ = load_chat_template(tokenizer_dir, {});
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kNotFound) throw;
+    }
+  }
 }
 
 std::vector<int32_t> TokenizerCodec::encode(std::string_view text, bool add_special_tokens) const {

@@ -32,6 +32,9 @@ struct RopeConfig {
   std::optional<double> mscale;
   std::optional<double> mscale_all_dim;
   bool truncate = true;
+  // GGUF `rope_freqs.weight` (llama.cpp's precomputed Llama-3 factors): inv_freq[i] is divided by factor i.
+  // Empty for Hugging Face configs.
+  std::vector<float> freq_factors;
 };
 
 enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };

@@ -1,4 +1,4 @@
-// WeightSource: named tensors of a model checkpoint, whatever the file format (safetensors today; GGUF later).
+// WeightSource: named tensors of a model checkpoint, whatever the file format (safetensors, GGUF).
 // Tensors are views into memory the source owns (memory-mapped files); every lookup error names the file and
 // the tensor. Quantized checkpoints hold integer and float8 tensors beside float ones: a source reports each
 // tensor's stored dtype and shape as they are, and the model's loader decides what they mean.
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ggml_quant.h"
 #include "core/tensor.h"
 
 namespace peregrine::io {
@@ -22,6 +23,9 @@ struct TensorInfo {
   const std::byte* data;  // into the owning file's map
   size_t bytes;
   const std::filesystem::path* file;  // the file it lives in
+  // GGUF block quantization (core/ggml_quant.h): dtype is then kU8 and the last dim holds a row's bytes; kNone
+  // for plain tensors.
+  GgmlType ggml = GgmlType::kNone;
 };
 
 class WeightSource {

@@ -4,7 +4,10 @@
 #include <cmath>
 
 #include "core/status.h"
+#include "io/gguf.h"
+#include "io/gguf_config.h"
 #include "io/safetensors.h"
+#include "model/gguf_weights.h"
 #include "model/llama_weights.h"
 #include "model/model.h"
 #include "model/rope_scaling.h"
@@ -105,7 +108,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
   const TensorView inv_freq(inv_freq_.data(), DType::kF32, {c.rotary_dim() / 2});
   const float eps = static_cast<float>(c.rms_norm_eps);
 
-  backend_.embedding({in.token_ids, weights_.embed_tokens, hidden});
+  backend_.embedding({in.token_ids, weights_.embed_tokens, hidden, weights_.embed_ggml});
   backend_.fill_zero(residual.data, residual.bytes());
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const LayerWeights& w = weights_.layers[l];
@@ -165,6 +168,7 @@ std::unique_ptr<Model> LlamaModel::layer_subset(std::span<const int> layers, con
   if (layers.empty()) throw Error(ErrorCode::kInvalidArgument, "a layer subset needs at least one layer");
   LlamaWeights view;  // views into this model's weights; owns nothing
   view.embed_tokens = weights_.embed_tokens;
+  view.embed_ggml = weights_.embed_ggml;
   view.final_norm = weights_.final_norm;
   view.lm_head = weights_.lm_head;
   int prev = -1;
@@ -184,6 +188,16 @@ std::unique_ptr<Model> LlamaModel::layer_subset(std::span<const int> layers, con
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, ops::Backend& backend, const ModelOptions& options) {
+  if (io::is_gguf_path(dir)) {
+    auto file = std::make_shared<const io::GgufFile>(dir);
+    io::ModelConfig config = io::gguf_model_config(*file);
+    if (options.random_weights) return make_random_model(config, backend, options);
+    if (!options.quantization.empty())
+      throw Error(ErrorCode::kInvalidArgument, "--quantization " + options.quantization + ": " + dir.string() +
+                                                   " is a GGUF file; its tensors carry their own types");
+    LlamaWeights weights = load_llama_weights(config, std::make_unique<GgufLlamaSource>(file, config), dir, backend, options);
+    return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, options);
+  }
   io::ModelConfig config = io::load_model_config(dir);
   if (options.random_weights) return make_random_model(config, backend, options);
   LlamaWeights weights = load_llama_weights(config, std::make_unique<io::WeightStore>(io::WeightStore::open(dir)), dir,

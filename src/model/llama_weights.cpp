@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -58,6 +59,21 @@ class Placer {
     return out;
   }
 
+  // Bytes as they are (ggml blocks): in place on host backends, one copy on devices.
+  TensorView place_raw(const TensorView& host) {
+    TensorView out = host;
+    if (!backend_.is_host()) {
+      ops::DeviceBuffer buf(backend_, std::max<size_t>(1, out.bytes()));
+      out.data = buf.data();
+      backend_.copy_from_host(out.data, host.data, host.bytes());
+      weights_.buffers.push_back(std::move(buf));
+    }
+    weights_.total_bytes += out.bytes();
+    done_ += host.bytes();
+    if (options_.on_load_progress) options_.on_load_progress(done_, total_);
+    return out;
+  }
+
   // A copy owned by the weights (host data that does not outlive loading: repacked quantized tensors).
   TensorView place_owned(const TensorView& host) {
     TensorView out = host;
@@ -90,9 +106,10 @@ class Placer {
 
 // Fills every tensor of the architecture through get(name, shape) (a float tensor placed on the backend).
 // Projections go through linear(prefix, N, K, has_bias): quantized(prefix, N, K, linear) fills a quantized
-// projection's weight and returns true, or returns false for a dense one.
-template <typename GetFn, typename QuantFn>
-void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get, QuantFn&& quantized) {
+// projection's weight and returns true, or returns false for a dense one. embedding(name, vocab, hidden, &ggml)
+// gives the embedding table (and its ggml block type, or kNone).
+template <typename GetFn, typename QuantFn, typename EmbedFn>
+void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get, QuantFn&& quantized, EmbedFn&& embedding) {
   const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t f = c.intermediate_size;
   auto linear = [&](const std::string& prefix, int64_t n, int64_t k, bool bias) {
@@ -101,7 +118,7 @@ void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get, QuantFn
     if (bias) l.bias = get(prefix + ".bias", {n});
     return l;
   };
-  w.embed_tokens = get("model.embed_tokens.weight", {c.vocab_size, h});
+  w.embed_tokens = embedding("model.embed_tokens.weight", c.vocab_size, h, &w.embed_ggml);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights l;
@@ -123,6 +140,7 @@ void fill_layers(const io::ModelConfig& c, LlamaWeights& w, GetFn&& get, QuantFn
   w.final_norm = get("model.norm.weight", {h});
   if (c.tie_word_embeddings) {
     w.lm_head.weight = w.embed_tokens;
+    w.lm_head.quant.ggml = w.embed_ggml;  // a matmul over the embedding's blocks
   } else {
     w.lm_head = linear("lm_head", c.vocab_size, h, false);
   }
@@ -157,16 +175,44 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
   w.source = std::move(source);
   Placer placer(backend, w, options, w.source->total_bytes());
   const io::WeightSource& src = *w.source;
-  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape) {
+  // A tensor of ggml blocks (GGUF), checked against the shape [n, k] in values: its u8 [n, row bytes] view.
+  auto ggml_blocks = [&](const std::string& name, int64_t n, int64_t k) -> std::optional<TensorView> {
+    if (!src.contains(name)) return std::nullopt;
+    const io::TensorInfo& t = src.get(name);
+    if (t.ggml == GgmlType::kNone) return std::nullopt;
+    TensorView v = src.view(name, {n, k});  // compares values, names the tensor
+    if (!ggml_is_supported_block_type(t.ggml))
+      throw Error(ErrorCode::kUnsupported, t.file->string() + ": tensor '" + t.name + "' has type " +
+                                               ggml_type_name(t.ggml) +
+                                               "; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K");
+    return placer.place_raw(v);
+  };
+  auto get_float = [&](const std::string& name, std::initializer_list<int64_t> shape) {
     TensorView v = src.view(name, shape);
-    if (!(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16))
-      throw Error(ErrorCode::kUnsupported, src.get(name).file->string() + ": tensor '" + name + "' has dtype " +
-                                               std::string(dtype_name(v.dtype)) + "; supported: F32, BF16, F16");
+    if (!(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16)) {
+      const io::TensorInfo& t = src.get(name);
+      throw Error(ErrorCode::kUnsupported, t.file->string() + ": tensor '" + t.name + "' has " +
+                                               (t.ggml != GgmlType::kNone ? "type " + ggml_type_name(t.ggml)
+                                                                          : "dtype " + std::string(dtype_name(v.dtype))) +
+                                               "; supported here: F32, BF16, F16");
+    }
     return placer.place(v);
-  }, [&](const std::string& prefix, int64_t n, int64_t k, Linear& l) {
+  };
+  fill_layers(c, w, get_float, [&](const std::string& prefix, int64_t n, int64_t k, Linear& l) {
+    if (auto blocks = ggml_blocks(prefix + ".weight", n, k)) {
+      l.weight = *blocks;
+      l.quant.ggml = src.get(prefix + ".weight").ggml;
+      return true;
+    }
     if (!c.quant.applies_to(prefix)) return false;
     placer.place_quantized(read_quantized_linear(c.quant, src, prefix, n, k), l);
     return true;
+  }, [&](const std::string& name, int64_t vocab, int64_t h, GgmlType* ggml) {
+    if (auto blocks = ggml_blocks(name, vocab, h)) {
+      *ggml = src.get(name).ggml;
+      return *blocks;
+    }
+    return get_float(name, {vocab, h});
   });
   if (!c.tie_word_embeddings && !c.quant.applies_to("lm_head") && !src.contains("lm_head.weight"))
     throw Error(ErrorCode::kNotFound, (where / "config.json").string() +
@@ -202,7 +248,7 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
     placer.place_quantized(random_quantized(n, k, qbits, qgroup, options.random_seed + tensor_index++), l);
     return true;
   };
-  fill_layers(c, w, [&](const std::string& name, std::initializer_list<int64_t> shape) {
+  auto get = [&](const std::string& name, std::initializer_list<int64_t> shape) {
     TensorView v(static_cast<void*>(nullptr), dtype, shape);
     ops::DeviceBuffer buf(backend, v.bytes());
     v.data = buf.data();
@@ -223,7 +269,9 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
     w.total_bytes += v.bytes();
     w.buffers.push_back(std::move(buf));
     return v;
-  }, quantized);
+  };
+  fill_layers(c, w, get, quantized,
+              [&](const std::string& name, int64_t vocab, int64_t h, GgmlType*) { return get(name, {vocab, h}); });
   // Every matrix in the named scheme, as the GGUF peers quantize theirs: a tied LM head gets its own codes.
   if (qbits != 0 && c.tie_word_embeddings) quantized("lm_head", c.vocab_size, c.hidden_size, w.lm_head);
   return w;

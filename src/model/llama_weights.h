@@ -28,7 +28,8 @@ struct LayerWeights {
 };
 
 struct LlamaWeights {
-  TensorView embed_tokens;  // [vocab, hidden]
+  TensorView embed_tokens;  // [vocab, hidden]; u8 [vocab, row bytes] of ggml blocks when embed_ggml is set
+  GgmlType embed_ggml = GgmlType::kNone;
   std::vector<LayerWeights> layers;
   TensorView final_norm;    // [hidden]
   Linear lm_head;           // [vocab, hidden]; the embedding when tied

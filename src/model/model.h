@@ -87,8 +87,9 @@ class Model {
   }
 };
 
-// Loads a Hugging Face folder (config.json, safetensors) onto the backend. Throws Error naming the file
-// and field or tensor at fault.
+// Loads a Hugging Face folder (config.json, safetensors) or a GGUF file (io/gguf.h; its metadata as the config,
+// model/gguf_weights.h for the tensors) onto the backend. Throws Error naming the file and field, key or tensor
+// at fault.
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, ops::Backend& backend,
                                   const ModelOptions& options);
 // Builds a model with random weights from a config (no weight files needed).

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/status.h"
+
 namespace peregrine::model {
 namespace {
 
@@ -27,6 +29,10 @@ RopeTables compute_rope_tables(const io::ModelConfig& c, int64_t seq_len) {
   const int64_t dim = c.rotary_dim();
   RopeTables t;
   std::vector<double> inv = base_inv_freq(r.theta, dim);
+  if (!r.freq_factors.empty()) {
+    PEREGRINE_CHECK(r.freq_factors.size() == inv.size(), "rope freq_factors must hold rotary_dim / 2 values");
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] /= static_cast<double>(r.freq_factors[i]);
+  }
   switch (r.type) {
     case io::RopeType::kDefault: break;
     case io::RopeType::kLinear:

@@ -218,8 +218,74 @@ std::string_view BpeModel::id_to_token(int32_t id) const {
   return std::string_view(arena_).substr(tokens_[id].offset, tokens_[id].length);
 }
 
+void BpeModel::tokenize_spm(std::string_view word, std::vector<int32_t>& out) const {
+  struct Sym {
+    uint32_t begin, len;
+    int32_t prev, next;
+  };
+  struct Pair {
+    float score;
+    int32_t left, right;
+    uint32_t len;  // bytes of the merged text when queued (stale entries no longer match)
+  };
+  // Highest score first; on equal scores the leftmost pair.
+  auto worse = [](const Pair& a, const Pair& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  std::vector<Sym> syms;
+  for (size_t at = 0; at < word.size();) {
+    const unsigned char c = static_cast<unsigned char>(word[at]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    n = std::min(n, word.size() - at);
+    const int32_t i = static_cast<int32_t>(syms.size());
+    syms.push_back({static_cast<uint32_t>(at), static_cast<uint32_t>(n), i - 1, at + n == word.size() ? -1 : i + 1});
+    at += n;
+  }
+  std::vector<Pair> heap;
+  auto try_pair = [&](int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return;
+    const uint32_t len = syms[l].len + syms[r].len;
+    const int32_t id = lookup(word.substr(syms[l].begin, len));
+    if (id < 0 || static_cast<size_t>(id) >= spm_scores_.size()) return;
+    heap.push_back({spm_scores_[static_cast<size_t>(id)], l, r, len});
+    std::push_heap(heap.begin(), heap.end(), worse);
+  };
+  for (size_t i = 1; i < syms.size(); ++i) try_pair(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    const Pair p = heap.back();
+    heap.pop_back();
+    Sym& l = syms[p.left];
+    Sym& r = syms[p.right];
+    if (l.len == 0 || r.len == 0 || l.len + r.len != p.len || l.next != p.right) continue;
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = p.left;
+    try_pair(l.prev, p.left);
+    try_pair(p.left, l.next);
+  }
+  for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) {
+    const std::string_view text = word.substr(syms[i].begin, syms[i].len);
+    const int32_t id = lookup(text);
+    if (id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    for (char ch : text) {
+      const int32_t b = byte_fallback_ids_[static_cast<unsigned char>(ch)];
+      const int32_t single = lookup(std::string_view(&ch, 1));
+      if (b >= 0) out.push_back(b);
+      else if (single >= 0) out.push_back(single);
+      else if (unk_id_ >= 0) out.push_back(unk_id_);
+    }
+  }
+}
+
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
+  if (!spm_scores_.empty()) {
+    tokenize_spm(word, out);
+    return;
+  }
   if (!split_before_metaspace_ || word.size() <= kMetaspaceUtf8.size()) {
     tokenize_chunk(word, out);
     return;

@@ -33,6 +33,11 @@ class BpeModel {
   int32_t vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
   std::optional<int32_t> unk_id() const { return unk_id_ >= 0 ? std::optional<int32_t>(unk_id_) : std::nullopt; }
   bool raw_bytes() const { return raw_bytes_; }
+  // SentencePiece's score-driven merging as llama.cpp's SPM tokenizer does it (GGUF "llama" vocabularies): a
+  // word's characters are merged pairwise, always the adjacent pair whose concatenation is the vocabulary token
+  // with the highest score (ties: the leftmost pair), until no pair forms a token; what is left unmatched
+  // becomes its bytes' <0xXX> tokens (or unk). scores[id] for every id; replaces the merges.
+  void use_spm_scores(std::vector<float> scores) { spm_scores_ = std::move(scores); }
   bool byte_fallback() const { return byte_fallback_; }
 
  private:
@@ -51,6 +56,7 @@ class BpeModel {
   void tokenize_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void word_to_symbols(std::string_view word, std::vector<int32_t>& syms) const;
   void merge_small(std::vector<int32_t>& syms) const;
+  void tokenize_spm(std::string_view word, std::vector<int32_t>& out) const;
   void merge_large(std::vector<int32_t>& syms) const;
 
   std::string arena_;                    // token spellings from tokenizer.json
@@ -69,6 +75,7 @@ class BpeModel {
   bool split_before_metaspace_ = false;
   std::vector<uint32_t> metaspace_blocking_prev_;  // code points that may precede U+2581 inside a token
   uint64_t instance_id_;
+  std::vector<float> spm_scores_;  // non-empty: SPM merging (use_spm_scores)
 };
 
 }  // namespace peregrine::tokenizer

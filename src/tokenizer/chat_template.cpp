@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/status.h"
+#include "io/gguf.h"
 
 namespace peregrine {
 namespace fs = std::filesystem;
@@ -91,7 +92,43 @@ ChatTemplate make_chat_template(std::string source, std::optional<std::string> b
   return result;
 }
 
+namespace {
+
+// A GGUF file's template: tokenizer.chat_template (+ tokenizer.chat_template.<name> for named ones); bos/eos
+// tokens from the special ids.
+ChatTemplate load_gguf_chat_template(const fs::path& path, std::string_view override_template) {
+  const io::GgufFile f(path);
+  ChatTemplate result;
+  const io::GgufValue* tokens = f.array("tokenizer.ggml.tokens", io::GgufType::kString);
+  auto token = [&](const char* key) -> std::optional<std::string> {
+    auto id = f.int_opt(key);
+    if (!tokens || !id || *id < 0 || static_cast<size_t>(*id) >= tokens->strings.size()) return std::nullopt;
+    return std::string(tokens->strings[static_cast<size_t>(*id)]);
+  };
+  result.bos_token = token("tokenizer.ggml.bos_token_id");
+  result.eos_token = token("tokenizer.ggml.eos_token_id");
+  if (!override_template.empty()) {
+    ChatTemplate o = load_chat_template(fs::path(), override_template);
+    o.bos_token = result.bos_token;
+    o.eos_token = result.eos_token;
+    return o;
+  }
+  const auto main = f.string_opt("tokenizer.chat_template");
+  if (!main) f.fail(ErrorCode::kNotFound, "no chat template (key 'tokenizer.chat_template' is absent)");
+  result.origin = path.string() + ": tokenizer.chat_template";
+  result.templates.push_back(compile("default", *main, result.origin));
+  static const std::string kNamed = "tokenizer.chat_template.";
+  for (const auto& [key, value] : f.metadata()) {
+    if (key.rfind(kNamed, 0) != 0 || value.type != io::GgufType::kString) continue;
+    result.templates.push_back(compile(key.substr(kNamed.size()), std::string(value.str), path.string() + ": " + key));
+  }
+  return result;
+}
+
+}  // namespace
+
 ChatTemplate load_chat_template(const fs::path& model_dir, std::string_view override_template) {
+  if (!model_dir.empty() && io::is_gguf_path(model_dir)) return load_gguf_chat_template(model_dir, override_template);
   ChatTemplate result;
   const fs::path config_path = model_dir / "tokenizer_config.json";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/status.h"
+#include "io/gguf.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/decoders.h"
@@ -100,6 +101,7 @@ Tokenizer::Tokenizer() = default;
 Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& model_dir) {
+  if (io::is_gguf_path(model_dir)) return from_gguf(io::GgufFile(model_dir));
   std::filesystem::path tj = model_dir / "tokenizer.json";
   if (!std::filesystem::exists(tj))
     throw Error(ErrorCode::kNotFound, "no tokenizer.json in " + model_dir.string() +

@@ -15,6 +15,10 @@
 #include <string_view>
 #include <vector>
 
+namespace peregrine::io {
+class GgufFile;
+}
+
 namespace peregrine::tokenizer {
 
 class Normalizer;
@@ -39,7 +43,11 @@ class Tokenizer {
  public:
   // Loads tokenizer.json + tokenizer_config.json (+ generation_config.json for eos lists) from a model folder.
   // Throws Error(kNotFound) for a missing tokenizer.json, kFormatError/kUnsupported for bad or unknown content.
+  // A GGUF file (io/gguf.h) instead of a folder: the tokenizer it carries (from_gguf).
   static std::unique_ptr<Tokenizer> load(const std::filesystem::path& model_dir);
+  // The tokenizer of a GGUF file's tokenizer.ggml.* metadata ("llama" SentencePiece vocabularies tokenized as
+  // llama.cpp does, "gpt2" byte-level BPE); errors name the file and key (gguf_tokenizer.cpp).
+  static std::unique_ptr<Tokenizer> from_gguf(const io::GgufFile& file);
   // tokenizer_config_json and generation_config_json may be empty.
   static std::unique_ptr<Tokenizer> from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
                                               std::string_view generation_config_json = {});

@@ -12,11 +12,12 @@ export const CHAT_TEMPLATE = path.join(ROOT, 'tests', 'e2e', 'fixtures', 'server
 
 // Starts a server; resolves to { url, port, proc, log(), stop() }.
 // env: extra environment variables for the server (e.g. VLLM_API_KEY).
-export async function startServer(extraArgs = [], { timeoutMs = 120000, env = {} } = {}) {
+// model: what to serve (default: models/pycoder-tiny), e.g. a .gguf file.
+export async function startServer(extraArgs = [], { timeoutMs = 120000, env = {}, model = MODEL } = {}) {
   // Defaults, unless extraArgs gives the same flag.
   const defaults = [['--port', '0'], ['--device', 'cpu'], ['--num-gpu-blocks-override', '4096'], ['--max-model-len', '1024']]
     .filter(([flag]) => !extraArgs.includes(flag)).flat();
-  const args = ['serve', MODEL, ...defaults, ...extraArgs];
+  const args = ['serve', model, ...defaults, ...extraArgs];
   const childEnv = { ...process.env, ...env };
   // Tests pass API keys explicitly; one in the developer's environment must not leak into a server.
   for (const k of ['VLLM_API_KEY', 'PEREGRINE_API_KEY']) if (!(k in env)) delete childEnv[k];

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/ggml_kernels.h"
 #include "core/cpu_features.h"
+#include "core/ggml_quant.h"
 #include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -63,12 +65,13 @@ std::vector<float> to_f32_vector(const KernelTable& k, const TensorView& t) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, const KernelTable& kernels) : k_(kernels), pool_(num_threads) {
+  CpuBackend(int num_threads, const KernelTable& kernels, const cpu::GgmlKernelTable& ggml)
+      : k_(kernels), g_(ggml), pool_(num_threads) {
     scratch_.resize(static_cast<size_t>(pool_.num_threads()));
   }
 
   std::string name() const override {
-    return std::string("cpu (") + k_.name + ", " + std::to_string(pool_.num_threads()) + " threads)";
+    return std::string("cpu (") + k_.name + (std::string(g_.name) == k_.name ? "" : std::string(", ggml ") + g_.name) + ", " + std::to_string(pool_.num_threads()) + " threads)";
   }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   bool is_host() const override { return true; }
@@ -95,8 +98,7 @@ class CpuBackend final : public Backend {
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);
     require_f32(p.out, "embedding", "out");
-    if (p.table_ggml != GgmlType::kNone)
-      throw Error(ErrorCode::kUnsupported, "cpu embedding: ggml block tables are not implemented yet");
+    if (p.table_ggml != GgmlType::kNone) return ggml_embedding(p);
     const int64_t tokens = p.token_ids.dim(0), vocab = p.table.dim(0), hidden = p.table.dim(1);
     const int32_t* ids = p.token_ids.as<const int32_t>();
     for (int64_t t = 0; t < tokens; ++t)
@@ -111,8 +113,7 @@ class CpuBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
-    if (p.quant.ggml_blocks())
-      throw Error(ErrorCode::kUnsupported, "cpu matmul: ggml block weights are not implemented yet");
+    if (p.quant.ggml_blocks()) return ggml_matmul(p);
     if (p.quant.quantized()) return quant_matmul(p);
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");
@@ -139,6 +140,66 @@ class CpuBackend final : public Backend {
           a.n, [&](int64_t n0, int64_t n1) { k_.matmul(a, 0, a.m, n0, n1); }, kGrainN);
     } else {
       pool_.parallel_for(a.m, [&](int64_t m0, int64_t m1) { k_.matmul(a, m0, m1, 0, a.n); });
+    }
+  }
+
+  // GGUF blocks (llama.cpp's Q4_0 ... Q6_K): each gathered row dequantized from its blocks straight into out.
+  void ggml_embedding(const EmbeddingParams& p) {
+    const int64_t tokens = p.token_ids.dim(0), vocab = p.table.dim(0), hidden = p.hidden();
+    const int32_t* ids = p.token_ids.as<const int32_t>();
+    for (int64_t t = 0; t < tokens; ++t)
+      if (ids[t] < 0 || ids[t] >= vocab)
+        fail("embedding: token id " + std::to_string(ids[t]) + " out of range [0, " + std::to_string(vocab) + ")");
+    const auto* table = static_cast<const uint8_t*>(p.table.data);
+    const int64_t row_bytes = p.table.dim(1);
+    float* out = p.out.as<float>();
+    parallel_rows(tokens, hidden, [&](int64_t t) {
+      ggml_dequantize_row(p.table_ggml, table + ids[t] * row_bytes, out + t * hidden, hidden);
+    });
+  }
+
+  // GGUF block weights: each row of x quantized once to int8 blocks (as llama.cpp's CPU matmuls do), then the
+  // integer block kernels (ggml_kernels.h) stream the weight blocks, decoded in registers, split over N.
+  void ggml_matmul(const MatmulParams& p) {
+    require_f32(p.x, "matmul", "x");
+    require_f32(p.out, "matmul", "out");
+    const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+    if (m == 0 || n == 0) return;
+    std::vector<float> bias;
+    if (!p.bias.empty()) bias = to_f32_vector(k_, p.bias);
+    const GgmlType type = p.quant.ggml;
+    const int64_t qk = cpu::ggml_x_block(type), q_stride = cpu::ggml_x_q_stride(type, k);
+    const int64_t pairs = cpu::ggml_x_pairs(type, k);
+    gx_q_.resize(static_cast<size_t>(m * q_stride));
+    gx_d_.resize(static_cast<size_t>(m * k / qk));
+    gx_s_.resize(static_cast<size_t>(m * k / 16));
+    gx_off_.resize(static_cast<size_t>(m * pairs * 8));
+    gx_pf_.resize(static_cast<size_t>(m * pairs * 16));
+    const cpu::GgmlQuantizedX gx{gx_q_.data(), q_stride, gx_d_.data(), gx_s_.data(), gx_off_.data(), gx_pf_.data()};
+    const float* x = p.x.as<const float>();
+    auto quantize = [&](int64_t r0, int64_t r1) {
+      const cpu::GgmlQuantizedX at{gx.q + r0 * q_stride, q_stride, gx.d + r0 * (k / qk), gx.sums + r0 * (k / 16),
+                                   gx.pair_off + r0 * pairs * 8, gx.pair_f + r0 * pairs * 16};
+      g_.quantize_x(x + r0 * k, r1 - r0, k, type, at);
+    };
+    if (m * k >= kParallelElems && m > 1) pool_.parallel_for(m, quantize);
+    else quantize(0, m);
+    cpu::GgmlMatmulArgs a;
+    a.type = p.quant.ggml;
+    a.w = static_cast<const uint8_t*>(p.w.data);
+    a.row_bytes = p.w.dim(1);
+    a.x = gx;
+    a.bias = bias.empty() ? nullptr : bias.data();
+    a.out = p.out.as<float>();
+    a.m = m;
+    a.k = k;
+    a.n = n;
+    const int threads = pool_.num_threads();
+    constexpr int64_t kGrainN = 16;
+    if (m == 1 || n >= threads * 4 * kGrainN) {
+      pool_.parallel_for(n, [&](int64_t n0, int64_t n1) { g_.matmul(a, 0, m, n0, n1); }, kGrainN);
+    } else {
+      pool_.parallel_for(m, [&](int64_t m0, int64_t m1) { g_.matmul(a, m0, m1, 0, n); });
     }
   }
 
@@ -355,9 +416,15 @@ class CpuBackend final : public Backend {
   void validate_attention(const AttentionParams& p) const;
 
   const KernelTable& k_;
+  const cpu::GgmlKernelTable& g_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
   std::vector<float> qx_, qsum_;             // quantized matmul: prepared rows of x and their group sums
+  std::vector<int8_t> gx_q_;                 // ggml matmul: x as int8 blocks, their scales, their 16-sums
+  std::vector<float> gx_d_;
+  std::vector<int16_t> gx_s_;
+  std::vector<int32_t> gx_off_;
+  std::vector<float> gx_pf_;
   std::vector<float> partials_;              // attention: per-segment softmax states of split items
   std::vector<int32_t> tails_;               // attention: token-tree rows' paths (sequence slots)
 };
@@ -549,7 +616,13 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
   if (!table)
     throw Error(ErrorCode::kUnsupported, "cpu backend: the requested kernel set is not available on this CPU (" +
                                              cpu_features().describe() + ")");
-  return std::make_unique<CpuBackend>(num_threads, *table);
+  // The GGUF block kernels of the same ISA level; AVX-512 ones need VNNI (and VL), else the AVX2 ones serve.
+  const cpu::GgmlKernelTable* ggml = &cpu::ggml_scalar_kernels();
+  if (table == cpu::avx512_kernels() && cpu_features().avx512_vnni && __builtin_cpu_supports("avx512vl"))
+    ggml = cpu::ggml_vnni_kernels();
+  else if (table == cpu::avx512_kernels() || table == cpu::avx2_kernels())
+    ggml = cpu::ggml_avx2_kernels();
+  return std::make_unique<CpuBackend>(num_threads, *table, *ggml);
 }
 
 }  // namespace peregrine::ops

@@ -1,5 +1,6 @@
 // Non-x86 builds: no AVX2 or AVX-512 kernels exist; the backend falls back to the portable kernels.
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/ggml_kernels.h"
 
 namespace peregrine::cpu {
 
@@ -7,6 +8,12 @@ const KernelTable* avx2_kernels() {
   return nullptr;
 }
 const KernelTable* avx512_kernels() {
+  return nullptr;
+}
+const GgmlKernelTable* ggml_avx2_kernels() {
+  return nullptr;
+}
+const GgmlKernelTable* ggml_vnni_kernels() {
   return nullptr;
 }
 

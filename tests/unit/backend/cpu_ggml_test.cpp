@@ -1,0 +1,191 @@
+// GGUF block weights (llama.cpp's Q4_0 ... Q6_K) on the CPU backend against the ref backend (which dequantizes
+// with the scalar oracle of core/ggml_quant) on fresh random blocks, every output element, every ISA: matmul at
+// M = 1, 3, 17, 64 with row lengths that are and are not multiples of 256, with and without bias; the row rule
+// (a row's bits do not depend on M or the thread count); and the embedding gather.
+//
+// Tolerance: the kernels quantize each row of x to int8 per block of 32 (32-value types) or 256 (K-quants) with
+// scale amax/127, as llama.cpp's CPU matmuls do, so against the f32 reference an output may move by at most
+// sum_k |w[j,k]| * |x[i,k] - xq[i,k]| <= sum over blocks of (amax_b / 254) * sum_{k in b} |w[j,k]| (rounding to
+// nearest), which the test computes per element from the dequantized weights; f32 summation adds a small relative
+// term on top.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/ref/ref_backend.h"
+#include "ggml_test_blocks.h"
+#include "op_test_util.h"
+#include "peregrine/error.h"
+
+namespace peregrine::test {
+namespace {
+
+int64_t act_block(GgmlType t) {
+  return ggml_block_info(t)->block_size;  // 32, or 256 for the K-quants
+}
+
+// Per element of out [m, n]: the largest move activation rounding can cause (see the header note).
+std::vector<double> activation_bounds(GgmlType t, const std::vector<uint8_t>& w, const float* x, int64_t m, int64_t k,
+                                      int64_t n) {
+  const int64_t qb = act_block(t);
+  const size_t rb = ggml_row_bytes(t, k);
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<double> absw(static_cast<size_t>(n * (k / qb)));
+  for (int64_t j = 0; j < n; ++j) {
+    ggml_dequantize_row(t, w.data() + j * rb, row.data(), k);
+    for (int64_t b = 0; b < k / qb; ++b) {
+      double s = 0;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) s += std::fabs(row[static_cast<size_t>(kk)]);
+      absw[static_cast<size_t>(j * (k / qb) + b)] = s;
+    }
+  }
+  std::vector<double> bound(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t b = 0; b < k / qb; ++b) {
+      double amax = 0;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) amax = std::max(amax, std::fabs(double(x[i * k + kk])));
+      const double half_step = amax / 127.0 / 2.0 * 1.0001;
+      for (int64_t j = 0; j < n; ++j)
+        bound[static_cast<size_t>(i * n + j)] += half_step * absw[static_cast<size_t>(j * (k / qb) + b)];
+    }
+  return bound;
+}
+
+// The exact result for x rounded as the kernels round it (int8 per block, scale amax / 127, codes rounded to
+// nearest even, the same f32 operations), from the oracle's dequantized weights in double: the kernels must
+// match it up to f32 summation.
+std::vector<double> quantized_x_oracle(GgmlType t, const std::vector<uint8_t>& w, const float* x, const float* bias,
+                                       int64_t m, int64_t k, int64_t n) {
+  const int64_t qb = act_block(t);
+  std::vector<double> xq(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t b = 0; b < k / qb; ++b) {
+      float amax = 0;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
+      const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) {
+        const float v = x[i * k + kk] * inv;
+        const double c = std::clamp(static_cast<double>(std::nearbyint(v)), -127.0, 127.0);
+        xq[static_cast<size_t>(i * k + kk)] = c * d;
+      }
+    }
+  const size_t rb = ggml_row_bytes(t, k);
+  std::vector<float> row(static_cast<size_t>(k));
+  std::vector<double> out(static_cast<size_t>(m * n));
+  for (int64_t j = 0; j < n; ++j) {
+    ggml_dequantize_row(t, w.data() + j * rb, row.data(), k);
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (int64_t kk = 0; kk < k; ++kk) s += xq[static_cast<size_t>(i * k + kk)] * row[static_cast<size_t>(kk)];
+      out[static_cast<size_t>(i * n + j)] = s + (bias ? bias[j] : 0.0f);
+    }
+  }
+  return out;
+}
+
+class CpuGgml : public CpuIsaTest {};
+
+TEST_P(CpuGgml, MatmulMatchesRefOnEveryElementAndKeepsRowsIndependent) {
+  auto ref = ops::make_ref_backend();
+  auto cpu = make(2);
+  auto cpu1 = make(1);
+  std::mt19937 rng(1707);
+  struct Shape { int64_t m, k, n; bool bias; };
+  // K = 384 and 1056 are multiples of 32 but not of 256 (32-value types only).
+  const Shape shapes[] = {{1, 2048, 1024, false}, {3, 384, 1024, true}, {3, 1024, 384, false}, {17, 1056, 96, true},
+                          {17, 1024, 160, false}, {64, 2048, 64, true}, {64, 384, 40, false}, {1, 256, 7, true}};
+  for (GgmlType t : kGgmlBlockTypes) {
+    for (const Shape& s : shapes) {
+      if (s.k % act_block(t) != 0) continue;
+      const std::string what = ggml_type_name(t) + " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
+                               " N=" + std::to_string(s.n) + (s.bias ? " bias" : "");
+      const std::vector<uint8_t> w = random_ggml_rows(t, s.n, s.k, rng);
+      const TensorView wv(const_cast<uint8_t*>(w.data()), DType::kU8,
+                          {s.n, static_cast<int64_t>(ggml_row_bytes(t, s.k))});
+      Buffer x = random_buffer(DType::kF32, s.m * s.k, rng);
+      Buffer bias = random_buffer(DType::kF32, s.n, rng);
+      Buffer want = poisoned(DType::kF32, s.m * s.n), got = poisoned(DType::kF32, s.m * s.n);
+      ops::WeightQuant q;
+      q.ggml = t;
+      const TensorView bv = s.bias ? bias.view({s.n}) : TensorView();
+      ref->matmul({x.view({s.m, s.k}), wv, bv, want.view({s.m, s.n}), q});
+      cpu->matmul({x.view({s.m, s.k}), wv, bv, got.view({s.m, s.n}), q});
+      const std::vector<double> act = activation_bounds(t, w, x.f32(), s.m, s.k, s.n);
+      double ss = 0;
+      for (int64_t i = 0; i < want.n; ++i) ss += double(want.get(i)) * want.get(i);
+      const double rms = std::sqrt(ss / static_cast<double>(want.n));
+      int64_t bad = 0;
+      for (int64_t i = 0; i < want.n; ++i) {
+        const double g = got.get(i), wv_ = want.get(i);
+        const double tol = act[static_cast<size_t>(i)] + 1e-4 * (std::fabs(wv_) + rms);
+        if (!(std::fabs(g - wv_) <= tol) && bad++ < 5)
+          ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << wv_ << " tol " << tol;
+      }
+      ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements out of bounds";
+      const std::vector<double> exact =
+          quantized_x_oracle(t, w, x.f32(), s.bias ? bias.f32() : nullptr, s.m, s.k, s.n);
+      for (int64_t i = 0; i < want.n; ++i) {
+        const double e = exact[static_cast<size_t>(i)];
+        if (!(std::fabs(got.get(i) - e) <= 3e-6 * (std::fabs(e) + rms)) && bad++ < 5)
+          ADD_FAILURE() << what << ": element " << i << " got " << got.get(i) << " want (x rounded) " << e;
+      }
+      ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements off the rounded-x oracle";
+      // Row rule: each row alone (and on one thread) gives the bits it had inside the batch.
+      for (int64_t r = 0; r < s.m; r += (s.m > 8 ? 7 : 1)) {
+        Buffer one = poisoned(DType::kF32, s.n);
+        TensorView xr(x.bytes.data() + r * s.k * 4, DType::kF32, {1, s.k});
+        (r % 2 ? cpu1 : cpu)->matmul({xr, wv, bv, one.view({1, s.n}), q});
+        for (int64_t j = 0; j < s.n; ++j)
+          ASSERT_EQ(std::memcmp(&one.bytes[j * 4], &got.bytes[(r * s.n + j) * 4], 4), 0)
+              << what << " row " << r << " col " << j;
+      }
+    }
+  }
+}
+
+TEST_P(CpuGgml, EmbeddingGathersExactlyTheReferenceRows) {
+  auto ref = ops::make_ref_backend();
+  auto cpu = make(2);
+  std::mt19937 rng(1708);
+  const int64_t vocab = 300, tokens = 37;
+  for (GgmlType t : kGgmlBlockTypes) {
+    for (int64_t hidden : {int64_t{256}, int64_t{2048}, int64_t{96}}) {
+      if (hidden % act_block(t) != 0) continue;
+      const std::vector<uint8_t> table = random_ggml_rows(t, vocab, hidden, rng);
+      std::vector<int32_t> ids(static_cast<size_t>(tokens));
+      for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+      ids[0] = 0;
+      ids[1] = static_cast<int32_t>(vocab - 1);
+      Buffer idb = int_buffer(ids);
+      Buffer want = poisoned(DType::kF32, tokens * hidden), got = poisoned(DType::kF32, tokens * hidden);
+      ops::EmbeddingParams p;
+      p.token_ids = idb.view({tokens});
+      p.table = TensorView(const_cast<uint8_t*>(table.data()), DType::kU8,
+                           {vocab, static_cast<int64_t>(ggml_row_bytes(t, hidden))});
+      p.table_ggml = t;
+      p.out = want.view({tokens, hidden});
+      ref->embedding(p);
+      p.out = got.view({tokens, hidden});
+      cpu->embedding(p);
+      EXPECT_TRUE(bits_equal(got, want)) << ggml_type_name(t) << " hidden " << hidden;
+    }
+  }
+  // An id out of range is an error, not a read past the table.
+  const std::vector<uint8_t> table = random_ggml_rows(GgmlType::kQ8_0, 4, 32, rng);
+  Buffer idb = int_buffer({1, 4});
+  Buffer out(DType::kF32, 64);
+  ops::EmbeddingParams p;
+  p.token_ids = idb.view({2});
+  p.table = TensorView(const_cast<uint8_t*>(table.data()), DType::kU8, {4, 34});
+  p.table_ggml = GgmlType::kQ8_0;
+  p.out = out.view({2, 32});
+  EXPECT_THROW(cpu->embedding(p), Error);
+}
+
+PEREGRINE_INSTANTIATE_ISA_TESTS(CpuGgml);
+
+}  // namespace
+}  // namespace peregrine::test
