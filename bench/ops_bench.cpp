@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/cpu_features.h"
+#include "core/ggml_quant.h"
 #include "core/memory_bandwidth.h"
 
 namespace {
@@ -26,6 +27,7 @@ constexpr size_t kColdBytes = size_t{512} << 20;  // what each benchmark streams
 MemoryBandwidth g_bandwidth;             // read_gbs: the best of a one-stream and an eight-stream read per thread
 int g_threads = 0;                       // --threads=N (0: one per core)
 ops::CpuIsa g_isa = ops::CpuIsa::kAuto;  // --isa=scalar|avx2|avx512
+bool g_hot = false;                      // --hot: GGUF benchmarks reuse one weight copy (cache-resident: compute)
 
 ops::Backend& backend() {
   static std::unique_ptr<ops::Backend> b = ops::make_cpu_backend(g_threads, g_isa);
@@ -255,6 +257,91 @@ void BM_AttentionDecode(benchmark::State& state) {
   report_bandwidth(state, static_cast<double>(ctx * hkv * hd * 2 * elem), timer);
 }
 
+// GGUF block weights (llama.cpp's types), random codes with fixed small f16 scales (no subnormal products).
+struct GgmlWeights {
+  std::unique_ptr<ops::DeviceBuffer> buf;
+  GgmlType type;
+  int64_t n, k;
+  size_t bytes() const { return ggml_row_bytes(type, k) * static_cast<size_t>(n); }
+  GgmlWeights(GgmlType t, int64_t rows, int64_t cols, uint64_t seed) : type(t), n(rows), k(cols) {
+    buf = std::make_unique<ops::DeviceBuffer>(backend(), bytes());
+    auto* p = static_cast<uint8_t*>(buf->data());
+    uint64_t st = seed * 0x9e3779b97f4a7c15ull + 5;
+    for (size_t i = 0; i < bytes(); ++i) {
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      p[i] = static_cast<uint8_t>(st);
+    }
+    const GgmlBlockInfo b = *ggml_block_info(t);
+    const uint16_t h = 0x1400;  // f16 2^-10
+    const bool two = t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1 || t == GgmlType::kQ4_K || t == GgmlType::kQ5_K;
+    const size_t d_at = t == GgmlType::kQ6_K ? 208 : 0;
+    for (size_t blk = 0; blk < bytes() / static_cast<size_t>(b.type_size); ++blk) {
+      std::memcpy(p + blk * static_cast<size_t>(b.type_size) + d_at, &h, 2);
+      if (two) std::memcpy(p + blk * static_cast<size_t>(b.type_size) + 2, &h, 2);
+    }
+  }
+  TensorView view() const {
+    return TensorView(buf->data(), DType::kU8, {n, static_cast<int64_t>(ggml_row_bytes(type, k))});
+  }
+};
+
+// out[M, N] = x[M, K] · Wᵀ with W in ggml blocks (range 0: the ggml type id): block bytes streamed per second
+// (against the measured read bandwidth), and GFLOP/s for the prefill shapes.
+void BM_GgmlMatmul(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  const size_t bytes = ggml_row_bytes(type, k) * static_cast<size_t>(n);
+  const size_t copies = m == 1 && !g_hot ? std::max<size_t>(1, (kColdBytes + bytes - 1) / bytes) : 1;
+  std::vector<std::unique_ptr<GgmlWeights>> w;
+  for (size_t c = 0; c < copies; ++c) w.push_back(std::make_unique<GgmlWeights>(type, n, k, c + 1));
+  std::vector<float> x = random_f32(static_cast<size_t>(m * k), 3), out(static_cast<size_t>(m * n));
+  ops::WeightQuant q;
+  q.ggml = type;
+  size_t c = 0;
+  LoopTimer timer;
+  for (auto _ : state) {
+    backend().matmul({TensorView(x.data(), DType::kF32, {m, k}), w[c]->view(), {},
+                      TensorView(out.data(), DType::kF32, {m, n}), q});
+    c = (c + 1) % copies;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(ggml_type_name(type));
+  report_bandwidth(state, static_cast<double>(bytes), timer);
+  if (m > 1)
+    state.counters["GFLOP/s"] =
+        2.0 * static_cast<double>(m * n * k) * static_cast<double>(state.iterations()) / timer.seconds() / 1e9;
+}
+
+// One bs=1 decode step's matmuls of Llama-3.2-1B with every weight in one ggml type (range 0), the lm_head
+// included (as make_random_gguf.py writes a pure file): tok/s this alone would allow.
+void BM_GgmlDecodeStep(benchmark::State& state) {
+  const auto type = static_cast<GgmlType>(state.range(0));
+  struct Linear {
+    int64_t n, k;
+  };
+  const Linear layer[] = {{2048, 2048}, {512, 2048},  {512, 2048}, {2048, 2048},
+                          {8192, 2048}, {8192, 2048}, {2048, 8192}};
+  std::vector<std::unique_ptr<GgmlWeights>> w;
+  for (int l = 0; l < 16; ++l)
+    for (const Linear& s : layer) w.push_back(std::make_unique<GgmlWeights>(type, s.n, s.k, w.size() + 1));
+  w.push_back(std::make_unique<GgmlWeights>(type, 128256, 2048, 999));
+  double bytes = 0;
+  for (const auto& x : w) bytes += static_cast<double>(x->bytes());
+  std::vector<float> x = random_f32(8192, 5), out(128256);
+  ops::WeightQuant q;
+  q.ggml = type;
+  LoopTimer timer;
+  for (auto _ : state) {
+    for (const auto& wi : w)
+      backend().matmul({TensorView(x.data(), DType::kF32, {1, wi->k}), wi->view(), {},
+                        TensorView(out.data(), DType::kF32, {1, wi->n}), q});
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(ggml_type_name(type));
+  report_bandwidth(state, bytes, timer);
+  state.counters["tok/s"] = static_cast<double>(state.iterations()) / timer.seconds();
+}
+
 // Launch overhead of a parallel op: a matmul too small to matter (N=64, K=8, f32) split over the threads.
 void BM_ParallelOpOverhead(benchmark::State& state) {
   std::vector<float> x = random_f32(8, 1), w = random_f32(64 * 8, 2), out(64);
@@ -305,6 +392,17 @@ BENCHMARK(BM_Gemm)
     ->ArgsProduct({{1, 2, 4, 5, 8, 9, 16}, {32000}, {384}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+// GGUF types at the 1B shape (Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14; also Q5_0 = 6): decode and prefill.
+BENCHMARK(BM_GgmlMatmul)
+    ->ArgNames({"type", "M", "N", "K"})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {2048}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {8192}, {2048}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {8192}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {128256}, {2048}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {512}, {2048}})  // 0.3-0.6 MB: with --hot, from L2 (compute-bound)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GgmlDecodeStep)->ArgNames({"type"})->Arg(2)->Arg(8)->Arg(12)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"ctx", "f32"})
     ->ArgsProduct({{1024, 4096, 16384}, {0, 1}})
@@ -317,6 +415,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) {
       g_threads = std::atoi(argv[i] + 10);
+    } else if (std::strcmp(argv[i], "--hot") == 0) {
+      g_hot = true;
     } else if (std::strncmp(argv[i], "--isa=", 6) == 0) {
       const std::string isa = argv[i] + 6;
       g_isa = isa == "scalar"   ? ops::CpuIsa::kScalar

@@ -3,10 +3,12 @@
 // causal prefill attention at 8K, and Llama-3-8B GEMM shapes at M=1 (weight GB/s) and M=8192 (TFLOP/s) under
 // each matmul policy, plus a sweep of pinned split-K counts. Inputs rotate through buffer sets larger than L2;
 // timings are medians of CUDA-graph replays.
-// Usage: cuda_ops_bench [--gemm-only] [output.md]
+// --ggml-only: the HBM ceilings, then GGUF block matmuls (Q8_0/Q4_0/Q4_K/Q6_K, 8B shapes, M = 1/8/32) only.
+// Usage: cuda_ops_bench [--gemm-only | --ggml-only] [output.md]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -19,6 +21,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "bench_fill.cuh"
+#include "core/ggml_quant.h"
 #include "core/status.h"
 
 using namespace peregrine;
@@ -264,6 +267,61 @@ void add_gemm_rows(Bench& b, std::vector<Row>& rows, double read_tbps, double pe
   }
 }
 
+// GGUF block weights (ggml_matmul.cuh) at Llama-3-8B shapes: M = 1 and 8 (GEMV: block bytes read per second
+// against the HBM ceilings) and M = 32 (dequantize + cuBLASLt). Random codes, fixed small f16 scales.
+void add_ggml_rows(Bench& b, std::vector<Row>& rows, double copy_tbps, double read_tbps) {
+  struct Shape {
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  std::printf("\n| ggml type | N x K | M | us | GB/s of blocks | vs copy BW | vs read BW |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (const Shape& sh : shapes) {
+      const size_t row_bytes = ggml_row_bytes(t, sh.k), bytes = row_bytes * static_cast<size_t>(sh.n);
+      std::vector<uint8_t> host(bytes);
+      uint64_t st = 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(t) + 1);
+      for (auto& v : host) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        v = static_cast<uint8_t>(st);
+      }
+      const GgmlBlockInfo bi = *ggml_block_info(t);
+      const uint16_t h = 0x1400;  // 2^-10
+      const size_t d_at = t == GgmlType::kQ6_K ? 208 : 0;
+      for (size_t blk = 0; blk < bytes / static_cast<size_t>(bi.type_size); ++blk) {
+        std::memcpy(host.data() + blk * static_cast<size_t>(bi.type_size) + d_at, &h, 2);
+        if (t == GgmlType::kQ4_K) std::memcpy(host.data() + blk * static_cast<size_t>(bi.type_size) + 2, &h, 2);
+      }
+      const int sets = sets_for(bytes);
+      std::vector<DeviceBuffer> ws;
+      for (int si = 0; si < sets; ++si) {
+        ws.emplace_back(b.be(), bytes);
+        b.be().copy_from_host(ws.back().data(), host.data(), bytes);
+      }
+      for (int64_t m : {1, 8, 32}) {
+        DeviceBuffer x = b.random_buffer(DType::kBF16, m * sh.k), out(b.be(), m * sh.n * 2);
+        ops::WeightQuant q;
+        q.ggml = t;
+        const int calls = sets * std::max(1, 24 / sets);
+        const double ms = b.time_calls(calls, [&](int i) {
+          b.be().matmul({x.view(DType::kBF16, {m, sh.k}),
+                         TensorView(ws[i % sets].data(), DType::kU8, {sh.n, static_cast<int64_t>(row_bytes)}),
+                         TensorView(), out.view(DType::kBF16, {m, sh.n}), q});
+        });
+        const double gbps = bytes / (ms * 1e-3) / 1e9;
+        std::printf("| %s | %lldx%lld | %lld | %.1f | %.0f | %.0f%% | %.0f%% |\n", ggml_type_name(t).c_str(),
+                    static_cast<long long>(sh.n), static_cast<long long>(sh.k), static_cast<long long>(m), ms * 1e3,
+                    gbps, 100 * gbps / 1e3 / copy_tbps, 100 * gbps / 1e3 / read_tbps);
+        std::fflush(stdout);
+        rows.push_back({"ggml " + ggml_type_name(t) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
+                            " M " + std::to_string(m) + ": " + fmt("%.1f us", ms * 1e3),
+                        fmt("%.0f GB/s of blocks", gbps),
+                        fmt("%.0f%% of copy BW, ", 100 * gbps / 1e3 / copy_tbps) +
+                            fmt("%.0f%% of read BW", 100 * gbps / 1e3 / read_tbps)});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -272,11 +330,13 @@ int main(int argc, char** argv) {
       std::printf("cuda_ops_bench: no CUDA device\n");
       return 0;
     }
-    bool gemm_only = false;
+    bool gemm_only = false, ggml_only = false;
     const char* out_path = nullptr;
     for (int i = 1; i < argc; ++i) {
       if (std::string(argv[i]) == "--gemm-only") {
         gemm_only = true;
+      } else if (std::string(argv[i]) == "--ggml-only") {
+        ggml_only = true;
       } else {
         out_path = argv[i];
       }
@@ -291,6 +351,13 @@ int main(int argc, char** argv) {
     rows.push_back({"HBM copy, 16-byte kernel (2 GiB, read+write)", fmt("%.2f TB/s", bw.copy_tbps), "ceiling"});
     rows.push_back({"HBM copy, cudaMemcpyAsync D2D in a graph", fmt("%.2f TB/s", bw.memcpy_tbps), "(copy engine)"});
     rows.push_back({"HBM read-only kernel (2 GiB)", fmt("%.2f TB/s", read_tbps), "ceiling for reads"});
+    if (ggml_only) {
+      add_ggml_rows(b, rows, copy_tbps, read_tbps);
+      std::string table = "| measurement | figure | versus |\n| --- | --- | --- |\n";
+      for (const Row& r : rows) table += "| " + r.what + " | " + r.value + " | " + r.versus + " |\n";
+      std::printf("\n%s", table.c_str());
+      return 0;
+    }
     const double peak = measure_matmul_tflops(b, 8192, 8192, 8192, ops::MatmulPolicy::kFastest);
     rows.push_back({"cuBLASLt bf16 matmul 8192^3", fmt("%.0f TFLOP/s", peak), "ceiling"});
     std::fflush(stdout);

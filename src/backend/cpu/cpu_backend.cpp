@@ -163,14 +163,20 @@ class CpuBackend final : public Backend {
     if (m == 0 || n == 0) return;
     std::vector<float> bias;
     if (!p.bias.empty()) bias = to_f32_vector(k_, p.bias);
-    const int64_t qk = cpu::ggml_x_block(p.quant.ggml);
-    gx_q_.resize(static_cast<size_t>(m * k));
+    const GgmlType type = p.quant.ggml;
+    const int64_t qk = cpu::ggml_x_block(type), q_stride = cpu::ggml_x_q_stride(type, k);
+    const int64_t pairs = cpu::ggml_x_pairs(type, k);
+    gx_q_.resize(static_cast<size_t>(m * q_stride));
     gx_d_.resize(static_cast<size_t>(m * k / qk));
     gx_s_.resize(static_cast<size_t>(m * k / 16));
+    gx_off_.resize(static_cast<size_t>(m * pairs * 8));
+    gx_pf_.resize(static_cast<size_t>(m * pairs * 16));
+    const cpu::GgmlQuantizedX gx{gx_q_.data(), q_stride, gx_d_.data(), gx_s_.data(), gx_off_.data(), gx_pf_.data()};
     const float* x = p.x.as<const float>();
     auto quantize = [&](int64_t r0, int64_t r1) {
-      g_.quantize_x(x + r0 * k, r1 - r0, k, qk, gx_q_.data() + r0 * k, gx_d_.data() + r0 * (k / qk),
-                    gx_s_.data() + r0 * (k / 16));
+      const cpu::GgmlQuantizedX at{gx.q + r0 * q_stride, q_stride, gx.d + r0 * (k / qk), gx.sums + r0 * (k / 16),
+                                   gx.pair_off + r0 * pairs * 8, gx.pair_f + r0 * pairs * 16};
+      g_.quantize_x(x + r0 * k, r1 - r0, k, type, at);
     };
     if (m * k >= kParallelElems && m > 1) pool_.parallel_for(m, quantize);
     else quantize(0, m);
@@ -178,7 +184,7 @@ class CpuBackend final : public Backend {
     a.type = p.quant.ggml;
     a.w = static_cast<const uint8_t*>(p.w.data);
     a.row_bytes = p.w.dim(1);
-    a.x = {gx_q_.data(), gx_d_.data(), gx_s_.data()};
+    a.x = gx;
     a.bias = bias.empty() ? nullptr : bias.data();
     a.out = p.out.as<float>();
     a.m = m;
@@ -413,6 +419,8 @@ class CpuBackend final : public Backend {
   std::vector<int8_t> gx_q_;                 // ggml matmul: x as int8 blocks, their scales, their 16-sums
   std::vector<float> gx_d_;
   std::vector<int16_t> gx_s_;
+  std::vector<int32_t> gx_off_;
+  std::vector<float> gx_pf_;
   std::vector<float> partials_;              // attention: per-segment softmax states of split items
   std::vector<int32_t> tails_;               // attention: token-tree rows' paths (sequence slots)
 };

@@ -17,16 +17,40 @@
 
 namespace peregrine::cpu {
 
-// x prepared for the ggml matmul: per row, k int8 codes, k / qk f32 scales, k / 16 int16 sums of codes.
+// x prepared for the ggml matmul: per row, the int8 codes, the f32 scale of every block of qk, the int16 sums
+// of every 16 codes. For the 4/5-bit 32-value types (Q4_0, Q4_1, Q5_0, Q5_1) the codes of blocks 2p and 2p + 1
+// are laid out as [2p: 0..15 | 2p+1: 0..15 | 2p: 16..31 | 2p+1: 16..31] (so one 32-byte vector of nibbles of two
+// weight blocks meets its x codes) and each such pair p has 8 int32 lane offsets ([-offset * sum(2p), 0, 0, 0,
+// -offset * sum(2p+1), 0, 0, 0]) and 16 floats ([d(2p) x4, d(2p+1) x4], [d(2p) * sum(2p), 0, 0, 0, d(2p+1) *
+// sum(2p+1), 0, 0, 0]); a last unpaired block has zeros in place of its partner.
 struct GgmlQuantizedX {
-  const int8_t* q = nullptr;     // [M, K]
-  const float* d = nullptr;      // [M, K / qk]
-  const int16_t* sums = nullptr; // [M, K / 16]
+  const int8_t* q = nullptr;         // [M, q_stride]
+  int64_t q_stride = 0;              // K, or K rounded up to 64 for the paired layout
+  const float* d = nullptr;          // [M, K / qk]
+  const int16_t* sums = nullptr;     // [M, K / 16]
+  const int32_t* pair_off = nullptr; // [M, pairs, 8] (paired layout only)
+  const float* pair_f = nullptr;     // [M, pairs, 16] (paired layout only)
 };
 
 // The block size x is quantized in for a weight type: 32, or 256 for the K-quants.
 inline int64_t ggml_x_block(GgmlType t) {
   return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K ? 256 : 32;
+}
+
+// True for the types whose x uses the paired layout; the code offset those kernels subtract (8 for Q4_0, 16 for
+// Q5_0, 0 for the types with a min).
+inline bool ggml_x_paired(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1;
+}
+inline int ggml_x_offset(GgmlType t) {
+  return t == GgmlType::kQ4_0 ? 8 : t == GgmlType::kQ5_0 ? 16 : 0;
+}
+// Sizes of the prepared x per row: codes (q_stride), pairs.
+inline int64_t ggml_x_q_stride(GgmlType t, int64_t k) {
+  return ggml_x_paired(t) ? (k + 63) / 64 * 64 : k;
+}
+inline int64_t ggml_x_pairs(GgmlType t, int64_t k) {
+  return ggml_x_paired(t) ? (k / 32 + 1) / 2 : 0;
 }
 
 struct GgmlMatmulArgs {
@@ -41,8 +65,8 @@ struct GgmlMatmulArgs {
 
 struct GgmlKernelTable {
   const char* name = "";
-  // Rows [0, rows) of x [rows, k] into q / d / sums (GgmlQuantizedX layout) in blocks of qk.
-  void (*quantize_x)(const float* x, int64_t rows, int64_t k, int64_t qk, int8_t* q, float* d, int16_t* sums) = nullptr;
+  // Rows [0, rows) of x [rows, k] into the GgmlQuantizedX layout for weight type t (out's pointers at row 0).
+  void (*quantize_x)(const float* x, int64_t rows, int64_t k, GgmlType t, const GgmlQuantizedX& out) = nullptr;
   // Columns [n_begin, n_end) of rows [m_begin, m_end); every supported block type.
   void (*matmul)(const GgmlMatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
 };

@@ -35,6 +35,7 @@ struct GScalar {
   static constexpr const char* kName = "scalar";
   static constexpr int kGemvNr = 4;
   static constexpr int kMr = 2, kNr = 2;
+  static constexpr int kMrK = 2, kNrK = 2;
 
   static I zero() { return I{}; }
   static I load(const void* p) {
@@ -126,6 +127,32 @@ struct GScalar {
     }
     return acc;
   }
+  static I u8x8_to16(uint32_t lo, uint32_t hi) {
+    I r;
+    for (int i = 0; i < 16; ++i) r.set16(i, ((i & 7) < 4 ? lo >> (8 * (i & 3)) : hi >> (8 * (i & 3))) & 0xff);
+    return r;
+  }
+  static I u8x8_to16_twice(uint32_t lo, uint32_t hi) {
+    I r;
+    for (int i = 0; i < 16; ++i) r.set16(i, ((i / 2) < 4 ? lo >> (8 * (i / 2)) : hi >> (8 * (i / 2 - 4))) & 0xff);
+    return r;
+  }
+  static I pick16(I v, int s) {
+    I r;
+    for (int i = 0; i < 16; ++i) r.set16(i, v.s16(s));
+    return r;
+  }
+  static I bcast16(const uint8_t* p) {
+    I r;
+    std::memcpy(r.b, p, 16);
+    std::memcpy(r.b + 16, p, 16);
+    return r;
+  }
+  static I pick_s8_pair(I v, int s) {
+    I r;
+    for (int i = 0; i < 16; ++i) r.set16(i, v.s8(i < 8 ? 2 * s : 2 * s + 1));
+    return r;
+  }
   static I madd16(I a, I b) {
     I r;
     for (int l = 0; l < 8; ++l)
@@ -147,7 +174,28 @@ struct GScalar {
     return r;
   }
 
+  static I pair16(const uint8_t* a, const uint8_t* b) {
+    I r{};
+    std::memcpy(r.b, a, 16);
+    if (b) std::memcpy(r.b + 16, b, 16);
+    return r;
+  }
+  static F f16x2(const uint8_t* a, const uint8_t* b) {
+    F r;
+    const float da = f16(a), db = b ? f16(b) : 0.0f;
+    for (int l = 0; l < 8; ++l) r.v[l] = l < 4 ? da : db;
+    return r;
+  }
   static F zerof() { return F{}; }
+  static F loadf(const float* p) {
+    F r;
+    std::memcpy(r.v, p, 32);
+    return r;
+  }
+  static F mulf(F a, F b) {
+    for (int l = 0; l < 8; ++l) a.v[l] *= b.v[l];
+    return a;
+  }
   static F cvt(I v) {
     F r;
     for (int l = 0; l < 8; ++l) r.v[l] = static_cast<float>(v.s32(l));

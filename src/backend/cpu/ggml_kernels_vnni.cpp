@@ -10,7 +10,8 @@ namespace {
 struct GVnni : GAvx2 {
   static constexpr const char* kName = "avx512-vnni";
   static constexpr int kGemvNr = 4;
-  static constexpr int kMr = 4, kNr = 2;
+  static constexpr int kMr = 4, kNr = 2;    // 32-value types
+  static constexpr int kMrK = 8, kNrK = 1;  // K-quants (measured best on Zen 4)
   static I dot(I acc, I u, I s) { return _mm256_dpbusd_epi32(acc, u, s); }
   static I dot_ss(I acc, I w, I x) { return dot(acc, _mm256_abs_epi8(w), _mm256_sign_epi8(x, w)); }
   static I dot_sc(I acc, I u, I s, I sc16) { return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, s), sc16); }

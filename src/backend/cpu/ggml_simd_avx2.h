@@ -15,7 +15,8 @@ struct GAvx2 {
   using F = __m256;
   static constexpr const char* kName = "avx2";
   static constexpr int kGemvNr = 4;  // weight rows streamed at once by the M = 1 kernel
-  static constexpr int kMr = 2, kNr = 2;  // the M > 1 register tile (16 vector registers)
+  static constexpr int kMr = 2, kNr = 2;    // the M > 1 register tile (16 vector registers)
+  static constexpr int kMrK = 4, kNrK = 1;  // the same for the K-quants
 
   static I zero() { return _mm256_setzero_si256(); }
   static I load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -52,6 +53,26 @@ struct GAvx2 {
   static I dot_sc(I acc, I u, I s, I sc16) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc16));
   }
+  // 8 bytes (lo word, hi word) as int16 in both 128-bit halves; the same with each value twice (16 int16).
+  static I u8x8_to16(uint32_t lo, uint32_t hi) {
+    const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(lo | (static_cast<uint64_t>(hi) << 32)));
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(b));
+  }
+  static I u8x8_to16_twice(uint32_t lo, uint32_t hi) {
+    const __m128i b = _mm_cvtsi64_si128(static_cast<long long>(lo | (static_cast<uint64_t>(hi) << 32)));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b, b));
+  }
+  // Every int16 lane = int16 lane s (0..7) of v's halves.
+  static I pick16(I v, int s) { return _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<short>(((2 * s + 1) << 8) | (2 * s)))); }
+  static I bcast16(const uint8_t* p) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  // From 16 int8 in both halves (bcast16): [int8 2s as int16 x8 | int8 2s + 1 as int16 x8].
+  static I pick_s8_pair(I v, int s) {
+    const short lo = static_cast<short>((2 * s) << 8 | 0x80), hi = static_cast<short>((2 * s + 1) << 8 | 0x80);
+    const I idx = _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, idx), 8);
+  }
   static I madd16(I a, I b) { return _mm256_madd_epi16(a, b); }
   static I sub32(I a, I b) { return _mm256_sub_epi32(a, b); }
   static I lane0(int32_t v) { return _mm256_zextsi128_si256(_mm_cvtsi32_si128(v)); }
@@ -59,7 +80,21 @@ struct GAvx2 {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 
+  // [16 bytes at a | 16 bytes at b], zeros for b null.
+  static I pair16(const uint8_t* a, const uint8_t* b) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    return b ? _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), lo) : _mm256_zextsi128_si256(lo);
+  }
+  // [half at a x4, half at b x4] as f32 (0 for b null).
+  static F f16x2(const uint8_t* a, const uint8_t* b) {
+    uint16_t ha, hb = 0;
+    std::memcpy(&ha, a, 2);
+    if (b) std::memcpy(&hb, b, 2);
+    return _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm_set1_epi16(static_cast<short>(ha)), _mm_set1_epi16(static_cast<short>(hb))));
+  }
   static F zerof() { return _mm256_setzero_ps(); }
+  static F loadf(const float* p) { return _mm256_loadu_ps(p); }
+  static F mulf(F a, F b) { return _mm256_mul_ps(a, b); }
   static F cvt(I v) { return _mm256_cvtepi32_ps(v); }
   static F set1f(float v) { return _mm256_set1_ps(v); }
   static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }

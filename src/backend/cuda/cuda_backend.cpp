@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/ggml_matmul.cuh"
 #include "backend/cuda/quant_matmul.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kv_cache.cuh"
@@ -120,8 +121,19 @@ class CudaBackendImpl final : public CudaBackend {
 
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);
-    if (p.table_ggml != GgmlType::kNone)
-      throw Error(ErrorCode::kUnsupported, "cuda embedding: ggml block tables are not implemented yet");
+    if (p.table_ggml == GgmlType::kF32 || p.table_ggml == GgmlType::kF16 || p.table_ggml == GgmlType::kBF16) {
+      // Plain floats in a byte view: the ordinary gather with the table's element dtype.
+      const DType t = p.table_ggml == GgmlType::kF32 ? DType::kF32 : p.table_ggml == GgmlType::kF16 ? DType::kF16 : DType::kBF16;
+      cuda::EmbeddingLaunch l{p.token_ids.as<const int32_t>(), p.table.data, p.out.data, t, p.out.dtype,
+                              p.token_ids.dim(0), p.table.dim(0), p.hidden(), error_word_};
+      return cuda::launch_embedding(l, stream_);
+    }
+    if (p.table_ggml != GgmlType::kNone) {
+      cuda::GgmlEmbeddingLaunch l{p.token_ids.as<const int32_t>(), static_cast<const uint8_t*>(p.table.data),
+                                  p.table_ggml, p.table.dim(1), p.out.data, p.out.dtype, p.token_ids.dim(0),
+                                  p.table.dim(0), p.hidden(), error_word_};
+      return cuda::launch_ggml_embedding(l, stream_);
+    }
     cuda::EmbeddingLaunch l{p.token_ids.as<const int32_t>(), p.table.data, p.out.data, p.table.dtype, p.out.dtype,
                             p.token_ids.dim(0), p.table.dim(0), p.table.dim(1), error_word_};
     cuda::launch_embedding(l, stream_);
@@ -129,8 +141,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
-    if (p.quant.ggml_blocks())
-      throw Error(ErrorCode::kUnsupported, "cuda matmul: ggml block weights are not implemented yet");
+    if (p.quant.ggml_blocks()) return ggml_matmul(p);
     if (p.quant.quantized()) return quant_matmul(p);
     cuda::GemmLaunch l{p.x.data, p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.out.data,
                        p.x.dtype, p.w.dtype, p.bias.dtype, p.out.dtype, p.x.dim(0), p.w.dim(0), p.x.dim(1)};
@@ -147,6 +158,23 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       cuda::launch_gemm_generic(l, stream_);
     }
+  }
+
+  // GGUF blocks (ggml_matmul.cuh): M <= kGgmlGemvMaxM reads every block once, dequantized in registers; larger M
+  // dequantizes the weight into a dense scratch in x's dtype and runs the cuBLASLt GEMM.
+  // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 8 / 9 boundary.
+  void ggml_matmul(const MatmulParams& p) {
+    if (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32)
+      throw Error(ErrorCode::kUnsupported, "cuda backend: ggml matmul out dtype must be x's or f32");
+    cuda::GgmlMatmulLaunch l{p.x.data, p.x.dtype, static_cast<const uint8_t*>(p.w.data), p.quant.ggml, p.w.dim(1),
+                             p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, p.out.dtype,
+                             p.x.dim(0), p.w.dim(0), p.x.dim(1)};
+    if (l.m == 0 || l.n == 0) return;
+    if (l.m <= cuda::kGgmlGemvMaxM) return cuda::launch_ggml_gemv(l, stream_);
+    void* w = scratch(static_cast<size_t>(l.n * l.k) * dtype_bytes(p.x.dtype, 1), kQuantWSlot);
+    cuda::launch_ggml_dequantize(l, w, stream_);
+    dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
+                                  l.m, l.n, l.k});
   }
 
   // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers; larger M

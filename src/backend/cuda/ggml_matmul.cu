@@ -1,0 +1,284 @@
+// GGUF block kernels (see ggml_matmul.cuh).
+//
+// Every kernel works in chunks of 32 consecutive values of a row: a whole block of the 32-value types, one
+// sub-block of a 256-value K-quant super-block. dequant32<T> turns chunk c of a row into 32 floats in registers,
+// as core/ggml_quant.cpp's oracle defines them, from 16-bit loads (every block field of every type sits at an even
+// offset, and every row length in bytes is even).
+//
+// GEMV: one warp per output; lane l takes chunks l, l + 32, ... (for a 32-value type a warp's first pass reads 32
+// consecutive blocks: coalesced); each chunk's 32 products are summed in order into the lane's accumulator, then a
+// fixed xor butterfly. The order depends on K only, so a row's bits never depend on M.
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/ggml_matmul.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+constexpr int kGemvWarps = 4;  // outputs per block
+
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ __forceinline__ float ldh(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+// n (even) bytes from an even address.
+template <int N>
+__device__ __forceinline__ void ld_bytes(const uint8_t* p, uint8_t (&b)[N]) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const uint32_t w = ld16(p + 2 * i);
+    b[2 * i] = static_cast<uint8_t>(w & 0xffu);
+    b[2 * i + 1] = static_cast<uint8_t>(w >> 8);
+  }
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block (12 packed bytes at q).
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, float* sc, float* m) {
+  uint8_t s[12];
+  ld_bytes<12>(q, s);
+  if (j < 4) {
+    *sc = static_cast<float>(s[j] & 63);
+    *m = static_cast<float>(s[j + 4] & 63);
+  } else {
+    *sc = static_cast<float>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<float>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+template <GgmlType T>
+__device__ __forceinline__ void dequant32(const uint8_t* row, int64_t c, float (&v)[32]) {
+  if constexpr (T == GgmlType::kQ4_0 || T == GgmlType::kQ4_1) {
+    constexpr int kBytes = T == GgmlType::kQ4_0 ? 18 : 20, kQs = T == GgmlType::kQ4_0 ? 2 : 4;
+    const uint8_t* b = row + c * kBytes;
+    const float d = ldh(b);
+    const float m = T == GgmlType::kQ4_1 ? ldh(b + 2) : 0.0f;
+    uint8_t q[16];
+    ld_bytes<16>(b + kQs, q);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      if constexpr (T == GgmlType::kQ4_0) {
+        v[j] = static_cast<float>((q[j] & 0xF) - 8) * d;
+        v[j + 16] = static_cast<float>((q[j] >> 4) - 8) * d;
+      } else {
+        v[j] = __fadd_rn(__fmul_rn(static_cast<float>(q[j] & 0xF), d), m);
+        v[j + 16] = __fadd_rn(__fmul_rn(static_cast<float>(q[j] >> 4), d), m);
+      }
+    }
+  } else if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
+    constexpr bool kMin = T == GgmlType::kQ5_1;
+    constexpr int kBytes = kMin ? 24 : 22, kQh = kMin ? 4 : 2;
+    const uint8_t* b = row + c * kBytes;
+    const float d = ldh(b);
+    const float m = kMin ? ldh(b + 2) : 0.0f;
+    const uint32_t qh = ld16(b + kQh) | (ld16(b + kQh + 2) << 16);
+    uint8_t q[16];
+    ld_bytes<16>(b + kQh + 4, q);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (q[j] & 0xF) | static_cast<int>(((qh >> j) & 1u) << 4);
+      const int hi = (q[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+      if constexpr (kMin) {
+        v[j] = __fadd_rn(__fmul_rn(static_cast<float>(lo), d), m);
+        v[j + 16] = __fadd_rn(__fmul_rn(static_cast<float>(hi), d), m);
+      } else {
+        v[j] = static_cast<float>(lo - 16) * d;
+        v[j + 16] = static_cast<float>(hi - 16) * d;
+      }
+    }
+  } else if constexpr (T == GgmlType::kQ8_0) {
+    const uint8_t* b = row + c * 34;
+    const float d = ldh(b);
+    uint8_t q[32];
+    ld_bytes<32>(b + 2, q);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) v[j] = static_cast<float>(static_cast<int8_t>(q[j])) * d;
+  } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
+    constexpr bool k5 = T == GgmlType::kQ5_K;
+    constexpr int kBytes = k5 ? 176 : 144, kQs = k5 ? 48 : 16;
+    const int64_t sb = c / 8;
+    const int j = static_cast<int>(c % 8);
+    const uint8_t* b = row + sb * kBytes;
+    float sc, mn;
+    scale_min_k4(j, b + 4, &sc, &mn);
+    const float d1 = __fmul_rn(ldh(b), sc), m1 = __fmul_rn(ldh(b + 2), mn);
+    uint8_t q[32];
+    ld_bytes<32>(b + kQs + 32 * (j / 2), q);
+    const int shift = 4 * (j & 1);
+    if constexpr (k5) {
+      uint8_t h[32];
+      ld_bytes<32>(b + 16, h);
+#pragma unroll
+      for (int l = 0; l < 32; ++l)
+        v[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>(((q[l] >> shift) & 0xF) + (((h[l] >> j) & 1) << 4))), m1);
+    } else {
+#pragma unroll
+      for (int l = 0; l < 32; ++l) v[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>((q[l] >> shift) & 0xF)), m1);
+    }
+  } else {  // Q6_K: chunk s = 4 * half + t of the super-block
+    const int64_t sb = c / 8;
+    const int s = static_cast<int>(c % 8), half = s >> 2, t = s & 3;
+    const uint8_t* b = row + sb * 210;
+    const float d = ldh(b + 208);
+    uint8_t ql[32], qh[32], sc2[2];
+    ld_bytes<32>(b + 64 * half + 32 * (t & 1), ql);
+    ld_bytes<32>(b + 128 + 32 * half, qh);
+    ld_bytes<2>(b + 192 + 2 * s, sc2);
+    const float s0 = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc2[0])));
+    const float s1 = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc2[1])));
+    const int shift = 4 * (t >> 1);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      const int q = ((ql[l] >> shift) & 0xF) | (((qh[l] >> (2 * t)) & 3) << 4);
+      v[l] = __fmul_rn(l < 16 ? s0 : s1, static_cast<float>(q - 32));
+    }
+  }
+}
+
+template <GgmlType T, typename X, int MT>
+__global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_kernel(GgmlMatmulLaunch p, const X* __restrict__ x) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (n >= p.n) return;  // whole warps only: no block-level sync below
+  const uint8_t* row = p.w + n * p.row_bytes;
+  const int64_t chunks = p.k / 32;
+  float acc[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+  for (int64_t c = lane; c < chunks; c += 32) {
+    float v[32];
+    dequant32<T>(row, c, v);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m < p.m) {
+        float part = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float xv[8];
+          load8(x + m * p.k + c * 32 + 8 * e, xv);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) part = fmaf(v[8 * e + q], xv[q], part);
+        }
+        acc[m] += part;
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float s = acc[m];
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0 && m < p.m) {
+      if (p.bias) s += load_any(p.bias, p.bias_dtype, n);
+      store_any(p.out, p.out_dtype, m * p.n + n, s);
+    }
+  }
+}
+
+// One thread per chunk of 32 values of the weight.
+template <GgmlType T, typename X>
+__global__ void ggml_dequantize_kernel(GgmlMatmulLaunch p, X* __restrict__ w) {
+  const int64_t per_row = p.k / 32, total = p.n * per_row;
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = t / per_row, c = t % per_row;
+    float v[32];
+    dequant32<T>(p.w + n * p.row_bytes, c, v);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float o[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) o[q] = v[8 * e + q];
+      store8(w + n * p.k + c * 32 + 8 * e, o);
+    }
+  }
+}
+
+// One block per token; threads over the row's chunks.
+template <GgmlType T>
+__global__ void ggml_embedding_kernel(GgmlEmbeddingLaunch p) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = p.token_ids[t];
+  const int64_t chunks = p.hidden / 32;
+  if (id < 0 || id >= p.vocab) {
+    if (threadIdx.x == 0) atomicOr(p.error_flags, kErrEmbeddingTokenId);
+    for (int64_t h = threadIdx.x; h < p.hidden; h += blockDim.x) store_any(p.out, p.out_dtype, t * p.hidden + h, 0.0f);
+    return;
+  }
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float v[32];
+    dequant32<T>(p.table + id * p.row_bytes, c, v);
+#pragma unroll
+    for (int q = 0; q < 32; ++q) store_any(p.out, p.out_dtype, t * p.hidden + c * 32 + q, v[q]);
+  }
+}
+
+template <typename Fn>
+void dispatch_ggml(GgmlType t, Fn&& fn) {
+  switch (t) {
+    case GgmlType::kQ4_0: fn(std::integral_constant<GgmlType, GgmlType::kQ4_0>{}); return;
+    case GgmlType::kQ4_1: fn(std::integral_constant<GgmlType, GgmlType::kQ4_1>{}); return;
+    case GgmlType::kQ5_0: fn(std::integral_constant<GgmlType, GgmlType::kQ5_0>{}); return;
+    case GgmlType::kQ5_1: fn(std::integral_constant<GgmlType, GgmlType::kQ5_1>{}); return;
+    case GgmlType::kQ8_0: fn(std::integral_constant<GgmlType, GgmlType::kQ8_0>{}); return;
+    case GgmlType::kQ4_K: fn(std::integral_constant<GgmlType, GgmlType::kQ4_K>{}); return;
+    case GgmlType::kQ5_K: fn(std::integral_constant<GgmlType, GgmlType::kQ5_K>{}); return;
+    case GgmlType::kQ6_K: fn(std::integral_constant<GgmlType, GgmlType::kQ6_K>{}); return;
+    default:
+      throw Error(ErrorCode::kUnsupported, "cuda: ggml type " + ggml_type_name(t) + " has no kernel");
+  }
+}
+
+void check_alignment(const void* w, int64_t row_bytes, const char* what) {
+  if ((reinterpret_cast<uintptr_t>(w) & 1u) != 0 || row_bytes % 2 != 0)
+    throw Error(ErrorCode::kInvalidArgument, std::string("cuda ") + what + ": ggml blocks must be 2-byte aligned");
+}
+
+unsigned grid_for(int64_t work, int threads) {
+  const int64_t blocks = ceil_div(work, threads);
+  return static_cast<unsigned>(blocks > 65536 ? 65536 : (blocks < 1 ? 1 : blocks));
+}
+
+}  // namespace
+
+void launch_ggml_gemv(const GgmlMatmulLaunch& l, cudaStream_t stream) {
+  if (l.m == 0 || l.n == 0) return;
+  check_alignment(l.w, l.row_bytes, "matmul");
+  if (!aligned16(l.x)) throw Error(ErrorCode::kInvalidArgument, "cuda matmul: x must be 16-byte aligned");
+  const unsigned grid = static_cast<unsigned>(ceil_div(l.n, kGemvWarps));
+  dispatch_ggml(l.type, [&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    dispatch_float(l.x_dtype, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      const X* x = static_cast<const X*>(l.x);
+      if (l.m <= 1) ggml_gemv_kernel<T, X, 1><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+      else if (l.m <= 2) ggml_gemv_kernel<T, X, 2><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+      else if (l.m <= 4) ggml_gemv_kernel<T, X, 4><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+      else ggml_gemv_kernel<T, X, 8><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+    });
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_ggml_dequantize(const GgmlMatmulLaunch& l, void* w_out, cudaStream_t stream) {
+  if (l.n == 0 || l.k == 0) return;
+  check_alignment(l.w, l.row_bytes, "matmul");
+  dispatch_ggml(l.type, [&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    dispatch_float(l.x_dtype, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      ggml_dequantize_kernel<T, X><<<grid_for(l.n * l.k / 32, 256), 256, 0, stream>>>(l, static_cast<X*>(w_out));
+    });
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream) {
+  if (l.num_tokens == 0) return;
+  check_alignment(l.table, l.row_bytes, "embedding");
+  dispatch_ggml(l.type, [&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    ggml_embedding_kernel<T><<<static_cast<unsigned>(l.num_tokens), 128, 0, stream>>>(l);
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace peregrine::cuda
