@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call for GGUF models on the GPU: build (CUDA), run the GGUF model tests on the CUDA backend (the
-# pycoder-tiny q8_0/q4_0/q4_k fixtures against llama.cpp's references; they skip while the CUDA backend refuses
-# ggml blocks), then `peregrine bench latency` on an 8B-shaped random GGUF per type when one is in .device/shared
-# (make it with ../shared/tools/make_random_gguf.py --hidden 4096 --layers 32 --heads 32 --kv-heads 8 --ffn 14336
-# --vocab 128256 --dtype q8_0|q4_0). Prints a short table last.
+# pycoder-tiny q8_0/q4_0/q4_k fixtures against llama.cpp's references; a test skips while the CUDA backend refuses
+# ggml blocks with kUnsupported), then `peregrine bench latency` on 8B-shaped random GGUFs (Q8_0, Q4_0, Q4_K: made here
+# with make_random_gguf.py when numpy is importable, at bs=1 and bs=32). Prints a short table last.
+# Prepare with the fixtures and tools: SHARED_EXTRA="models/gguf tools" scripts/device/prepare.sh
 # Run from the repository root on the GPU machine: source .device/env.sh && scripts/device/gguf_check.sh [out_dir]
 set -uo pipefail
 out=${1:-${OUT:-/tmp/gguf_check}}
@@ -25,8 +25,18 @@ PEREGRINE_SHARED_DIR="$PWD/.device/shared" timeout 300 "$build/tests/unit/model_
 echo "model_tests rc=$?"
 grep -E "steps, |^\[  (PASSED|FAILED|SKIPPED)|Failure|unsupported" "$out/model_tests.log" | head -30
 
+tools=.device/shared/tools
+if [ -f "$tools/make_random_gguf.py" ] && python3 -c "import numpy" 2>/dev/null; then
+  for d in q8_0 q4_0; do
+    [ -f "/tmp/8b-$d.gguf" ] || python3 "$tools/make_random_gguf.py" --hidden 4096 --layers 32 --heads 32 --kv-heads 8 \
+      --ffn 14336 --vocab 128256 --ctx 8192 --dtype "$d" --out "/tmp/8b-$d.gguf" >>"$out/make.log" 2>&1
+  done
+  [ -f /tmp/8b-q4_k.gguf ] || python3 bench/gguf_q4_0_to_q4_k.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k.gguf >>"$out/make.log" 2>&1
+else
+  echo "no numpy or no $tools/make_random_gguf.py: no 8B GGUFs to bench"
+fi
 rows=()
-for f in .device/shared/models/gguf-8b/*.gguf; do
+for f in /tmp/8b-q8_0.gguf /tmp/8b-q4_0.gguf /tmp/8b-q4_k.gguf; do
   [ -f "$f" ] || continue
   for bs in 1 32; do
     line=$(timeout 240 "$build/peregrine" bench latency --model "$f" --device cuda --json --input-len 512 \

@@ -122,7 +122,8 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   const bool config_only = config.random_weights && !config.config_file.empty() && config.model.empty();
   const bool gguf = !config_only && io::is_gguf_path(model_dir);
   if (!config_only && !gguf && !std::filesystem::is_directory(model_dir)) {
-    throw Error(ErrorCode::kNotFound, "model folder " + model_dir.string() + " does not exist");
+    throw Error(ErrorCode::kNotFound, (model_dir.extension() == ".gguf" ? "model file " : "model folder ") +
+                                          model_dir.string() + " does not exist");
   }
   io::ModelConfig model_config = config.random_weights && !config.config_file.empty()
                                      ? io::parse_model_config(io::read_text_file(config.config_file), config.config_file)
