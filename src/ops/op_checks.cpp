@@ -113,6 +113,9 @@ void check_matmul(const MatmulParams& p) {
     if (!q.perm.empty()) {
       require(q.perm.dtype == DType::kI32 && q.perm.numel() == k, op, "quant.perm must be [K] int32");
     }
+    require(q.act_group >= 0 && q.act_group <= k, op, "quant.act_group must be in [0, K]");
+    require(q.act == ActQuant::kNone || (q.perm.empty() && q.g_idx.empty()), op,
+            "quantized activations (quant.act) are not combined with quant.perm or quant.g_idx");
   } else {
     require_float(p.w, op, "w");
   }

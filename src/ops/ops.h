@@ -26,9 +26,19 @@ struct EmbeddingParams {
 // where zero(n, g) = zeros[n, g] when given, else 8 for kI4, 128 for kU8 and 0 for kI8 and kF8E4M3.
 // With a column permutation `perm` (GPTQ act-order, stored sorted by group): code column k belongs to input
 // column perm[k], i.e. the matmul computes out[m, n] = sum_k x[m, perm[k]] * W[n, k].
-// The matmul then computes out = x · Wᵀ (+ bias) with W dequantized (backends may quantize x too where the
-// format is defined that way; the ref backend never does). Checkpoint formats (GPTQ, AWQ, compressed-tensors)
-// are repacked into this one layout at load (model/quant_weights.h).
+// The matmul then computes out = x · Wᵀ (+ bias) with W dequantized. Checkpoint formats (GPTQ, AWQ,
+// compressed-tensors, FP8) are repacked into this one layout at load (model/quant_weights.h).
+//
+// W8A8 (act != kNone): the op ALSO quantizes x, dynamically, and every backend (the ref backend included, which
+// defines it) computes on the quantized x. Per row m of x and per activation group a (columns [a*G, (a+1)*G) of
+// x in its own column order, G = act_group, or the whole row when act_group is 0), in float32 arithmetic on x
+// converted to f32, with amax = max |x| over the group:
+//   kInt8: s = amax / 127;  q = amax == 0 ? 0 : clamp(rint(x * (127 / amax)), -128, 127)     (vLLM's int8 quant)
+//   kFp8:  s = max(amax / 448, 1 / (448 * 512));  q = e4m3(clamp(x / s, -448, 448)), round to nearest even
+// (rint = round half to even), and x is replaced by q * s (exactly: the backends sum q·code products and apply
+// s and the weight scale afterwards, which is the same value up to the accumulation's rounding).
+enum class ActQuant : uint8_t { kNone, kInt8, kFp8 };
+
 struct WeightQuant {
   TensorView scales;        // [ceil(N / block_rows), num_groups] f32/bf16/f16; empty = not quantized
   TensorView zeros;         // [N, num_groups] f32, zero points in code units; optional
@@ -36,6 +46,8 @@ struct WeightQuant {
   TensorView perm;          // [K] int32 input column of each code column (act-order); optional
   int64_t group_size = 0;   // input columns per group (K: one group per row)
   int64_t block_rows = 1;   // output rows sharing a row of scales (128 for block-wise FP8)
+  ActQuant act = ActQuant::kNone;  // W8A8: x quantized per token (per row of x), see above
+  int64_t act_group = 0;    // columns per activation scale (0: one per row; 128 for block-wise FP8)
   // GGUF block quantization (llama.cpp's Q4_0 ... Q6_K, core/ggml_quant.h): w is then u8 [N, row bytes], each row
   // the K values of one output in ggml blocks of this type, dequantized as ggml_dequantize_row defines; scales,
   // zeros, g_idx and perm stay empty (the blocks carry their own scales). K is x's second dim.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/w8_matmul.h"
 #include "core/cpu_features.h"
 #include "core/huge_pages.h"
 #include "core/status.h"
@@ -45,8 +46,10 @@ const KernelTable* table_for(CpuIsa isa) {
       return f.avx2 && f.fma && f.f16c ? cpu::avx2_kernels() : nullptr;
     case CpuIsa::kAvx512:
       return f.avx512f && f.avx512bw && f.avx2 && f.fma && f.f16c ? cpu::avx512_kernels() : nullptr;
+    case CpuIsa::kAvx512Vnni:
+      return f.avx512_vnni && cpu::avx512vnni_i8matmul() ? table_for(CpuIsa::kAvx512) : nullptr;
     case CpuIsa::kAuto:
-      for (CpuIsa c : {CpuIsa::kAvx512, CpuIsa::kAvx2})
+      for (CpuIsa c : {CpuIsa::kAvx512Vnni, CpuIsa::kAvx512, CpuIsa::kAvx2})
         if (const KernelTable* t = table_for(c)) return t;
       return &cpu::scalar_kernels();
   }
@@ -62,12 +65,14 @@ std::vector<float> to_f32_vector(const KernelTable& k, const TensorView& t) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, const KernelTable& kernels) : k_(kernels), pool_(num_threads) {
+  CpuBackend(int num_threads, const KernelTable& kernels, cpu::Int8MatmulFn i8 = nullptr)
+      : k_(kernels), i8_(i8 ? i8 : kernels.i8matmul), pool_(num_threads) {
     scratch_.resize(static_cast<size_t>(pool_.num_threads()));
   }
 
   std::string name() const override {
-    return std::string("cpu (") + k_.name + ", " + std::to_string(pool_.num_threads()) + " threads)";
+    return std::string("cpu (") + k_.name + (i8_ != k_.i8matmul ? " vnni" : "") + ", " +
+           std::to_string(pool_.num_threads()) + " threads)";
   }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   bool is_host() const override { return true; }
@@ -109,7 +114,12 @@ class CpuBackend final : public Backend {
     check_matmul(p);
     if (p.quant.ggml_blocks())
       throw Error(ErrorCode::kUnsupported, "cpu matmul: ggml block weights are not implemented yet");
-    if (p.quant.quantized()) return quant_matmul(p);
+    if (p.quant.quantized()) {
+      require_f32(p.x, "matmul", "x");
+      require_f32(p.out, "matmul", "out");
+      if (is_w8_matmul(p)) return w8_matmul(p, k_, i8_, pool_);
+      return quant_matmul(p);
+    }
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");
     cpu::MatmulArgs a;
@@ -351,6 +361,7 @@ class CpuBackend final : public Backend {
   void validate_attention(const AttentionParams& p) const;
 
   const KernelTable& k_;
+  cpu::Int8MatmulFn i8_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
   std::vector<float> qx_, qsum_;             // quantized matmul: prepared rows of x and their group sums
@@ -545,7 +556,8 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
   if (!table)
     throw Error(ErrorCode::kUnsupported, "cpu backend: the requested kernel set is not available on this CPU (" +
                                              cpu_features().describe() + ")");
-  return std::make_unique<CpuBackend>(num_threads, *table);
+  const bool vnni = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512Vnni) && table_for(CpuIsa::kAvx512Vnni) == table;
+  return std::make_unique<CpuBackend>(num_threads, *table, vnni ? cpu::avx512vnni_i8matmul() : nullptr);
 }
 
 }  // namespace peregrine::ops

@@ -9,5 +9,8 @@ const KernelTable* avx2_kernels() {
 const KernelTable* avx512_kernels() {
   return nullptr;
 }
+Int8MatmulFn avx512vnni_i8matmul() {
+  return nullptr;
+}
 
 }  // namespace peregrine::cpu

@@ -100,4 +100,34 @@ struct Simd {
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 };
 
+// int8 dot products for int8_matmul_impl.h (AVX2): maddubs(|w|, sign(x, w)) pairs (|w| <= 128, |x| <= 127:
+// no 16-bit saturation), widened by madd(1) into 8 int32 lanes.
+struct I8Dot {
+  static constexpr int64_t kBytes = 32;
+  static constexpr int32_t kBias = 0;
+  static constexpr int kGemvNr = 4, kGemmMr = 4, kGemmNr = 2;
+  static constexpr const char* kName = "avx2 maddubs";
+  using Acc = __m256i;
+  struct W {
+    __m256i raw, abs;
+  };
+  using X = __m256i;
+  static Acc zero() { return _mm256_setzero_si256(); }
+  static W load_w(const int8_t* p) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return {v, _mm256_abs_epi8(v)};
+  }
+  static X load_x(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Acc dot(Acc acc, const W& w, X x) {
+    const __m256i p16 = _mm256_maddubs_epi16(w.abs, _mm256_sign_epi8(x, w.raw));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+  }
+  static int32_t hsum(Acc v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+  }
+};
+
 }  // namespace

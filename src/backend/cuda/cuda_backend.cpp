@@ -18,6 +18,7 @@
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/quant_matmul.cuh"
+#include "backend/cuda/w8_matmul.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm.cuh"
@@ -155,6 +156,7 @@ class CudaBackendImpl final : public CudaBackend {
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;
+    if (c == DType::kI8 || c == DType::kF8E4M3 || q.act != ActQuant::kNone) return w8_matmul(p);
     if (c != DType::kI4 && c != DType::kU8)
       throw Error(ErrorCode::kUnsupported, std::string("cuda backend: matmul with ") + std::string(dtype_name(c)) +
                                                " weight codes is not implemented (int4 and uint8 codes are)");
@@ -180,6 +182,35 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
                                   l.m, l.n, l.k});
+  }
+
+  // 8-bit codes and W8A8 (w8_matmul.cuh): activations quantized once per matmul, then a warp per output.
+  void w8_matmul(const MatmulParams& p) {
+    const WeightQuant& q = p.quant;
+    const DType c = p.w.dtype;
+    const bool ok_codes = (c == DType::kI8 && q.act != ActQuant::kFp8) || (c == DType::kF8E4M3 && q.act != ActQuant::kInt8);
+    if (!ok_codes || !q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() || q.scales.dtype != DType::kF32)
+      throw Error(ErrorCode::kUnsupported, std::string("cuda backend: 8-bit matmul with ") + std::string(dtype_name(c)) +
+                                               " codes needs f32 scales, no zeros / perm / g_idx, and activations of the same kind");
+    const int64_t m = p.x.dim(0), k = p.x.dim(1);
+    cuda::W8MatmulLaunch l{p.x.data, p.x.dtype, static_cast<const uint8_t*>(p.w.data), c, q.scales.as<const float>(),
+                           q.block_rows, q.scales.dim(1), q.group_size, static_cast<int>(q.act),
+                           q.act_group > 0 ? q.act_group : k, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype,
+                           p.out.data, p.out.dtype, m, p.w.dim(0), k};
+    if (!cuda::w8_matmul_supports(l))
+      throw Error(ErrorCode::kUnsupported, "cuda backend: 8-bit matmul needs K and the group a multiple of 4 and "
+                                           "activation groups of K or the weight group");
+    if (l.m == 0 || l.n == 0) return;
+    uint8_t* xq = nullptr;
+    float* xs = nullptr;
+    if (l.act != 0) {
+      const size_t codes = static_cast<size_t>(m * k + 15) / 16 * 16;
+      auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m * (k / l.act_group)) * 4, kQuantXSlot));
+      xq = base;
+      xs = reinterpret_cast<float*>(base + codes);
+      cuda::launch_act_quant(l, xq, xs, stream_);
+    }
+    cuda::launch_w8_matmul(l, xq, xs, stream_);
   }
 
   void rms_norm(const RmsNormParams& p) override {

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "ops/host_memory.h"
+#include "ops/act_quant.h"
 #include "ops/op_checks.h"
 
 namespace peregrine::ops {
@@ -70,6 +71,29 @@ class RefBackend final : public Backend {
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
     int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+    // W8A8: x quantized per row (and activation group) as ops.h defines it, then used as q * s.
+    std::vector<double> xq;
+    if (p.quant.act != ActQuant::kNone) {
+      const int64_t gs = p.quant.act_group > 0 ? p.quant.act_group : k;
+      xq.resize(static_cast<size_t>(m * k));
+      std::vector<float> xf(static_cast<size_t>(gs));
+      std::vector<int8_t> qi(static_cast<size_t>(gs));
+      std::vector<uint8_t> qf(static_cast<size_t>(gs));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t c0 = 0; c0 < k; c0 += gs) {
+          const int64_t len = std::min(gs, k - c0);
+          for (int64_t c = 0; c < len; ++c) xf[static_cast<size_t>(c)] = static_cast<float>(load(p.x, i * k + c0 + c));
+          if (p.quant.act == ActQuant::kInt8) {
+            const double s = quantize_act_int8(xf.data(), len, qi.data());
+            for (int64_t c = 0; c < len; ++c) xq[static_cast<size_t>(i * k + c0 + c)] = qi[static_cast<size_t>(c)] * s;
+          } else {
+            const double s = quantize_act_fp8(xf.data(), len, qf.data());
+            for (int64_t c = 0; c < len; ++c)
+              xq[static_cast<size_t>(i * k + c0 + c)] = static_cast<double>(fp8_e4m3_to_f32(qf[static_cast<size_t>(c)])) * s;
+          }
+        }
+    }
+    auto x_at = [&](int64_t idx) { return xq.empty() ? load(p.x, idx) : xq[static_cast<size_t>(idx)]; };
     std::vector<double> row(static_cast<size_t>(k));
     std::vector<float> blocks(p.quant.ggml_blocks() ? static_cast<size_t>(k) : 0);
     for (int64_t j = 0; j < n; ++j) {
@@ -89,7 +113,7 @@ class RefBackend final : public Backend {
       }
       for (int64_t i = 0; i < m; ++i) {
         double acc = p.bias.empty() ? 0.0 : load(p.bias, j);
-        for (int64_t kk = 0; kk < k; ++kk) acc += load(p.x, i * k + kk) * row[static_cast<size_t>(kk)];
+        for (int64_t kk = 0; kk < k; ++kk) acc += x_at(i * k + kk) * row[static_cast<size_t>(kk)];
         store(p.out, i * n + j, acc);
       }
     }
