@@ -76,7 +76,7 @@ void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8Matmul
     return;
   }
   // Generic: x as the op sees it (quantized and dequantized per row and activation group), weight rows
-  // dequantized to f32, one sequential dot per output.
+  // dequantized to f32 (values placed at their input columns when permuted), then the dense f32 kernel.
   std::vector<float> xd(x, x + m * kk);
   if (q.act != ActQuant::kNone) {
     const int64_t gs = q.act_group > 0 ? q.act_group : kk;
@@ -109,28 +109,39 @@ void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8Matmul
   for (int b = 0; b < 256; ++b) fp8_table[b] = fp8_e4m3_to_f32(static_cast<uint8_t>(b));
   const auto* codes = static_cast<const uint8_t*>(p.w.data);
   const DType c = p.w.dtype;
+  // Blocks of kRows weight rows dequantized into f32 scratch, then the dense f32 kernel on them (x shared).
+  constexpr int64_t kRows = 16;
   pool.parallel_for(n, [&](int64_t n0, int64_t n1) {
-    std::vector<float> row(static_cast<size_t>(kk));
-    for (int64_t j = n0; j < n1; ++j) {
-      for (int64_t col = 0; col < kk; ++col) {
-        const int64_t i = j * kk + col;
-        float code, zero;
-        switch (c) {
-          case DType::kI8: code = static_cast<float>(static_cast<int8_t>(codes[i])); zero = 0; break;
-          case DType::kF8E4M3: code = fp8_table[codes[i]]; zero = 0; break;
-          case DType::kU8: code = codes[i]; zero = 128; break;
-          default: code = static_cast<float>((i % 2 == 0) ? (codes[i / 2] & 0xf) : (codes[i / 2] >> 4)); zero = 8; break;
+    std::vector<float> rows(static_cast<size_t>(kRows * kk));
+    for (int64_t j0 = n0; j0 < n1; j0 += kRows) {
+      const int64_t nr = std::min(kRows, n1 - j0);
+      for (int64_t j = j0; j < j0 + nr; ++j) {
+        float* row = rows.data() + (j - j0) * kk;
+        for (int64_t col = 0; col < kk; ++col) {
+          const int64_t i = j * kk + col;
+          float code, zero;
+          switch (c) {
+            case DType::kI8: code = static_cast<float>(static_cast<int8_t>(codes[i])); zero = 0; break;
+            case DType::kF8E4M3: code = fp8_table[codes[i]]; zero = 0; break;
+            case DType::kU8: code = codes[i]; zero = 128; break;
+            default: code = static_cast<float>((i % 2 == 0) ? (codes[i / 2] & 0xf) : (codes[i / 2] >> 4)); zero = 8; break;
+          }
+          const int64_t g = g_idx ? g_idx[col] : col / gsz;
+          if (zeros) zero = zeros[j * groups + g];
+          // With a permutation the dequantized value goes to its input column.
+          row[perm ? perm[col] : col] = (code - zero) * scales[static_cast<size_t>((j / q.block_rows) * groups + g)];
         }
-        const int64_t g = g_idx ? g_idx[col] : col / gsz;
-        if (zeros) zero = zeros[j * groups + g];
-        row[static_cast<size_t>(col)] = (code - zero) * scales[static_cast<size_t>((j / q.block_rows) * groups + g)];
       }
-      for (int64_t r = 0; r < m; ++r) {
-        const float* xr = xd.data() + r * kk;
-        float acc = 0;
-        for (int64_t col = 0; col < kk; ++col) acc += xr[perm ? perm[col] : col] * row[static_cast<size_t>(col)];
-        out[r * n + j] = bias.empty() ? acc : acc + bias[static_cast<size_t>(j)];
-      }
+      cpu::MatmulArgs a;
+      a.x = xd.data();
+      a.w = rows.data();
+      a.w_dtype = DType::kF32;
+      a.bias = bias.empty() ? nullptr : bias.data() + j0;
+      a.out = out + j0;  // column j0 of out; a.n is out's row stride
+      a.m = m;
+      a.k = kk;
+      a.n = n;
+      k.matmul(a, 0, m, 0, nr);
     }
   }, kGrainN);
 }

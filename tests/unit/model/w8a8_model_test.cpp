@@ -163,8 +163,11 @@ Deviation teacher_forced(Engine& engine, const json& cases) {
     const json& c = cases[i];
     const size_t plen = c["prompt_ids"].size();
     const auto& pl = results[i].prompt_logprobs;
-    for (size_t p = 0; p + 1 < plen; ++p) compare(c["prefill_top5"][p], pl.at(p + 1));
-    for (size_t s = 0; s < c["top5_logprobs"].size(); ++s) compare(c["top5_logprobs"][s], pl.at(plen + s));
+    if (c.contains("prefill_top5"))
+      for (size_t p = 0; p + 1 < plen; ++p)
+        if (!c["prefill_top5"][p].is_null()) compare(c["prefill_top5"][p], pl.at(p + 1));
+    for (size_t s = 0; s < c["top5_logprobs"].size(); ++s)
+      if (!c["top5_logprobs"][s].is_null()) compare(c["top5_logprobs"][s], pl.at(plen + s));
   }
   return d;
 }
@@ -194,7 +197,7 @@ TEST_P(W8A8Model, MatchesActQuantReferenceByTheMean) {
   const Deviation d = teacher_forced(*engine, ref["cases_act_quant"]);
   std::printf("%s (%s) vs cases_act_quant: mean %.2e max %.2e over %lld entries\n", folder.c_str(), device.c_str(),
               d.mean(), d.max, static_cast<long long>(d.count));
-  EXPECT_GT(d.count, 1000);
+  EXPECT_GT(d.count, 1000);  // 3 prompts: (6 + 63 + 199) prefill positions + 3 x 16 steps, 5 entries each
   EXPECT_LE(d.mean(), tol["mean_abs_logprob"].get<double>());
   EXPECT_LE(d.max, tol["max_abs_logprob"].get<double>());
 }
@@ -270,9 +273,11 @@ TEST(W8A8Model, QuantizesADenseCheckpointAtLoad) {
   const fs::path ref_path = shared / "models" / "pycoder-tiny.reference.json";
   if (!fs::exists(ref_path)) GTEST_SKIP() << ref_path << " absent";
   const json ref = read_json(ref_path);
+  json cases = json::array();
+  for (size_t i = 0; i < 6 && i < ref["cases"].size(); ++i) cases.push_back(ref["cases"][i]);
   for (const std::string scheme : {"fp8", "w8a8-int8"}) {
     auto engine = make_engine(dir, "cpu", scheme);
-    const Deviation d = teacher_forced(*engine, ref["cases"]);
+    const Deviation d = teacher_forced(*engine, cases);
     std::printf("pycoder-tiny --quantization %s (cpu) vs the dense reference: mean %.2e max %.2e over %lld entries\n",
                 scheme.c_str(), d.mean(), d.max, static_cast<long long>(d.count));
     EXPECT_GT(d.mean(), 1e-5) << "the weights were not quantized";
