@@ -100,12 +100,23 @@ struct SiluMulParams {
 };
 
 // Paged KV write: row t of k/v goes to slot slot_mapping[t] = block * block_size + offset; -1 skips the row.
+// Quantized caches (kI8, kF8E4M3 — vLLM's kv_cache_dtype int8 / fp8): each (token, KV head) vector of head_dim
+// values is quantized on its own with a dynamic scale kept in k_scales / v_scales at [slot, head], exactly as a
+// W8A8 activation group (ops::quantize_act_int8 / quantize_act_fp8 on the f32 values: int8 s = amax / 127, codes
+// rint(x * 127 / amax); fp8 s = max(amax / 448, 1 / (448 * 512)), codes e4m3(x / s)); readers use code * s.
 struct KvWriteParams {
   TensorView k;             // [T, num_kv_heads, head_dim] act
   TensorView v;             // [T, num_kv_heads, head_dim] act
   TensorView slot_mapping;  // [T] int32
-  TensorView k_cache;       // [num_blocks, block_size, num_kv_heads, head_dim] f32/bf16/f16
+  TensorView k_cache;       // [num_blocks, block_size, num_kv_heads, head_dim] f32/bf16/f16, or int8 / e4m3 codes
   TensorView v_cache;       // [num_blocks, block_size, num_kv_heads, head_dim]
+  TensorView k_scales;      // quantized caches: [num_blocks, block_size, num_kv_heads(, 1)] f32; else empty
+  TensorView v_scales;
+
+  KvWriteParams() = default;
+  KvWriteParams(TensorView k_, TensorView v_, TensorView slots_, TensorView k_cache_, TensorView v_cache_,
+                TensorView k_scales_ = {}, TensorView v_scales_ = {})
+      : k(k_), v(v_), slot_mapping(slots_), k_cache(k_cache_), v_cache(v_cache_), k_scales(k_scales_), v_scales(v_scales_) {}
 };
 
 // Paged causal attention over a ragged batch (prefill chunks and decodes alike).
@@ -116,8 +127,10 @@ struct KvWriteParams {
 // GQA: query head h reads KV head h / (num_q_heads / num_kv_heads).
 struct AttentionParams {
   TensorView q;                // [T, num_q_heads, head_dim] act
-  TensorView k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  TensorView k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim] (codes when quantized)
   TensorView v_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  TensorView k_scales;         // quantized caches: [num_blocks, block_size, num_kv_heads(, 1)] f32 (KvWriteParams)
+  TensorView v_scales;
   TensorView out;              // [T, num_q_heads, head_dim] act
   TensorView query_start_loc;  // [S + 1] int32
   TensorView seq_lens;         // [S] int32

@@ -17,6 +17,7 @@
 #include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "ops/act_quant.h"
 #include "ops/host_memory.h"
 #include "ops/op_checks.h"
 
@@ -317,12 +318,13 @@ class CpuBackend final : public Backend {
     check_kv_write(p);
     require_f32(p.k, "kv_write", "k");
     require_f32(p.v, "kv_write", "v");
-    if (!is_float_dtype(p.k_cache.dtype)) fail("kv_write: the KV cache must be float32, bfloat16 or float16");
     const int64_t tokens = p.k.dim(0), row = p.k.dim(1) * p.k.dim(2);
     const int64_t slots = p.k_cache.dim(0) * p.k_cache.dim(1);
     const int32_t* slot = p.slot_mapping.as<const int32_t>();
     for (int64_t t = 0; t < tokens; ++t)
       if (slot[t] >= slots) fail("kv_write: slot " + std::to_string(slot[t]) + " out of range");
+    if (kv_cache_quantized(p.k_cache.dtype)) return kv_write_quantized(p);
+    if (!is_float_dtype(p.k_cache.dtype)) fail("kv_write: the KV cache must be float32, bfloat16 or float16");
     const size_t row_bytes = dtype_bytes(p.k_cache.dtype, static_cast<size_t>(row));
     parallel_rows(tokens, 2 * row, [&](int64_t t) {
       if (slot[t] < 0) return;
@@ -334,6 +336,24 @@ class CpuBackend final : public Backend {
   }
 
   void attention(const AttentionParams& p) override;
+
+  // int8 / fp8 KV: each (token, head) vector quantized with its own scale (ops.h KvWriteParams).
+  void kv_write_quantized(const KvWriteParams& p) {
+    const int64_t heads = p.k.dim(1), hd = p.k.dim(2), row = heads * hd;
+    const int32_t* slot = p.slot_mapping.as<const int32_t>();
+    const bool i8 = p.k_cache.dtype == DType::kI8;
+    parallel_rows(p.k.dim(0), 2 * row, [&](int64_t t) {
+      if (slot[t] < 0) return;
+      for (int which = 0; which < 2; ++which) {
+        const float* src = (which ? p.v : p.k).as<const float>() + t * row;
+        auto* codes = static_cast<uint8_t*>((which ? p.v_cache : p.k_cache).data) + slot[t] * row;
+        float* scales = (which ? p.v_scales : p.k_scales).as<float>() + slot[t] * heads;
+        for (int64_t h = 0; h < heads; ++h)
+          scales[h] = i8 ? quantize_act_int8(src + h * hd, hd, reinterpret_cast<int8_t*>(codes + h * hd))
+                         : quantize_act_fp8(src + h * hd, hd, codes + h * hd);
+      }
+    });
+  }
 
   void gather_rows(const GatherRowsParams& p) override {
     check_gather_rows(p);
@@ -372,8 +392,9 @@ class CpuBackend final : public Backend {
 void CpuBackend::validate_attention(const AttentionParams& p) const {
   require_f32(p.q, "attention", "q");
   require_f32(p.out, "attention", "out");
-  if (!is_float_dtype(p.k_cache.dtype) || p.v_cache.dtype != p.k_cache.dtype || p.v_cache.numel() != p.k_cache.numel())
-    fail("attention: k_cache and v_cache must share one float dtype and shape");
+  if (!(is_float_dtype(p.k_cache.dtype) || kv_cache_quantized(p.k_cache.dtype)) || p.v_cache.dtype != p.k_cache.dtype ||
+      p.v_cache.numel() != p.k_cache.numel())
+    fail("attention: k_cache and v_cache must share one dtype (float, int8 or fp8) and shape");
   const int64_t num_seqs = p.seq_lens.dim(0), tokens = p.q.dim(0);
   const int64_t num_blocks = p.k_cache.dim(0), block_size = p.k_cache.dim(1), max_blocks = p.block_tables.dim(1);
   const int32_t* qsl = p.query_start_loc.as<const int32_t>();
@@ -413,6 +434,10 @@ void CpuBackend::attention(const AttentionParams& p) {
   a.k_cache = p.k_cache.data;
   a.v_cache = p.v_cache.data;
   a.cache_dtype = p.k_cache.dtype;
+  if (kv_cache_quantized(a.cache_dtype)) {
+    a.k_scales = p.k_scales.as<const float>();
+    a.v_scales = p.v_scales.as<const float>();
+  }
   a.out = p.out.as<float>();
   a.query_start_loc = p.query_start_loc.as<const int32_t>();
   a.seq_lens = p.seq_lens.as<const int32_t>();

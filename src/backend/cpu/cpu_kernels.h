@@ -59,7 +59,9 @@ struct AttentionArgs {
   const float* q = nullptr;       // [T, hq, hd]
   const void* k_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
   const void* v_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
-  DType cache_dtype = DType::kF32;
+  DType cache_dtype = DType::kF32;          // f32/bf16/f16, or int8 / fp8 e4m3 codes with the scales below
+  const float* k_scales = nullptr;           // quantized caches: [num_blocks * block_size, hkv] (ops.h)
+  const float* v_scales = nullptr;
   float* out = nullptr;                      // [T, hq, hd]
   const int32_t* query_start_loc = nullptr;  // [S + 1]
   const int32_t* seq_lens = nullptr;         // [S]

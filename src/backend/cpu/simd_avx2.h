@@ -34,6 +34,17 @@ struct Simd {
   static V load_u8(const uint8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
+  // 8 int8 codes; 8 float8 e4m3fn codes: the bits placed as f32 (sign, then exponent and mantissa 20 bits up) and
+  // scaled by 2^120 (the bias difference), exact for normals and subnormals (the NaN code is never written).
+  static V load_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V load_fp8(const uint8_t* p) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24),
+                                         _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), 20));
+    return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+  }
   static void load_u4(const uint8_t* p, V* lo, V* hi) {
     const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf)));

@@ -63,6 +63,17 @@ struct Simd {
     for (int i = 0; i < 8; ++i) r.v[i] = peregrine::f16_to_f32(p[i]);
     return r;
   }
+  // 8 int8 codes; 8 float8 e4m3fn codes (quantized KV caches).
+  static V load_i8(const int8_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(p[i]);
+    return r;
+  }
+  static V load_fp8(const uint8_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = peregrine::fp8_e4m3_to_f32(p[i]);
+    return r;
+  }
   static V load_u8(const uint8_t* p) {
     V r;
     for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(p[i]);
