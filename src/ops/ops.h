@@ -129,8 +129,6 @@ struct AttentionParams {
   TensorView q;                // [T, num_q_heads, head_dim] act
   TensorView k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim] (codes when quantized)
   TensorView v_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
-  TensorView k_scales;         // quantized caches: [num_blocks, block_size, num_kv_heads(, 1)] f32 (KvWriteParams)
-  TensorView v_scales;
   TensorView out;              // [T, num_q_heads, head_dim] act
   TensorView query_start_loc;  // [S + 1] int32
   TensorView seq_lens;         // [S] int32
@@ -156,6 +154,11 @@ struct AttentionParams {
   TensorView key_tail_from;    // [S] int32
   TensorView key_tail_offset;  // [S] int32
   TensorView key_tail;         // [N] int32
+  // Quantized caches (int8 / fp8 e4m3 codes): one f32 scale per (slot, KV head), [num_blocks, block_size,
+  // num_kv_heads(, 1)], as KvWriteParams wrote them; empty for float caches. (Last, so positional initializers of
+  // the fields above keep working.)
+  TensorView k_scales;
+  TensorView v_scales;
 };
 
 // out[r, :] = x[indices[r], :]

@@ -1,6 +1,7 @@
 // CUDA 8-bit matmuls vs the ref backend on fresh random inputs, every output element: int8 W8A8 per channel, FP8
 // W8A8 per channel and in 128x128 blocks with per-token-group activations, weight-only int8 / fp8 codes, bias,
-// bf16 and f32 activations, M from 1 to 64; rows bit-identical for every M.
+// bf16 and f32 activations, M from 1 to 64; rows bit-identical for every M within a path (FP8 per channel at
+// M = 64 runs cuBLASLt's FP8 GEMM: f32 outputs within 1e-3 of max|y| there, tensor-core accumulation).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,20 +55,24 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
       const std::string what = std::string(dtype_name(c.codes)) + " act " + std::to_string(static_cast<int>(c.act)) +
                                " N " + std::to_string(c.n) + " K " + std::to_string(c.k) + " G " + std::to_string(c.group) +
                                " x " + std::string(dtype_name(act));
+      const bool lt_path = c.codes == DType::kF8E4M3 && c.act == A::kFp8 && c.block_rows == 1 && c.group == c.k;
       if (act == DType::kF32) {
         for (int64_t i = 0; i < got.numel(); ++i)
-          ASSERT_NEAR(got.get(i), want.get(i), 1e-5 * ymax) << what << " element " << i;
+          ASSERT_NEAR(got.get(i), want.get(i), (lt_path ? 1e-3 : 1e-5) * ymax) << what << " element " << i;
       } else {
         EXPECT_TRUE(all_close(got, want)) << what;
       }
-      // Rows alone give the same bits as inside the batch.
-      for (int64_t m : {1, 5}) {
+      // Rows alone give the same bits as inside the batch (within the small-M path; and at 64 off cuBLASLt).
+      HostTensor five;
+      for (int64_t m : {5, 1}) {
         HostTensor xm(act, {m, c.k});
         std::memcpy(xm.bytes.data(), x.bytes.data(), xm.bytes.size());
         DeviceTensor d_xm(xm), d_om(HostTensor(act, {m, c.n}));
         gpu().matmul({d_xm.view(), d_codes.view(), d_bias.view(), d_om.view(), dq});
         const HostTensor om = d_om.to_host();
-        EXPECT_EQ(std::memcmp(om.bytes.data(), got.bytes.data(), om.bytes.size()), 0) << what << " M " << m;
+        if (m == 5) five = om;
+        const HostTensor& base = lt_path ? five : got;
+        EXPECT_EQ(std::memcmp(om.bytes.data(), base.bytes.data(), om.bytes.size()), 0) << what << " M " << m;
       }
     }
   }

@@ -18,6 +18,7 @@
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/quant_matmul.cuh"
+#include "backend/cuda/fp8_gemm_lt.h"
 #include "backend/cuda/w8_matmul.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kv_cache.cuh"
@@ -210,6 +211,22 @@ class CudaBackendImpl final : public CudaBackend {
       xs = reinterpret_cast<float*>(base + codes);
       cuda::launch_act_quant(l, xq, xs, stream_);
     }
+    // FP8 per channel x per token at M > 16: cuBLASLt's FP8 GEMM with both scale vectors (rows agree for every M
+    // within each path, not across M = 16 / 17, as for W4A16).
+    if (l.act == 2 && c == DType::kF8E4M3 && l.block_rows == 1 && l.groups == 1 && l.act_group == k &&
+        l.m > cuda::kQuantGemvMaxM && (p.out.dtype == p.x.dtype || p.out.dtype == DType::kF32)) {
+      if (!fp8_gemm_) fp8_gemm_ = std::make_unique<cuda::Fp8LtGemm>();
+      constexpr size_t kFp8Workspace = size_t{8} << 20;
+      void* ws = scratch(kFp8Workspace, kQuantWSlot);
+      const cuda::Fp8GemmLaunch g{l.codes, xq, l.scales, xs, p.out.data, p.out.dtype, m, l.n, k};
+      if (fp8_gemm_->run(g, ws, kFp8Workspace, stream_)) {
+        if (l.bias) {
+          cuda::AddBiasLaunch b{p.out.data, l.bias, p.out.dtype, p.bias.dtype, m, l.n};
+          cuda::launch_add_bias(b, stream_);
+        }
+        return;
+      }
+    }
     cuda::launch_w8_matmul(l, xq, xs, stream_);
   }
 
@@ -242,7 +259,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (p.k.dtype != p.v.dtype) throw Error(ErrorCode::kUnsupported, "kv_write on cuda: k and v dtypes differ");
     cuda::KvWriteLaunch l{p.k.data, p.v.data, p.slot_mapping.as<const int32_t>(), p.k_cache.data, p.v_cache.data,
                           p.k.dtype, p.k_cache.dtype, p.k.dim(0), p.k_cache.dim(0) * p.k_cache.dim(1),
-                          p.k.dim(1) * p.k.dim(2), error_word_};
+                          p.k.dim(1) * p.k.dim(2), error_word_,
+                          kv_cache_quantized(p.k_cache.dtype) ? p.k_scales.as<float>() : nullptr,
+                          kv_cache_quantized(p.k_cache.dtype) ? p.v_scales.as<float>() : nullptr, p.k.dim(2)};
     cuda::launch_kv_write(l, stream_);
   }
 
@@ -270,6 +289,10 @@ class CudaBackendImpl final : public CudaBackend {
     }
     l.act = p.q.dtype;
     l.cache = p.k_cache.dtype;
+    if (kv_cache_quantized(l.cache)) {
+      l.k_scales = p.k_scales.as<const float>();
+      l.v_scales = p.v_scales.as<const float>();
+    }
     l.num_seqs = static_cast<int>(p.seq_lens.dim(0));
     l.num_q_heads = static_cast<int>(p.q.dim(1));
     l.num_kv_heads = static_cast<int>(p.k_cache.dim(2));
@@ -575,6 +598,7 @@ class CudaBackendImpl final : public CudaBackend {
   int* error_host_ = nullptr;
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;
+  std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 W8A8 at M > 16 (created at first use)
   cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;
   bool capturing_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;

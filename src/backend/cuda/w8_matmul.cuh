@@ -4,8 +4,8 @@
 // launch_w8_matmul computes every output with one warp: per weight group the code products are summed exactly
 // (int8: dp4a into int32) or in f32 (fp8 x fp8 products are exact in f32), the lanes meet in a fixed xor
 // butterfly, and the group is scaled once (x_scale * w_scale). The split depends on K only, so a row's bits do
-// not depend on M. This is the correctness path: the cuBLASLt FP8 / IMMA GEMMs with scale epilogues are not
-// written yet (docs/quantization.md).
+// not depend on M. At M > 16 FP8 per channel x per token goes to cuBLASLt instead (fp8_gemm_lt.h); int8 and
+// block FP8 stay here at every M (no IMMA path yet: docs/quantization.md).
 #pragma once
 
 #include <cuda_runtime.h>
