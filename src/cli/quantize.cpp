@@ -13,12 +13,12 @@ namespace peregrine::cli {
 void register_quantize(CLI::App& app) {
   auto cfg = std::make_shared<QuantizeConfig>();
   auto asym = std::make_shared<bool>(false);
-  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a dense checkpoint into compressed-tensors W4A16 / W8A16");
+  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a dense checkpoint into compressed-tensors W4A16 / W8A16 / W8A8 int8 / FP8");
   cmd->add_option("--model,-m", cfg->model, "dense model folder")->required();
   cmd->add_option("--out,-o", cfg->out, "output folder")->required();
-  cmd->add_option("--scheme", cfg->scheme, "w4a16 | w8a16")->capture_default_str();
+  cmd->add_option("--scheme", cfg->scheme, "w4a16 | w8a16 | w8a8-int8 | fp8 (W8A8: per-channel weights, activations per token)")->capture_default_str();
   cmd->add_option("--group-size", cfg->group_size, "input columns per scale (-1: per output channel)")->capture_default_str();
-  cmd->add_option("--method", cfg->method, "rtn | awq | gptq")->capture_default_str();
+  cmd->add_option("--method", cfg->method, "rtn | awq | gptq (W4A16/W8A16); rtn | smoothquant (w8a8-int8)")->capture_default_str();
   cmd->add_option("--calibration", cfg->calibration, "calibration text (or a JSON list of {\"text\": ...}) for awq / gptq");
   cmd->add_option("--calibration-tokens", cfg->calibration_tokens, "at most this many calibration tokens")->capture_default_str();
   cmd->add_flag("--asymmetric", *asym, "zero points (W4A16_ASYM)");

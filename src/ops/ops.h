@@ -157,8 +157,8 @@ struct AttentionParams {
   // Quantized caches (int8 / fp8 e4m3 codes): one f32 scale per (slot, KV head), [num_blocks, block_size,
   // num_kv_heads(, 1)], as KvWriteParams wrote them; empty for float caches. (Last, so positional initializers of
   // the fields above keep working.)
-  TensorView k_scales;
-  TensorView v_scales;
+  TensorView k_scales{};  // (default member initializers: positional initializers may leave these out)
+  TensorView v_scales{};
 };
 
 // out[r, :] = x[indices[r], :]
