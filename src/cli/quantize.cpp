@@ -2,6 +2,7 @@
 // awq or gptq; see include/peregrine/quantize.h), with a progress bar on a terminal.
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -39,9 +40,11 @@ void register_quantize(CLI::App& app) {
     const QuantizeReport r = quantize_model(*cfg);
     if (bar) bar->finish();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s: %d projections quantized (%s, %s, group %lld%s), %lld calibration tokens, %.1f MB -> %.1f MB in %.1f s\n",
-                cfg->out.c_str(), r.quantized_linears, cfg->scheme.c_str(), cfg->method.c_str(),
-                static_cast<long long>(cfg->group_size), cfg->symmetric ? "" : ", asymmetric",
+    const bool w8a8 = cfg->scheme == "fp8" || cfg->scheme == "w8a8-int8";
+    const std::string shape = w8a8 ? "per channel, activations per token" : "group " + std::to_string(cfg->group_size);
+    std::printf("%s: %d projections quantized (%s, %s, %s%s), %lld calibration tokens, %.1f MB -> %.1f MB in %.1f s\n",
+                cfg->out.c_str(), r.quantized_linears, cfg->scheme.c_str(), cfg->method.c_str(), shape.c_str(),
+                cfg->symmetric ? "" : ", asymmetric",
                 static_cast<long long>(r.calibration_tokens), r.bytes_in / 1e6, r.bytes_out / 1e6, s);
   });
 }
