@@ -1,4 +1,5 @@
-// Quantized projections: checkpoint formats (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized) read into
+// Quantized projections: checkpoint formats (GPTQ v1/v2, AWQ GEMM, compressed-tensors pack-quantized, and the 8-bit
+// int-quantized / float-quantized / quant_method fp8 layouts: int8 or e4m3 codes kept as they are) read into
 // the one layout ops::WeightQuant defines, on the host, before placement on the backend:
 //   codes [N, K] kI4 (two per byte, even k in the low nibble) or kU8, scales f32 [N, groups], zeros f32 [N, groups]
 //   (only when some zero differs from the midpoint 8 / 128), and for act-order checkpoints the code columns sorted
