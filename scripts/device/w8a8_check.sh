@@ -3,15 +3,16 @@
 #   1. configure and build the CUDA targets (cuda_ops_tests, cuda_ops_bench, peregrine, model_tests) with Ninja;
 #   2. the CUDA tests of this issue against the ref backend: CudaW8Matmul (int8 / fp8 W8A8, block FP8, weight-only
 #      codes, every element, rows across M; M = 64 takes cuBLASLt's FP8 GEMM) and CudaKvQuant (int8 / fp8 KV
-#      written bit-identical to ref, attention over them); plus the 8-bit fixtures' probes and act-quant model
-#      references on cuda are not wired (the model tests run on ref / cpu), so the fixtures run through `generate`;
+#      written bit-identical to ref, attention over them); the three 8-bit fixtures through `generate` on cuda
+#      (bf16 activations), their greedy ids printed beside cases_act_quant's (a bf16 engine may part after a
+#      near-tie; the f32 CPU path matches them exactly);
 #   3. compute-sanitizer memcheck on CudaW8Matmul and CudaKvQuant;
 #   4. benches on the Llama-3-8B shape, random weights, one process each, in this order: bs=1 decode bf16 vs FP8
 #      W8A8, prefill 8K bf16 vs FP8, then cuda_ops_bench --fp8-only (bf16 peak and the FP8 matmul 8192^3 through
 #      the backend: the FP8 matmul peak), bs=1 decode with an fp8 KV cache;
 #   5. a short table last.
-# Run from the repository root on the GPU machine:  scripts/device/prepare.sh  (here, once), then there:
-#   source .device/carry/env.sh 2>/dev/null || source .device/env.sh; scripts/device/w8a8_check.sh [out_dir]
+# Here, once:  SHARED_EXTRA=models/quant scripts/device/prepare.sh   (the 8-bit fixtures and configs, no binaries)
+# There:       run(command="source .device/carry/env.sh && scripts/device/w8a8_check.sh", carry=[".device/carry"])
 set -uo pipefail
 out=${1:-${OUT:-/tmp/w8a8_check}}
 mkdir -p "$out"
@@ -52,6 +53,7 @@ for f in ct-w8a8-int8 fp8-per-channel fp8-block128; do
   timeout 30 "$build/peregrine" generate --model "$shared/models/quant/$f" --device cuda --prompt-ids 644,450,938,432,90,421,127 \
     --max-tokens 16 --temperature 0 --ignore-eos >"$out/gen_$f.txt" 2>&1
   echo "fixture $f on cuda rc=$?: $(tail -1 "$out/gen_$f.txt" | cut -c1-160)"
+  echo "  reference (cases_act_quant[0]): $(python3 -c "import json,sys; print(' '.join(map(str, json.load(open(sys.argv[1]))['cases_act_quant'][0]['output_ids'])))" "$shared/models/quant/$f/reference.json" 2>/dev/null)"
 done
 
 cfg=configs/llama-3-8b.json
