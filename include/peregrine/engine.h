@@ -49,6 +49,8 @@ struct ModelInfo {
   int num_key_value_heads = 0;
   int head_dim = 0;
   size_t kv_bytes_per_token = 0;  // over all layers, K and V
+  bool tie_word_embeddings = false;
+  int max_num_batched_tokens = 0;  // the step's token budget the engine chose
 };
 
 
@@ -104,6 +106,7 @@ struct EngineStats {
   uint64_t prefix_cache_host_hits = 0;
   uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_from_host = 0;
   uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_from_host = 0;
+  double kv_offload_seconds_to_host = 0.0, kv_offload_seconds_from_host = 0.0;  // the copies' own time
   int host_kv_blocks = 0, host_kv_blocks_used = 0;
   // The disk tier (kv_cache_dir): hits read back from disk (prompt tokens, part of prefix_cache_host_hits), bytes
   // written and read, files dropped as bad, blocks held now and found at start.
@@ -113,6 +116,7 @@ struct EngineStats {
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t num_preemptions = 0;
+  uint64_t backend_sampled_tokens = 0;  // tokens sampled where the logits are (GPU sampling), not on the host
   // Speculative decoding (vLLM's spec_decode counters): verify steps of a sequence with drafts, drafted and accepted
   // tokens, and accepted tokens by draft position.
   uint64_t spec_num_drafts = 0;
@@ -130,8 +134,8 @@ struct EngineStats {
   uint64_t num_steps = 0;
   double step_schedule_seconds = 0.0;  // scheduler
   double step_prepare_seconds = 0.0;   // flattening the batch
-  double step_forward_seconds = 0.0;   // model forward (including logits to host)
-  double step_sample_seconds = 0.0;    // sampler
+  double step_forward_seconds = 0.0;   // model forward (including logits to host, and sampling on the backend)
+  double step_sample_seconds = 0.0;    // host sampler
   double step_update_seconds = 0.0;    // appending tokens, detokenizing, stop checks, callbacks
 };
 
@@ -179,8 +183,13 @@ class Engine {
   // Measures the device's memory bandwidth on the engine loop thread, between steps (benchmarks: the limit
   // measured in the same run). Takes a few seconds.
   MemoryBandwidth measure_memory_bandwidth();
+  // Measures the dense matmul rate of the engine's backend in its activation dtype (8192^3 on a GPU, 1024^3 on the
+  // host; best of a few), in TFLOP/s: the compute limit a roofline is drawn against. Same thread rules as above.
+  double measure_matmul_tflops();
 
  private:
+  // Runs task on the engine loop thread between steps and waits for it (rethrowing what it threw).
+  void run_on_loop(const std::function<void()>& task);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

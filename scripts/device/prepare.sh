@@ -56,14 +56,25 @@ cp "$shared/data/code-dev.json" "$dev/shared/"
 if [ "$binaries" -eq 1 ]; then
   b=build/cuda
   [ -x "$b/peregrine" ] || { echo "prepare.sh: no CUDA build at $b (cmake --preset cuda && cmake --build --preset cuda)" >&2; exit 1; }
-  mkdir -p "$dev/bin"
-  cp "$b/peregrine" "$b/tests/unit/model_tests" "$b/tests/unit/engine_model_tests" "$b/tests/cuda/cuda_ops_tests" "$dev/bin/"
-  [ -x "$b/bench/cuda/cuda_ops_bench" ] && cp "$b/bench/cuda/cuda_ops_bench" "$dev/bin/"
-  [ -x "$b/bench/verify_bench" ] && cp "$b/bench/verify_bench" "$dev/bin/"
+  rm -rf "$dev/bin" && mkdir -p "$dev/bin"
+  # BINARIES picks a subset (names below) when the call's 64 MiB would not hold them all.
+  for f in ${BINARIES:-peregrine model_tests engine_model_tests cuda_ops_tests cuda_ops_bench verify_bench}; do
+    case "$f" in
+      peregrine) cp "$b/peregrine" "$dev/bin/" ;;
+      model_tests|engine_model_tests) cp "$b/tests/unit/$f" "$dev/bin/" ;;
+      cuda_ops_tests) cp "$b/tests/cuda/cuda_ops_tests" "$dev/bin/" ;;
+      cuda_ops_bench) [ -x "$b/bench/cuda/cuda_ops_bench" ] && cp "$b/bench/cuda/cuda_ops_bench" "$dev/bin/" ;;
+      verify_bench) [ -x "$b/bench/verify_bench" ] && cp "$b/bench/verify_bench" "$dev/bin/" ;;
+      *) echo "prepare.sh: unknown binary $f" >&2; exit 2 ;;
+    esac
+  done
   strip "$dev"/bin/* 2>/dev/null || true
 fi
 if [ -n "$old" ]; then mkdir -p "$dev/bin" && cp "$old" "$dev/bin/peregrine-old" && strip "$dev/bin/peregrine-old" || true; fi
 # One compressed bundle travels; the unpacked folders stay here (exclude them from the carry by carrying the bundle).
-tar -C "$dev" -cf - deps shared $( [ -d "$dev/bin" ] && echo bin ) | xz -T"$(nproc)" -6 >"$dev/bundle.tar.xz"
+# The tracked tree is ~46 MiB of the call's 64: keep the bundle under ~17 MiB (BINARIES, and SHARED=configs to
+# send only the model configs when no fixture is read).
+tar -C "$dev" -cf - deps $( [ "${SHARED:-all}" = configs ] && echo shared/configs || echo shared ) \
+  $( [ -d "$dev/bin" ] && echo bin ) | xz -T"$(nproc)" -9e >"$dev/bundle.tar.xz"
 mkdir -p "$dev/carry" && mv "$dev/bundle.tar.xz" "$dev/carry/" && cp "$dev/env.sh" "$dev/carry/env.sh"
 du -sh "$dev/carry" | awk '{print "prepare.sh: .device/carry holds " $1 " (carry it as .device/carry)"}'

@@ -3,7 +3,9 @@
 // time split (how much of a step is outside the model forward).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -21,7 +23,54 @@ struct ThroughputArgs {
   std::string concurrency = "1,8,32,64";
   int prompts_per_level = 0;  // 0 = the concurrency itself
   std::string speculative_config;
+  std::string plot;  // SVG of output tok/s against concurrency beside the roofline's
 };
+
+struct LevelResult {
+  int concurrency;
+  double output_tps, roofline_tps;
+};
+
+// A small SVG: output tok/s (measured and at the roofline) against concurrency on log2 axes.
+void write_plot(const std::string& path, const std::vector<LevelResult>& levels, const std::string& title) {
+  std::ofstream f(path);
+  if (!f) throw Error(ErrorCode::kIoError, "--plot: cannot write " + path);
+  const double w = 640, h = 400, left = 70, right = 20, top = 40, bottom = 50;
+  double ymax = 1;
+  for (const LevelResult& l : levels) ymax = std::max({ymax, l.output_tps, l.roofline_tps});
+  const double lx0 = std::log2(std::max(1, levels.front().concurrency));
+  const double lx1 = std::max(lx0 + 1, std::log2(std::max(1, levels.back().concurrency)));
+  const double ly1 = std::ceil(std::log10(ymax * 1.2));
+  const double ly0 = std::min(ly1 - 1, std::floor(std::log10(std::max(1.0, levels.front().output_tps * 0.8))));
+  auto px = [&](int c) { return left + (std::log2(std::max(1, c)) - lx0) / (lx1 - lx0) * (w - left - right); };
+  auto py = [&](double v) { return top + (ly1 - std::log10(std::max(v, 1e-9))) / (ly1 - ly0) * (h - top - bottom); };
+  f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  f << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << title << "</text>\n";
+  f << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << w - left - right << "\" height=\"" << h - top - bottom
+    << "\" fill=\"none\" stroke=\"#888\"/>\n";
+  for (double e = ly0; e <= ly1; e += 1) {
+    f << "<text x=\"" << left - 6 << "\" y=\"" << py(std::pow(10, e)) + 4 << "\" text-anchor=\"end\">" << std::pow(10, e)
+      << "</text>\n";
+  }
+  for (const LevelResult& l : levels) {
+    f << "<text x=\"" << px(l.concurrency) << "\" y=\"" << h - bottom + 16 << "\" text-anchor=\"middle\">" << l.concurrency
+      << "</text>\n";
+  }
+  f << "<text x=\"" << (w + left) / 2 << "\" y=\"" << h - 12 << "\" text-anchor=\"middle\">concurrency</text>\n";
+  auto series = [&](bool roof, const char* color, const char* label, double ly) {
+    f << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\"" << (roof ? " stroke-dasharray=\"6 4\"" : "")
+      << " points=\"";
+    for (const LevelResult& l : levels) f << px(l.concurrency) << "," << py(roof ? l.roofline_tps : l.output_tps) << " ";
+    f << "\"/>\n";
+    for (const LevelResult& l : levels)
+      f << "<circle cx=\"" << px(l.concurrency) << "\" cy=\"" << py(roof ? l.roofline_tps : l.output_tps) << "\" r=\"3\" fill=\""
+        << color << "\"/>\n";
+    f << "<text x=\"" << left + 10 << "\" y=\"" << ly << "\" fill=\"" << color << "\">" << label << "</text>\n";
+  };
+  series(true, "#999", "roofline (output tok/s)", top + 16);
+  series(false, "#1f77b4", "measured output tok/s", top + 32);
+  f << "</svg>\n";
+}
 
 std::vector<int> parse_list(const std::string& s, const char* flag) {
   std::vector<int> out;
@@ -37,6 +86,39 @@ std::vector<int> parse_list(const std::string& s, const char* flag) {
   }
   if (out.empty()) throw Error(ErrorCode::kInvalidArgument, std::string(flag) + " is empty");
   return out;
+}
+
+// The workload's roofline: per step, max(bytes moved / bandwidth, FLOPs / matmul rate), summed over the steps the
+// workload needs (prefill in chunks of the token budget, then output_len - 1 decode steps of c rows). Bytes are the
+// weights (every projection and the LM head, at the bytes per parameter the model stores), the KV read by attention
+// and the KV written; FLOPs are 2 per weight per token (LM head once per sequence per step) and 4 per attended key
+// per head per layer.
+double roofline_seconds(const ModelInfo& m, int c, int input_len, int output_len, double bytes_per_s, double flops_per_s) {
+  const double h = m.hidden_size, inter = m.intermediate_size, layers = m.num_layers, heads = m.num_attention_heads;
+  const double kv_heads = m.num_key_value_heads, hd = m.head_dim, vocab = m.vocab_size;
+  const double layer_params = h * (heads * hd + 2 * kv_heads * hd) + heads * hd * h + 3 * h * inter;
+  const double head_params = vocab * h;
+  const double stored_params = layers * layer_params + head_params * (m.tie_word_embeddings ? 1 : 2);
+  const double bytes_per_param = static_cast<double>(m.weight_bytes) / stored_params;
+  const double weight_bytes = (layers * layer_params + head_params) * bytes_per_param;
+  const double kv = static_cast<double>(m.kv_bytes_per_token);
+  auto step = [&](double tokens, double rows, double attended, double kv_read) {
+    const double bytes = weight_bytes + kv_read * kv + tokens * kv;
+    const double flops = 2 * layers * layer_params * tokens + 2 * head_params * rows + 4 * layers * heads * hd * attended;
+    return std::max(bytes / bytes_per_s, flops / flops_per_s);
+  };
+  double total = 0.0;
+  const double budget = std::max(1, m.max_num_batched_tokens);
+  for (double left = static_cast<double>(c) * input_len; left > 0; left -= budget) {
+    const double tokens = std::min(budget, left);
+    // A chunk's tokens attend to half their prompt on average and read the chunk's own keys back.
+    total += step(tokens, tokens / input_len, tokens * input_len / 2.0, tokens);
+  }
+  for (int j = 1; j < output_len; ++j) {
+    const double ctx = static_cast<double>(c) * (input_len + j);
+    total += step(c, c, ctx, ctx);
+  }
+  return total;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -62,10 +144,16 @@ void run_throughput(ThroughputArgs& a) {
   std::printf("kv cache  %lld tokens (%d blocks x %d), max_num_seqs %d\n",
               static_cast<long long>(info.kv_capacity_tokens), info.num_kv_blocks, info.block_size,
               a.engine.max_num_seqs);
-  std::printf("workload  input %d, output %d tokens per request (random ids, ignore_eos, greedy)\n\n", a.input_len,
+  std::printf("workload  input %d, output %d tokens per request (random ids, ignore_eos, greedy)\n", a.input_len,
               a.output_len);
-  std::printf("%11s %8s %10s %12s %12s %9s %9s %9s %9s\n", "concurrency", "requests", "seconds", "output tok/s",
-              "total tok/s", "steps", "step ms", "forward%", "other%");
+  const MemoryBandwidth bw = engine->measure_memory_bandwidth();
+  const double bytes_per_s = 1e9 * (bw.read_gbs > 0 ? bw.read_gbs : bw.copy_gbs);
+  const double flops_per_s = 1e12 * engine->measure_matmul_tflops();
+  std::printf("limits    %.0f GB/s (%s), matmul %.1f TFLOP/s (%s, this run); roofline: per step max(bytes / "
+              "bandwidth, FLOPs / matmul rate)\n\n",
+              bytes_per_s / 1e9, bw.read_gbs > 0 ? "read" : "device copy", flops_per_s / 1e12, info.dtype.c_str());
+  std::printf("%11s %8s %10s %12s %12s %9s %9s %9s %9s %11s %9s\n", "concurrency", "requests", "seconds", "output tok/s",
+              "total tok/s", "steps", "step ms", "forward%", "other%", "roofline s", "of roof");
   std::mt19937 rng(1234);
   const int vocab = info.vocab_size;
   // Prompt ids avoid the low ids (special tokens) of most vocabularies.
@@ -74,6 +162,7 @@ void run_throughput(ThroughputArgs& a) {
   params.temperature = 0.0f;
   params.max_tokens = a.output_len;
   params.ignore_eos = true;
+  std::vector<LevelResult> results;
   for (int c : levels) {
     const int count = a.prompts_per_level > 0 ? a.prompts_per_level : c;
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(count));
@@ -98,10 +187,14 @@ void run_throughput(ThroughputArgs& a) {
                          (after.step_sample_seconds - before.step_sample_seconds) +
                          (after.step_update_seconds - before.step_update_seconds);
     const double total_tokens = static_cast<double>(out_tokens) + static_cast<double>(count) * a.input_len;
-    std::printf("%11d %8d %10.2f %12.1f %12.1f %9.0f %9.2f %8.1f%% %8.1f%%\n", c, count, secs,
+    // One wave per c requests: the roofline of a wave, times the waves.
+    const double roof = roofline_seconds(info, c, a.input_len, a.output_len, bytes_per_s, flops_per_s) *
+                        std::ceil(static_cast<double>(count) / c);
+    std::printf("%11d %8d %10.2f %12.1f %12.1f %9.0f %9.2f %8.1f%% %8.1f%% %11.3f %8.1f%%\n", c, count, secs,
                 static_cast<double>(out_tokens) / secs, total_tokens / secs, steps,
                 steps > 0 ? 1e3 * (forward + other) / steps : 0.0, 100.0 * forward / std::max(1e-12, forward + other),
-                100.0 * other / std::max(1e-12, forward + other));
+                100.0 * other / std::max(1e-12, forward + other), roof, 100.0 * roof / secs);
+    results.push_back({c, static_cast<double>(out_tokens) / secs, static_cast<double>(out_tokens) / roof});
     std::fflush(stdout);
   }
   const EngineStats s = engine->stats();
@@ -117,6 +210,17 @@ void run_throughput(ThroughputArgs& a) {
                 static_cast<unsigned long long>(s.spec_num_drafts), static_cast<unsigned long long>(s.spec_num_draft_tokens),
                 static_cast<unsigned long long>(s.spec_num_accepted_tokens),
                 1.0 + static_cast<double>(s.spec_num_accepted_tokens) / static_cast<double>(s.spec_num_drafts));
+  }
+  if (!a.plot.empty() && !results.empty()) {
+    std::sort(results.begin(), results.end(), [](const LevelResult& x, const LevelResult& y) { return x.concurrency < y.concurrency; });
+    write_plot(a.plot, results, info.architecture + " on " + info.backend + ", " + std::to_string(a.input_len) + " in / " +
+                                    std::to_string(a.output_len) + " out");
+    std::printf("plot      %s\n", a.plot.c_str());
+  }
+  if (s.host_kv_blocks > 0) {
+    std::printf("host tier %d blocks: %.1f MB copied down in %.3f s, %.1f MB back in %.3f s\n", s.host_kv_blocks,
+                static_cast<double>(s.kv_offload_bytes_to_host) / 1e6, s.kv_offload_seconds_to_host,
+                static_cast<double>(s.kv_offload_bytes_from_host) / 1e6, s.kv_offload_seconds_from_host);
   }
 }
 
@@ -194,6 +298,17 @@ void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats
                 h / c, c / h, s.num_kv_blocks, s.host_kv_blocks);
     std::printf("copies    %.1f MB to host, %.1f MB back\n", static_cast<double>(s.kv_offload_bytes_to_host) / 1e6,
                 static_cast<double>(s.kv_offload_bytes_from_host) / 1e6);
+    const MemoryBandwidth bw = engine->measure_memory_bandwidth();
+    auto rate = [](uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; };
+    std::printf("copy rate to host %.1f GB/s, back %.1f GB/s (the copies' own time)", rate(s.kv_offload_bytes_to_host,
+                s.kv_offload_seconds_to_host), rate(s.kv_offload_bytes_from_host, s.kv_offload_seconds_from_host));
+    if (bw.host_to_device_gbs > 0) {
+      std::printf("; pinned memory in this run: %.1f GB/s up, %.1f GB/s down (%.0f%% / %.0f%%)",
+                  bw.host_to_device_gbs, bw.device_to_host_gbs,
+                  100 * rate(s.kv_offload_bytes_from_host, s.kv_offload_seconds_from_host) / bw.host_to_device_gbs,
+                  100 * rate(s.kv_offload_bytes_to_host, s.kv_offload_seconds_to_host) / bw.device_to_host_gbs);
+    }
+    std::printf("\n");
   }
 }
 
@@ -247,8 +362,10 @@ void register_bench_throughput(CLI::App& bench) {
   cmd->add_option("--max-model-len", e.max_model_len, "Context length (default: input + output)");
   cmd->add_option("--gpu-memory-utilization", e.gpu_memory_utilization, "Device memory fraction")->capture_default_str();
   cmd->add_option("--kv-cache-memory-bytes", e.kv_cache_memory_bytes, "KV cache size in bytes");
+  cmd->add_option("--kv-offloading-size", e.kv_offloading_size, "GiB for the prefix cache's host tier (evicted blocks go down)");
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--speculative-config", args->speculative_config, "Speculative decoding as JSON (random ids rarely match)");
+  cmd->add_option("--plot", args->plot, "Write an SVG of output tok/s against concurrency beside the roofline");
   cmd->callback([args] { run_throughput(*args); });
 }
 

@@ -80,6 +80,7 @@ DiskKvStore::DiskKvStore(Config config) : config_(std::move(config)) {
     throw Error(ErrorCode::kInvalidArgument, "kv_cache_dir: cannot create " + path_ + ": " + ec.message());
   index_existing();
   writer_ = std::thread([this] { writer_loop(); });
+  reader_ = std::thread([this] { reader_loop(); });
 }
 
 DiskKvStore::~DiskKvStore() {
@@ -88,7 +89,59 @@ DiskKvStore::~DiskKvStore() {
     stopping_ = true;
   }
   wake_.notify_all();
+  read_wake_.notify_all();
   if (writer_.joinable()) writer_.join();
+  if (reader_.joinable()) reader_.join();
+}
+
+uint64_t DiskKvStore::read_async(uint64_t key, std::byte* dst) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t id = ++next_read_;
+  Read r;
+  r.key = key;
+  r.dst = dst;
+  reads_.emplace(id, std::move(r));
+  read_queue_.push_back(id);
+  read_wake_.notify_one();
+  return id;
+}
+
+int DiskKvStore::read_result(uint64_t id, uint64_t& parent_key, std::vector<int32_t>& tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = reads_.find(id);
+  if (it == reads_.end()) return 0;
+  if (it->second.status < 0) return -1;
+  const int status = it->second.status;
+  parent_key = it->second.parent_key;
+  tokens = std::move(it->second.tokens);
+  reads_.erase(it);
+  return status;
+}
+
+bool DiskKvStore::read_finished(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = reads_.find(id);
+  return it == reads_.end() || it->second.status >= 0;
+}
+
+void DiskKvStore::reader_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    read_wake_.wait(lock, [&] { return stopping_ || !read_queue_.empty(); });
+    if (read_queue_.empty()) return;  // stopping; reads still queued are answered first
+    const uint64_t id = read_queue_.front();
+    read_queue_.pop_front();
+    const Read job = reads_.at(id);
+    lock.unlock();
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+    const bool ok = read(job.key, job.dst, parent, tokens);
+    lock.lock();
+    Read& r = reads_.at(id);
+    r.status = ok ? 1 : 0;
+    r.parent_key = parent;
+    r.tokens = std::move(tokens);
+  }
 }
 
 std::string DiskKvStore::file_of(uint64_t key) const { return path_ + "/" + hex16(key) + ".kv"; }

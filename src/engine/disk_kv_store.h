@@ -54,6 +54,13 @@ class DiskKvStore {
   // Reads a stored block's payload into dst (payload_bytes) and its identity. False when it is absent or bad (a bad
   // file is removed and logged).
   bool read(uint64_t key, std::byte* dst, uint64_t& parent_key, std::vector<int32_t>& tokens);
+  // The same read on the store's reader thread, so the engine loop never waits for the disk: returns an id for
+  // read_result; dst must stay valid until the result is taken.
+  uint64_t read_async(uint64_t key, std::byte* dst);
+  // -1 while the read runs; then, once (the result is forgotten when returned), 1 with the block's identity filled
+  // in, or 0 when it was absent or bad (a bad file is dropped and logged).
+  int read_result(uint64_t id, uint64_t& parent_key, std::vector<int32_t>& tokens);
+  bool read_finished(uint64_t id) const;  // whether read_result would return 0 or 1 now
   // Waits until every queued write is done (tests, shutdown).
   void flush();
 
@@ -72,6 +79,14 @@ class DiskKvStore {
     std::vector<int32_t> tokens;
     std::vector<std::byte> payload;
   };
+  struct Read {
+    uint64_t key = 0;
+    std::byte* dst = nullptr;
+    int status = -1;  // -1 queued or running, 1 read, 0 failed
+    uint64_t parent_key = 0;
+    std::vector<int32_t> tokens;
+  };
+  void reader_loop();
   std::string file_of(uint64_t key) const;
   void writer_loop();
   void write_one(const Job& job);
@@ -90,7 +105,11 @@ class DiskKvStore {
   bool writing_ = false;
   bool stopping_ = false;
   Stats stats_;
-  std::thread writer_;
+  std::deque<uint64_t> read_queue_;              // ids of reads not started
+  std::unordered_map<uint64_t, Read> reads_;      // by id, until read_result returns their result
+  uint64_t next_read_ = 0;
+  std::condition_variable read_wake_;
+  std::thread writer_, reader_;
 };
 
 }  // namespace peregrine::engine

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <span>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -310,43 +312,22 @@ std::string Engine::apply_chat_template(const nlohmann::ordered_json& messages, 
   return impl_->core->codec().apply_chat_template(messages, options);
 }
 
-MemoryBandwidth Engine::measure_memory_bandwidth() {
+void Engine::run_on_loop(const std::function<void()>& task) {
   struct Result {
     std::mutex mutex;
     std::condition_variable done;
     bool finished = false;
-    MemoryBandwidth value;
     std::exception_ptr error;
   };
   auto result = std::make_shared<Result>();
-  auto task = [this, result] {
-    MemoryBandwidth bw;
+  auto wrapped = [task, result] {
     std::exception_ptr error;
     try {
-      ops::Backend& backend = impl_->core->runner().backend();
-      if (backend.is_host()) {
-        bw = measure_host_bandwidth(0);
-      } else {
-        // (read + write bytes) / s of a large on-device copy, best of five.
-        const size_t bytes = size_t{2} << 30;
-        ops::DeviceBuffer a(backend, bytes), b(backend, bytes);
-        backend.fill_zero(a.data(), bytes);
-        backend.copy_on_device(b.data(), a.data(), bytes);
-        backend.synchronize();
-        double best = 1e30;
-        for (int i = 0; i < 5; ++i) {
-          const auto t0 = std::chrono::steady_clock::now();
-          backend.copy_on_device(b.data(), a.data(), bytes);
-          backend.synchronize();
-          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-        bw.copy_gbs = 2.0 * static_cast<double>(bytes) / best / 1e9;
-      }
+      task();
     } catch (...) {
       error = std::current_exception();
     }
     std::lock_guard<std::mutex> lock(result->mutex);
-    result->value = bw;
     result->error = error;
     result->finished = true;
     result->done.notify_all();
@@ -354,13 +335,86 @@ MemoryBandwidth Engine::measure_memory_bandwidth() {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (impl_->stopping) throw Error(ErrorCode::kUnavailable, "the engine is shutting down");
-    impl_->commands.push_back(Impl::TaskCommand{std::move(task)});
+    impl_->commands.push_back(Impl::TaskCommand{std::move(wrapped)});
     impl_->wake.notify_one();
   }
   std::unique_lock<std::mutex> lock(result->mutex);
   result->done.wait(lock, [&] { return result->finished; });
   if (result->error) std::rethrow_exception(result->error);
-  return result->value;
+}
+
+MemoryBandwidth Engine::measure_memory_bandwidth() {
+  MemoryBandwidth bw;
+  run_on_loop([this, &bw] {
+    ops::Backend& backend = impl_->core->runner().backend();
+    if (backend.is_host()) {
+      bw = measure_host_bandwidth(0);
+      return;
+    }
+    // (read + write bytes) / s of a large on-device copy, best of five.
+    const size_t bytes = size_t{2} << 30;
+    ops::DeviceBuffer a(backend, bytes), b(backend, bytes);
+    backend.fill_zero(a.data(), bytes);
+    backend.copy_on_device(b.data(), a.data(), bytes);
+    backend.synchronize();
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      backend.copy_on_device(b.data(), a.data(), bytes);
+      backend.synchronize();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    bw.copy_gbs = 2.0 * static_cast<double>(bytes) / best / 1e9;
+    // Pinned host memory to and from the device on the copy queue, timed as the backend times transfers.
+    const size_t pinned_bytes = size_t{256} << 20;
+    void* pinned = backend.allocate_pinned(pinned_bytes);
+    try {
+      std::memset(pinned, 0, pinned_bytes);
+      for (auto dir : {ops::Backend::CopyDirection::kHostToDevice, ops::Backend::CopyDirection::kDeviceToHost}) {
+        const bool up = dir == ops::Backend::CopyDirection::kHostToDevice;
+        const ops::Backend::CopyRegion region{up ? a.data() : pinned, up ? pinned : a.data(), pinned_bytes};
+        double fastest = 1e30;
+        for (int i = 0; i < 4; ++i) {
+          const auto before = backend.transfer_totals();
+          backend.wait_transfer(backend.copy_async(dir, std::span<const ops::Backend::CopyRegion>(&region, 1)));
+          const auto after = backend.transfer_totals();
+          const int d = static_cast<int>(dir);
+          if (i > 0) fastest = std::min(fastest, after.seconds[d] - before.seconds[d]);
+        }
+        (up ? bw.host_to_device_gbs : bw.device_to_host_gbs) = static_cast<double>(pinned_bytes) / fastest / 1e9;
+      }
+    } catch (...) {
+      backend.deallocate_pinned(pinned);
+      throw;
+    }
+    backend.deallocate_pinned(pinned);
+  });
+  return bw;
+}
+
+double Engine::measure_matmul_tflops() {
+  double tflops = 0.0;
+  run_on_loop([this, &tflops] {
+    ops::Backend& backend = impl_->core->runner().backend();
+    const DType act = impl_->core->runner().model().activation_dtype();
+    const int64_t n = backend.is_host() ? 1024 : 8192;
+    const size_t bytes = dtype_bytes(act, static_cast<size_t>(n * n));
+    ops::DeviceBuffer x(backend, bytes), w(backend, bytes), out(backend, bytes);
+    backend.fill_zero(x.data(), bytes);
+    backend.fill_zero(w.data(), bytes);
+    const ops::MatmulParams p(x.view(act, {n, n}), w.view(act, {n, n}), TensorView(), out.view(act, {n, n}));
+    backend.matmul(p);
+    backend.synchronize();
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      backend.matmul(p);
+      backend.synchronize();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    tflops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best / 1e12;
+  });
+  return tflops;
 }
 
 EngineStats Engine::stats() const {

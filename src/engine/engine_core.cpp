@@ -39,6 +39,15 @@ uint64_t mix_seed(uint64_t x) {
 
 }  // namespace
 
+namespace {
+// A request the backend's sampling op can serve alone: nothing edits, masks or reads its logits on the host.
+bool device_samplable(const RequestState& req) {
+  const SamplingParams& p = req.params;
+  // Penalties are the op's too; logit_bias and min_tokens are not.
+  return !req.grammar && !p.logprobs && p.logit_bias.empty() && p.min_tokens == 0;
+}
+}  // namespace
+
 EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<const TextCodec> codec,
                        const EngineCoreConfig& config, ModelInfo info)
     : runner_(std::move(runner)),
@@ -54,6 +63,11 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
     throw Error(ErrorCode::kInvalidArgument,
                 "max_model_len " + std::to_string(config.max_model_len) + " exceeds the KV cache capacity of " +
                     std::to_string(static_cast<int64_t>(config.num_blocks) * config.block_size) + " tokens");
+  }
+  {
+    const ops::Backend& be = runner_->backend();
+    device_sampling_ = be.supports_sampling() &&
+                       (config.device_sampling > 0 || (config.device_sampling == 0 && !be.is_host()));
   }
   // Sampling many rows is spread over a few threads (each row is independent, so results do not change).
   const int sampling_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 4);
@@ -455,8 +469,61 @@ void EngineCore::step() {
       for (auto& [g, st] : warm) g->warm(st);
     });
   }
+  // Rows of requests that need only temperature/top-k/top-p/min-p are sampled on the backend (where the logits
+  // are); a request qualifies by its own parameters alone, so its tokens never depend on the batch around it.
+  device_rows_.rows.clear();
+  device_rows_.temperature.clear();
+  device_rows_.top_p.clear();
+  device_rows_.min_p.clear();
+  device_rows_.top_k.clear();
+  device_rows_.seeds.clear();
+  device_rows_.offsets.clear();
+  device_rows_.repetition.clear();
+  device_rows_.presence.clear();
+  device_rows_.frequency.clear();
+  device_rows_.prompt_tokens.clear();
+  device_rows_.output_tokens.clear();
+  device_rows_.prompt_offsets.assign(1, 0);
+  device_rows_.output_offsets.assign(1, 0);
+  bool any_penalty = false;
+  device_row_of_.assign(out.seqs.size(), -1);
+  if (device_sampling_) {
+    for (size_t i = 0; i < out.seqs.size(); ++i) {
+      const Sequence& seq = *out.seqs[i].seq;
+      const RequestState& req = *seq.request;
+      if (rows_.sample_row[i] < 0 || out.seqs[i].num_draft_tokens > 0 || !device_samplable(req)) continue;
+      const SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
+      device_row_of_[i] = static_cast<int>(device_rows_.rows.size());
+      device_rows_.rows.push_back(rows_.sample_row[i]);
+      device_rows_.temperature.push_back(req.params.temperature);
+      device_rows_.top_p.push_back(req.params.top_p);
+      device_rows_.min_p.push_back(req.params.min_p);
+      device_rows_.top_k.push_back(req.params.top_k);
+      device_rows_.seeds.push_back(static_cast<int64_t>(ss.seed));
+      device_rows_.offsets.push_back(seq.num_output_tokens());
+      const SamplingParams& p = req.params;
+      device_rows_.repetition.push_back(p.repetition_penalty);
+      device_rows_.presence.push_back(p.presence_penalty);
+      device_rows_.frequency.push_back(p.frequency_penalty);
+      if (p.repetition_penalty != 1.0f) {
+        device_rows_.prompt_tokens.insert(device_rows_.prompt_tokens.end(), req.prompt.begin(), req.prompt.end());
+      }
+      if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+        any_penalty = true;
+        device_rows_.output_tokens.insert(device_rows_.output_tokens.end(),
+                                          seq.token_ids.begin() + seq.num_prompt_tokens, seq.token_ids.end());
+      }
+      device_rows_.prompt_offsets.push_back(static_cast<int32_t>(device_rows_.prompt_tokens.size()));
+      device_rows_.output_offsets.push_back(static_cast<int32_t>(device_rows_.output_tokens.size()));
+    }
+    if (!any_penalty) {  // the op then runs without the penalty pass
+      device_rows_.repetition.clear();
+      device_rows_.presence.clear();
+      device_rows_.frequency.clear();
+    }
+  }
   try {
-    runner_->execute(logits_);
+    runner_->execute(logits_, device_rows_.rows.empty() ? nullptr : &device_rows_);
   } catch (...) {
     if (warming.valid()) warming.wait();
     throw;
@@ -481,6 +548,12 @@ void EngineCore::step() {
     if (rows_.sample_row[i] >= 0 && out.seqs[i].num_draft_tokens == 0) {
       // A decoding sequence in a step with drafts that had none to verify: for the controller it accepted none.
       if (step_draft_limit_ > 0 && begin_positions[i] >= seq.num_prompt_tokens) spec_controller_.record_verify(step_draft_limit_, {}, 0);
+      if (device_rows_.done && device_row_of_[i] >= 0) {
+        sampled.emplace_back(&ss, device_rows_.tokens[static_cast<size_t>(device_row_of_[i])]);
+        rows.push_back(nullptr);
+        ++stats_.backend_sampled_tokens;
+        continue;
+      }
       sampled.emplace_back(&ss, -1);
       rows.push_back(logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab);
     }
@@ -494,6 +567,7 @@ void EngineCore::step() {
     const size_t end = num_sampled * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
     try {
       for (size_t k = begin; k < end; ++k) {
+        if (rows[k] == nullptr) continue;  // sampled on the backend
         SeqState& ss = *sampled[k].first;
         sampled[k].second = sample_token(ss, *ss.seq.request, rows[k], workspaces_[static_cast<size_t>(t)]);
       }
@@ -584,6 +658,9 @@ EngineStats EngineCore::stats() const {
     s.kv_offload_blocks_from_host = h.blocks_up;
     s.kv_offload_bytes_to_host = h.bytes_down;
     s.kv_offload_bytes_from_host = h.bytes_up;
+    const ops::Backend::TransferTotals t = runner_->backend().transfer_totals();  // the tiers make every transfer
+    s.kv_offload_seconds_to_host = t.seconds[static_cast<int>(ops::Backend::CopyDirection::kDeviceToHost)];
+    s.kv_offload_seconds_from_host = t.seconds[static_cast<int>(ops::Backend::CopyDirection::kHostToDevice)];
     s.host_kv_blocks = host_tier_->num_slots();
     s.host_kv_blocks_used = host_tier_->num_held();
     if (const DiskKvStore* disk = host_tier_->disk()) {

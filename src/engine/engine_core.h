@@ -46,6 +46,10 @@ struct EngineCoreConfig {
   uint64_t kv_identity = 0;
   // Speculative decoding (off unless enabled; the proposer is given with set_proposer).
   SpeculativeConfig speculative;
+  // Sampling on the backend (ops::Backend::sample) for requests that need nothing but temperature/top-k/top-p/
+  // min-p: logits stay on the device and only token ids come back. -1: never; 0 (auto): where the backend is not
+  // the host (CUDA); 1: wherever the backend has the op (tests on the ref backend).
+  int device_sampling = 0;
 };
 
 class EngineCore {
@@ -118,6 +122,9 @@ class EngineCore {
 
   std::unique_ptr<ModelRunner> runner_;
   std::shared_ptr<const TextCodec> codec_;
+  bool device_sampling_ = false;  // config_.device_sampling resolved for this backend
+  DeviceSampling device_rows_;     // this step's rows sampled on the backend
+  std::vector<int> device_row_of_; // per scheduled sequence: its entry in device_rows_, or -1
   EngineCoreConfig config_;
   ModelInfo info_;
   SamplingParams default_params_;

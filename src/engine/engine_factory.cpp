@@ -1,6 +1,7 @@
 // Engine::create: loads the model and tokenizer, sizes the KV cache from the memory the device has left after
 // the weights and a warm-up forward, resolves the limits (max_model_len, token budget) and starts the engine.
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 
@@ -291,6 +292,9 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   core_config.seed = config.seed;
   core_config.max_queued_requests = config.max_queued_requests;
   core_config.speculative = config.speculative;
+  // PEREGRINE_SAMPLING=host keeps every row's sampling on the host (comparisons and debugging; see docs).
+  if (const char* where = std::getenv("PEREGRINE_SAMPLING"); where && std::string(where) == "host")
+    core_config.device_sampling = -1;
   core_config.eos_token_ids = model_config.eos_token_ids;
   for (int32_t id : tokenizer_eos) {
     if (std::find(core_config.eos_token_ids.begin(), core_config.eos_token_ids.end(), id) ==
@@ -321,6 +325,8 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   info.num_key_value_heads = static_cast<int>(model_config.num_key_value_heads);
   info.head_dim = static_cast<int>(model_config.head_dim);
   info.kv_bytes_per_token = block_bytes / static_cast<size_t>(config.block_size);
+  info.tie_word_embeddings = model_config.tie_word_embeddings;
+  info.max_num_batched_tokens = core_config.max_num_batched_tokens;
   info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   auto core = std::make_unique<engine::EngineCore>(std::move(runner), std::move(codec), core_config, std::move(info));

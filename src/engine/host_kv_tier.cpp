@@ -107,45 +107,110 @@ bool HostKvTier::contains(uint64_t key, uint64_t parent_key, std::span<const int
   return true;
 }
 
-int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks) {
-  std::vector<int> host;
+int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket_out) {
+  *ticket_out = 0;
+  Load load;
   for (uint64_t key : keys) {
-    if (host.size() >= blocks.size()) break;
+    if (load.slots.size() >= blocks.size()) break;
     auto it = by_key_.find(key);
     int s = -1;
+    uint64_t read = 0;
     if (it != by_key_.end()) {
       s = it->second;
       lru_.splice(lru_.end(), lru_, slots_[static_cast<size_t>(s)].lru);
     } else if (disk_) {
-      // Read it back from disk into a host slot (once no transfer uses that slot any more).
+      // Read back from disk into a free host slot (once no transfer uses that slot any more), in the background.
       s = take_slot();
       if (s < 0) break;
-      Slot& slot = slots_[static_cast<size_t>(s)];
-      kv_.wait(slot.ticket);
-      if (!disk_->read(key, host_.slot(s), slot.parent_key, slot.tokens)) {
-        free_.push_back(s);
-        break;
-      }
-      slot.key = key;
-      slot.used = true;
-      slot.to_disk = false;
-      slot.lru = lru_.insert(lru_.end(), s);
-      by_key_[key] = s;
-      ++stats_.disk_loads;
+      kv_.wait(slots_[static_cast<size_t>(s)].ticket);
+      read = disk_->read_async(key, host_.slot(s));
     } else {
       break;
     }
-    slots_[static_cast<size_t>(s)].pinned = true;
-    host.push_back(s);
+    slots_[static_cast<size_t>(s)].pinned = true;  // until the copy up is enqueued
+    load.slots.push_back(s);
+    load.reads.push_back(read);
+    load.keys.push_back(key);
   }
-  for (int s : host) slots_[static_cast<size_t>(s)].pinned = false;
-  if (host.empty()) return 0;
-  const uint64_t ticket = kv_.swap_in(host_, host, blocks.first(host.size()));  // the compute queue waits for it
-  for (int s : host) slots_[static_cast<size_t>(s)].ticket = ticket;
-  ++stats_.transfers_up;
-  stats_.blocks_up += host.size();
-  stats_.bytes_up += host.size() * host_.slot_bytes();
-  return static_cast<int>(host.size());
+  if (load.slots.empty()) return 0;
+  load.blocks.assign(blocks.begin(), blocks.begin() + static_cast<long>(load.slots.size()));
+  const int n = static_cast<int>(load.slots.size());
+  const bool from_disk = std::any_of(load.reads.begin(), load.reads.end(), [](uint64_t r) { return r != 0; });
+  if (!from_disk) issue(load);
+  *ticket_out = ++next_load_;
+  loads_.emplace(*ticket_out, std::move(load));
+  return n;
+}
+
+void HostKvTier::issue(Load& load) {
+  // The leading run whose blocks are in host slots: held ones, and reads that came back good; the run ends at the
+  // first read that failed, and the slots past it are given back.
+  int good = 0;
+  bool run = true;
+  for (size_t i = 0; i < load.slots.size(); ++i) {
+    const int s = load.slots[i];
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    if (load.reads[i] != 0) {
+      uint64_t parent = 0;
+      std::vector<int32_t> tokens;
+      const bool ok = disk_->read_result(load.reads[i], parent, tokens) == 1;
+      if (ok && !by_key_.count(load.keys[i])) {
+        slot.key = load.keys[i];
+        slot.parent_key = parent;
+        slot.tokens = std::move(tokens);
+        slot.used = true;
+        slot.to_disk = false;
+        slot.lru = lru_.insert(lru_.end(), s);
+        by_key_[slot.key] = s;
+        ++stats_.disk_loads;
+      } else {
+        slot.pinned = false;
+        free_.push_back(s);
+        run = false;
+        continue;
+      }
+    }
+    if (run) ++good;
+  }
+  std::vector<int> host(load.slots.begin(), load.slots.begin() + good);
+  if (!host.empty()) {
+    // Nothing waits for it on the device: the manager holds the blocks back until the transfer is done.
+    load.transfer = kv_.swap_in(host_, host, std::span<const int>(load.blocks).first(host.size()), /*compute_waits=*/false);
+    for (int s : host) slots_[static_cast<size_t>(s)].ticket = load.transfer;
+    ++stats_.transfers_up;
+    stats_.blocks_up += host.size();
+    stats_.bytes_up += host.size() * host_.slot_bytes();
+  }
+  for (int s : load.slots) slots_[static_cast<size_t>(s)].pinned = false;
+  load.count = good;
+  load.issued = true;
+}
+
+bool HostKvTier::order_on_device(uint64_t ticket) {
+  auto it = loads_.find(ticket);
+  if (it == loads_.end()) return true;
+  const Load& load = it->second;
+  // Not before every read is back, and never for a load that came up short (its missing blocks must be uncached
+  // first, when loaded() answers).
+  if (!load.issued || load.count < static_cast<int>(load.slots.size())) return false;
+  kv_.compute_waits_for(load.transfer);
+  return true;
+}
+
+int HostKvTier::loaded(uint64_t ticket) {
+  auto it = loads_.find(ticket);
+  if (it == loads_.end()) return 0;
+  Load& load = it->second;
+  if (!load.issued) {
+    for (size_t i = 0; i < load.reads.size(); ++i) {
+      if (load.reads[i] != 0 && !disk_->read_finished(load.reads[i])) return -1;
+    }
+    issue(load);
+  }
+  if (load.count > 0 && !kv_.transfer_done(load.transfer)) return -1;
+  const int count = load.count;
+  loads_.erase(it);
+  return count;
 }
 
 }  // namespace peregrine::engine

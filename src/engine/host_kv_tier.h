@@ -37,7 +37,12 @@ class HostKvTier final : public LowerKvTier {
 
   void keep(std::span<const Evicted> blocks) override;
   bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) override;
-  int load(std::span<const uint64_t> keys, std::span<const int> blocks) override;
+  // Blocks the host holds are copied up at once; blocks only the disk holds are first read into host slots on the
+  // disk tier's reader thread (loaded() copies them up once every read is back), so no disk read runs on the
+  // engine loop.
+  int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) override;
+  int loaded(uint64_t ticket) override;
+  bool order_on_device(uint64_t ticket) override;
 
   // Hands blocks whose copy-down finished to the disk tier (called once per engine step).
   void poll();
@@ -62,8 +67,23 @@ class HostKvTier final : public LowerKvTier {
   int take_slot();
   void write_through(int slot);  // waits for the slot's copy-down, then queues it for the disk tier
 
+  // A load in progress: its host slots (pinned until the copy up is enqueued), the disk reads into some of them
+  // (0: the host held it), the device blocks, and once enqueued the transfer and how many leading blocks it carries.
+  struct Load {
+    std::vector<int> slots;
+    std::vector<uint64_t> reads;
+    std::vector<uint64_t> keys;
+    std::vector<int> blocks;
+    bool issued = false;
+    uint64_t transfer = 0;
+    int count = 0;
+  };
+  void issue(Load& load);  // every read is back: keep what was read, copy the good leading run up
+
   KvCache& kv_;
   HostKvBuffer host_;
+  std::unordered_map<uint64_t, Load> loads_;
+  uint64_t next_load_ = 0;
   std::vector<Slot> slots_;
   std::unordered_map<uint64_t, int> by_key_;
   std::list<int> lru_;  // used slots, least recently used first

@@ -164,7 +164,8 @@ uint64_t KvCache::swap_out(std::span<const int> blocks, HostKvBuffer& host, std:
   return backend_.copy_async(ops::Backend::CopyDirection::kDeviceToHost, regions);
 }
 
-uint64_t KvCache::swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks) {
+uint64_t KvCache::swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks,
+                          bool compute_waits) {
   if (view_) throw Error(ErrorCode::kUnsupported, "KV cache view: blocks are moved through the cache it views");
   if (blocks.size() != host_slots.size())
     throw Error(ErrorCode::kInvalidArgument, "KV swap_in: blocks and host slots differ in number");
@@ -187,7 +188,7 @@ uint64_t KvCache::swap_in(const HostKvBuffer& host, std::span<const int> host_sl
     }
   }
   const uint64_t ticket = backend_.copy_async(ops::Backend::CopyDirection::kHostToDevice, regions);
-  backend_.compute_waits_for(ticket);
+  if (compute_waits) backend_.compute_waits_for(ticket);
   return ticket;
 }
 

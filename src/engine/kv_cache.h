@@ -90,8 +90,10 @@ class KvCache {
   // Copies blocks[i] into host slot host_slots[i] after all work enqueued so far; returns the transfer's ticket.
   uint64_t swap_out(std::span<const int> blocks, HostKvBuffer& host, std::span<const int> host_slots);
   // Copies host slot host_slots[i] into blocks[i]; the host slots must stay unchanged until the ticket is done.
-  // Steps enqueued after the call read the blocks only after the copy (compute waits for it on the device).
-  uint64_t swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks);
+  // With compute_waits, steps enqueued after the call read the blocks only after the copy (compute waits for it
+  // on the device); without, nothing may read them until transfer_done(ticket) (the caller holds them back).
+  uint64_t swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks,
+                   bool compute_waits = true);
   bool transfer_done(uint64_t ticket) { return backend_.transfer_done(ticket); }
   void wait(uint64_t ticket) { backend_.wait_transfer(ticket); }
   // Work enqueued on the compute queue after this call starts after the transfer (e.g. overwriting swapped-out blocks).

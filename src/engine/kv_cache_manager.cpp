@@ -21,6 +21,7 @@ KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefi
       evicted_tokens_.insert(evicted_tokens_.end(), t.begin(), t.end());
     }
     cache_.evict(block);
+    from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), block), from_lower_.end());
   });
 }
 
@@ -40,14 +41,21 @@ void KvCacheManager::flush_evictions() {
 
 std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
   std::vector<int> hits;
+  last_lower_hits_ = 0;
   if (!enable_prefix_caching_ || seq.skip_prefix_cache || !seq.block_table.empty()) return hits;
   // At least one token must be computed to produce logits, so the last token is never served from cache.
   const int max_blocks = (seq.num_tokens() - 1) / block_size_;
   cache_.extend_hashes(seq.token_ids, max_blocks, seq.block_hashes);
   const int usable = std::min<int>(max_blocks, static_cast<int>(seq.block_hashes.size()));
   cache_.match(std::span<const uint64_t>(seq.block_hashes).first(usable), seq.token_ids, hits);
-  last_lower_hits_ = 0;
-  if (!tier_ || static_cast<int>(hits.size()) >= usable) return hits;
+  // Hits the lower tier loaded (now, or for an earlier lookup of this prefix that was not admitted yet).
+  auto count_from_lower = [&] {
+    for (int b : hits) last_lower_hits_ += std::count(from_lower_.begin(), from_lower_.end(), b) > 0 ? 1 : 0;
+  };
+  if (!tier_ || static_cast<int>(hits.size()) >= usable) {
+    count_from_lower();
+    return hits;
+  }
   // The run continues in the lower tier: load it into fresh device blocks, which become cached device blocks.
   const std::span<const int32_t> tokens(seq.token_ids);
   std::vector<uint64_t> keys;
@@ -58,36 +66,103 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
       break;
     keys.push_back(seq.block_hashes[static_cast<size_t>(i)]);
   }
-  if (keys.empty()) return hits;
+  if (keys.empty()) {
+    count_from_lower();
+    return hits;
+  }
   // The device hits must survive the allocation (unreferenced ones sit in the free list).
   for (int b : hits) pool_.add_ref(b);
   std::vector<int> fresh;
+  int loaded = 0;
   const int n = std::min<int>(static_cast<int>(keys.size()), pool_.num_free());
   if (n > 0 && pool_.allocate(n, fresh)) {
     flush_evictions();  // what the allocation evicted goes down before the loads reuse the blocks
-    const int loaded = tier_->load(std::span<const uint64_t>(keys).first(static_cast<size_t>(n)), fresh);
+    uint64_t ticket = 0;
+    loaded = tier_->load(std::span<const uint64_t>(keys).first(static_cast<size_t>(n)), fresh, &ticket);
     for (int j = 0; j < loaded; ++j) {
       cache_.insert(fresh[static_cast<size_t>(j)], seq.block_hashes, static_cast<int>(hits.size()) + j, seq.token_ids);
     }
-    // Loaded blocks go back to the free list's tail as cached blocks; the rest were never written.
-    std::vector<int> back(fresh.rbegin(), fresh.rend());
+    // Blocks never written go back to the free list's tail at once; loaded ones as cached blocks once their copy
+    // is done (now, or when poll_loads sees it), leaves first; a block that never arrived is uncached first.
+    const int arrived = loaded == 0 ? 0 : tier_->loaded(ticket);
+    const bool done = arrived >= 0;
+    if (done && arrived < loaded) {
+      for (int j = arrived; j < loaded; ++j) cache_.evict(fresh[static_cast<size_t>(j)]);
+      loaded = arrived;
+    }
+    std::vector<int> back;
+    for (int j = n - 1; j >= (done ? 0 : loaded); --j) back.push_back(fresh[static_cast<size_t>(j)]);
     pool_.release(back);
-    for (int j = 0; j < loaded; ++j) hits.push_back(fresh[static_cast<size_t>(j)]);
-    last_lower_hits_ = loaded;
+    if (!done) {
+      for (int j = loaded - 1; j >= 0; --j) loading_.push_back({fresh[static_cast<size_t>(j)], ticket, j});
+    }
+    for (int j = 0; j < loaded; ++j) {
+      hits.push_back(fresh[static_cast<size_t>(j)]);
+      from_lower_.push_back(fresh[static_cast<size_t>(j)]);
+    }
   }
   // Drop the protection (the caller takes its own references), device hits first in the list's order.
-  std::vector<int> protected_hits(hits.begin(), hits.end() - last_lower_hits_);
+  std::vector<int> protected_hits(hits.begin(), hits.end() - loaded);
   std::reverse(protected_hits.begin(), protected_hits.end());
   pool_.release(protected_hits);
+  count_from_lower();
   return hits;
 }
 
-void KvCacheManager::record_prefix_lookup(int num_tokens, int num_hit_tokens) {
+bool KvCacheManager::hits_ready(std::span<const int> hits) {
+  poll_loads();
+  for (const Loading& l : loading_) {
+    if (std::find(hits.begin(), hits.end(), l.block) != hits.end()) return false;
+  }
+  return true;
+}
+
+bool KvCacheManager::order_hits_on_device(std::span<const int> hits) {
+  std::vector<uint64_t> tickets;
+  for (const Loading& l : loading_) {
+    if (std::find(hits.begin(), hits.end(), l.block) != hits.end() &&
+        std::find(tickets.begin(), tickets.end(), l.ticket) == tickets.end())
+      tickets.push_back(l.ticket);
+  }
+  for (uint64_t t : tickets)
+    if (!tier_->order_on_device(t)) return false;
+  return true;
+}
+
+void KvCacheManager::poll_loads() {
+  if (loading_.empty()) return;
+  std::vector<std::pair<uint64_t, int>> answers;  // each load is asked once: its answer is given once
+  auto answer = [&](uint64_t ticket) {
+    for (const auto& [t, a] : answers)
+      if (t == ticket) return a;
+    answers.emplace_back(ticket, tier_->loaded(ticket));
+    return answers.back().second;
+  };
+  std::vector<int> done;
+  auto keep = loading_.begin();
+  for (auto it = loading_.begin(); it != loading_.end(); ++it) {
+    const int arrived = answer(it->ticket);
+    if (arrived < 0) {
+      *keep++ = *it;
+      continue;
+    }
+    if (it->index >= arrived) {  // it never arrived: it must not be found as cached
+      cache_.evict(it->block);
+      from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), it->block), from_lower_.end());
+    }
+    done.push_back(it->block);
+  }
+  loading_.erase(keep, loading_.end());
+  pool_.release(done);
+}
+
+void KvCacheManager::record_prefix_lookup(int num_tokens, int num_hit_tokens, std::span<const int> hits) {
   queried_tokens_ += static_cast<uint64_t>(num_tokens);
   hit_tokens_ += static_cast<uint64_t>(num_hit_tokens);
-  // The last lookup's blocks from the lower tier (the lookup just made for this admission).
+  // The lookup's blocks that came from the lower tier are counted once, by the admission that takes them.
   lower_hit_blocks_ += static_cast<uint64_t>(last_lower_hits_);
   last_lower_hits_ = 0;
+  for (int b : hits) from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), b), from_lower_.end());
 }
 
 int KvCacheManager::num_blocks_to_allocate(const Sequence& seq, int num_new_tokens,

@@ -27,9 +27,16 @@ class LowerKvTier {
   virtual void keep(std::span<const Evicted> blocks) = 0;
   // Whether the tier holds this block (and marks it recently used).
   virtual bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) = 0;
-  // Copies the held blocks with these keys into the device blocks (same order); steps enqueued afterwards see
-  // them. Returns how many leading ones it loaded (a key it no longer holds ends the run).
-  virtual int load(std::span<const uint64_t> keys, std::span<const int> blocks) = 0;
+  // Starts copying the held blocks with these keys into the device blocks (same order). Returns how many leading
+  // ones it started loading (a key it no longer holds ends the run) and sets *ticket to the load: nothing may read
+  // or write those blocks until loaded(*ticket) answers.
+  virtual int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) = 0;
+  // Never blocks: -1 while the load runs; then, once, how many leading blocks arrived intact (fewer than started
+  // when a read from below failed; the blocks past them hold nothing).
+  virtual int loaded(uint64_t ticket) = 0;
+  // Makes work enqueued from now on wait for the load on the device (false when it cannot yet: its blocks are still
+  // being read from below). The blocks may then be used before loaded() answers.
+  virtual bool order_on_device(uint64_t ticket) = 0;
 };
 
 class KvCacheManager {
@@ -41,10 +48,26 @@ class KvCacheManager {
   const BlockPool& pool() const { return pool_; }
   const PrefixCache& cache() const { return cache_; }
 
-  // For a sequence holding no blocks: its cached leading blocks, leaving at least one token to compute.
+  // For a sequence holding no blocks: its cached leading blocks, leaving at least one token to compute. Blocks the
+  // lower tier is still loading are among them: see hits_ready.
   std::vector<int> find_cached_prefix(Sequence& seq);
-  // Counts an admitted lookup in the hit-rate statistics.
-  void record_prefix_lookup(int num_tokens, int num_hit_tokens);
+  // Whether every hit block is on the device (no lower-tier load into it still in flight). A sequence whose hits
+  // are not ready is not admitted yet, so other requests' steps never wait for its copies; the manager holds the
+  // blocks in flight (they cannot be evicted) and hands them to the cache when their transfer finishes.
+  bool hits_ready(std::span<const int> hits);
+  // For when nothing else would run: makes the device wait for the hits' loads instead of the host (so the step is
+  // enqueued while they copy). False when a load cannot be ordered yet (reads from below still running).
+  bool order_hits_on_device(std::span<const int> hits);
+  // Releases the blocks whose loads finished (called once per schedule).
+  void poll_loads();
+  int num_blocks_loading() const { return static_cast<int>(loading_.size()); }
+  bool is_loading(int block) const {
+    for (const auto& l : loading_)
+      if (l.block == block) return true;
+    return false;
+  }
+  // Counts an admitted lookup (its hit blocks) in the hit-rate statistics.
+  void record_prefix_lookup(int num_tokens, int num_hit_tokens, std::span<const int> hits = {});
   // Blocks that must be newly allocated for seq to hold num_new_tokens more tokens after taking hit_blocks.
   int num_blocks_to_allocate(const Sequence& seq, int num_new_tokens, std::span<const int> hit_blocks) const;
   // Takes hit_blocks (seq then starts with them computed) and allocates room for num_new_tokens more tokens.
@@ -87,6 +110,13 @@ class KvCacheManager {
   std::vector<int32_t> evicted_tokens_;  // block_size per block
   int last_lower_hits_ = 0;
   uint64_t lower_hit_blocks_ = 0;
+  struct Loading {
+    int block;
+    uint64_t ticket;
+    int index;  // within its load
+  };
+  std::vector<Loading> loading_;  // blocks held while the lower tier loads them
+  std::vector<int> from_lower_;  // blocks loaded from the lower tier that no admitted lookup has counted yet
   uint64_t queried_tokens_ = 0;
   uint64_t hit_tokens_ = 0;
 };

@@ -82,6 +82,8 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
 ModelRunner::~ModelRunner() {
   release_graphs();
   if (staging_) backend_.deallocate_pinned(staging_);
+  if (sample_staging_) backend_.deallocate_pinned(sample_staging_);
+  if (penalty_staging_) backend_.deallocate_pinned(penalty_staging_);
 }
 
 KvCacheConfig ModelRunner::kv_cache_config(int num_blocks) const {
@@ -139,12 +141,12 @@ void ModelRunner::prepare(const SchedulerOutput& output, std::span<const LogitsR
   build_forward_batch(output, requests, options_.block_size, batch_, rows);
 }
 
-void ModelRunner::execute(std::vector<float>& logits) {
+void ModelRunner::execute(std::vector<float>& logits, DeviceSampling* sampling) {
   if (batch_.token_ids.empty()) {
     logits.clear();
     return;
   }
-  execute(batch_, logits);
+  execute(batch_, logits, sampling);
 }
 
 void ModelRunner::validate(const ForwardBatch& b) const {
@@ -228,7 +230,7 @@ void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int ma
   }
 }
 
-void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
+void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, DeviceSampling* sampling) {
   validate(b);
   int max_q = 0;
   for (int i = 0; i < b.num_seqs(); ++i) max_q = std::max(max_q, b.query_start_loc[i + 1] - b.query_start_loc[i]);
@@ -367,6 +369,14 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
   // prefills) are computed here, eagerly.
   const int64_t real_rows = static_cast<int64_t>(b.logits_indices.size());
   logits.resize(static_cast<size_t>(real_rows * vocab_));
+  if (sampling) {
+    sampling->done = false;
+    sampling->tokens.clear();
+    if (!sampling->rows.empty() && real_rows <= max_rows_per_chunk_ && backend_.supports_sampling()) {
+      sample_rows(real_rows, *sampling, logits);
+      return;
+    }
+  }
   for (int64_t begin = 0; begin < real_rows; begin += max_rows_per_chunk_) {
     const int64_t n = std::min<int64_t>(max_rows_per_chunk_, real_rows - begin);
     if (begin > 0) {
@@ -375,6 +385,145 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits) {
     }
     backend_.copy_to_host(logits.data() + begin * vocab_, logits_.data(), sizeof(float) * static_cast<size_t>(n * vocab_));
   }
+}
+
+// Every real row of the first chunk is sampled on the backend (rows not asked for greedily, which is cheap), so the
+// op sees one contiguous [rows, vocab] block; the asked-for rows' tokens come back, and the other rows' logits.
+void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<float>& logits) {
+  const size_t n = static_cast<size_t>(real_rows), cap = static_cast<size_t>(max_rows_per_chunk_);
+  // Layout: temperature, top_p, min_p (f32), top_k, tokens (i32), seeds, offsets (i64), repetition, presence,
+  // frequency (f32); each [cap].
+  const size_t f_temp = 0, f_top_p = cap * 4, f_min_p = cap * 8, f_top_k = cap * 12, f_tokens = cap * 16,
+               f_seeds = cap * 24, f_offsets = cap * 32, f_rep = cap * 40, f_pres = cap * 44, f_freq = cap * 48,
+               total = cap * 52;
+  if (!sample_staging_) {
+    sample_params_ = ops::DeviceBuffer(backend_, total);
+    sample_staging_ = static_cast<char*>(backend_.allocate_pinned(total));
+  }
+  auto* temp = reinterpret_cast<float*>(sample_staging_ + f_temp);
+  auto* top_p = reinterpret_cast<float*>(sample_staging_ + f_top_p);
+  auto* min_p = reinterpret_cast<float*>(sample_staging_ + f_min_p);
+  auto* top_k = reinterpret_cast<int32_t*>(sample_staging_ + f_top_k);
+  auto* seeds = reinterpret_cast<int64_t*>(sample_staging_ + f_seeds);
+  auto* offsets = reinterpret_cast<int64_t*>(sample_staging_ + f_offsets);
+  std::fill(temp, temp + n, 0.0f);
+  std::fill(top_p, top_p + n, 1.0f);
+  std::fill(min_p, min_p + n, 0.0f);
+  std::fill(top_k, top_k + n, 0);
+  std::fill(seeds, seeds + n, 0);
+  std::fill(offsets, offsets + n, 0);
+  const bool penalties = !s.repetition.empty();
+  auto* rep = reinterpret_cast<float*>(sample_staging_ + f_rep);
+  auto* pres = reinterpret_cast<float*>(sample_staging_ + f_pres);
+  auto* freq = reinterpret_cast<float*>(sample_staging_ + f_freq);
+  if (penalties) {
+    std::fill(rep, rep + n, 1.0f);
+    std::fill(pres, pres + n, 0.0f);
+    std::fill(freq, freq + n, 0.0f);
+  }
+  std::vector<int> entry_of(n, -1);
+  std::vector<char> asked(n, 0);
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const int32_t r = s.rows[i];
+    PEREGRINE_CHECK(r >= 0 && static_cast<size_t>(r) < n && !asked[static_cast<size_t>(r)],
+                    "device sampling rows must be distinct logits rows of the step");
+    asked[static_cast<size_t>(r)] = 1;
+    temp[r] = s.temperature[i];
+    top_p[r] = s.top_p[i];
+    min_p[r] = s.min_p[i];
+    top_k[r] = s.top_k[i];
+    seeds[r] = s.seeds[i];
+    offsets[r] = s.offsets[i];
+    entry_of[static_cast<size_t>(r)] = static_cast<int>(i);
+    if (penalties) {
+      rep[r] = s.repetition[i];
+      pres[r] = s.presence[i];
+      freq[r] = s.frequency[i];
+    }
+  }
+  char* dev = static_cast<char*>(sample_params_.data());
+  for (size_t off : {f_temp, f_top_p, f_min_p, f_top_k, f_seeds, f_offsets, f_rep, f_pres, f_freq}) {
+    if (!penalties && off >= f_rep) continue;
+    const size_t width = off >= f_seeds && off < f_rep ? 8 : 4;
+    backend_.copy_from_host_async(dev + off, sample_staging_ + off, n * width);
+  }
+  // Penalty tokens in row order: [prompt tokens][output tokens][prompt offsets (n + 1)][output offsets (n + 1)].
+  int32_t* pen_dev = nullptr;
+  size_t pen_prompt = 0, pen_output = 0;
+  if (penalties) {
+    pen_prompt = s.prompt_tokens.size();
+    pen_output = s.output_tokens.size();
+    const size_t need = pen_prompt + pen_output + 2 * (n + 1);
+    if (need > penalty_capacity_) {
+      if (penalty_staging_) backend_.deallocate_pinned(penalty_staging_);
+      penalty_capacity_ = std::max(need, 2 * penalty_capacity_);
+      penalty_tokens_ = ops::DeviceBuffer(backend_, penalty_capacity_ * sizeof(int32_t));
+      penalty_staging_ = static_cast<int32_t*>(backend_.allocate_pinned(penalty_capacity_ * sizeof(int32_t)));
+    }
+    int32_t* pt = penalty_staging_;
+    int32_t* ot = pt + pen_prompt;
+    int32_t* po = ot + pen_output;
+    int32_t* oo = po + n + 1;
+    size_t p_at = 0, o_at = 0;
+    po[0] = 0;
+    oo[0] = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const int e = entry_of[r];
+      if (e >= 0) {
+        const auto pb = static_cast<size_t>(s.prompt_offsets[static_cast<size_t>(e)]);
+        const auto pe = static_cast<size_t>(s.prompt_offsets[static_cast<size_t>(e) + 1]);
+        const auto ob = static_cast<size_t>(s.output_offsets[static_cast<size_t>(e)]);
+        const auto oe = static_cast<size_t>(s.output_offsets[static_cast<size_t>(e) + 1]);
+        std::copy(s.prompt_tokens.begin() + static_cast<long>(pb), s.prompt_tokens.begin() + static_cast<long>(pe), pt + p_at);
+        std::copy(s.output_tokens.begin() + static_cast<long>(ob), s.output_tokens.begin() + static_cast<long>(oe), ot + o_at);
+        p_at += pe - pb;
+        o_at += oe - ob;
+      }
+      po[r + 1] = static_cast<int32_t>(p_at);
+      oo[r + 1] = static_cast<int32_t>(o_at);
+    }
+    pen_dev = static_cast<int32_t*>(penalty_tokens_.data());
+    backend_.copy_from_host_async(pen_dev, penalty_staging_, need * sizeof(int32_t));
+  }
+  const int64_t rows = real_rows;
+  ops::SampleParams p;
+  p.logits = TensorView(logits_.data(), DType::kF32, {rows, vocab_});
+  p.temperature = TensorView(dev + f_temp, DType::kF32, {rows});
+  p.top_p = TensorView(dev + f_top_p, DType::kF32, {rows});
+  p.min_p = TensorView(dev + f_min_p, DType::kF32, {rows});
+  p.top_k = TensorView(dev + f_top_k, DType::kI32, {rows});
+  p.seeds = TensorView(dev + f_seeds, DType::kI64, {rows});
+  p.offsets = TensorView(dev + f_offsets, DType::kI64, {rows});
+  p.out_tokens = TensorView(dev + f_tokens, DType::kI32, {rows});
+  if (penalties) {
+    p.repetition_penalty = TensorView(dev + f_rep, DType::kF32, {rows});
+    p.presence_penalty = TensorView(dev + f_pres, DType::kF32, {rows});
+    p.frequency_penalty = TensorView(dev + f_freq, DType::kF32, {rows});
+    const int64_t np = static_cast<int64_t>(pen_prompt), no = static_cast<int64_t>(pen_output);
+    if (np > 0) p.prompt_tokens = TensorView(pen_dev, DType::kI32, {np});
+    if (no > 0) p.output_tokens = TensorView(pen_dev + np, DType::kI32, {no});
+    p.prompt_offsets = TensorView(pen_dev + np + no, DType::kI32, {rows + 1});
+    p.output_offsets = TensorView(pen_dev + np + no + rows + 1, DType::kI32, {rows + 1});
+  }
+  backend_.sample(p);
+  // Rows the host samples: their logits, in runs of consecutive rows.
+  for (size_t r = 0; r < n;) {
+    if (asked[r]) {
+      ++r;
+      continue;
+    }
+    size_t end = r;
+    while (end < n && !asked[end]) ++end;
+    backend_.copy_to_host(logits.data() + r * static_cast<size_t>(vocab_),
+                          static_cast<const float*>(logits_.data()) + r * static_cast<size_t>(vocab_),
+                          sizeof(float) * (end - r) * static_cast<size_t>(vocab_));
+    r = end;
+  }
+  auto* tokens = reinterpret_cast<int32_t*>(sample_staging_ + f_tokens);
+  backend_.copy_to_host(tokens, dev + f_tokens, n * sizeof(int32_t));
+  s.tokens.resize(s.rows.size());
+  for (size_t i = 0; i < s.rows.size(); ++i) s.tokens[i] = tokens[s.rows[i]];
+  s.done = true;
 }
 
 int ModelRunner::pieces_for(int rows) const {

@@ -38,6 +38,23 @@ struct RunnerOptions {
   ops::Backend::RowExactLayout row_exact_override{};
 };
 
+// Sampling on the backend (ops::Backend::sample) for some logits rows of a step: those rows are sampled where the
+// logits are and only their tokens come back; every other row comes back as f32 logits, as without it.
+struct DeviceSampling {
+  std::vector<int32_t> rows;  // logits rows (indices into the step's logits rows), ascending
+  std::vector<float> temperature, top_p, min_p;  // one per entry of rows
+  std::vector<int32_t> top_k;
+  std::vector<int64_t> seeds, offsets;
+  // Penalties (all empty when no row has one): per entry, and the tokens they look at, entry i owning
+  // tokens[offsets[i], offsets[i + 1]) of each list.
+  std::vector<float> repetition, presence, frequency;
+  std::vector<int32_t> prompt_tokens, prompt_offsets{0}, output_tokens, output_offsets{0};
+  // Out: tokens[i] for rows[i]; done is false when the step could not sample on the backend (its logits rows
+  // exceed one chunk, or the backend has no sampling op); then every row's logits came back.
+  std::vector<int32_t> tokens;
+  bool done = false;
+};
+
 // A step's rows staged as pieces (ModelRunner::stage_row_pieces): count pieces over table_rows block-table rows,
 // with tails key-tail entries.
 struct RowPieces {
@@ -72,11 +89,12 @@ class ModelRunner {
 
   // Builds the step's batch (the one step builder; requests may be empty: one sampling row per sampler).
   void prepare(const SchedulerOutput& output, std::span<const LogitsRequest> requests, LogitsRows& rows);
-  // Runs the prepared batch: logits becomes [rows.num_rows * vocab] f32 on the host.
-  void execute(std::vector<float>& logits);
+  // Runs the prepared batch: logits becomes [rows.num_rows * vocab] f32 on the host. With sampling (may be null),
+  // its rows are sampled on the backend instead and their logits rows are left unset.
+  void execute(std::vector<float>& logits, DeviceSampling* sampling = nullptr);
   const ForwardBatch& batch() const { return batch_; }
   // Runs an already built batch (tests, warm-up). Throws Error(kInvalidArgument) on a malformed batch.
-  void execute(const ForwardBatch& batch, std::vector<float>& logits);
+  void execute(const ForwardBatch& batch, std::vector<float>& logits, DeviceSampling* sampling = nullptr);
 
   // One one-token step on a one-block cache, so first-use allocations happen before memory is measured. Leaves
   // that one-block cache allocated.
@@ -130,6 +148,13 @@ class ModelRunner {
   ops::DeviceBuffer inputs_;     // [layout_.total] int32 on the device
   int32_t* staging_ = nullptr;   // [layout_.total] int32, pinned host memory
   ops::DeviceBuffer logits_;     // [max_rows_per_chunk_, vocab] f32
+  // Sampling on the backend: per-row parameters and tokens of up to max_rows_per_chunk_ rows (see sample_rows).
+  void sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<float>& logits);
+  ops::DeviceBuffer sample_params_;
+  char* sample_staging_ = nullptr;  // pinned, the layout of sample_params_
+  ops::DeviceBuffer penalty_tokens_;  // prompt and output tokens of rows with penalties, and their offsets
+  int32_t* penalty_staging_ = nullptr;
+  size_t penalty_capacity_ = 0;     // int32 elements of both
   // Decode graphs by padded batch size: 0 = not captured yet.
   std::vector<int64_t> graphs_;
   // Verify-step graphs by (padded sequences, rows per sequence): key sequences * 64 + rows.

@@ -20,9 +20,10 @@
 namespace peregrine::engine {
 
 struct SeqState {
-  explicit SeqState(uint64_t seed) : rng(seed) {}
+  explicit SeqState(uint64_t seed_) : seed(seed_), rng(seed_) {}
 
   Sequence seq;
+  uint64_t seed;   // the sequence's sampling seed: the host sampler's stream, and the key of backend sampling
   SamplerRng rng;
   std::unordered_map<int32_t, int> output_counts;  // token -> times generated (penalties)
   std::unique_ptr<IncrementalDetokenizer> detokenizer;

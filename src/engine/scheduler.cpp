@@ -26,6 +26,7 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
   draft_budget_ = config_.max_draft_tokens_per_step;
+  kv_.poll_loads();  // blocks whose lower-tier loads finished join the cache
 
   // Running sequences: decodes first, then the next chunks of prompts being prefilled.
   std::vector<Sequence*> decodes;
@@ -63,13 +64,16 @@ void Scheduler::admit_waiting(SchedulerOutput& out, int& budget) {
     }
     const bool fresh = seq->block_table.empty();
     std::vector<int> hits = fresh ? kv_.find_cached_prefix(*seq) : std::vector<int>{};
+    // Its cached blocks are still coming up from the host tier: it waits (FCFS) while others run; when nothing
+    // else would run, the device waits for the copy instead, so the step is enqueued meanwhile.
+    if (!kv_.hits_ready(hits) && !(running_.empty() && out.seqs.empty() && kv_.order_hits_on_device(hits))) break;
     const int computed = seq->num_computed_tokens + static_cast<int>(hits.size()) * config_.block_size;
     const int num_new = std::min(seq->num_tokens() - computed, budget);
     PEREGRINE_CHECK(num_new > 0, "waiting sequence with nothing to compute");
     if (!kv_.allocate_slots(*seq, num_new, hits)) break;  // keep FCFS order: wait for blocks
     if (fresh) {
       const int hit_tokens = static_cast<int>(hits.size()) * config_.block_size;
-      if (kv_.prefix_caching() && !seq->skip_prefix_cache) kv_.record_prefix_lookup(seq->num_tokens(), hit_tokens);
+      if (kv_.prefix_caching() && !seq->skip_prefix_cache) kv_.record_prefix_lookup(seq->num_tokens(), hit_tokens, hits);
       if (seq->num_preemptions == 0) seq->num_prefix_hit_tokens = hit_tokens;
     }
     waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));

@@ -1,6 +1,7 @@
 // Default implementations of the Backend's optional services (host backends).
 #include "ops/backend.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "core/status.h"
@@ -17,12 +18,22 @@ int64_t Backend::capture_graph(const std::function<void()>&) {
 void Backend::replay_graph(int64_t) { throw Error(ErrorCode::kUnsupported, name() + ": graph replay is not supported"); }
 void Backend::destroy_graph(int64_t) {}
 
-uint64_t Backend::copy_async(CopyDirection, std::span<const CopyRegion> regions) {
+void Backend::sample(const SampleParams&) {
+  throw Error(ErrorCode::kUnsupported, name() + ": sampling on the backend is not supported");
+}
+
+uint64_t Backend::copy_async(CopyDirection direction, std::span<const CopyRegion> regions) {
   // Host memory on both sides: ordered after prior work by finishing it first.
   synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t bytes = 0;
   for (const CopyRegion& r : regions) {
     if (r.bytes) std::memcpy(r.dst, r.src, r.bytes);
+    bytes += r.bytes;
   }
+  const int d = static_cast<int>(direction);
+  transfer_totals_.bytes[d] += bytes;
+  transfer_totals_.seconds[d] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return ++host_transfers_;
 }
 bool Backend::transfer_done(uint64_t) { return true; }

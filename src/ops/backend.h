@@ -91,6 +91,13 @@ class Backend {
   virtual bool transfer_done(uint64_t ticket);       // never blocks
   virtual void wait_transfer(uint64_t ticket);       // the host waits
   virtual void compute_waits_for(uint64_t ticket);   // work enqueued after this call starts after the transfer
+  // Bytes and seconds of the copies themselves (not the wait for prior work) of finished transfers, by direction
+  // (index = CopyDirection), since the backend was made. A transfer counts once it is seen done.
+  struct TransferTotals {
+    uint64_t bytes[3] = {0, 0, 0};
+    double seconds[3] = {0, 0, 0};
+  };
+  virtual TransferTotals transfer_totals() const { return transfer_totals_; }
 
   // Ops (see ops.h for semantics).
   virtual void embedding(const EmbeddingParams& p) = 0;
@@ -101,6 +108,12 @@ class Backend {
   virtual void kv_write(const KvWriteParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;
+  // Sampling where the logits are (ops.h SampleParams); backends without it throw Error(kUnsupported).
+  virtual bool supports_sampling() const { return false; }
+  virtual void sample(const SampleParams& p);
+
+ protected:
+  TransferTotals transfer_totals_;
 
  private:
   uint64_t host_transfers_ = 0;

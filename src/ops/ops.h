@@ -168,4 +168,38 @@ struct GatherRowsParams {
   TensorView out;      // [R, H] act
 };
 
+// Token sampling on the backend (Backend::sample, where supports_sampling()): logits stay where the forward left
+// them and only token ids (and chosen logprobs) come back. Per request b, in this order:
+//   z = logits[b]; repetition penalty r on tokens seen in prompt or output (z > 0 ? z / r : z * r);
+//   z -= frequency * count_in_output + presence * (count_in_output > 0)   (OpenAI / vLLM style);
+//   temperature <= 1e-5 or top_k == 1: token = argmax z (lowest id on ties), else z /= temperature;
+//   top-k keeps the k largest (ties at the k-th value kept too); top-p keeps the smallest top set whose
+//   probability (after top-k; masses in 32-bit fixed point, exp(z - max) * 2^32 rounded down) reaches top_p;
+//   min-p drops tokens with z < max + log(min_p);
+//   token = argmax over kept i of z_i + Gumbel(u_i), u_i = philox_uniform(seed, offset, i) (core/philox.h): an
+//   exact draw from softmax(z) over the kept set, reproducible for a (seed, offset) and independent of the batch.
+//   Pass offset = the number of tokens the request generated so far.
+//   out_logprobs (optional) = log_softmax(raw logits)[token] (before penalties and temperature).
+// Per-request parameters are [B] arrays of backend memory; empty optional views disable that feature for every
+// request. Runs asynchronously; a token id outside [0, V) in the penalty lists is an error (reported at the next
+// synchronize() on asynchronous backends).
+struct SampleParams {
+  TensorView logits;              // [B, V] f32/bf16/f16
+  TensorView temperature;         // [B] f32
+  TensorView top_k;               // [B] i32, optional; <= 0 or >= V disables
+  TensorView top_p;               // [B] f32, optional; >= 1 disables
+  TensorView min_p;               // [B] f32, optional; <= 0 disables
+  TensorView repetition_penalty;  // [B] f32, optional; 1 disables
+  TensorView presence_penalty;    // [B] f32, optional; 0 disables
+  TensorView frequency_penalty;   // [B] f32, optional; 0 disables
+  TensorView prompt_tokens;       // [P] i32: every request's prompt, concatenated (for repetition)
+  TensorView prompt_offsets;      // [B + 1] i32: request b owns prompt_tokens[off[b], off[b + 1])
+  TensorView output_tokens;       // [O] i32: every request's generated tokens, concatenated
+  TensorView output_offsets;      // [B + 1] i32
+  TensorView seeds;               // [B] i64, optional (seed 0)
+  TensorView offsets;             // [B] i64, optional (offset 0)
+  TensorView out_tokens;          // [B] i32
+  TensorView out_logprobs;        // [B] f32, optional
+};
+
 }  // namespace peregrine::ops

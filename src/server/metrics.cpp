@@ -106,6 +106,8 @@ std::string OpenAiServer::metrics_text() const {
   w.counter_by("peregrine:kv_offload_bytes_total", "KV bytes copied between the device and the host tier.", "direction",
                {{"to_host", static_cast<double>(s.kv_offload_bytes_to_host)},
                 {"from_host", static_cast<double>(s.kv_offload_bytes_from_host)}});
+  w.counter_by("peregrine:kv_offload_seconds_total", "Seconds the copies between the device and the host tier took.",
+               "direction", {{"to_host", s.kv_offload_seconds_to_host}, {"from_host", s.kv_offload_seconds_from_host}});
   w.gauge("peregrine:host_kv_blocks", "Blocks the prefix cache's host tier can hold.", s.host_kv_blocks);
   w.gauge("peregrine:host_kv_blocks_used", "Blocks the prefix cache's host tier holds.", s.host_kv_blocks_used);
   w.gauge("peregrine:prefix_cache_hit_rate", "Prefix cache hits over queries since start.",
@@ -114,6 +116,8 @@ std::string OpenAiServer::metrics_text() const {
   w.counter("vllm:prompt_tokens_total", "Prefill tokens processed.", static_cast<double>(s.prompt_tokens));
   w.counter("vllm:generation_tokens_total", "Generation tokens processed.", static_cast<double>(s.generation_tokens));
   w.counter("vllm:num_preemptions_total", "Cumulative preemptions.", static_cast<double>(s.num_preemptions));
+  w.counter("peregrine:backend_sampled_tokens_total", "Tokens sampled on the device where the logits are (not on the host).",
+            static_cast<double>(s.backend_sampled_tokens));
   w.counter("vllm:spec_decode_num_drafts_total", "Verify steps of sequences that carried drafts.",
             static_cast<double>(s.spec_num_drafts));
   w.counter("vllm:spec_decode_num_draft_tokens_total", "Draft tokens verified.", static_cast<double>(s.spec_num_draft_tokens));

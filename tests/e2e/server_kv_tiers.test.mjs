@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { startServer, BIN, MODEL } from './server_helpers.mjs';
+import { startServer, BIN, MODEL, sleep } from './server_helpers.mjs';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'peregrine-kv-tiers-'));
 const small = ['--served-model-name', 'pycoder-tiny', '--num-gpu-blocks-override', '40', '--max-model-len', '600'];
@@ -51,6 +51,7 @@ test('prompts evicted from the device are served from the lower tiers with uncha
   const m = await metricsOf(tiered);
   assert.ok(m('peregrine:prefix_cache_hits_total', 'tier="host"') + m('peregrine:prefix_cache_hits_total', 'tier="disk"') > 0);
   assert.ok(m('peregrine:kv_offload_bytes_total', 'direction="to_host"') > 0);
+  assert.ok(m('peregrine:kv_offload_seconds_total', 'direction="to_host"') > 0, 'the copies are timed');
   assert.ok(m('peregrine:kv_disk_bytes_total', 'direction="written"') > 0);
 });
 
@@ -62,6 +63,43 @@ test('a restarted server finds the disk tier', async () => {
   assert.equal(await complete(tiered, prompts[0]), want);
   const m = await metricsOf(tiered);
   assert.ok(m('peregrine:prefix_cache_hits_total', 'tier="disk"') > 0, 'hits from the disk tier after the restart');
+});
+
+test('a server killed with SIGKILL leaves a disk tier the next start reads, dropping what it cannot trust', async () => {
+  const dir2 = fs.mkdtempSync(path.join(os.tmpdir(), 'peregrine-kv-kill-'));
+  const args = [...small, '--kv-offloading-size', '0.003', '--kv-cache-dir', dir2, '--kv-cache-disk-gb', '1'];
+  let s = await startServer(args);
+  try {
+    const want = [];
+    for (const p of prompts) want.push(await complete(plain, p));
+    for (const p of prompts) await complete(s, p);
+    // Wait until the background writer has put blocks on disk, then kill without warning (no flush, no cleanup).
+    for (let i = 0; i < 200; ++i) {
+      const m = await metricsOf(s);
+      if (m('peregrine:kv_disk_bytes_total', 'direction="written"') > 0) break;
+      await sleep(25);
+    }
+    s.proc.kill('SIGKILL');
+    const { signal } = await s.stop();
+    assert.equal(signal, 'SIGKILL');
+    // What a crash mid-write leaves: a half-written temporary, and a block file cut short.
+    const [sub] = fs.readdirSync(dir2).filter((f) => fs.statSync(path.join(dir2, f)).isDirectory());
+    assert.ok(sub, 'the disk tier made its identity folder');
+    const files = fs.readdirSync(path.join(dir2, sub)).filter((f) => !f.endsWith('.tmp'));
+    assert.ok(files.length > 1, 'blocks reached the disk before the kill');
+    fs.writeFileSync(path.join(dir2, sub, 'deadbeef.tmp'), 'partial');
+    const victim = path.join(dir2, sub, files[0]);
+    fs.truncateSync(victim, Math.floor(fs.statSync(victim).size / 2));
+    s = await startServer(args);
+    for (let k = 0; k < prompts.length; ++k) assert.equal(await complete(s, prompts[k]), want[k], `prompt ${k}`);
+    const m = await metricsOf(s);
+    assert.ok(m('peregrine:kv_disk_dropped_files_total') >= 1, 'the truncated file was dropped');
+    assert.ok(!fs.existsSync(path.join(dir2, sub, 'deadbeef.tmp')), 'leftover temporaries are removed at start');
+  } finally {
+    const { code } = await s.stop();
+    assert.equal(code, 0, `server exit code; log:\n${s.log()}`);
+    fs.rmSync(dir2, { recursive: true, force: true });
+  }
 });
 
 test('a disk tier without a host tier is refused at startup, naming the flag', () => {

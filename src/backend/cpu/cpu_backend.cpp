@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "ops/act_quant.h"
 #include "ops/host_memory.h"
+#include "ops/host_sampling.h"
 #include "ops/op_checks.h"
 
 namespace peregrine::ops {
@@ -93,6 +94,9 @@ class CpuBackend final : public Backend {
   void fill_zero(void* d, size_t n) override { std::memset(d, 0, n); }
   void synchronize() override {}
   size_t free_memory() const override { return host_available_memory(); }
+
+  bool supports_sampling() const override { return true; }
+  void sample(const SampleParams& p) override { host_sample(p); }
 
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);

@@ -15,6 +15,7 @@
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/quant_matmul.cuh"
@@ -312,6 +313,9 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_attention(l, stream_);
   }
 
+  bool supports_sampling() const override { return true; }
+  void sample(const SampleParams& p) override { cuda_sample(*this, p); }
+
   void gather_rows(const GatherRowsParams& p) override {
     check_gather_rows(p);
     cuda::GatherRowsLaunch l{p.x.data, p.indices.as<const int32_t>(), p.out.data, p.x.dim(0), p.indices.dim(0),
@@ -391,9 +395,12 @@ class CudaBackendImpl final : public CudaBackend {
   uint64_t copy_async(CopyDirection direction, std::span<const CopyRegion> regions) override {
     if (capturing_) throw Error(ErrorCode::kInvalidArgument, "cuda: copy_async inside a graph capture");
     prune_transfers();
-    cudaEvent_t start = take_event(), done = take_event();
+    cudaEvent_t start = take_event(), begun = take_timing_event(), done = take_timing_event();
     PEREGRINE_CUDA_CHECK(cudaEventRecord(start, stream_));
     PEREGRINE_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, start, 0));
+    PEREGRINE_CUDA_CHECK(cudaEventRecord(begun, copy_stream_));  // the copies' own time starts here
+    size_t bytes = 0;
+    for (const CopyRegion& r : regions) bytes += r.bytes;
     const cudaMemcpyKind kind = direction == CopyDirection::kDeviceToHost   ? cudaMemcpyDeviceToHost
                                 : direction == CopyDirection::kHostToDevice ? cudaMemcpyHostToDevice
                                                                             : cudaMemcpyDeviceToDevice;
@@ -434,32 +441,30 @@ class CudaBackendImpl final : public CudaBackend {
     PEREGRINE_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
     free_events_.push_back(start);  // reusable once recorded work is enqueued: later records replace it
     const uint64_t ticket = ++last_ticket_;
-    transfers_[ticket] = done;
+    transfers_[ticket] = Transfer{begun, done, static_cast<int>(direction), bytes};
     return ticket;
   }
   bool transfer_done(uint64_t ticket) override {
     auto it = transfers_.find(ticket);
     if (it == transfers_.end()) return true;
-    const cudaError_t err = cudaEventQuery(it->second);
+    const cudaError_t err = cudaEventQuery(it->second.done);
     if (err == cudaErrorNotReady) {
       (void)cudaGetLastError();
       return false;
     }
     PEREGRINE_CUDA_CHECK(err);
-    free_events_.push_back(it->second);
-    transfers_.erase(it);
+    finish_transfer(it);
     return true;
   }
   void wait_transfer(uint64_t ticket) override {
     auto it = transfers_.find(ticket);
     if (it == transfers_.end()) return;
-    PEREGRINE_CUDA_CHECK(cudaEventSynchronize(it->second));
-    free_events_.push_back(it->second);
-    transfers_.erase(it);
+    PEREGRINE_CUDA_CHECK(cudaEventSynchronize(it->second.done));
+    finish_transfer(it);
   }
   void compute_waits_for(uint64_t ticket) override {
     auto it = transfers_.find(ticket);
-    if (it != transfers_.end()) PEREGRINE_CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second, 0));
+    if (it != transfers_.end()) PEREGRINE_CUDA_CHECK(cudaStreamWaitEvent(stream_, it->second.done, 0));
   }
 
   void set_matmul_policy(MatmulPolicy policy) override {
@@ -525,12 +530,39 @@ class CudaBackendImpl final : public CudaBackend {
     PEREGRINE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return e;
   }
+  cudaEvent_t take_timing_event() {
+    if (!free_timing_events_.empty()) {
+      cudaEvent_t e = free_timing_events_.back();
+      free_timing_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    PEREGRINE_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  struct Transfer {
+    cudaEvent_t begun, done;  // timing events on the copy stream around the copies
+    int direction;
+    size_t bytes;
+  };
+  // A finished transfer: its bytes and time go into the totals, its events back to the pool.
+  std::map<uint64_t, Transfer>::iterator finish_transfer(std::map<uint64_t, Transfer>::iterator it) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, it->second.begun, it->second.done) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ms = 0.0f;
+    }
+    transfer_totals_.bytes[it->second.direction] += it->second.bytes;
+    transfer_totals_.seconds[it->second.direction] += static_cast<double>(ms) * 1e-3;
+    free_timing_events_.push_back(it->second.begun);
+    free_timing_events_.push_back(it->second.done);
+    return transfers_.erase(it);
+  }
   // Finished transfers nobody asked about give their events back.
   void prune_transfers() {
     for (auto it = transfers_.begin(); it != transfers_.end();) {
-      if (cudaEventQuery(it->second) == cudaSuccess) {
-        free_events_.push_back(it->second);
-        it = transfers_.erase(it);
+      if (cudaEventQuery(it->second.done) == cudaSuccess) {
+        it = finish_transfer(it);
       } else {
         (void)cudaGetLastError();
         ++it;
@@ -554,8 +586,13 @@ class CudaBackendImpl final : public CudaBackend {
   void release() noexcept {
     if (stream_) cudaStreamSynchronize(stream_);
     if (copy_stream_) cudaStreamSynchronize(copy_stream_);
-    for (auto& [ticket, e] : transfers_) cudaEventDestroy(e);
+    for (auto& [ticket, t] : transfers_) {
+      cudaEventDestroy(t.begun);
+      cudaEventDestroy(t.done);
+    }
     transfers_.clear();
+    for (cudaEvent_t e : free_timing_events_) cudaEventDestroy(e);
+    free_timing_events_.clear();
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     free_events_.clear();
     for (auto& [id, exec] : graphs_) cudaGraphExecDestroy(exec);
@@ -591,7 +628,8 @@ class CudaBackendImpl final : public CudaBackend {
   std::vector<void*> batch_dst_;
   std::vector<const void*> batch_src_;
   std::vector<size_t> batch_bytes_;
-  std::map<uint64_t, cudaEvent_t> transfers_;  // pending transfers' completion events
+  std::map<uint64_t, Transfer> transfers_;  // pending transfers
+  std::vector<cudaEvent_t> free_timing_events_;
   std::vector<cudaEvent_t> free_events_;
   uint64_t last_ticket_ = 0;
   int* error_word_ = nullptr;

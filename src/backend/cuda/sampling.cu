@@ -145,10 +145,7 @@ __device__ uint32_t radix_select(const float* z, int vocab, uint32_t floor, unsi
 }
 
 __device__ __forceinline__ float gumbel(uint64_t seed, uint64_t offset, int index) {
-  uint32_t ctr[4] = {static_cast<uint32_t>(index), static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32),
-                     0u};
-  philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  const float u = (static_cast<float>(ctr[0] >> 9) + 0.5f) * (1.0f / 8388608.0f);  // in (0, 1)
+  const float u = philox_uniform(seed, offset, index);  // in (0, 1)
   return -logf(-logf(u));
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/philox.h"
 
 namespace peregrine::cuda {
 
@@ -43,22 +44,6 @@ size_t sample_scratch_logits_bytes(const SampleLaunch& p);
 size_t sample_scratch_counts_bytes(const SampleLaunch& p);
 void launch_sample(const SampleLaunch& p, cudaStream_t stream);
 
-// Philox4x32-10 (Salmon et al. 2011); exposed for tests.
-__host__ __device__ inline void philox4x32_10(uint32_t (&ctr)[4], uint32_t k0, uint32_t k1) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kM0) * ctr[0];
-    const uint64_t p1 = static_cast<uint64_t>(kM1) * ctr[2];
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    const uint32_t n0 = hi1 ^ ctr[1] ^ k0, n2 = hi0 ^ ctr[3] ^ k1;
-    ctr[0] = n0;
-    ctr[1] = lo1;
-    ctr[2] = n2;
-    ctr[3] = lo0;
-    k0 += kW0;
-    k1 += kW1;
-  }
-}
+using peregrine::philox4x32_10;  // core/philox.h; exposed for tests
 
 }  // namespace peregrine::cuda

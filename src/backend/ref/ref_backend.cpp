@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "ops/host_memory.h"
 #include "ops/act_quant.h"
+#include "ops/host_sampling.h"
 #include "ops/op_checks.h"
 
 namespace peregrine::ops {
@@ -59,6 +60,9 @@ class RefBackend final : public Backend {
   void fill_zero(void* d, size_t n) override { std::memset(d, 0, n); }
   void synchronize() override {}
   size_t free_memory() const override { return host_available_memory(); }
+
+  bool supports_sampling() const override { return true; }
+  void sample(const SampleParams& p) override { host_sample(p); }
 
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);

@@ -5,6 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
+
+#include <csignal>
+#include <sys/resource.h>
 
 #include "engine/disk_kv_store.h"
 
@@ -160,6 +164,56 @@ TEST(DiskKvStore, AnUnusableFolderIsAClearError) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("kv_cache_dir"), std::string::npos) << e.what();
   }
+}
+
+// A disk that refuses writes (here a file-size limit, failing part-way through a block as a full disk does): the
+// block is not kept, no temporary is left, nothing bad is ever served, and the store goes on once writes succeed.
+TEST(DiskKvStore, WritesTheDiskRefusesAreDroppedNotServed) {
+  TempDir dir;
+  DiskKvStore store(config_for(dir.path));
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 600;  // header and tokens fit, the 1000-byte payload does not
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const auto p1 = payload_of(1);
+  store.put(1, 0, tokens_of(1), p1.data());
+  store.flush();
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_EQ(store.stats().dropped_full, 1u);
+  EXPECT_EQ(store.stats().held_blocks, 0u);
+  EXPECT_FALSE(store.contains(1, 0, tokens_of(1)));
+  std::vector<std::byte> back(1000);
+  uint64_t parent = 0;
+  std::vector<int32_t> toks;
+  EXPECT_FALSE(store.read(1, back.data(), parent, toks));
+  for (const auto& e : fs::recursive_directory_iterator(dir.path))
+    EXPECT_NE(e.path().extension(), ".tmp") << e.path();
+  const auto p2 = payload_of(2);
+  store.put(2, 1, tokens_of(2), p2.data());
+  store.flush();
+  ASSERT_TRUE(store.read(2, back.data(), parent, toks));
+  EXPECT_EQ(back, p2);
+}
+
+// Reads on the store's reader thread: the same bytes as read(), a missing block answers 0, each answer is given once.
+TEST(DiskKvStore, ReadsInTheBackgroundAnswerOnce) {
+  TempDir dir;
+  DiskKvStore store(config_for(dir.path));
+  put_blocks(store, 3);
+  std::vector<std::byte> a(1000), b(1000);
+  const uint64_t ra = store.read_async(2, a.data()), rb = store.read_async(99, b.data());
+  while (!store.read_finished(ra) || !store.read_finished(rb)) std::this_thread::yield();
+  uint64_t parent = 0;
+  std::vector<int32_t> toks;
+  EXPECT_EQ(store.read_result(ra, parent, toks), 1);
+  EXPECT_EQ(parent, 1u);
+  EXPECT_EQ(toks, tokens_of(2));
+  EXPECT_EQ(a, payload_of(2));
+  EXPECT_EQ(store.read_result(rb, parent, toks), 0);
+  EXPECT_EQ(store.read_result(ra, parent, toks), 0);  // answered already
 }
 
 }  // namespace

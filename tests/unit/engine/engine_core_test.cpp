@@ -26,6 +26,7 @@ struct CoreOptions {
   int max_seqs = 16;
   bool caching = true;
   int max_model_len = 256;
+  int device_sampling = 0;  // 1: plain requests are sampled by the backend's sampling op (ref backend)
 };
 
 std::unique_ptr<EngineCore> make_core(const CoreOptions& o, FakeModel** model_out = nullptr) {
@@ -38,6 +39,7 @@ std::unique_ptr<EngineCore> make_core(const CoreOptions& o, FakeModel** model_ou
   c.num_blocks = o.num_blocks;
   c.enable_prefix_caching = o.caching;
   c.eos_token_ids = {kFakeEos};
+  c.device_sampling = o.device_sampling;
   ModelInfo info;
   info.vocab_size = kFakeVocab;
   return std::make_unique<EngineCore>(std::move(runner), std::make_shared<FakeCodec>(), c, info);
@@ -118,10 +120,13 @@ TEST(EngineCore, GreedyIsTheSameInABatchOf64WithChunkingPreemptionAndCacheHits) 
     prompts.push_back(p);
     lengths.push_back(1 + static_cast<int>(rng() % 30));
   }
-  // Small budget (chunked prefill) and few blocks (preemption) both exercised.
+  // Small budget (chunked prefill) and few blocks (preemption) both exercised; sampled on the host and by the
+  // backend's sampling op.
   for (int num_blocks : {400, 70}) {
     for (bool caching : {true, false}) {
-      auto core = make_core({.num_blocks = num_blocks, .block_size = 4, .budget = 24, .max_seqs = 64, .caching = caching});
+     for (int device : {0, 1}) {
+      auto core = make_core({.num_blocks = num_blocks, .block_size = 4, .budget = 24, .max_seqs = 64, .caching = caching,
+                             .device_sampling = device});
       Collector col;
       for (int i = 0; i < 64; ++i) {
         SamplingParams p = i % 3 == 0 ? greedy(lengths[i]) : SamplingParams{};
@@ -145,22 +150,25 @@ TEST(EngineCore, GreedyIsTheSameInABatchOf64WithChunkingPreemptionAndCacheHits) 
         EXPECT_GT(core->stats().prefix_cache_hits, 0u);
       }
       EXPECT_EQ(core->stats().num_used_kv_blocks, 0);
+      EXPECT_EQ(core->stats().backend_sampled_tokens > 0, device == 1);
+     }
     }
   }
 }
 
 TEST(EngineCore, SeededSamplingIsReproducibleAcrossBatches) {
+ for (int device : {0, 1}) {
   std::vector<int32_t> prompt{3, 4, 5, 6, 7, 8};
   SamplingParams p;
   p.temperature = 1.0f;
   p.top_k = 20;
   p.max_tokens = 15;
   p.seed = 42;
-  auto core1 = make_core({});
+  auto core1 = make_core({.device_sampling = device});
   Collector c1;
   core1->add_request("x", prompt, p, c1.callback_for("x"), 0.0);
   run(*core1);
-  auto core2 = make_core({});
+  auto core2 = make_core({.device_sampling = device});
   Collector c2;
   std::mt19937 rng(3);
   for (int i = 0; i < 10; ++i) {
@@ -169,7 +177,74 @@ TEST(EngineCore, SeededSamplingIsReproducibleAcrossBatches) {
   }
   core2->add_request("x", prompt, p, c2.callback_for("x"), 0.0);
   run(*core2);
-  EXPECT_EQ(c1.tokens("x"), c2.tokens("x"));
+  EXPECT_EQ(c1.tokens("x"), c2.tokens("x")) << "device sampling " << device;
+ }
+}
+
+// Backend sampling takes only requests that need nothing on the host; the others (logprobs, logit_bias) are sampled
+// on the host in the same steps, and every request's tokens are what it gets alone. Penalties are the op's too.
+TEST(EngineCore, DeviceSamplingLeavesLogprobsAndLogitBiasToTheHost) {
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_prompt(rng, 5 + i));
+  auto params = [](int i) {
+    SamplingParams p;
+    p.max_tokens = 12;
+    p.seed = 100 + static_cast<uint64_t>(i);
+    p.temperature = i % 2 ? 0.9f : 0.0f;
+    if (i == 1) p.top_k = 7;
+    if (i == 2) p.logprobs = 2;
+    if (i == 3) p.repetition_penalty = 1.3f;
+    if (i == 4) p.logit_bias = {{7, 2.0f}};
+    if (i == 5) p.min_p = 0.1f;
+    return p;
+  };
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 6; ++i) {
+    auto core = make_core({.device_sampling = 1});
+    Collector col;
+    core->add_request("r", prompts[i], params(i), col.callback_for("r"), 0.0);
+    run(*core);
+    alone.push_back(col.tokens("r"));
+    ASSERT_EQ(alone.back().size(), 12u);
+  }
+  EXPECT_EQ(alone[0], expected_greedy(prompts[0], 12));
+  EXPECT_EQ(alone[2], expected_greedy(prompts[2], 12));
+  auto core = make_core({.device_sampling = 1});
+  Collector col;
+  for (int i = 0; i < 6; ++i) core->add_request(testing::make_id("r", i), prompts[i], params(i),
+                                                col.callback_for(testing::make_id("r", i)), 0.0);
+  run(*core);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(col.tokens(testing::make_id("r", i)), alone[i]) << "request " << i;
+  EXPECT_EQ(core->stats().backend_sampled_tokens, 4u * 12u);  // all but the logprobs and logit_bias requests
+  size_t logprobs = 0;
+  for (const auto& d : col.deltas.at(testing::make_id("r", 2)))
+    for (const auto& c : d.outputs) logprobs += c.logprobs.size();
+  EXPECT_EQ(logprobs, 12u);
+}
+
+// Greedy with repetition, presence and frequency penalties: the backend's op gives the host sampler's tokens.
+TEST(EngineCore, DevicePenaltiesMatchTheHostsInGreedy) {
+  std::mt19937 rng(21);
+  for (int i = 0; i < 4; ++i) {
+    const auto prompt = random_prompt(rng, 6 + 3 * i);
+    SamplingParams p = greedy(20);
+    // Strong enough to move the fake model's preferred token (~3.5 above the rest, which lie in [0, 1)).
+    p.repetition_penalty = i == 1 ? 6.0f : i == 3 ? 4.0f : 1.0f;
+    p.presence_penalty = i == 2 ? 3.5f : i == 3 ? 2.0f : 0.0f;
+    p.frequency_penalty = i == 0 ? 4.0f : i == 3 ? 1.0f : 0.0f;
+    std::vector<int32_t> got[2];
+    for (int device : {0, 1}) {
+      auto core = make_core({.device_sampling = device});
+      Collector col;
+      core->add_request("p", prompt, p, col.callback_for("p"), 0.0);
+      run(*core);
+      got[device] = col.tokens("p");
+      EXPECT_EQ(core->stats().backend_sampled_tokens, device ? 20u : 0u);
+    }
+    EXPECT_EQ(got[1], got[0]) << "case " << i;
+    EXPECT_NE(got[0], expected_greedy(prompt, 20)) << "case " << i << ": the penalties should change the output";
+  }
 }
 
 TEST(EngineCore, StopsAtEosUnlessIgnored) {

@@ -141,6 +141,39 @@ TEST_F(EngineModelTest, GreedyIsIdenticalAloneCachedBatchedAndPreempted) {
   EXPECT_GT(squeezed->stats().num_preemptions, 0u);
 }
 
+// CUDA: rows are sampled on the GPU (logits stay there); greedy tokens equal the host sampler's on the same logits,
+// and seeded sampled requests are reproducible inside a batch.
+TEST_F(EngineModelTest, CudaSamplingOnTheDeviceEqualsTheHostSampler) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  EngineConfig config;
+  config.model = kModel.string();
+  config.device = "cuda";
+  config.dtype = "float32";
+  config.max_model_len = 512;
+  config.max_num_batched_tokens = 512;
+  const std::vector<int> checked{0, 9, 22, 37, 51, 63};
+  constexpr int kTokens = 24;
+  auto run = [&](bool host) {
+    if (host) setenv("PEREGRINE_SAMPLING", "host", 1); else unsetenv("PEREGRINE_SAMPLING");
+    auto engine = Engine::create(config);
+    unsetenv("PEREGRINE_SAMPLING");
+    const auto texts = code_prompts();
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& t : texts) prompts.push_back(engine->tokenize(t, true));
+    auto out = run_batch(*engine, prompts, checked, kTokens);
+    for (int i = 0; i < 400 && engine->stats().num_used_kv_blocks != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return std::make_pair(out, engine->stats().backend_sampled_tokens);
+  };
+  const auto [on_host, host_count] = run(true);
+  const auto [on_device, device_count] = run(false);
+  const auto [again, again_count] = run(false);
+  EXPECT_EQ(host_count, 0u);
+  EXPECT_GT(device_count, 0u);
+  for (int i : checked) EXPECT_EQ(on_device[static_cast<size_t>(i)], on_host[static_cast<size_t>(i)]) << "prompt " << i;
+  for (size_t i = 0; i < on_device.size(); ++i) EXPECT_EQ(on_device[i], again[i]) << "prompt " << i << " (seeded)";
+}
+
 TEST_F(EngineModelTest, ChatTemplateGivenPerCallReplacesTheEngines) {
   EngineConfig config;
   config.model = kModel.string();

@@ -199,7 +199,13 @@ TEST_P(KvCacheOps, HostTierKeepsWhatFitsAndLoadsItBackBitExact) {
   // Loaded into other blocks, they read back bit-identical; a key the tier lacks ends the run.
   const uint64_t keys[] = {101, 102, 103};
   const int blocks[] = {8, 9, 10};
-  EXPECT_EQ(tier.load(keys, blocks), 2);
+  uint64_t ticket = 0;
+  EXPECT_EQ(tier.load(keys, blocks, &ticket), 2);
+  // Nothing on the device waits for a load: the caller holds the blocks back until it answers (once).
+  int arrived = -1;
+  while ((arrived = tier.loaded(ticket)) < 0) {
+  }
+  EXPECT_EQ(arrived, 2);
   backend->synchronize();
   const auto now = read_pools(*backend, kv);
   for (size_t p = 0; p < original.size(); ++p) {

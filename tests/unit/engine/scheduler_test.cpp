@@ -80,7 +80,9 @@ class Harness {
       if (seq->status == SeqStatus::kFinished) continue;
       for (int b : seq->block_table) ++refs[b];
     }
-    for (int b = 0; b < sched.kv().pool().num_blocks(); ++b) EXPECT_EQ(refs[b], sched.kv().pool().ref_count(b));
+    // (plus the manager's own reference on blocks the lower tier is loading)
+    for (int b = 0; b < sched.kv().pool().num_blocks(); ++b)
+      EXPECT_EQ(refs[b] + (sched.kv().is_loading(b) ? 1 : 0), sched.kv().pool().ref_count(b));
   }
 
   Scheduler sched;
@@ -284,6 +286,117 @@ TEST(Scheduler, RandomizedRunFinishesEverythingAndFreesAllBlocks) {
     EXPECT_EQ(h.finished.size(), 40u);
     EXPECT_EQ(h.sched.kv().pool().num_free(), c.num_blocks) << "trial " << trial;
   }
+}
+
+// A lower tier that holds every block asked for and finishes its loads only when told.
+class SlowTier final : public LowerKvTier {
+ public:
+  bool holds_all = false, ready = false;
+  int loads = 0;
+  void keep(std::span<const Evicted>) override {}
+  bool contains(uint64_t, uint64_t, std::span<const int32_t>) override { return holds_all; }
+  int arrives = 1 << 30;  // leading blocks of a load that arrive intact
+  int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) override {
+    ++loads;
+    *ticket = static_cast<uint64_t>(loads);
+    count = static_cast<int>(std::min(keys.size(), blocks.size()));
+    return count;
+  }
+  int loaded(uint64_t) override { return ready ? std::min(count, arrives) : -1; }
+  bool orderable = false;  // whether the device can be made to wait for a load
+  int ordered = 0;
+  bool order_on_device(uint64_t) override {
+    ordered += orderable ? 1 : 0;
+    return orderable;
+  }
+  int count = 0;
+};
+
+TEST(Scheduler, ARequestWhoseBlocksAreLoadingWaitsWhileOthersRun) {
+  Harness h(config(16));
+  SlowTier tier;
+  h.sched.kv().set_lower_tier(&tier);
+  Sequence* b = h.add(tokens(8, 900), 20);
+  h.step();  // b's prefill; it decodes from now on
+  tier.holds_all = true;
+  Sequence* a = h.add(tokens(17), 3);  // 4 full blocks the tier holds
+  for (int i = 0; i < 3; ++i) {
+    SchedulerOutput out = h.step();
+    ASSERT_EQ(out.seqs.size(), 1u) << "step " << i;
+    EXPECT_EQ(out.seqs[0].seq, b);  // the decode goes on; a waits for its blocks
+    EXPECT_EQ(a->status, SeqStatus::kWaiting);
+    EXPECT_EQ(h.sched.kv().num_blocks_loading(), 4);
+  }
+  EXPECT_EQ(tier.loads, 1);  // the load is started once, then waited for
+  tier.ready = true;
+  SchedulerOutput out = h.step();
+  ASSERT_EQ(out.seqs.size(), 2u);
+  EXPECT_EQ(out.seqs[1].seq, a);
+  EXPECT_EQ(out.seqs[1].num_new_tokens, 1);  // 16 tokens came from the tier
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
+  EXPECT_EQ(h.sched.kv().num_lower_tier_hit_blocks(), 4u);
+  EXPECT_EQ(tier.loads, 1);
+  h.run_to_completion();
+  EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
+}
+
+// Alone, a request need not wait on the host: the device is made to wait for its load, and its step goes out at once.
+TEST(Scheduler, ALoneRequestGoesOutWhileItsBlocksLoadWhenTheDeviceCanWait) {
+  Harness h(config(16));
+  SlowTier tier;
+  h.sched.kv().set_lower_tier(&tier);
+  tier.holds_all = true;
+  tier.orderable = true;
+  Sequence* a = h.add(tokens(17), 3);
+  SchedulerOutput out = h.step();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].seq, a);
+  EXPECT_EQ(out.seqs[0].num_new_tokens, 1);
+  EXPECT_EQ(tier.ordered, 1);
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 4);  // held until the transfer is seen done
+  tier.ready = true;
+  h.run_to_completion();
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
+  EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
+}
+
+// A load whose later blocks never arrive (a disk read failed): the request takes the blocks that did and computes
+// the rest; the others are not found as cached afterwards.
+TEST(Scheduler, BlocksThatNeverArriveAreRecomputed) {
+  Harness h(config(16));
+  SlowTier tier;
+  h.sched.kv().set_lower_tier(&tier);
+  tier.holds_all = true;
+  tier.arrives = 2;
+  Sequence* a = h.add(tokens(17), 3);
+  EXPECT_TRUE(h.step().seqs.empty());
+  tier.ready = true;
+  tier.holds_all = false;
+  SchedulerOutput out = h.step();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].seq, a);
+  EXPECT_EQ(out.seqs[0].num_new_tokens, 17 - 8);
+  EXPECT_EQ(h.sched.kv().num_lower_tier_hit_blocks(), 2u);
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
+  h.run_to_completion();
+  EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
+}
+
+// A request that ends while its blocks load leaves nothing held once the load is done.
+TEST(Scheduler, LoadingBlocksAreReleasedWhenTheLoadEndsEvenWithoutTheirRequest) {
+  Harness h(config(16));
+  SlowTier tier;
+  h.sched.kv().set_lower_tier(&tier);
+  tier.holds_all = true;
+  Sequence* a = h.add(tokens(17), 3);
+  EXPECT_TRUE(h.step().seqs.empty());
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 4);
+  h.sched.finish(a);  // aborted while waiting
+  tier.ready = true;
+  EXPECT_TRUE(h.step().seqs.empty());
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
+  EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
+  EXPECT_FALSE(h.sched.has_unfinished());
 }
 
 }  // namespace
