@@ -150,6 +150,21 @@ double measure_matmul_tflops(Bench& b, int64_t m, int64_t n, int64_t k, ops::Mat
   return tflops_of(m, n, k, time_matmul(b, m, n, k, policy));
 }
 
+// FP8 W8A8 through the backend's matmul (per-token activation quantization + cuBLASLt FP8 GEMM with per-token and
+// per-channel scales): milliseconds per call. The codes are random bytes (timing does not depend on their values).
+double time_fp8_matmul(Bench& b, int64_t m, int64_t n, int64_t k) {
+  DeviceBuffer w = b.random_buffer(DType::kBF16, n * k / 2, 0.02f), x = b.random_buffer(DType::kBF16, m * k),
+               out(b.be(), m * n * 2), scales = b.random_buffer(DType::kF32, n, 0.01f);
+  ops::WeightQuant q;
+  q.scales = scales.view(DType::kF32, {n, 1});
+  q.group_size = k;
+  q.act = ops::ActQuant::kFp8;
+  return b.time_calls(5, [&](int) {
+    b.be().matmul({x.view(DType::kBF16, {m, k}), w.view(DType::kF8E4M3, {n, k}), TensorView(),
+                   out.view(DType::kBF16, {m, n}), q});
+  });
+}
+
 struct AttnSetup {
   DeviceBuffer k_pool, v_pool, q, out, qsl, lens;
   std::vector<DeviceBuffer> tables;
@@ -330,13 +345,17 @@ int main(int argc, char** argv) {
       std::printf("cuda_ops_bench: no CUDA device\n");
       return 0;
     }
-    bool gemm_only = false, ggml_only = false;
+    bool gemm_only = false, ggml_only = false, fp8 = false, fp8_only = false;
     const char* out_path = nullptr;
     for (int i = 1; i < argc; ++i) {
       if (std::string(argv[i]) == "--gemm-only") {
         gemm_only = true;
       } else if (std::string(argv[i]) == "--ggml-only") {
         ggml_only = true;
+      } else if (std::string(argv[i]) == "--fp8") {
+        fp8 = true;
+      } else if (std::string(argv[i]) == "--fp8-only") {
+        fp8 = fp8_only = true;
       } else {
         out_path = argv[i];
       }
@@ -360,7 +379,19 @@ int main(int argc, char** argv) {
     }
     const double peak = measure_matmul_tflops(b, 8192, 8192, 8192, ops::MatmulPolicy::kFastest);
     rows.push_back({"cuBLASLt bf16 matmul 8192^3", fmt("%.0f TFLOP/s", peak), "ceiling"});
+    if (fp8) {
+      const double ms = time_fp8_matmul(b, 8192, 8192, 8192);
+      const double t = tflops_of(8192, 8192, 8192, ms);
+      rows.push_back({"FP8 W8A8 matmul 8192^3 (act quant + cuBLASLt FP8): " + fmt("%.2f ms", ms), fmt("%.0f TFLOP/s", t),
+                      fmt("%.2fx the bf16 peak", t / peak)});
+      for (int64_t m : {1, 16}) {
+        const double mm = time_fp8_matmul(b, m, 14336, 4096);
+        rows.push_back({"FP8 W8A8 matmul M=" + std::to_string(m) + " [14336, 4096] (warp kernel): " + fmt("%.1f us", mm * 1e3),
+                        fmt("%.0f GB/s of weights", 14336.0 * 4096 / (mm * 1e-3) / 1e9), "vs the read ceiling above"});
+      }
+    }
     std::fflush(stdout);
+    if (fp8_only) gemm_only = true;
 
     for (int ctx : {8192, 32768, 131072}) {
       if (gemm_only) break;
@@ -394,7 +425,7 @@ int main(int argc, char** argv) {
                       fmt("%.0f%% of matmul peak; ", 100 * tflops / peak) + fmt("%.0f%% of cuDNN's 579", 100 * tflops / 579)});
     }
 
-    add_gemm_rows(b, rows, read_tbps, peak);
+    if (!fp8_only) add_gemm_rows(b, rows, read_tbps, peak);
 
     std::string table = "| measurement | figure | versus |\n| --- | --- | --- |\n";
     for (const Row& r : rows) table += "| " + r.what + " | " + r.value + " | " + r.versus + " |\n";

@@ -23,6 +23,9 @@ struct EngineConfig {
   // declare (gptq | awq | compressed-tensors, marlin aliases accepted); with random_weights the scheme to build
   // (w4a16 | w8a16).
   std::string quantization;
+  // vLLM's --kv-cache-dtype: auto (the activation dtype; f32 on CPU unless --dtype says otherwise) | fp8 | fp8_e4m3
+  // | int8. fp8 / int8 store codes with one dynamic scale per token and KV head (docs/quantization.md).
+  std::string kv_cache_dtype = "auto";
   int max_model_len = 0;                // 0 = the model's max_position_embeddings (capped by KV capacity)
   int max_num_seqs = 256;               // sequences running at once
   int max_num_batched_tokens = 0;       // token budget per step; 0 = max(2048, ...) chosen by the engine

@@ -12,8 +12,8 @@ namespace peregrine {
 struct QuantizeConfig {
   std::string model;            // dense Hugging Face folder (safetensors)
   std::string out;              // folder to write (created; files of the same names are replaced)
-  std::string scheme = "w4a16"; // w4a16 | w8a16
-  std::string method = "rtn";   // rtn | awq | gptq
+  std::string scheme = "w4a16"; // w4a16 | w8a16 | w8a8-int8 | fp8 (W8A8: per channel, activations per token)
+  std::string method = "rtn";   // rtn | awq | gptq; w8a8-int8: rtn | smoothquant (calibrated migration)
   int64_t group_size = 128;     // -1 = one scale per output channel
   bool symmetric = true;        // false: zero points (compressed-tensors W4A16_ASYM)
   std::string calibration;      // awq / gptq: a text file, or a JSON list of {"text": ...}

@@ -32,6 +32,7 @@ _MAPPED: dict[str, tuple[str, type]] = {
     "device": ("device", str),
     "generation_config": ("generation_config", str),
     "quantization": ("quantization", str),
+    "kv_cache_dtype": ("kv_cache_dtype", str),
     "num_gpu_blocks_override": ("num_kv_blocks_override", int),
     "kv_cache_memory_bytes": ("kv_cache_memory_bytes", int),
     "kv_offloading_size": ("kv_offloading_size", float),
@@ -42,7 +43,6 @@ _MAPPED: dict[str, tuple[str, type]] = {
 # Options of later work: accepted only with the value that means "off" (what vLLM does by default). When the engine
 # gains one (an EngineConfig field), move it to _MAPPED, or convert it in build_config as speculative_config is.
 _NOT_YET: dict[str, tuple[Any, str]] = {
-    "kv_cache_dtype": ("auto", "only kv_cache_dtype='auto' (the model's dtype) is supported yet"),
     "enable_lora": (False, "LoRA adapters are not supported yet"),
     "pipeline_parallel_size": (1, "Peregrine runs a model on one device (use 1)"),
     "data_parallel_size": (1, "Peregrine runs a model on one device (use 1)"),

@@ -96,8 +96,8 @@ class LLM(_EngineClient):
     disk tier, kept across restarts),
     tensor_parallel_size (1), speculative_config (vLLM's dict: ngram, lookahead, draft_model, self), quantization
     (gptq, awq, compressed-tensors or vLLM's marlin aliases: checked against the checkpoint's quantization_config;
-    None detects it). kv_cache_dtype other than "auto" is refused until Peregrine implements it; unknown arguments
-    raise TypeError.
+    None detects it). kv_cache_dtype ("auto", or "fp8" / "fp8_e4m3" / "int8": a quantized KV cache with one scale per token and KV
+    head); unknown arguments raise TypeError.
     """
 
     def __init__(self, model: str, *, tokenizer: Optional[str] = None, **kwargs: Any) -> None:

@@ -197,6 +197,7 @@ void bind_config(py::module_& m) {
       .def_readwrite("chat_template", &EngineConfig::chat_template)
       .def_readwrite("generation_config", &EngineConfig::generation_config)
       .def_readwrite("quantization", &EngineConfig::quantization)
+      .def_readwrite("kv_cache_dtype", &EngineConfig::kv_cache_dtype)
       .def_readwrite("max_queued_requests", &EngineConfig::max_queued_requests)
       .def_readwrite("num_threads", &EngineConfig::num_threads)
       .def_readwrite("tensor_parallel_size", &EngineConfig::tensor_parallel_size)

@@ -31,6 +31,7 @@ struct PerplexityArgs {
   std::string device = "auto";
   std::string dtype = "auto";
   std::string quantization;
+  std::string kv_cache_dtype = "auto";
   int threads = 0;
   bool json = false;
 };
@@ -66,6 +67,7 @@ void run_perplexity(const PerplexityArgs& a) {
   ec.device = a.device;
   ec.dtype = a.dtype;
   ec.quantization = a.quantization;
+  ec.kv_cache_dtype = a.kv_cache_dtype;
   ec.num_threads = a.threads;
   ec.generation_config = "vllm";
   ec.max_num_batched_tokens = std::max(2048, a.context);
@@ -164,6 +166,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--device", args->device, "auto | cpu | cuda | ref")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--quantization,-q", args->quantization, "gptq | awq | compressed-tensors (checked)");
+  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "auto | fp8 | fp8_e4m3 | int8 (quantized KV cache, one scale per token and KV head)")->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads (0 = all cores)");
   cmd->add_flag("--json", args->json, "one JSON object");
   cmd->callback([args] { run_perplexity(*args); });

@@ -2,6 +2,7 @@
 // awq or gptq; see include/peregrine/quantize.h), with a progress bar on a terminal.
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -13,12 +14,12 @@ namespace peregrine::cli {
 void register_quantize(CLI::App& app) {
   auto cfg = std::make_shared<QuantizeConfig>();
   auto asym = std::make_shared<bool>(false);
-  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a dense checkpoint into compressed-tensors W4A16 / W8A16");
+  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a dense checkpoint into compressed-tensors W4A16 / W8A16 / W8A8 int8 / FP8");
   cmd->add_option("--model,-m", cfg->model, "dense model folder")->required();
   cmd->add_option("--out,-o", cfg->out, "output folder")->required();
-  cmd->add_option("--scheme", cfg->scheme, "w4a16 | w8a16")->capture_default_str();
+  cmd->add_option("--scheme", cfg->scheme, "w4a16 | w8a16 | w8a8-int8 | fp8 (W8A8: per-channel weights, activations per token)")->capture_default_str();
   cmd->add_option("--group-size", cfg->group_size, "input columns per scale (-1: per output channel)")->capture_default_str();
-  cmd->add_option("--method", cfg->method, "rtn | awq | gptq")->capture_default_str();
+  cmd->add_option("--method", cfg->method, "rtn | awq | gptq (W4A16/W8A16); rtn | smoothquant (w8a8-int8)")->capture_default_str();
   cmd->add_option("--calibration", cfg->calibration, "calibration text (or a JSON list of {\"text\": ...}) for awq / gptq");
   cmd->add_option("--calibration-tokens", cfg->calibration_tokens, "at most this many calibration tokens")->capture_default_str();
   cmd->add_flag("--asymmetric", *asym, "zero points (W4A16_ASYM)");
@@ -39,9 +40,11 @@ void register_quantize(CLI::App& app) {
     const QuantizeReport r = quantize_model(*cfg);
     if (bar) bar->finish();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s: %d projections quantized (%s, %s, group %lld%s), %lld calibration tokens, %.1f MB -> %.1f MB in %.1f s\n",
-                cfg->out.c_str(), r.quantized_linears, cfg->scheme.c_str(), cfg->method.c_str(),
-                static_cast<long long>(cfg->group_size), cfg->symmetric ? "" : ", asymmetric",
+    const bool w8a8 = cfg->scheme == "fp8" || cfg->scheme == "w8a8-int8";
+    const std::string shape = w8a8 ? "per channel, activations per token" : "group " + std::to_string(cfg->group_size);
+    std::printf("%s: %d projections quantized (%s, %s, %s%s), %lld calibration tokens, %.1f MB -> %.1f MB in %.1f s\n",
+                cfg->out.c_str(), r.quantized_linears, cfg->scheme.c_str(), cfg->method.c_str(), shape.c_str(),
+                cfg->symmetric ? "" : ", asymmetric",
                 static_cast<long long>(r.calibration_tokens), r.bytes_in / 1e6, r.bytes_out / 1e6, s);
   });
 }

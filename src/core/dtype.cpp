@@ -123,4 +123,27 @@ float fp8_e4m3_to_f32(uint8_t v) {
   return (v & 0x80) ? -mag : mag;
 }
 
+uint8_t f32_to_fp8_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  uint8_t code;
+  if (a < 0.015625f) {  // below the smallest normal 2^-6: subnormal steps of 2^-9 (8 rounds up to the normal 0x08)
+    code = static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  } else {
+    int e = 0;
+    const float r = std::frexp(a, &e);  // a = r * 2^e, r in [0.5, 1)
+    int m = static_cast<int>(std::nearbyint((r * 2.0f - 1.0f) * 8.0f));
+    int exp = e - 1 + 7;
+    if (m == 8) {
+      m = 0;
+      ++exp;
+    }
+    if (exp > 15 || (exp == 15 && m == 7)) return sign | 0x7e;
+    code = static_cast<uint8_t>((exp << 3) | m);
+  }
+  return sign | code;
+}
+
 }  // namespace peregrine

@@ -47,6 +47,8 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 // float8 e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities; S.1111.111 is NaN).
 float fp8_e4m3_to_f32(uint8_t v);
+// f32 -> e4m3fn, round to nearest even, saturating at +-448 (NaN -> 0x7f).
+uint8_t f32_to_fp8_e4m3(float f);
 
 // Converts count elements of src (dtype t) into f32.
 void convert_to_f32(DType t, const void* src, float* dst, size_t count);

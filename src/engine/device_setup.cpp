@@ -32,6 +32,15 @@ DeviceChoice resolve_device(const std::string& device, const std::string& dtype,
   return c;
 }
 
+void apply_kv_cache_dtype(DeviceChoice& c, const std::string& kv) {
+  if (kv == "auto" || kv.empty()) return;
+  if (kv == "fp8" || kv == "fp8_e4m3") c.kv_dtype = DType::kF8E4M3;
+  else if (kv == "int8") c.kv_dtype = DType::kI8;
+  else
+    throw Error(ErrorCode::kInvalidArgument, "--kv-cache-dtype must be auto, fp8, fp8_e4m3 or int8, not '" + kv + "'" +
+                                                 (kv == "fp8_e5m2" ? " (e5m2 caches are not supported)" : ""));
+}
+
 std::unique_ptr<ops::Backend> create_backend(const DeviceChoice& choice, int num_threads) {
   ops::BackendOptions o;
   o.kind = choice.kind;

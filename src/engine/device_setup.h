@@ -19,6 +19,9 @@ struct DeviceChoice {
 // device: auto | cpu | cuda | ref. dtype: auto | float32 | bfloat16 | float16 (vLLM's --dtype).
 // model_dtype is the checkpoint's dtype (config.json). Throws Error(kInvalidArgument) naming the flag.
 DeviceChoice resolve_device(const std::string& device, const std::string& dtype, DType model_dtype);
+// kv_cache_dtype: auto (keeps the choice above) | fp8 | fp8_e4m3 | int8 (vLLM's --kv-cache-dtype); others refused
+// naming the flag and value.
+void apply_kv_cache_dtype(DeviceChoice& choice, const std::string& kv_cache_dtype);
 
 std::unique_ptr<ops::Backend> create_backend(const DeviceChoice& choice, int num_threads);
 

@@ -128,7 +128,8 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   io::ModelConfig model_config = config.random_weights && !config.config_file.empty()
                                      ? io::parse_model_config(io::read_text_file(config.config_file), config.config_file)
                                      : io::load_model_config_any(model_dir);
-  const engine::DeviceChoice choice = engine::resolve_device(config.device, config.dtype, model_config.torch_dtype);
+  engine::DeviceChoice choice = engine::resolve_device(config.device, config.dtype, model_config.torch_dtype);
+  engine::apply_kv_cache_dtype(choice, config.kv_cache_dtype);
   auto backend = engine::create_backend(choice, config.num_threads);
   const bool on_gpu = choice.kind == ops::DeviceKind::kCuda;
 

@@ -95,6 +95,8 @@ KvCacheConfig ModelRunner::kv_cache_config(int num_blocks) const {
   k.num_blocks = num_blocks;
   k.block_size = options_.block_size;
   k.dtype = options_.kv_dtype;
+  // int8 / fp8 caches keep one f32 scale per token and KV head beside the codes (ops.h KvWriteParams).
+  k.scales_per_token_head = (k.dtype == DType::kI8 || k.dtype == DType::kF8E4M3) ? 1 : 0;
   return k;
 }
 

@@ -38,7 +38,7 @@ using nlohmann::json;
 // Input statistics of one projection input: H = sum x xᵀ (K x K, double) and sum |x| per channel.
 struct InputStats {
   int64_t k = 0;
-  std::vector<double> h, abs_sum;
+  std::vector<double> h, abs_sum, abs_max;  // abs_max: max |x| per channel (SmoothQuant)
   int64_t rows = 0;
 };
 
@@ -89,6 +89,7 @@ class CaptureBackend final : public ops::Backend {
       s.k = k;
       s.h.assign(static_cast<size_t>(k * k), 0.0);
       s.abs_sum.assign(static_cast<size_t>(k), 0.0);
+      s.abs_max.assign(static_cast<size_t>(k), 0.0);
     }
     std::vector<double> row(static_cast<size_t>(k));
     for (int64_t r = 0; r < m; ++r) {
@@ -96,6 +97,7 @@ class CaptureBackend final : public ops::Backend {
       for (int64_t i = 0; i < k; ++i) {
         const double xi = row[static_cast<size_t>(i)];
         s.abs_sum[static_cast<size_t>(i)] += std::fabs(xi);
+        s.abs_max[static_cast<size_t>(i)] = std::max(s.abs_max[static_cast<size_t>(i)], std::fabs(xi));
         double* hi = s.h.data() + i * k;
         for (int64_t j = 0; j <= i; ++j) hi[j] += xi * row[static_cast<size_t>(j)];
       }
@@ -440,16 +442,68 @@ void pack_linear(const std::string& prefix, const model::HostQuantLinear& q, int
   }
 }
 
+// W8A8 per output channel, as compressed-tensors' minmax observer: int8 scale = max|row| / 127.5 and codes
+// clamp(rint(w / s), -128, 127); fp8 scale = max|row| / 448 and codes e4m3(w / s); the scale rounded to the
+// checkpoint dtype first (it is stored so), codes computed with the rounded scale.
+model::HostQuantLinear rtn_8bit(const std::vector<float>& w, int64_t n, int64_t k, bool fp8, DType scale_dtype) {
+  model::HostQuantLinear q;
+  q.codes_dtype = fp8 ? DType::kF8E4M3 : DType::kI8;
+  q.n = n;
+  q.k = k;
+  q.group_size = k;
+  q.groups = 1;
+  q.codes.resize(static_cast<size_t>(n * k));
+  q.scales.resize(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0;
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(w[static_cast<size_t>(r * k + c)]));
+    float s = round_to(scale_dtype, amax / (fp8 ? 448.0f : 127.5f));
+    if (!(s > 0)) s = 1;
+    q.scales[static_cast<size_t>(r)] = s;
+    for (int64_t c = 0; c < k; ++c) {
+      const float v = w[static_cast<size_t>(r * k + c)] / s;
+      q.codes[static_cast<size_t>(r * k + c)] =
+          fp8 ? f32_to_fp8_e4m3(std::clamp(v, -448.0f, 448.0f))
+              : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(v), -128.0f, 127.0f)));
+    }
+  }
+  return q;
+}
+
+// SmoothQuant's migration strength: s_j = max|X_j|^a / max|W_j|^(1 - a), a = 0.5 (the paper's default for
+// Llama-like models); X / s is folded into the producer of the input, W * s into the consumers.
+constexpr double kSmoothAlpha = 0.5;
+
+std::vector<double> smooth_scales(const std::vector<const std::vector<float>*>& ws, int64_t k, const InputStats& st) {
+  std::vector<double> wmax(static_cast<size_t>(k), 0.0), s(static_cast<size_t>(k), 1.0);
+  for (const std::vector<float>* w : ws)
+    for (size_t i = 0; i < w->size(); ++i)
+      wmax[i % static_cast<size_t>(k)] = std::max(wmax[i % static_cast<size_t>(k)], std::fabs(static_cast<double>((*w)[i])));
+  for (int64_t j = 0; j < k; ++j) {
+    const double x = st.abs_max[static_cast<size_t>(j)], wm = wmax[static_cast<size_t>(j)];
+    if (x > 0 && wm > 0) s[static_cast<size_t>(j)] = std::clamp(std::pow(x, kSmoothAlpha) / std::pow(wm, 1 - kSmoothAlpha), 1e-5, 1e5);
+  }
+  return s;
+}
+
 }  // namespace
 
 QuantizeReport quantize_model(const QuantizeConfig& cfg) {
   const fs::path dir = cfg.model, out_dir = cfg.out;
   int bits = 0;
+  const bool w8a8 = cfg.scheme == "w8a8-int8" || cfg.scheme == "fp8";
+  const bool fp8 = cfg.scheme == "fp8";
   if (cfg.scheme == "w4a16") bits = 4;
-  else if (cfg.scheme == "w8a16") bits = 8;
-  else throw Error(ErrorCode::kInvalidArgument, "--scheme '" + cfg.scheme + "': expected w4a16 or w8a16");
-  if (cfg.method != "rtn" && cfg.method != "awq" && cfg.method != "gptq")
+  else if (cfg.scheme == "w8a16" || w8a8) bits = 8;
+  else throw Error(ErrorCode::kInvalidArgument, "--scheme '" + cfg.scheme + "': expected w4a16, w8a16, w8a8-int8 or fp8");
+  if (w8a8) {
+    if (cfg.method != "rtn" && !(cfg.method == "smoothquant" && !fp8))
+      throw Error(ErrorCode::kInvalidArgument, "--method '" + cfg.method + "' with --scheme " + cfg.scheme + ": expected rtn" +
+                                                   (fp8 ? "" : " or smoothquant"));
+    if (!cfg.symmetric) throw Error(ErrorCode::kInvalidArgument, "--asymmetric: --scheme " + cfg.scheme + " is symmetric");
+  } else if (cfg.method != "rtn" && cfg.method != "awq" && cfg.method != "gptq") {
     throw Error(ErrorCode::kInvalidArgument, "--method '" + cfg.method + "': expected rtn, awq or gptq");
+  }
   if (cfg.group_size != -1 && cfg.group_size <= 0)
     throw Error(ErrorCode::kInvalidArgument, "--group-size must be positive or -1");
   if (cfg.method != "rtn" && cfg.calibration.empty())
@@ -463,7 +517,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
                                                  mc.quant_method + "')");
   const int64_t h = mc.hidden_size, f = mc.intermediate_size, hd = mc.head_dim;
   const int64_t nq = mc.num_attention_heads * hd, nkv = mc.num_key_value_heads * hd;
-  const int64_t group = cfg.group_size;
+  const int64_t group = w8a8 ? -1 : cfg.group_size;  // W8A8: one scale per output channel
   for (int64_t k : {h, f, nq})
     if (k % (32 / bits) != 0 || (group > 0 && k % group != 0))
       throw Error(ErrorCode::kInvalidArgument, "--group-size " + std::to_string(group) + ": input size " + std::to_string(k) +
@@ -549,7 +603,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
                            {"mlp.down_proj", h, f, 3}};
     std::map<std::string, std::vector<float>> w;
     for (const Proj& pr : projs) w[pr.name] = to_f32(src.view(p + pr.name + ".weight", {pr.n, pr.k}));
-    if (cfg.method == "awq") {
+    if (cfg.method == "awq" || cfg.method == "smoothquant") {
       auto fold = [&](const std::vector<std::string>& names, int input, const std::string& into, int64_t k) {
         std::vector<const std::vector<float>*> ws;
         std::vector<int64_t> ns;
@@ -558,7 +612,9 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
           for (const Proj& pr : projs)
             if (pr.name == nm) ns.push_back(pr.n);
         }
-        const std::vector<double> s = awq_scales(ws, ns, k, bits, group, asym, scale_dtype, stats[static_cast<size_t>(l * 4 + input)]);
+        const InputStats& st = stats[static_cast<size_t>(l * 4 + input)];
+        const std::vector<double> s = cfg.method == "smoothquant" ? smooth_scales(ws, k, st)
+                                                                  : awq_scales(ws, ns, k, bits, group, asym, scale_dtype, st);
         for (const std::string& nm : names)
           for (int64_t r = 0; r < static_cast<int64_t>(w[nm].size()) / k; ++r)
             for (int64_t c = 0; c < k; ++c) w[nm][static_cast<size_t>(r * k + c)] = static_cast<float>(w[nm][static_cast<size_t>(r * k + c)] * s[static_cast<size_t>(c)]);
@@ -575,7 +631,8 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
     }
     for (const Proj& pr : projs) {
       model::HostQuantLinear q =
-          cfg.method == "gptq" ? gptq(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, stats[static_cast<size_t>(l * 4 + pr.input)])
+          w8a8                 ? rtn_8bit(w[pr.name], pr.n, pr.k, fp8, scale_dtype)
+          : cfg.method == "gptq" ? gptq(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, stats[static_cast<size_t>(l * 4 + pr.input)])
                                : rtn(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype);
       quantized.emplace_back(p + pr.name, std::move(q));
       if (cfg.on_progress) cfg.on_progress("quantizing", ++done, total_linears);
@@ -598,7 +655,14 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
       out.push_back(std::move(o));
     }
   }
-  for (const auto& [pn, q] : quantized) pack_linear(pn, q, bits, asym, scale_dtype, out);
+  for (const auto& [pn, q] : quantized) {
+    if (w8a8) {  // naive_quantized: the codes as they are, one scale per output channel
+      out.push_back(make_tensor(pn + ".weight", q.codes_dtype, {q.n, q.k}, q.codes));
+      out.push_back(float_tensor(pn + ".weight_scale", scale_dtype, {q.n, 1}, q.scales));
+    } else {
+      pack_linear(pn, q, bits, asym, scale_dtype, out);
+    }
+  }
   report.quantized_linears = static_cast<int>(quantized.size());
 
   fs::create_directories(out_dir);
@@ -615,10 +679,20 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
                   {"strategy", group > 0 ? "group" : "channel"},     {"block_structure", nullptr},
                   {"dynamic", false},        {"actorder", nullptr},  {"observer", "minmax"},
                   {"observer_kwargs", json::object()}};
+  json acts = nullptr;
+  std::string format = "pack-quantized";
+  if (w8a8) {  // compressed-tensors INT8_W8A8 / FP8_DYNAMIC presets
+    const char* type = fp8 ? "float" : "int";
+    format = fp8 ? "float-quantized" : "int-quantized";
+    weights["type"] = type;
+    acts = {{"num_bits", 8},        {"type", type},         {"symmetric", true}, {"group_size", nullptr},
+            {"strategy", "token"},  {"block_structure", nullptr}, {"dynamic", true}, {"actorder", nullptr},
+            {"observer", nullptr},  {"observer_kwargs", json::object()}};
+  }
   config["quantization_config"] = {
-      {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr},
-                                      {"output_activations", nullptr}, {"format", "pack-quantized"}}}}},
-      {"format", "pack-quantized"}, {"global_compression_ratio", nullptr}, {"ignore", {"lm_head"}},
+      {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", acts},
+                                      {"output_activations", nullptr}, {"format", format}}}}},
+      {"format", format}, {"global_compression_ratio", nullptr}, {"ignore", {"lm_head"}},
       {"kv_cache_scheme", nullptr}, {"quant_method", "compressed-tensors"}, {"quantization_status", "compressed"}};
   {
     std::ofstream cf(out_dir / "config.json", std::ios::trunc);

@@ -147,6 +147,9 @@ void EngineConfig::validate() const {
   if (!(kv_cache_disk_gb > 0.0 && kv_cache_disk_gb <= 1e9)) {
     fail("kv_cache_disk_gb must be in (0, 1e9], got " + num(kv_cache_disk_gb));
   }
+  if (kv_cache_dtype != "auto" && kv_cache_dtype != "fp8" && kv_cache_dtype != "fp8_e4m3" && kv_cache_dtype != "int8") {
+    fail("kv_cache_dtype must be auto, fp8, fp8_e4m3 or int8, not '" + kv_cache_dtype + "'");
+  }
   speculative.validate();
 }
 

@@ -295,10 +295,50 @@ QuantConfig parse_quant_config(const std::string& text, const std::string& file,
     const std::string actorder = w.str_or("actorder", "");
     c.desc_act = actorder == "group" || actorder == "weight";
     const bool act_quant = g.contains("input_activations") && !g["input_activations"].is_null();
-    if (gfmt != "pack-quantized") {
-      refuse(gp + "format", "'" + gfmt + "'", gfmt == "int-quantized" || gfmt == "float-quantized"
-                                                    ? "W8A8 / FP8 checkpoints come with issue 12 (supported now: pack-quantized W4A16/W8A16)"
-                                                    : "supported: pack-quantized");
+    c.strategy = strategy;
+    c.weight_type = type;
+    c.format = gfmt;
+    if (gfmt == "int-quantized" || gfmt == "float-quantized") {
+      // 8-bit codes stored as such (naive_quantized): int8 or float8_e4m3fn `weight` with `weight_scale`.
+      const std::string want_type = gfmt == "int-quantized" ? "int" : "float";
+      if (w.has("block_structure") && g["weights"]["block_structure"].is_array() &&
+          g["weights"]["block_structure"].size() == 2) {
+        c.block_n = g["weights"]["block_structure"][0].get<int64_t>();
+        c.block_k = g["weights"]["block_structure"][1].get<int64_t>();
+      }
+      if (type != want_type) {
+        refuse(gp + "weights.type", "'" + type + "'", "format " + gfmt + " holds " + want_type + " weights");
+      } else if (c.bits != 8) {
+        refuse(gp + "weights.num_bits", std::to_string(c.bits), "supported with " + gfmt + ": 8");
+      } else if (!c.sym) {
+        refuse(gp + "weights.symmetric", "false", "asymmetric 8-bit weights are not supported");
+      } else if (strategy != "channel" && strategy != "tensor" && !(strategy == "block" && type == "float")) {
+        refuse(gp + "weights.strategy", "'" + strategy + "'",
+               type == "float" ? "supported: channel, tensor, block" : "supported: channel, tensor");
+      } else if (strategy == "block" && (c.block_n <= 0 || c.block_k <= 0)) {
+        refuse(gp + "weights.block_structure", "missing", "a block strategy needs [rows, columns]");
+      } else if (act_quant) {
+        Fields a(g["input_activations"], file, prefix + gp + "input_activations.");
+        const std::string at = a.str_or("type", "int"), as = a.str_or("strategy", "tensor");
+        const int64_t ab = a.int_or("num_bits", 0);
+        if (at != type) refuse(gp + "input_activations.type", "'" + at + "'", "must match the weights' type '" + type + "'");
+        else if (ab != 8) refuse(gp + "input_activations.num_bits", std::to_string(ab), "supported: 8");
+        else if (!a.bool_or("dynamic", false))
+          refuse(gp + "input_activations.dynamic", "false", "static activation scales are not supported (dynamic per-token ones are)");
+        else if (!a.bool_or("symmetric", true))
+          refuse(gp + "input_activations.symmetric", "false", "asymmetric activations are not supported");
+        else if (as != "token" && !(as == "group" && type == "float"))
+          refuse(gp + "input_activations.strategy", "'" + as + "'", type == "float" ? "supported: token, group" : "supported: token");
+        c.act_bits = 8;
+        c.act_type = at;
+        if (as == "group") {
+          c.act_group = a.int_or("group_size", 0);
+          if (c.act_group <= 0) refuse(gp + "input_activations.group_size", std::to_string(c.act_group), "must be positive");
+        }
+      }
+      c.group_size = -1;
+    } else if (gfmt != "pack-quantized") {
+      refuse(gp + "format", "'" + gfmt + "'", "supported: pack-quantized, int-quantized, float-quantized");
     } else if (act_quant) {
       refuse(gp + "input_activations", "set", "quantized activations are not supported with pack-quantized weights");
     } else if (type != "int") {
@@ -312,10 +352,37 @@ QuantConfig parse_quant_config(const std::string& text, const std::string& file,
     } else if (actorder == "weight") {
       refuse(gp + "weights.actorder", "'weight'", "supported: null, group");
     }
+  } else if (c.method == "fp8") {
+    // vLLM's Fp8Config: float8_e4m3fn `weight` with a per-tensor `weight_scale`, or 128x128 blocks of
+    // `weight_scale_inv` (DeepSeek-V3 / Qwen3-FP8); activations dynamic per token (per token and block column group).
+    c.bits = 8;
+    c.weight_type = "float";
+    c.act_bits = 8;
+    c.act_type = "float";
+    c.group_size = -1;
+    c.strategy = "tensor";
+    const std::string fmt = f.str_or("fmt", "e4m3");
+    const std::string scheme = f.str_or("activation_scheme", "dynamic");
+    if (q.contains("ignored_layers")) c.ignore = names(q["ignored_layers"], "ignored_layers");
+    if (q.contains("modules_to_not_convert")) {
+      auto more = names(q["modules_to_not_convert"], "modules_to_not_convert");
+      c.ignore.insert(c.ignore.end(), more.begin(), more.end());
+    }
+    if (fmt != "e4m3") refuse("fmt", "'" + fmt + "'", "supported: e4m3");
+    else if (scheme != "dynamic")
+      refuse("activation_scheme", "'" + scheme + "'", "static activation scales are not supported (dynamic ones are)");
+    if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
+      const json& b = q["weight_block_size"];
+      if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+          b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0)
+        throw Error(ErrorCode::kFormatError, field("weight_block_size") + " must be a list of two positive integers");
+      c.strategy = "block";
+      c.block_n = b[0].get<int64_t>();
+      c.block_k = b[1].get<int64_t>();
+      c.act_group = c.block_k;
+    }
   } else if (!c.method.empty()) {
-    refuse("quant_method", "'" + c.method + "'",
-           c.method == "fp8" ? "FP8 checkpoints come with issue 12 (supported now: gptq, awq, compressed-tensors W4A16/W8A16)"
-                             : "supported: gptq, awq, compressed-tensors");
+    refuse("quant_method", "'" + c.method + "'", "supported: gptq, awq, compressed-tensors, fp8");
   }
   if (c.unsupported.empty() && c.group_size != -1 && c.group_size <= 0)
     refuse("group_size", std::to_string(c.group_size), "must be positive or -1");

@@ -52,6 +52,14 @@ struct QuantConfig {
   std::vector<std::string> ignore;   // modules left dense: names or "re:" patterns (compressed-tensors), substrings (awq)
   std::vector<std::string> targets;  // compressed-tensors targets: "Linear", names or "re:" patterns
   bool lm_head = false;      // GPTQ: lm_head quantized too
+  // 8-bit schemes (compressed-tensors int-quantized / float-quantized, quant_method fp8):
+  std::string format;               // compressed-tensors format (pack-quantized | int-quantized | float-quantized)
+  std::string weight_type = "int";  // int | float (float8 e4m3)
+  std::string strategy;             // compressed-tensors weights.strategy (channel | group | tensor | block); fp8: block or tensor
+  int64_t block_n = 0, block_k = 0; // block-wise scales: output rows x input columns per scale (weight_block_size)
+  int act_bits = 0;                 // 8: activations quantized dynamically per token (W8A8); 0: weight-only
+  std::string act_type;             // int | float
+  int64_t act_group = 0;            // input columns per activation scale (0: one per token)
   std::string unsupported;   // non-empty: why this checkpoint cannot be loaded (field and value named)
   bool quantized() const { return !method.empty(); }
   // True when the module (HF name without ".weight", e.g. "model.layers.0.mlp.down_proj") is quantized.

@@ -124,11 +124,13 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     }
     const TensorView q3 = q.reshaped({t, nq, hd}), k3 = k.reshaped({t, nkv, hd}), v3 = v.reshaped({t, nkv, hd});
     backend_.rope({q3, k3, in.positions, inv_freq, rope_.attention_scaling, static_cast<int>(c.rotary_dim())});
-    backend_.kv_write({k3, v3, in.slot_mapping, kv[l].k, kv[l].v});
+    backend_.kv_write({k3, v3, in.slot_mapping, kv[l].k, kv[l].v, kv[l].k_scales, kv[l].v_scales});
     ops::AttentionParams ap;
     ap.q = q3;
     ap.k_cache = kv[l].k;
     ap.v_cache = kv[l].v;
+    ap.k_scales = kv[l].k_scales;  // quantized KV (int8 / fp8): one scale per token and KV head
+    ap.v_scales = kv[l].v_scales;
     ap.out = attn.reshaped({t, nq, hd});
     ap.query_start_loc = in.query_start_loc;
     ap.seq_lens = in.seq_lens;

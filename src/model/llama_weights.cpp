@@ -88,12 +88,17 @@ class Placer {
   // A quantized projection in ops::WeightQuant's layout.
   void place_quantized(const HostQuantLinear& q, Linear& l) {
     l.weight = place_owned(TensorView(q.codes.data(), q.codes_dtype, {q.n, q.k}));
-    l.quant.scales = place_owned(TensorView(q.scales.data(), DType::kF32, {q.n, q.groups}));
+    const int64_t scale_rows = (q.n + q.block_rows - 1) / q.block_rows;
+    l.quant.scales = place_owned(TensorView(q.scales.data(), DType::kF32, {scale_rows, q.groups}));
     if (!q.zeros.empty()) l.quant.zeros = place_owned(TensorView(q.zeros.data(), DType::kF32, {q.n, q.groups}));
     if (!q.perm.empty()) l.quant.perm = place_owned(TensorView(q.perm.data(), DType::kI32, {q.k}));
     if (!q.g_idx.empty()) l.quant.g_idx = place_owned(TensorView(q.g_idx.data(), DType::kI32, {q.k}));
     l.quant.group_size = q.group_size;
-    l.quant.block_rows = 1;
+    l.quant.block_rows = q.block_rows;
+    l.quant.act = q.act == HostActQuant::kInt8  ? ops::ActQuant::kInt8
+                  : q.act == HostActQuant::kFp8 ? ops::ActQuant::kFp8
+                                                : ops::ActQuant::kNone;
+    l.quant.act_group = q.act_group;
   }
 
  private:
@@ -159,6 +164,8 @@ void check_quantization_option(const io::ModelConfig& c, const std::filesystem::
   if (option.empty()) return;
   const std::string want = normalize_quantization(option);
   const std::string file = c.quant.file.empty() ? (where / "config.json").string() : c.quant.file;
+  // fp8 / w8a8-int8 on a dense checkpoint: quantized at load (per channel, as vLLM's --quantization fp8).
+  if (c.quant_method.empty() && load_time_scheme(want) != HostActQuant::kNone) return;
   if (c.quant_method.empty())
     throw Error(ErrorCode::kInvalidArgument, "--quantization " + option + ": " + (where / "config.json").string() +
                                                  " has no quantization_config (a dense checkpoint)");
@@ -171,6 +178,8 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
                                 const std::filesystem::path& where, ops::Backend& backend, const ModelOptions& options) {
   check_quantization_option(c, where, options.quantization);
   if (!c.quant.unsupported.empty()) throw Error(ErrorCode::kUnsupported, c.quant.unsupported);
+  const HostActQuant load_scheme =
+      c.quant_method.empty() ? load_time_scheme(normalize_quantization(options.quantization)) : HostActQuant::kNone;
   LlamaWeights w;
   w.source = std::move(source);
   Placer placer(backend, w, options, w.source->total_bytes());
@@ -202,6 +211,17 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
     if (auto blocks = ggml_blocks(prefix + ".weight", n, k)) {
       l.weight = *blocks;
       l.quant.ggml = src.get(prefix + ".weight").ggml;
+      return true;
+    }
+    if (load_scheme != HostActQuant::kNone) {
+      if (prefix == "lm_head") return false;  // vLLM leaves the LM head dense
+      const std::string name = prefix + ".weight";
+      TensorView v = src.view(name, {n, k});
+      if (!(v.dtype == DType::kF32 || v.dtype == DType::kBF16 || v.dtype == DType::kF16))
+        throw Error(ErrorCode::kUnsupported, src.get(name).file->string() + ": tensor '" + name + "' has dtype " +
+                                                 std::string(dtype_name(v.dtype)) + "; --quantization " +
+                                                 options.quantization + " quantizes F32, BF16 or F16 weights");
+      placer.place_quantized(quantize_dense_8bit(v, load_scheme), l);
       return true;
     }
     if (!c.quant.applies_to(prefix)) return false;
@@ -239,12 +259,18 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   size_t tensor_index = 0;
   int qbits = 0;
   int64_t qgroup = 0;
-  if (!options.quantization.empty() && !random_scheme(options.quantization, &qbits, &qgroup))
+  const HostActQuant scheme8 = load_time_scheme(options.quantization);
+  if (!options.quantization.empty() && scheme8 == HostActQuant::kNone && !random_scheme(options.quantization, &qbits, &qgroup))
     throw Error(ErrorCode::kInvalidArgument, "--quantization '" + options.quantization +
-                                                 "' with random weights: expected w4a16, w8a16, gptq, awq or compressed-tensors");
+                                                 "' with random weights: expected w4a16, w8a16, w8a8-int8, fp8, gptq, awq or compressed-tensors");
+  if (scheme8 != HostActQuant::kNone) qbits = 8;
   Placer placer(backend, w, options, 0);
   auto quantized = [&](const std::string&, int64_t n, int64_t k, Linear& l) {
     if (qbits == 0) return false;
+    if (scheme8 != HostActQuant::kNone) {
+      placer.place_quantized(random_quantized_8bit(n, k, scheme8, options.random_seed + tensor_index++), l);
+      return true;
+    }
     placer.place_quantized(random_quantized(n, k, qbits, qgroup, options.random_seed + tensor_index++), l);
     return true;
   };

@@ -210,7 +210,104 @@ HostQuantLinear read_compressed_tensors(const io::QuantConfig& q, const io::Weig
   return w;
 }
 
+// 8-bit codes stored as such: compressed-tensors int-quantized / float-quantized (`weight` + `weight_scale`
+// per channel, per tensor or per block) and quant_method fp8 (`weight` + per-tensor `weight_scale`, or
+// `weight_scale_inv` per weight_block_size block: a multiplier despite its name).
+HostQuantLinear read_8bit(const io::QuantConfig& q, const io::WeightSource& src, const std::string& p, int64_t n,
+                          int64_t k) {
+  const bool fp = q.weight_type == "float";
+  HostQuantLinear w;
+  w.codes_dtype = fp ? DType::kF8E4M3 : DType::kI8;
+  w.n = n;
+  w.k = k;
+  const void* codes = need(src, p + ".weight", {n, k}, {w.codes_dtype});
+  w.codes.assign(static_cast<const uint8_t*>(codes), static_cast<const uint8_t*>(codes) + n * k);
+  if (q.act_bits == 8) {
+    w.act = fp ? HostActQuant::kFp8 : HostActQuant::kInt8;
+    w.act_group = q.act_group;
+  }
+  const bool fp8_method = q.method == "fp8";
+  const std::string sname = p + (fp8_method && q.strategy == "block" ? ".weight_scale_inv" : ".weight_scale");
+  const io::TensorInfo& st = src.get(sname);
+  int64_t numel = 1;
+  for (int64_t d : st.shape) numel *= d;
+  std::string shape = "[";
+  for (size_t i = 0; i < st.shape.size(); ++i) shape.append(i ? ", " : "").append(std::to_string(st.shape[i]));
+  shape.append("]");
+  auto read_scales = [&](int64_t count) {
+    if (st.dtype != DType::kF32 && st.dtype != DType::kBF16 && st.dtype != DType::kF16)
+      fail(src, sname, "has dtype " + std::string(dtype_name(st.dtype)) + "; expected F32 or BF16 or F16");
+    w.scales.resize(static_cast<size_t>(count));
+    convert_to_f32(st.dtype, st.data, w.scales.data(), w.scales.size());
+  };
+  if (q.strategy == "block") {
+    const int64_t rows = (n + q.block_n - 1) / q.block_n, cols = (k + q.block_k - 1) / q.block_k;
+    if (st.shape.size() != 2 || st.shape[0] != rows || st.shape[1] != cols)
+      fail(src, sname, "has shape " + shape + "; expected [" + std::to_string(rows) + ", " + std::to_string(cols) +
+                           "] (blocks of " + std::to_string(q.block_n) + "x" + std::to_string(q.block_k) + ")");
+    read_scales(rows * cols);
+    w.block_rows = q.block_n;
+    w.group_size = q.block_k;
+    w.groups = cols;
+  } else if (q.strategy == "tensor") {
+    if (numel != 1 || st.shape.size() > 2) fail(src, sname, "has shape " + shape + "; expected one scale for the tensor");
+    read_scales(1);
+    w.block_rows = n;
+    w.group_size = k;
+    w.groups = 1;
+  } else {  // channel
+    if (numel != n || !(st.shape.size() == 1 || (st.shape.size() == 2 && st.shape[1] == 1)))
+      fail(src, sname, "has shape " + shape + "; expected [" + std::to_string(n) + ", 1] (one scale per output channel)");
+    read_scales(n);
+    w.group_size = k;
+    w.groups = 1;
+  }
+  for (size_t i = 0; i < w.scales.size(); ++i)
+    if (!std::isfinite(w.scales[i]))
+      fail(src, sname, "holds a non-finite scale at element " + std::to_string(i));
+  if (w.act_group > 0 && w.act_group != w.group_size && q.strategy == "block")
+    fail(src, sname, "belongs to a scheme whose activation groups (" + std::to_string(w.act_group) +
+                         " columns) differ from its weight blocks (" + std::to_string(w.group_size) + ")");
+  return w;
+}
+
 }  // namespace
+
+HostQuantLinear quantize_dense_8bit(const TensorView& wv, HostActQuant scheme) {
+  const int64_t n = wv.dim(0), k = wv.dim(1);
+  HostQuantLinear w;
+  const bool fp = scheme == HostActQuant::kFp8;
+  w.codes_dtype = fp ? DType::kF8E4M3 : DType::kI8;
+  w.n = n;
+  w.k = k;
+  w.group_size = k;
+  w.groups = 1;
+  w.act = scheme;
+  w.codes.resize(static_cast<size_t>(n * k));
+  w.scales.resize(static_cast<size_t>(n));
+  std::vector<float> row(static_cast<size_t>(k));
+  const size_t row_bytes = dtype_bytes(wv.dtype, static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    convert_to_f32(wv.dtype, static_cast<const std::byte*>(wv.data) + r * row_bytes, row.data(), row.size());
+    float amax = 0;
+    for (float v : row) amax = std::max(amax, std::fabs(v));
+    const float scale = amax == 0 ? 1.0f : amax / (fp ? 448.0f : 127.5f);
+    w.scales[static_cast<size_t>(r)] = scale;
+    uint8_t* c = w.codes.data() + r * k;
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = row[static_cast<size_t>(i)] / scale;
+      c[i] = fp ? f32_to_fp8_e4m3(std::clamp(v, -448.0f, 448.0f))
+                : static_cast<uint8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(v), -128.0f, 127.0f)));
+    }
+  }
+  return w;
+}
+
+HostActQuant load_time_scheme(const std::string& name) {
+  if (name == "fp8" || name == "w8a8-fp8") return HostActQuant::kFp8;
+  if (name == "w8a8-int8" || name == "int8_w8a8" || name == "w8a8") return HostActQuant::kInt8;
+  return HostActQuant::kNone;
+}
 
 int code_at(const HostQuantLinear& w, int64_t n, int64_t kk) {
   const int64_t i = n * w.k + kk;
@@ -224,6 +321,9 @@ HostQuantLinear read_quantized_linear(const io::QuantConfig& q, const io::Weight
   if (!q.unsupported.empty()) throw Error(ErrorCode::kUnsupported, q.unsupported);
   if (q.method == "gptq") return read_gptq(q, src, prefix, n, k);
   if (q.method == "awq") return read_awq(q, src, prefix, n, k);
+  if (q.method == "fp8" ||
+      (q.method == "compressed-tensors" && (q.format == "int-quantized" || q.format == "float-quantized")))
+    return read_8bit(q, src, prefix, n, k);
   if (q.method == "compressed-tensors") return read_compressed_tensors(q, src, prefix, n, k);
   throw Error(ErrorCode::kUnsupported, q.file + ": quant_method '" + q.method + "' is not supported");
 }
@@ -239,6 +339,26 @@ HostQuantLinear random_quantized(int64_t n, int64_t k, int bits, int64_t group_s
   }
   const float a = std::sqrt(3.0f / static_cast<float>(k));
   w.scales.assign(static_cast<size_t>(n * w.groups), a / (bits == 4 ? 7.5f : 127.5f));
+  return w;
+}
+
+HostQuantLinear random_quantized_8bit(int64_t n, int64_t k, HostActQuant scheme, uint64_t seed) {
+  HostQuantLinear w = empty_linear(8, n, k, k);
+  const bool fp = scheme == HostActQuant::kFp8;
+  w.codes_dtype = fp ? DType::kF8E4M3 : DType::kI8;
+  w.act = scheme;
+  uint8_t lut[256];
+  for (int b = 0; b < 256; ++b)
+    lut[b] = fp ? f32_to_fp8_e4m3((static_cast<float>(b) + 0.5f) / 128.0f * 448.0f - 448.0f) : static_cast<uint8_t>(b);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 0x8B1Dull;
+  for (size_t i = 0; i < w.codes.size(); i += 8) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    for (size_t b = 0; b < 8 && i + b < w.codes.size(); ++b) w.codes[i + b] = lut[static_cast<uint8_t>(s >> (8 * b))];
+  }
+  const float a = std::sqrt(3.0f / static_cast<float>(k));
+  w.scales.assign(static_cast<size_t>(n), a / (fp ? 448.0f : 127.5f));
   return w;
 }
 

@@ -113,6 +113,9 @@ void check_matmul(const MatmulParams& p) {
     if (!q.perm.empty()) {
       require(q.perm.dtype == DType::kI32 && q.perm.numel() == k, op, "quant.perm must be [K] int32");
     }
+    require(q.act_group >= 0 && q.act_group <= k, op, "quant.act_group must be in [0, K]");
+    require(q.act == ActQuant::kNone || (q.perm.empty() && q.g_idx.empty()), op,
+            "quantized activations (quant.act) are not combined with quant.perm or quant.g_idx");
   } else {
     require_float(p.w, op, "w");
   }
@@ -163,6 +166,22 @@ void check_silu_mul(const SiluMulParams& p) {
   require(p.gate.numel() == p.up.numel() && p.out.numel() == p.gate.numel(), op, "gate, up, out shapes differ");
 }
 
+bool kv_cache_quantized(DType t) { return t == DType::kI8 || t == DType::kF8E4M3; }
+
+void check_kv_scales(const TensorView& cache, const TensorView& k_scales, const TensorView& v_scales, const char* op) {
+  if (!kv_cache_quantized(cache.dtype)) {
+    require(cache.dtype == DType::kF32 || cache.dtype == DType::kBF16 || cache.dtype == DType::kF16, op,
+            "the KV cache must be f32, bf16, f16, int8 or float8_e4m3fn, got " + std::string(dtype_name(cache.dtype)));
+    return;
+  }
+  const int64_t want = cache.dim(0) * cache.dim(1) * cache.dim(2);
+  for (const TensorView* s : {&k_scales, &v_scales}) {
+    require(!s->empty() && s->dtype == DType::kF32 && s->numel() == want, op,
+            "a " + std::string(dtype_name(cache.dtype)) + " KV cache needs f32 k_scales and v_scales of [num_blocks, "
+            "block_size, num_kv_heads]");
+  }
+}
+
 void check_kv_write(const KvWriteParams& p) {
   const char* op = "kv_write";
   require_dims(p.k, 3, op, "k");
@@ -177,6 +196,7 @@ void check_kv_write(const KvWriteParams& p) {
           "k " + p.k.shape_string() + " does not fit k_cache " + p.k_cache.shape_string());
   require(p.v_cache.numel() == p.k_cache.numel() && p.v_cache.dtype == p.k_cache.dtype, op,
           "k_cache and v_cache differ");
+  check_kv_scales(p.k_cache, p.k_scales, p.v_scales, op);
 }
 
 void check_attention(const AttentionParams& p) {
@@ -188,6 +208,7 @@ void check_attention(const AttentionParams& p) {
   require_dims(p.query_start_loc, 1, op, "query_start_loc");
   require_dims(p.seq_lens, 1, op, "seq_lens");
   require_dims(p.block_tables, 2, op, "block_tables");
+  check_kv_scales(p.k_cache, p.k_scales, p.v_scales, op);
   require_dtype(p.query_start_loc, DType::kI32, op, "query_start_loc");
   require_dtype(p.seq_lens, DType::kI32, op, "seq_lens");
   require_dtype(p.block_tables, DType::kI32, op, "block_tables");

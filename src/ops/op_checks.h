@@ -11,6 +11,9 @@ void check_matmul(const MatmulParams& p);
 void check_rms_norm(const RmsNormParams& p);
 void check_rope(const RopeParams& p);
 void check_silu_mul(const SiluMulParams& p);
+// True for the quantized KV cache dtypes (int8, float8_e4m3fn: codes with per-token-head scales, ops.h).
+bool kv_cache_quantized(DType t);
+void check_kv_scales(const TensorView& cache, const TensorView& k_scales, const TensorView& v_scales, const char* op);
 void check_kv_write(const KvWriteParams& p);
 void check_attention(const AttentionParams& p);
 // Host backends: tree_parents form a tree per sequence (read from host memory).

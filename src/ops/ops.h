@@ -26,9 +26,19 @@ struct EmbeddingParams {
 // where zero(n, g) = zeros[n, g] when given, else 8 for kI4, 128 for kU8 and 0 for kI8 and kF8E4M3.
 // With a column permutation `perm` (GPTQ act-order, stored sorted by group): code column k belongs to input
 // column perm[k], i.e. the matmul computes out[m, n] = sum_k x[m, perm[k]] * W[n, k].
-// The matmul then computes out = x · Wᵀ (+ bias) with W dequantized (backends may quantize x too where the
-// format is defined that way; the ref backend never does). Checkpoint formats (GPTQ, AWQ, compressed-tensors)
-// are repacked into this one layout at load (model/quant_weights.h).
+// The matmul then computes out = x · Wᵀ (+ bias) with W dequantized. Checkpoint formats (GPTQ, AWQ,
+// compressed-tensors, FP8) are repacked into this one layout at load (model/quant_weights.h).
+//
+// W8A8 (act != kNone): the op ALSO quantizes x, dynamically, and every backend (the ref backend included, which
+// defines it) computes on the quantized x. Per row m of x and per activation group a (columns [a*G, (a+1)*G) of
+// x in its own column order, G = act_group, or the whole row when act_group is 0), in float32 arithmetic on x
+// converted to f32, with amax = max |x| over the group:
+//   kInt8: s = amax / 127;  q = amax == 0 ? 0 : clamp(rint(x * (127 / amax)), -128, 127)     (vLLM's int8 quant)
+//   kFp8:  s = max(amax / 448, 1 / (448 * 512));  q = e4m3(clamp(x / s, -448, 448)), round to nearest even
+// (rint = round half to even), and x is replaced by q * s (exactly: the backends sum q·code products and apply
+// s and the weight scale afterwards, which is the same value up to the accumulation's rounding).
+enum class ActQuant : uint8_t { kNone, kInt8, kFp8 };
+
 struct WeightQuant {
   TensorView scales;        // [ceil(N / block_rows), num_groups] f32/bf16/f16; empty = not quantized
   TensorView zeros;         // [N, num_groups] f32, zero points in code units; optional
@@ -36,6 +46,8 @@ struct WeightQuant {
   TensorView perm;          // [K] int32 input column of each code column (act-order); optional
   int64_t group_size = 0;   // input columns per group (K: one group per row)
   int64_t block_rows = 1;   // output rows sharing a row of scales (128 for block-wise FP8)
+  ActQuant act = ActQuant::kNone;  // W8A8: x quantized per token (per row of x), see above
+  int64_t act_group = 0;    // columns per activation scale (0: one per row; 128 for block-wise FP8)
   // GGUF block quantization (llama.cpp's Q4_0 ... Q6_K, core/ggml_quant.h): w is then u8 [N, row bytes], each row
   // the K values of one output in ggml blocks of this type, dequantized as ggml_dequantize_row defines; scales,
   // zeros, g_idx and perm stay empty (the blocks carry their own scales). K is x's second dim.
@@ -88,12 +100,23 @@ struct SiluMulParams {
 };
 
 // Paged KV write: row t of k/v goes to slot slot_mapping[t] = block * block_size + offset; -1 skips the row.
+// Quantized caches (kI8, kF8E4M3 — vLLM's kv_cache_dtype int8 / fp8): each (token, KV head) vector of head_dim
+// values is quantized on its own with a dynamic scale kept in k_scales / v_scales at [slot, head], exactly as a
+// W8A8 activation group (ops::quantize_act_int8 / quantize_act_fp8 on the f32 values: int8 s = amax / 127, codes
+// rint(x * 127 / amax); fp8 s = max(amax / 448, 1 / (448 * 512)), codes e4m3(x / s)); readers use code * s.
 struct KvWriteParams {
   TensorView k;             // [T, num_kv_heads, head_dim] act
   TensorView v;             // [T, num_kv_heads, head_dim] act
   TensorView slot_mapping;  // [T] int32
-  TensorView k_cache;       // [num_blocks, block_size, num_kv_heads, head_dim] f32/bf16/f16
+  TensorView k_cache;       // [num_blocks, block_size, num_kv_heads, head_dim] f32/bf16/f16, or int8 / e4m3 codes
   TensorView v_cache;       // [num_blocks, block_size, num_kv_heads, head_dim]
+  TensorView k_scales;      // quantized caches: [num_blocks, block_size, num_kv_heads(, 1)] f32; else empty
+  TensorView v_scales;
+
+  KvWriteParams() = default;
+  KvWriteParams(TensorView k_, TensorView v_, TensorView slots_, TensorView k_cache_, TensorView v_cache_,
+                TensorView k_scales_ = {}, TensorView v_scales_ = {})
+      : k(k_), v(v_), slot_mapping(slots_), k_cache(k_cache_), v_cache(v_cache_), k_scales(k_scales_), v_scales(v_scales_) {}
 };
 
 // Paged causal attention over a ragged batch (prefill chunks and decodes alike).
@@ -104,7 +127,7 @@ struct KvWriteParams {
 // GQA: query head h reads KV head h / (num_q_heads / num_kv_heads).
 struct AttentionParams {
   TensorView q;                // [T, num_q_heads, head_dim] act
-  TensorView k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  TensorView k_cache;          // [num_blocks, block_size, num_kv_heads, head_dim] (codes when quantized)
   TensorView v_cache;          // [num_blocks, block_size, num_kv_heads, head_dim]
   TensorView out;              // [T, num_q_heads, head_dim] act
   TensorView query_start_loc;  // [S + 1] int32
@@ -131,6 +154,11 @@ struct AttentionParams {
   TensorView key_tail_from;    // [S] int32
   TensorView key_tail_offset;  // [S] int32
   TensorView key_tail;         // [N] int32
+  // Quantized caches (int8 / fp8 e4m3 codes): one f32 scale per (slot, KV head), [num_blocks, block_size,
+  // num_kv_heads(, 1)], as KvWriteParams wrote them; empty for float caches. (Last, so positional initializers of
+  // the fields above keep working.)
+  TensorView k_scales{};  // (default member initializers: positional initializers may leave these out)
+  TensorView v_scales{};
 };
 
 // out[r, :] = x[indices[r], :]

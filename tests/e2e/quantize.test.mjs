@@ -1,6 +1,7 @@
 // End-to-end: `peregrine quantize` writes compressed-tensors checkpoints that load back (rtn W4A16, gptq W8A16 with
 // a small calibration text), and `peregrine perplexity` scores them as llama.cpp does (chunks of --context, the
-// second half of each scored); W8A16 stays within 1% of the float model; bad arguments are refused by name.
+// second half of each scored); W8A16 stays within 1% of the float model; FP8 and int8 W8A8 (SmoothQuant) checkpoints
+// load back near the float model; bad arguments are refused by name.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -50,6 +51,26 @@ test('quantize rtn w4a16 and gptq w8a16; the checkpoints load back; perplexity a
   assert.ok(p4.perplexity < dense.perplexity * 1.5, `w4 ${p4.perplexity} vs ${dense.perplexity}`);
 });
 
+test('quantize fp8 and w8a8-int8 (smoothquant): int-/float-quantized checkpoints with dynamic per-token activations load back', () => {
+  const f8 = join(dir, 'fp8'), i8 = join(dir, 'i8');
+  let r = run(['quantize', '--model', MODEL, '--out', f8, '--scheme', 'fp8']);
+  assert.equal(r.status, 0, r.stderr + r.stdout);
+  r = run(['quantize', '--model', MODEL, '--out', i8, '--scheme', 'w8a8-int8', '--method', 'smoothquant', '--calibration', text,
+    '--calibration-tokens', '256']);
+  assert.equal(r.status, 0, r.stderr + r.stdout);
+  for (const [d, fmt, type] of [[f8, 'float-quantized', 'float'], [i8, 'int-quantized', 'int']]) {
+    const q = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8')).quantization_config;
+    assert.equal(q.format, fmt);
+    const g = q.config_groups.group_0;
+    assert.equal(g.weights.type, type);
+    assert.equal(g.weights.strategy, 'channel');
+    assert.deepEqual([g.input_activations.strategy, g.input_activations.dynamic, g.input_activations.type], ['token', true, type]);
+  }
+  const dense = ppl(MODEL), pf = ppl(f8), pi = ppl(i8);
+  assert.ok(pf.perplexity < dense.perplexity * 1.02, `fp8 ${pf.perplexity} vs ${dense.perplexity}`);
+  assert.ok(pi.perplexity < dense.perplexity * 1.03, `int8 ${pi.perplexity} vs ${dense.perplexity}`);
+});
+
 test('perplexity --stride scores every token after the first once (sliding windows)', () => {
   const r = run(['perplexity', '--model', MODEL, '--file', text, '--context', '128', '--stride', '96', '--device', 'cpu',
     '--threads', '1', '--json']);
@@ -63,7 +84,9 @@ test('perplexity --stride scores every token after the first once (sliding windo
 test('bad arguments are refused by name', () => {
   let r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'w3a16']);
   assert.notEqual(r.status, 0);
-  assert.match(r.stderr, /--scheme 'w3a16': expected w4a16 or w8a16/);
+  assert.match(r.stderr, /--scheme 'w3a16': expected w4a16, w8a16, w8a8-int8 or fp8/);
+  r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'fp8', '--method', 'gptq']);
+  assert.match(r.stderr, /--method 'gptq' with --scheme fp8: expected rtn/);
   r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--method', 'gptq']);
   assert.match(r.stderr, /--method gptq needs --calibration FILE/);
   r = run(['generate', '--model', MODEL, '--prompt', 'x', '--quantization', 'awq', '--device', 'cpu']);

@@ -88,11 +88,14 @@ def test_generate_arguments(llm):
 def test_llm_options_are_vllms(model_path):
     with pytest.raises(TypeError, match="LLM\\(\\) got an unexpected keyword argument 'max_num_sequences'"):
         LLM(model_path, max_num_sequences=4)
-    for option, value, what in [("kv_cache_dtype", "fp8", "kv_cache_dtype='auto'")]:
+    for option, value, what in [("cpu_offload_gb", 4, "CPU weight offloading")]:
         with pytest.raises(peregrine.UnsupportedError) as info:
             LLM(model_path, **{option: value}, **MODEL_KW)
         assert str(info.value).startswith(f"{option}=") and what in str(info.value)
         assert isinstance(info.value, ValueError)
+    # kv_cache_dtype as vLLM spells it: fp8 / fp8_e4m3 / int8 are quantized caches, others are refused by name.
+    with pytest.raises(ValueError, match="kv_cache_dtype must be auto, fp8, fp8_e4m3 or int8, not 'fp8_e5m2'"):
+        LLM(model_path, kv_cache_dtype="fp8_e5m2", **MODEL_KW)
     # speculative_config is checked key by key, as --speculative-config is.
     with pytest.raises(ValueError, match="speculative_config.method"):
         LLM(model_path, speculative_config={"method": "medusa", "num_speculative_tokens": 3}, **MODEL_KW)

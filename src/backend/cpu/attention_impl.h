@@ -169,16 +169,29 @@ inline void update_pair(const SoftmaxState& s, int64_t r, int64_t hd_pad, const 
 // cache, so the reads are one contiguous run per token (reading one head's 128-256 bytes from every token,
 // a KV head at a time, left the core waiting on a cache miss per token). Head h's rows land at
 // dst + h * head_stride, hd_pad apart, zero-padded.
+// Quantized caches (ElemI8 / ElemFp8): each head's codes are widened and multiplied by that (slot, head)'s scale.
 template <class E>
 inline void load_tile_heads(const typename E::T* cache, const int32_t* table, int64_t bs, int64_t hkv, int64_t hd,
                             int64_t hd_pad, int64_t first_key, int64_t lo, int64_t hi, float* dst,
-                            int64_t head_stride, const peregrine::cpu::AttentionItem& it) {
+                            int64_t head_stride, const peregrine::cpu::AttentionItem& it, const float* scales) {
   const int64_t slot_elems = hkv * hd;
   for (int64_t j = first_key + lo; j <= first_key + hi; ++j) {
     // A tree row reads its path's keys where they are (the same values a chain would have at these positions).
     const int64_t slot = it.tail != nullptr && j >= it.tail_from ? it.tail[j - it.tail_from] : j;
-    const typename E::T* row = cache + (static_cast<int64_t>(table[slot / bs]) * bs + slot % bs) * slot_elems;
+    const int64_t phys = static_cast<int64_t>(table[slot / bs]) * bs + slot % bs;
+    const typename E::T* row = cache + phys * slot_elems;
     float* out = dst + (j - first_key) * hd_pad;
+    if constexpr (ElemIsQuantized<E>::value) {
+      const float* s = scales + phys * hkv;
+      for (int64_t h = 0; h < hkv; ++h, row += hd, out += head_stride) {
+        const V sv = Simd::set1(s[h]);
+        int64_t d = 0;
+        for (; d + kLanes <= hd; d += kLanes) Simd::store(out + d, Simd::mul(E::load(row + d), sv));
+        if (d < hd) Simd::store(out + d, Simd::mul(load_partial<E>(row + d, hd - d), sv)), d += kLanes;
+        for (; d < hd_pad; d += kLanes) Simd::store(out + d, Simd::zero());
+      }
+      continue;
+    }
     if (hd % (2 * kLanes) == 0) {  // the common head sizes (64, 128): whole vectors, no padding
       for (int64_t h = 0; h < hkv; ++h, row += hd, out += head_stride)
         for (int64_t d = 0; d < hd; d += 2 * kLanes) {
@@ -261,8 +274,8 @@ void attention_typed(const peregrine::cpu::AttentionArgs& a, const peregrine::cp
         prefetch_keys(k_cache, table, bs, stride, (t + 1) * tile, next_hi);
         prefetch_keys(v_cache, table, bs, stride, (t + 1) * tile, next_hi);
       }
-      load_tile_heads<E>(k_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, k_tile, head_stride, it);
-      load_tile_heads<E>(v_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, v_tile, head_stride, it);
+      load_tile_heads<E>(k_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, k_tile, head_stride, it, a.k_scales);
+      load_tile_heads<E>(v_cache, table, bs, a.hkv, hd, hd_pad, t * tile, o_lo, o_hi, v_tile, head_stride, it, a.v_scales);
       for (int64_t kvh = 0; kvh < a.hkv; ++kvh) {
         const float* kt = k_tile + kvh * head_stride;
         const float* vt = v_tile + kvh * head_stride;
@@ -294,6 +307,10 @@ void attention_kernel(const peregrine::cpu::AttentionArgs& a, const peregrine::c
       return attention_typed<ElemBF16>(a, it, scratch, partial);
     case peregrine::DType::kF16:
       return attention_typed<ElemF16>(a, it, scratch, partial);
+    case peregrine::DType::kI8:
+      return attention_typed<ElemI8>(a, it, scratch, partial);
+    case peregrine::DType::kF8E4M3:
+      return attention_typed<ElemFp8>(a, it, scratch, partial);
     default:
       return attention_typed<ElemF32>(a, it, scratch, partial);
   }

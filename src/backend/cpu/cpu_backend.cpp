@@ -13,11 +13,13 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/ggml_kernels.h"
+#include "backend/cpu/w8_matmul.h"
 #include "core/cpu_features.h"
 #include "core/ggml_quant.h"
 #include "core/huge_pages.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "ops/act_quant.h"
 #include "ops/host_memory.h"
 #include "ops/host_sampling.h"
 #include "ops/op_checks.h"
@@ -48,8 +50,10 @@ const KernelTable* table_for(CpuIsa isa) {
       return f.avx2 && f.fma && f.f16c ? cpu::avx2_kernels() : nullptr;
     case CpuIsa::kAvx512:
       return f.avx512f && f.avx512bw && f.avx2 && f.fma && f.f16c ? cpu::avx512_kernels() : nullptr;
+    case CpuIsa::kAvx512Vnni:
+      return f.avx512_vnni && cpu::avx512vnni_i8matmul() ? table_for(CpuIsa::kAvx512) : nullptr;
     case CpuIsa::kAuto:
-      for (CpuIsa c : {CpuIsa::kAvx512, CpuIsa::kAvx2})
+      for (CpuIsa c : {CpuIsa::kAvx512Vnni, CpuIsa::kAvx512, CpuIsa::kAvx2})
         if (const KernelTable* t = table_for(c)) return t;
       return &cpu::scalar_kernels();
   }
@@ -65,13 +69,15 @@ std::vector<float> to_f32_vector(const KernelTable& k, const TensorView& t) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, const KernelTable& kernels, const cpu::GgmlKernelTable& ggml)
-      : k_(kernels), g_(ggml), pool_(num_threads) {
+  CpuBackend(int num_threads, const KernelTable& kernels, const cpu::GgmlKernelTable& ggml, cpu::Int8MatmulFn i8 = nullptr)
+      : k_(kernels), g_(ggml), i8_(i8 ? i8 : kernels.i8matmul), pool_(num_threads) {
     scratch_.resize(static_cast<size_t>(pool_.num_threads()));
   }
 
   std::string name() const override {
-    return std::string("cpu (") + k_.name + (std::string(g_.name) == k_.name ? "" : std::string(", ggml ") + g_.name) + ", " + std::to_string(pool_.num_threads()) + " threads)";
+    return std::string("cpu (") + k_.name + (i8_ != k_.i8matmul ? " vnni" : "") +
+           (std::string(g_.name) == k_.name ? "" : std::string(", ggml ") + g_.name) + ", " +
+           std::to_string(pool_.num_threads()) + " threads)";
   }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   bool is_host() const override { return true; }
@@ -114,7 +120,12 @@ class CpuBackend final : public Backend {
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
     if (p.quant.ggml_blocks()) return ggml_matmul(p);
-    if (p.quant.quantized()) return quant_matmul(p);
+    if (p.quant.quantized()) {
+      require_f32(p.x, "matmul", "x");
+      require_f32(p.out, "matmul", "out");
+      if (is_w8_matmul(p)) return w8_matmul(p, k_, i8_, pool_);
+      return quant_matmul(p);
+    }
     require_f32(p.x, "matmul", "x");
     require_f32(p.out, "matmul", "out");
     cpu::MatmulArgs a;
@@ -372,12 +383,13 @@ class CpuBackend final : public Backend {
     check_kv_write(p);
     require_f32(p.k, "kv_write", "k");
     require_f32(p.v, "kv_write", "v");
-    if (!is_float_dtype(p.k_cache.dtype)) fail("kv_write: the KV cache must be float32, bfloat16 or float16");
     const int64_t tokens = p.k.dim(0), row = p.k.dim(1) * p.k.dim(2);
     const int64_t slots = p.k_cache.dim(0) * p.k_cache.dim(1);
     const int32_t* slot = p.slot_mapping.as<const int32_t>();
     for (int64_t t = 0; t < tokens; ++t)
       if (slot[t] >= slots) fail("kv_write: slot " + std::to_string(slot[t]) + " out of range");
+    if (kv_cache_quantized(p.k_cache.dtype)) return kv_write_quantized(p);
+    if (!is_float_dtype(p.k_cache.dtype)) fail("kv_write: the KV cache must be float32, bfloat16 or float16");
     const size_t row_bytes = dtype_bytes(p.k_cache.dtype, static_cast<size_t>(row));
     parallel_rows(tokens, 2 * row, [&](int64_t t) {
       if (slot[t] < 0) return;
@@ -389,6 +401,24 @@ class CpuBackend final : public Backend {
   }
 
   void attention(const AttentionParams& p) override;
+
+  // int8 / fp8 KV: each (token, head) vector quantized with its own scale (ops.h KvWriteParams).
+  void kv_write_quantized(const KvWriteParams& p) {
+    const int64_t heads = p.k.dim(1), hd = p.k.dim(2), row = heads * hd;
+    const int32_t* slot = p.slot_mapping.as<const int32_t>();
+    const bool i8 = p.k_cache.dtype == DType::kI8;
+    parallel_rows(p.k.dim(0), 2 * row, [&](int64_t t) {
+      if (slot[t] < 0) return;
+      for (int which = 0; which < 2; ++which) {
+        const float* src = (which ? p.v : p.k).as<const float>() + t * row;
+        auto* codes = static_cast<uint8_t*>((which ? p.v_cache : p.k_cache).data) + slot[t] * row;
+        float* scales = (which ? p.v_scales : p.k_scales).as<float>() + slot[t] * heads;
+        for (int64_t h = 0; h < heads; ++h)
+          scales[h] = i8 ? quantize_act_int8(src + h * hd, hd, reinterpret_cast<int8_t*>(codes + h * hd))
+                         : quantize_act_fp8(src + h * hd, hd, codes + h * hd);
+      }
+    });
+  }
 
   void gather_rows(const GatherRowsParams& p) override {
     check_gather_rows(p);
@@ -417,6 +447,7 @@ class CpuBackend final : public Backend {
 
   const KernelTable& k_;
   const cpu::GgmlKernelTable& g_;
+  cpu::Int8MatmulFn i8_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
   std::vector<float> qx_, qsum_;             // quantized matmul: prepared rows of x and their group sums
@@ -432,8 +463,9 @@ class CpuBackend final : public Backend {
 void CpuBackend::validate_attention(const AttentionParams& p) const {
   require_f32(p.q, "attention", "q");
   require_f32(p.out, "attention", "out");
-  if (!is_float_dtype(p.k_cache.dtype) || p.v_cache.dtype != p.k_cache.dtype || p.v_cache.numel() != p.k_cache.numel())
-    fail("attention: k_cache and v_cache must share one float dtype and shape");
+  if (!(is_float_dtype(p.k_cache.dtype) || kv_cache_quantized(p.k_cache.dtype)) || p.v_cache.dtype != p.k_cache.dtype ||
+      p.v_cache.numel() != p.k_cache.numel())
+    fail("attention: k_cache and v_cache must share one dtype (float, int8 or fp8) and shape");
   const int64_t num_seqs = p.seq_lens.dim(0), tokens = p.q.dim(0);
   const int64_t num_blocks = p.k_cache.dim(0), block_size = p.k_cache.dim(1), max_blocks = p.block_tables.dim(1);
   const int32_t* qsl = p.query_start_loc.as<const int32_t>();
@@ -473,6 +505,10 @@ void CpuBackend::attention(const AttentionParams& p) {
   a.k_cache = p.k_cache.data;
   a.v_cache = p.v_cache.data;
   a.cache_dtype = p.k_cache.dtype;
+  if (kv_cache_quantized(a.cache_dtype)) {
+    a.k_scales = p.k_scales.as<const float>();
+    a.v_scales = p.v_scales.as<const float>();
+  }
   a.out = p.out.as<float>();
   a.query_start_loc = p.query_start_loc.as<const int32_t>();
   a.seq_lens = p.seq_lens.as<const int32_t>();
@@ -622,7 +658,8 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
     ggml = cpu::ggml_vnni_kernels();
   else if (table == cpu::avx512_kernels() || table == cpu::avx2_kernels())
     ggml = cpu::ggml_avx2_kernels();
-  return std::make_unique<CpuBackend>(num_threads, *table, *ggml);
+  const bool vnni = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512Vnni) && table_for(CpuIsa::kAvx512Vnni) == table;
+  return std::make_unique<CpuBackend>(num_threads, *table, *ggml, vnni ? cpu::avx512vnni_i8matmul() : nullptr);
 }
 
 }  // namespace peregrine::ops

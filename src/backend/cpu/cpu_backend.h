@@ -8,8 +8,9 @@
 
 namespace peregrine::ops {
 
-// Which kernel set runs. kAuto picks the widest the CPU supports (AVX-512 → AVX2+FMA+F16C → scalar).
-enum class CpuIsa { kAuto, kScalar, kAvx2, kAvx512 };
+// Which kernel set runs. kAuto picks the widest the CPU supports (AVX-512 with VNNI → AVX-512 → AVX2+FMA+F16C →
+// scalar). kAvx512Vnni is kAvx512 whose int8 W8A8 matmul uses vpdpbusd (kAvx512 then uses maddubs).
+enum class CpuIsa { kAuto, kScalar, kAvx2, kAvx512, kAvx512Vnni };
 
 // True when this build has the kernels of `isa` and this CPU can run them.
 bool cpu_isa_available(CpuIsa isa);

@@ -39,12 +39,29 @@ struct QuantMatmulArgs {
   int64_t m = 0, k = 0, n = 0, groups = 0, group_size = 0;
 };
 
+// int8 W8A8 matmul (int8_matmul_impl.h): out[m, n] = float(sum_k x[m, k] * w[n, k]) * x_scale[m] *
+// w_scale[n / block_rows] (+ bias[n]), the sum exact in int32. x is quantized by the caller (ops::quantize_act_int8)
+// and x_sum[m] = sum_k x[m, k].
+struct Int8MatmulArgs {
+  const int8_t* x = nullptr;        // [M, K]
+  const float* x_scale = nullptr;   // [M]
+  const int32_t* x_sum = nullptr;   // [M]
+  const int8_t* w = nullptr;        // [N, K]
+  const float* w_scale = nullptr;   // [ceil(N / block_rows)]
+  int64_t block_rows = 1;
+  const float* bias = nullptr;      // [N] or null
+  float* out = nullptr;             // [M, N]
+  int64_t m = 0, k = 0, n = 0;
+};
+
 // Paged attention (semantics in ops/ops.h, AttentionParams), f32 queries and outputs.
 struct AttentionArgs {
   const float* q = nullptr;       // [T, hq, hd]
   const void* k_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
   const void* v_cache = nullptr;  // [num_blocks, block_size, hkv, hd]
-  DType cache_dtype = DType::kF32;
+  DType cache_dtype = DType::kF32;          // f32/bf16/f16, or int8 / fp8 e4m3 codes with the scales below
+  const float* k_scales = nullptr;           // quantized caches: [num_blocks * block_size, hkv] (ops.h)
+  const float* v_scales = nullptr;
   float* out = nullptr;                      // [T, hq, hd]
   const int32_t* query_start_loc = nullptr;  // [S + 1]
   const int32_t* seq_lens = nullptr;         // [S]
@@ -103,6 +120,8 @@ struct KernelTable {
   // Columns [n_begin, n_end) of rows [m_begin, m_end).
   void (*matmul)(const MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
   void (*qmatmul)(const QuantMatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
+  void (*i8matmul)(const Int8MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
+  const char* i8_name = "";  // which int8 dot product i8matmul uses
   // Attention of one item. With partial null the item covers every segment its rows see and writes out;
   // otherwise the item has exactly one segment and stores that segment's state (attention_state_floats) there.
   void (*attention)(const AttentionArgs& a, const AttentionItem& item, float* scratch, float* partial) = nullptr;
@@ -125,5 +144,8 @@ const KernelTable& scalar_kernels();
 // Null when the build has no such kernels (non-x86 target); callers check the CPU separately.
 const KernelTable* avx2_kernels();
 const KernelTable* avx512_kernels();
+// The AVX-512 VNNI int8 matmul (vpdpbusd; int8_avx512vnni.cpp), null on non-x86 builds; callers check the CPU.
+using Int8MatmulFn = void (*)(const Int8MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end);
+Int8MatmulFn avx512vnni_i8matmul();
 
 }  // namespace peregrine::cpu

@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/elementwise_impl.h"
 #include "backend/cpu/matmul_impl.h"
+#include "backend/cpu/int8_matmul_impl.h"
 #include "backend/cpu/quant_matmul_impl.h"
 
 namespace {
@@ -17,6 +18,8 @@ peregrine::cpu::KernelTable make_kernel_table() {
   t.lanes = kLanes;
   t.matmul = matmul_kernel;
   t.qmatmul = qmatmul_kernel;
+  t.i8matmul = i8matmul_kernel;
+  t.i8_name = I8Dot::kName;
   t.attention = attention_kernel;
   t.attention_merge = attention_merge_kernel;
   t.rms_norm_row = rms_norm_row_kernel;

@@ -16,5 +16,8 @@ const GgmlKernelTable* ggml_avx2_kernels() {
 const GgmlKernelTable* ggml_vnni_kernels() {
   return nullptr;
 }
+Int8MatmulFn avx512vnni_i8matmul() {
+  return nullptr;
+}
 
 }  // namespace peregrine::cpu

@@ -34,6 +34,17 @@ struct Simd {
   static V load_u8(const uint8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }
+  // 8 int8 codes; 8 float8 e4m3fn codes: the bits placed as f32 (sign, then exponent and mantissa 20 bits up) and
+  // scaled by 2^120 (the bias difference), exact for normals and subnormals (the NaN code is never written).
+  static V load_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V load_fp8(const uint8_t* p) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24),
+                                         _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), 20));
+    return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+  }
   static void load_u4(const uint8_t* p, V* lo, V* hi) {
     const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf)));
@@ -98,6 +109,36 @@ struct Simd {
     return _mm_cvtss_f32(s);
   }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+};
+
+// int8 dot products for int8_matmul_impl.h (AVX2): maddubs(|w|, sign(x, w)) pairs (|w| <= 128, |x| <= 127:
+// no 16-bit saturation), widened by madd(1) into 8 int32 lanes.
+struct I8Dot {
+  static constexpr int64_t kBytes = 32;
+  static constexpr int32_t kBias = 0;
+  static constexpr int kGemvNr = 4, kGemmMr = 4, kGemmNr = 2;
+  static constexpr const char* kName = "avx2 maddubs";
+  using Acc = __m256i;
+  struct W {
+    __m256i raw, abs;
+  };
+  using X = __m256i;
+  static Acc zero() { return _mm256_setzero_si256(); }
+  static W load_w(const int8_t* p) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return {v, _mm256_abs_epi8(v)};
+  }
+  static X load_x(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Acc dot(Acc acc, const W& w, X x) {
+    const __m256i p16 = _mm256_maddubs_epi16(w.abs, _mm256_sign_epi8(x, w.raw));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+  }
+  static int32_t hsum(Acc v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+  }
 };
 
 }  // namespace

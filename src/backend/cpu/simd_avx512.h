@@ -40,6 +40,16 @@ struct Simd {
   static V load_u8(const uint8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
+  // 16 int8 codes; 16 float8 e4m3fn codes (see simd_avx2.h: bits as f32 times 2^120, exact).
+  static V load_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V load_fp8(const uint8_t* p) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24),
+                                         _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)), 20));
+    return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+  }
   static void load_u4(const uint8_t* p, V* lo, V* hi) {
     const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     *lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(0xf)));
@@ -107,6 +117,34 @@ struct Simd {
     return _mm_cvtss_f32(s);
   }
   static void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+};
+
+// int8 dot products for int8_matmul_impl.h (AVX-512 BW without VNNI): maddubs(|w|, x negated where w < 0)
+// (|w| <= 128, |x| <= 127: no 16-bit saturation), widened by madd(1) into 16 int32 lanes. With VNNI the backend
+// uses int8_avx512vnni.cpp instead.
+struct I8Dot {
+  static constexpr int64_t kBytes = 64;
+  static constexpr int32_t kBias = 0;
+  static constexpr int kGemvNr = 4, kGemmMr = 4, kGemmNr = 4;
+  static constexpr const char* kName = "avx512bw maddubs";
+  using Acc = __m512i;
+  struct W {
+    __m512i abs;
+    __mmask64 neg;
+  };
+  using X = __m512i;
+  static Acc zero() { return _mm512_setzero_si512(); }
+  static W load_w(const int8_t* p) {
+    const __m512i v = _mm512_loadu_si512(p);
+    return {_mm512_abs_epi8(v), _mm512_movepi8_mask(v)};
+  }
+  static X load_x(const int8_t* p) { return _mm512_loadu_si512(p); }
+  static Acc dot(Acc acc, const W& w, X x) {
+    const __m512i sx = _mm512_mask_sub_epi8(x, w.neg, _mm512_setzero_si512(), x);
+    const __m512i p16 = _mm512_maddubs_epi16(w.abs, sx);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
+  }
+  static int32_t hsum(Acc v) { return _mm512_reduce_add_epi32(v); }
 };
 
 }  // namespace

@@ -45,6 +45,26 @@ struct ElemF16 {
   static void store(T* p, V v) { Simd::store_f16(p, v); }
 };
 
+// Quantized KV caches: codes as f32 lanes (the caller applies the per-token-head scale).
+struct ElemI8 {
+  using T = int8_t;
+  static constexpr bool kQuantized = true;
+  static V load(const T* p) { return Simd::load_i8(p); }
+};
+struct ElemFp8 {
+  using T = uint8_t;
+  static constexpr bool kQuantized = true;
+  static V load(const T* p) { return Simd::load_fp8(p); }
+};
+template <class E, class = void>
+struct ElemIsQuantized {
+  static constexpr bool value = false;
+};
+template <class E>
+struct ElemIsQuantized<E, decltype(void(E::kQuantized))> {
+  static constexpr bool value = E::kQuantized;
+};
+
 // The first n (< kLanes) elements of p, the other lanes zero.
 template <class E>
 inline V load_partial(const typename E::T* p, int64_t n) {

@@ -63,6 +63,17 @@ struct Simd {
     for (int i = 0; i < 8; ++i) r.v[i] = peregrine::f16_to_f32(p[i]);
     return r;
   }
+  // 8 int8 codes; 8 float8 e4m3fn codes (quantized KV caches).
+  static V load_i8(const int8_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(p[i]);
+    return r;
+  }
+  static V load_fp8(const uint8_t* p) {
+    V r;
+    for (int i = 0; i < 8; ++i) r.v[i] = peregrine::fp8_e4m3_to_f32(p[i]);
+    return r;
+  }
   static V load_u8(const uint8_t* p) {
     V r;
     for (int i = 0; i < 8; ++i) r.v[i] = static_cast<float>(p[i]);
@@ -145,6 +156,31 @@ struct Simd {
     return m;
   }
   static void prefetch(const void*) {}
+};
+
+// int8 dot products for int8_matmul_impl.h (portable): 16 columns per step, one int32 sum.
+struct I8Dot {
+  static constexpr int64_t kBytes = 16;
+  static constexpr int32_t kBias = 0;
+  static constexpr int kGemvNr = 4, kGemmMr = 2, kGemmNr = 2;
+  static constexpr const char* kName = "scalar";
+  using Acc = int32_t;
+  struct W {
+    int8_t v[16];
+  };
+  using X = W;
+  static Acc zero() { return 0; }
+  static W load_w(const int8_t* p) {
+    W w;
+    std::memcpy(w.v, p, 16);
+    return w;
+  }
+  static X load_x(const int8_t* p) { return load_w(p); }
+  static Acc dot(Acc acc, const W& w, const X& x) {
+    for (int i = 0; i < 16; ++i) acc += static_cast<int32_t>(w.v[i]) * x.v[i];
+    return acc;
+  }
+  static int32_t hsum(Acc v) { return v; }
 };
 
 }  // namespace

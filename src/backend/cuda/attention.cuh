@@ -4,7 +4,8 @@
 //           16-row tensor-core tile, four warps splitting every 64-key tile, then a combine kernel;
 //   prefill (otherwise): FlashAttention-2 style 64-row tiles of packed (token, head) rows, causal/window
 //           masks, a chunk attending to its cached prefix;
-//   generic: any head_dim or dtype mix (f32 activations, f32 cache): one warp per (query, head), f32.
+//   generic: any head_dim or dtype mix (f32 activations, f32 cache, int8 / fp8 caches with their scales): one
+//           warp per (query, head), f32.
 // Split boundaries are fixed absolute key positions derived from the sequence alone.
 #pragma once
 
@@ -32,6 +33,10 @@ struct AttentionLaunch {
   const int32_t* tail_offset;
   const int32_t* tail;
   DType act, cache;
+  // Quantized caches (int8 / fp8 e4m3): one scale per (slot, KV head), [num_blocks * block_size, Hkv]; else null.
+  // They take the generic kernel.
+  const float* k_scales;
+  const float* v_scales;
   int num_seqs, num_q_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq;
   int64_t num_tokens;
   float scale;

@@ -4,8 +4,21 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
+#include <cuda_fp8.h>
+
 namespace peregrine::cuda {
 namespace {
+
+// Element i of a KV cache as f32: float caches as they are, int8 / fp8 codes times their (slot, head) scale.
+__device__ __forceinline__ float load_kv(const void* cache, DType t, const float* scales, int64_t i, int head_dim) {
+  if (t == DType::kI8) return static_cast<float>(static_cast<const int8_t*>(cache)[i]) * scales[i / head_dim];
+  if (t == DType::kF8E4M3) {
+    __nv_fp8_e4m3 v;
+    v.__x = static_cast<const uint8_t*>(cache)[i];
+    return static_cast<float>(v) * scales[i / head_dim];
+  }
+  return load_any(cache, t, i);
+}
 
 constexpr int kMaxPerLane = 16;  // head_dim <= 512
 constexpr int kWarpsPerBlock = 4;
@@ -49,7 +62,7 @@ __global__ void __launch_bounds__(128) attention_generic_kernel(const AttentionL
 #pragma unroll
     for (int k = 0; k < kMaxPerLane; ++k) {
       const int d = lane + 32 * k;
-      if (d < D) dot += qv[k] * load_any(p.k_cache, p.cache, base + d);
+      if (d < D) dot += qv[k] * load_kv(p.k_cache, p.cache, p.k_scales, base + d, D);
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
@@ -61,7 +74,7 @@ __global__ void __launch_bounds__(128) attention_generic_kernel(const AttentionL
 #pragma unroll
     for (int k = 0; k < kMaxPerLane; ++k) {
       const int d = lane + 32 * k;
-      if (d < D) acc[k] = acc[k] * alpha + w * load_any(p.v_cache, p.cache, base + d);
+      if (d < D) acc[k] = acc[k] * alpha + w * load_kv(p.v_cache, p.cache, p.v_scales, base + d, D);
     }
     m = m_new;
   }

@@ -20,6 +20,8 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
 #include "backend/cuda/quant_matmul.cuh"
+#include "backend/cuda/fp8_gemm_lt.h"
+#include "backend/cuda/w8_matmul.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kv_cache.cuh"
 #include "backend/cuda/norm.cuh"
@@ -184,6 +186,7 @@ class CudaBackendImpl final : public CudaBackend {
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;
+    if (c == DType::kI8 || c == DType::kF8E4M3 || q.act != ActQuant::kNone) return w8_matmul(p);
     if (c != DType::kI4 && c != DType::kU8)
       throw Error(ErrorCode::kUnsupported, std::string("cuda backend: matmul with ") + std::string(dtype_name(c)) +
                                                " weight codes is not implemented (int4 and uint8 codes are)");
@@ -209,6 +212,51 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
                                   l.m, l.n, l.k});
+  }
+
+  // 8-bit codes and W8A8 (w8_matmul.cuh): activations quantized once per matmul, then a warp per output.
+  void w8_matmul(const MatmulParams& p) {
+    const WeightQuant& q = p.quant;
+    const DType c = p.w.dtype;
+    const bool ok_codes = (c == DType::kI8 && q.act != ActQuant::kFp8) || (c == DType::kF8E4M3 && q.act != ActQuant::kInt8);
+    if (!ok_codes || !q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() || q.scales.dtype != DType::kF32)
+      throw Error(ErrorCode::kUnsupported, std::string("cuda backend: 8-bit matmul with ") + std::string(dtype_name(c)) +
+                                               " codes needs f32 scales, no zeros / perm / g_idx, and activations of the same kind");
+    const int64_t m = p.x.dim(0), k = p.x.dim(1);
+    cuda::W8MatmulLaunch l{p.x.data, p.x.dtype, static_cast<const uint8_t*>(p.w.data), c, q.scales.as<const float>(),
+                           q.block_rows, q.scales.dim(1), q.group_size, static_cast<int>(q.act),
+                           q.act_group > 0 ? q.act_group : k, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype,
+                           p.out.data, p.out.dtype, m, p.w.dim(0), k};
+    if (!cuda::w8_matmul_supports(l))
+      throw Error(ErrorCode::kUnsupported, "cuda backend: 8-bit matmul needs K and the group a multiple of 4 and "
+                                           "activation groups of K or the weight group");
+    if (l.m == 0 || l.n == 0) return;
+    uint8_t* xq = nullptr;
+    float* xs = nullptr;
+    if (l.act != 0) {
+      const size_t codes = static_cast<size_t>(m * k + 15) / 16 * 16;
+      auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m * (k / l.act_group)) * 4, kQuantXSlot));
+      xq = base;
+      xs = reinterpret_cast<float*>(base + codes);
+      cuda::launch_act_quant(l, xq, xs, stream_);
+    }
+    // FP8 per channel x per token at M > 16: cuBLASLt's FP8 GEMM with both scale vectors (rows agree for every M
+    // within each path, not across M = 16 / 17, as for W4A16).
+    if (l.act == 2 && c == DType::kF8E4M3 && l.block_rows == 1 && l.groups == 1 && l.act_group == k &&
+        l.m > cuda::kQuantGemvMaxM && (p.out.dtype == p.x.dtype || p.out.dtype == DType::kF32)) {
+      if (!fp8_gemm_) fp8_gemm_ = std::make_unique<cuda::Fp8LtGemm>();
+      constexpr size_t kFp8Workspace = size_t{8} << 20;
+      void* ws = scratch(kFp8Workspace, kQuantWSlot);
+      const cuda::Fp8GemmLaunch g{l.codes, xq, l.scales, xs, p.out.data, p.out.dtype, m, l.n, k};
+      if (fp8_gemm_->run(g, ws, kFp8Workspace, stream_)) {
+        if (l.bias) {
+          cuda::AddBiasLaunch b{p.out.data, l.bias, p.out.dtype, p.bias.dtype, m, l.n};
+          cuda::launch_add_bias(b, stream_);
+        }
+        return;
+      }
+    }
+    cuda::launch_w8_matmul(l, xq, xs, stream_);
   }
 
   void rms_norm(const RmsNormParams& p) override {
@@ -240,7 +288,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (p.k.dtype != p.v.dtype) throw Error(ErrorCode::kUnsupported, "kv_write on cuda: k and v dtypes differ");
     cuda::KvWriteLaunch l{p.k.data, p.v.data, p.slot_mapping.as<const int32_t>(), p.k_cache.data, p.v_cache.data,
                           p.k.dtype, p.k_cache.dtype, p.k.dim(0), p.k_cache.dim(0) * p.k_cache.dim(1),
-                          p.k.dim(1) * p.k.dim(2), error_word_};
+                          p.k.dim(1) * p.k.dim(2), error_word_,
+                          kv_cache_quantized(p.k_cache.dtype) ? p.k_scales.as<float>() : nullptr,
+                          kv_cache_quantized(p.k_cache.dtype) ? p.v_scales.as<float>() : nullptr, p.k.dim(2)};
     cuda::launch_kv_write(l, stream_);
   }
 
@@ -268,6 +318,10 @@ class CudaBackendImpl final : public CudaBackend {
     }
     l.act = p.q.dtype;
     l.cache = p.k_cache.dtype;
+    if (kv_cache_quantized(l.cache)) {
+      l.k_scales = p.k_scales.as<const float>();
+      l.v_scales = p.v_scales.as<const float>();
+    }
     l.num_seqs = static_cast<int>(p.seq_lens.dim(0));
     l.num_q_heads = static_cast<int>(p.q.dim(1));
     l.num_kv_heads = static_cast<int>(p.k_cache.dim(2));
@@ -610,6 +664,7 @@ class CudaBackendImpl final : public CudaBackend {
   int* error_host_ = nullptr;
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;
+  std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 W8A8 at M > 16 (created at first use)
   cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;
   bool capturing_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;

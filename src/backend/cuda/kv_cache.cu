@@ -1,4 +1,6 @@
 // kv_write kernel: one block per token; 16-byte copies when the dtypes match, converting loads otherwise.
+#include <cuda_fp8.h>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
@@ -31,10 +33,59 @@ __global__ void kv_write_kernel(KvWriteLaunch p, int64_t act_row_bytes, bool vec
   }
 }
 
+// Quantized caches: a warp per (token, KV head, K or V): amax over the head (fmaxf, order-free), then the codes
+// with the float32 operations of ops::quantize_act_int8 / quantize_act_fp8.
+template <typename T, bool kFp8>
+__global__ void kv_write_quant_kernel(KvWriteLaunch p) {
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t heads = p.row / p.head_dim;
+  const int32_t slot = p.slot_mapping[t];
+  if (slot < 0) return;
+  if (slot >= p.num_slots) {
+    if (threadIdx.x == 0) atomicOr(p.error_flags, kErrKvSlot);
+    return;
+  }
+  for (int64_t job = warp; job < 2 * heads; job += blockDim.x / 32) {
+    const bool is_v = job >= heads;
+    const int64_t h = is_v ? job - heads : job;
+    const T* src = static_cast<const T*>(is_v ? p.v : p.k) + t * p.row + h * p.head_dim;
+    uint8_t* dst = static_cast<uint8_t*>(is_v ? p.v_cache : p.k_cache) + slot * p.row + h * p.head_dim;
+    float amax = 0.0f;
+    for (int64_t d = lane; d < p.head_dim; d += 32) amax = fmaxf(amax, fabsf(to_f32(src[d])));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float s;
+    if constexpr (kFp8) {
+      s = fmaxf(amax / 448.0f, 1.0f / (448.0f * 512.0f));
+      for (int64_t d = lane; d < p.head_dim; d += 32) {
+        const float v = fminf(fmaxf(__fdiv_rn(to_f32(src[d]), s), -448.0f), 448.0f);
+        dst[d] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+      }
+    } else {
+      const float inv = 127.0f / amax;
+      s = amax == 0.0f ? 0.0f : amax / 127.0f;
+      for (int64_t d = lane; d < p.head_dim; d += 32) {
+        const float r = amax == 0.0f ? 0.0f : fminf(fmaxf(rintf(to_f32(src[d]) * inv), -128.0f), 127.0f);
+        dst[d] = static_cast<uint8_t>(static_cast<int8_t>(r));
+      }
+    }
+    if (lane == 0) (is_v ? p.v_scales : p.k_scales)[slot * heads + h] = s;
+  }
+}
+
 }  // namespace
 
 void launch_kv_write(const KvWriteLaunch& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
+  if (p.cache == DType::kI8 || p.cache == DType::kF8E4M3) {
+    dispatch_float(p.act, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if (p.cache == DType::kF8E4M3) kv_write_quant_kernel<T, true><<<static_cast<unsigned>(p.num_tokens), 256, 0, stream>>>(p);
+      else kv_write_quant_kernel<T, false><<<static_cast<unsigned>(p.num_tokens), 256, 0, stream>>>(p);
+    });
+    PEREGRINE_CUDA_CHECK_LAUNCH();
+    return;
+  }
   int64_t act_row_bytes = static_cast<int64_t>(dtype_bytes(p.act, static_cast<size_t>(p.row)));
   bool vec = p.act == p.cache && act_row_bytes % 16 == 0 && aligned16(p.k) && aligned16(p.v) &&
              aligned16(p.k_cache) && aligned16(p.v_cache);

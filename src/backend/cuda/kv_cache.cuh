@@ -1,5 +1,6 @@
 // Paged KV write (ops.h KvWriteParams): row t of k/v goes to cache slot slot_mapping[t]; -1 skips the row.
-// Any float activation dtype into an f32/bf16/f16 cache.
+// Any float activation dtype into an f32/bf16/f16 cache, or into an int8 / fp8 e4m3 cache with one scale per
+// (token, KV head) written to k_scales / v_scales (ops.h: the W8A8 activation quantizer on each head's vector).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,9 @@ struct KvWriteLaunch {
   DType act, cache;
   int64_t num_tokens, num_slots, row;  // row = num_kv_heads * head_dim
   int* error_flags;
+  float* k_scales;              // quantized caches: [num_slots, num_kv_heads]; else null
+  float* v_scales;
+  int64_t head_dim;
 };
 void launch_kv_write(const KvWriteLaunch& p, cudaStream_t stream);
 

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "ops/host_memory.h"
+#include "ops/act_quant.h"
 #include "ops/host_sampling.h"
 #include "ops/op_checks.h"
 
@@ -31,6 +32,16 @@ void store(const TensorView& t, int64_t i, double v) {
     case DType::kBF16: static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(static_cast<float>(v)); return;
     case DType::kF16: static_cast<uint16_t*>(t.data)[i] = f32_to_f16(static_cast<float>(v)); return;
     default: throw Error(ErrorCode::kUnsupported, "ref backend: unsupported dtype " + std::string(dtype_name(t.dtype)));
+  }
+}
+
+// Element i of a KV cache: the float value, or code * the scale of its (slot, head) for quantized caches.
+double load_kv(const TensorView& cache, const TensorView& scales, int64_t i, int64_t head_dim) {
+  switch (cache.dtype) {
+    case DType::kI8: return static_cast<double>(static_cast<const int8_t*>(cache.data)[i]) * scales.as<const float>()[i / head_dim];
+    case DType::kF8E4M3:
+      return static_cast<double>(fp8_e4m3_to_f32(static_cast<const uint8_t*>(cache.data)[i])) * scales.as<const float>()[i / head_dim];
+    default: return load(cache, i);
   }
 }
 
@@ -74,6 +85,29 @@ class RefBackend final : public Backend {
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
     int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+    // W8A8: x quantized per row (and activation group) as ops.h defines it, then used as q * s.
+    std::vector<double> xq;
+    if (p.quant.act != ActQuant::kNone) {
+      const int64_t gs = p.quant.act_group > 0 ? p.quant.act_group : k;
+      xq.resize(static_cast<size_t>(m * k));
+      std::vector<float> xf(static_cast<size_t>(gs));
+      std::vector<int8_t> qi(static_cast<size_t>(gs));
+      std::vector<uint8_t> qf(static_cast<size_t>(gs));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t c0 = 0; c0 < k; c0 += gs) {
+          const int64_t len = std::min(gs, k - c0);
+          for (int64_t c = 0; c < len; ++c) xf[static_cast<size_t>(c)] = static_cast<float>(load(p.x, i * k + c0 + c));
+          if (p.quant.act == ActQuant::kInt8) {
+            const double s = quantize_act_int8(xf.data(), len, qi.data());
+            for (int64_t c = 0; c < len; ++c) xq[static_cast<size_t>(i * k + c0 + c)] = qi[static_cast<size_t>(c)] * s;
+          } else {
+            const double s = quantize_act_fp8(xf.data(), len, qf.data());
+            for (int64_t c = 0; c < len; ++c)
+              xq[static_cast<size_t>(i * k + c0 + c)] = static_cast<double>(fp8_e4m3_to_f32(qf[static_cast<size_t>(c)])) * s;
+          }
+        }
+    }
+    auto x_at = [&](int64_t idx) { return xq.empty() ? load(p.x, idx) : xq[static_cast<size_t>(idx)]; };
     std::vector<double> row(static_cast<size_t>(k));
     std::vector<float> blocks(p.quant.ggml_blocks() ? static_cast<size_t>(k) : 0);
     for (int64_t j = 0; j < n; ++j) {
@@ -93,7 +127,7 @@ class RefBackend final : public Backend {
       }
       for (int64_t i = 0; i < m; ++i) {
         double acc = p.bias.empty() ? 0.0 : load(p.bias, j);
-        for (int64_t kk = 0; kk < k; ++kk) acc += load(p.x, i * k + kk) * row[static_cast<size_t>(kk)];
+        for (int64_t kk = 0; kk < k; ++kk) acc += x_at(i * k + kk) * row[static_cast<size_t>(kk)];
         store(p.out, i * n + j, acc);
       }
     }
@@ -191,10 +225,28 @@ class RefBackend final : public Backend {
     check_kv_write(p);
     int64_t row = p.k.dim(1) * p.k.dim(2);
     int64_t slots = p.k_cache.dim(0) * p.k_cache.dim(1);
+    const bool quantized = kv_cache_quantized(p.k_cache.dtype);
+    const int64_t heads = p.k.dim(1), hd = p.k.dim(2);
+    std::vector<float> head(static_cast<size_t>(hd));
     for (int64_t t = 0; t < p.k.dim(0); ++t) {
       int32_t slot = p.slot_mapping.as<const int32_t>()[t];
       if (slot < 0) continue;
       if (slot >= slots) throw Error(ErrorCode::kInvalidArgument, "kv_write: slot out of range");
+      if (quantized) {  // each (token, head) vector with its own scale (ops.h)
+        for (int64_t h = 0; h < heads; ++h) {
+          for (int which = 0; which < 2; ++which) {
+            const TensorView& src = which ? p.v : p.k;
+            const TensorView& cache = which ? p.v_cache : p.k_cache;
+            float* scales = (which ? p.v_scales : p.k_scales).as<float>();
+            for (int64_t d = 0; d < hd; ++d) head[static_cast<size_t>(d)] = static_cast<float>(load(src, t * row + h * hd + d));
+            auto* codes = static_cast<uint8_t*>(cache.data) + slot * row + h * hd;
+            scales[slot * heads + h] = cache.dtype == DType::kI8
+                                           ? quantize_act_int8(head.data(), hd, reinterpret_cast<int8_t*>(codes))
+                                           : quantize_act_fp8(head.data(), hd, codes);
+          }
+        }
+        continue;
+      }
       for (int64_t i = 0; i < row; ++i) {
         store(p.k_cache, slot * row + i, load(p.k, t * row + i));
         store(p.v_cache, slot * row + i, load(p.v, t * row + i));
@@ -252,7 +304,7 @@ class RefBackend final : public Backend {
             int64_t block = tables[trow * max_blocks + slot / block_size];
             int64_t base = ((block * block_size + slot % block_size) * hkv + kvh) * hd;
             double dot = 0;
-            for (int64_t d = 0; d < hd; ++d) dot += load(p.q, (row * hq + h) * hd + d) * load(p.k_cache, base + d);
+            for (int64_t d = 0; d < hd; ++d) dot += load(p.q, (row * hq + h) * hd + d) * load_kv(p.k_cache, p.k_scales, base + d, hd);
             scores[j - first] = dot * p.scale;
             max_score = std::max(max_score, scores[j - first]);
           }
@@ -264,7 +316,7 @@ class RefBackend final : public Backend {
               const int64_t slot = keys[static_cast<size_t>(j)];
               int64_t block = tables[trow * max_blocks + slot / block_size];
               int64_t base = ((block * block_size + slot % block_size) * hkv + kvh) * hd;
-              acc += scores[j - first] * load(p.v_cache, base + d);
+              acc += scores[j - first] * load_kv(p.v_cache, p.v_scales, base + d, hd);
             }
             store(p.out, (row * hq + h) * hd + d, acc / sum);
           }

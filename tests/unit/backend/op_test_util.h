@@ -105,6 +105,8 @@ inline const char* isa_name(ops::CpuIsa isa) {
       return "Avx2";
     case ops::CpuIsa::kAvx512:
       return "Avx512";
+    case ops::CpuIsa::kAvx512Vnni:
+      return "Avx512Vnni";
     default:
       return "Auto";
   }

@@ -117,21 +117,7 @@ TEST(RefQuantMatmul, MalformedQuantizationIsRefused) {
   EXPECT_THROW(run(DType::kI4, good, 7), Error);  // odd K for int4
 }
 
-TEST(RefQuantMatmul, CpuBackendRefusesInt8AndFp8CodesForNow) {
-  auto cpu = make_cpu_backend(1);
-  std::vector<float> x(8), out(4), scales(4);
-  std::vector<uint8_t> w(32);
-  WeightQuant q;
-  q.scales = TensorView(scales.data(), DType::kF32, {4, 1});
-  q.group_size = 8;
-  try {
-    cpu->matmul({TensorView(x.data(), DType::kF32, {1, 8}), TensorView(w.data(), DType::kI8, {4, 8}), {},
-                 TensorView(out.data(), DType::kF32, {1, 4}), q});
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-  }
-}
+// (int8 / fp8 codes on the CPU backend: tests/unit/backend/w8a8_test.cpp)
 
 }  // namespace
 }  // namespace peregrine::ops

@@ -355,5 +355,47 @@ TEST_F(EngineModelTest, DiskTierSurvivesARestartAndDropsABadFile) {
   std::filesystem::remove_all(dir);
 }
 
+// A quantized KV cache (fp8, int8: codes plus one scale per token and KV head) through the prefix cache and both
+// tiers: hits from the device, the host and the disk give the same tokens as cold runs (the blocks carry their
+// scales), and the disk tier's identity includes the KV dtype (an auto-dtype engine on the same folder finds none).
+TEST_F(EngineModelTest, QuantizedKvCacheGoesThroughTheTiers) {
+  for (const char* kv : {"fp8", "int8"}) {
+    const auto dir = std::filesystem::temp_directory_path() / ("peregrine_qkv_dir_" + std::to_string(::getpid()) + kv);
+    std::filesystem::remove_all(dir);
+    EngineConfig config = small_cache_config("cpu");
+    config.kv_cache_dtype = kv;
+    config.enable_prefix_caching = false;
+    auto cold = Engine::create(config);
+    const auto prompts = long_prompts(*cold);
+    constexpr int kTokens = 8;
+    std::vector<std::vector<int32_t>> want;
+    for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
+    cold.reset();
+    config.enable_prefix_caching = true;
+    config.kv_offloading_size = 0.0004;  // GiB: a few quantized blocks, so the disk tier serves too
+    config.kv_cache_dir = dir.string();
+    {
+      auto tiered = Engine::create(config);
+      for (int round = 0; round < 2; ++round)
+        for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(run_alone(*tiered, prompts[k], kTokens), want[k]) << kv << " " << k;
+      const EngineStats s = tiered->stats();
+      EXPECT_GT(s.prefix_cache_host_hits + s.prefix_cache_disk_hits, 0u) << kv;
+      EXPECT_GT(s.kv_disk_bytes_written, 0u) << kv;
+    }
+    {
+      EngineConfig plain = config;
+      plain.kv_cache_dtype = "auto";
+      auto other = Engine::create(plain);
+      EXPECT_EQ(other->stats().kv_disk_blocks_at_start, 0u) << "a float-KV engine must not see " << kv << " blocks";
+    }
+    auto again = Engine::create(config);
+    EXPECT_GT(again->stats().kv_disk_blocks_at_start, 0u) << kv;
+    for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(run_alone(*again, prompts[k], kTokens), want[k]) << kv << " restart " << k;
+    EXPECT_GT(again->stats().prefix_cache_disk_hits, 0u) << kv;
+    again.reset();
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace
 }  // namespace peregrine

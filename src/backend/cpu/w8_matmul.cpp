@@ -1,0 +1,149 @@
+#include "backend/cpu/w8_matmul.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "ops/act_quant.h"
+
+namespace peregrine::ops {
+namespace {
+
+std::vector<float> f32_of(const cpu::KernelTable& k, const TensorView& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  k.to_f32(t.dtype, t.data, v.data(), t.numel());
+  return v;
+}
+
+bool int8_fast_path(const MatmulParams& p) {
+  const WeightQuant& q = p.quant;
+  return q.act == ActQuant::kInt8 && p.w.dtype == DType::kI8 && q.zeros.empty() && q.perm.empty() &&
+         q.g_idx.empty() && q.scales.dim(1) == 1 && (q.act_group == 0 || q.act_group == p.x.dim(1));
+}
+
+}  // namespace
+
+bool is_w8_matmul(const MatmulParams& p) {
+  return p.quant.quantized() &&
+         (p.w.dtype == DType::kI8 || p.w.dtype == DType::kF8E4M3 || p.quant.act != ActQuant::kNone);
+}
+
+void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8MatmulFn i8, ThreadPool& pool) {
+  const WeightQuant& q = p.quant;
+  const int64_t m = p.x.dim(0), kk = p.x.dim(1), n = p.w.dim(0);
+  if (m == 0 || n == 0) return;
+  const float* x = p.x.as<const float>();
+  float* out = p.out.as<float>();
+  const std::vector<float> scales = f32_of(k, q.scales);
+  const std::vector<float> bias = p.bias.empty() ? std::vector<float>{} : f32_of(k, p.bias);
+  const int threads = pool.num_threads();
+  constexpr int64_t kGrainN = 16;
+  if (int8_fast_path(p)) {
+    // Activations quantized once per matmul, per row.
+    std::vector<int8_t> xq(static_cast<size_t>(m * kk));
+    std::vector<float> xs(static_cast<size_t>(m));
+    std::vector<int32_t> xsum(static_cast<size_t>(m));
+    auto quantize = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        int8_t* qr = xq.data() + r * kk;
+        xs[static_cast<size_t>(r)] = quantize_act_int8(x + r * kk, kk, qr);
+        int32_t s = 0;
+        for (int64_t c = 0; c < kk; ++c) s += qr[c];
+        xsum[static_cast<size_t>(r)] = s;
+      }
+    };
+    if (m > 1 && m * kk >= 16384) pool.parallel_for(m, quantize);
+    else quantize(0, m);
+    cpu::Int8MatmulArgs a;
+    a.x = xq.data();
+    a.x_scale = xs.data();
+    a.x_sum = xsum.data();
+    a.w = static_cast<const int8_t*>(p.w.data);
+    a.w_scale = scales.data();
+    a.block_rows = q.block_rows;
+    a.bias = bias.empty() ? nullptr : bias.data();
+    a.out = out;
+    a.m = m;
+    a.k = kk;
+    a.n = n;
+    if (m == 1 || n >= threads * 4 * kGrainN) {
+      pool.parallel_for(n, [&](int64_t n0, int64_t n1) { i8(a, 0, m, n0, n1); }, kGrainN);
+    } else {
+      pool.parallel_for(m, [&](int64_t m0, int64_t m1) { i8(a, m0, m1, 0, n); });
+    }
+    return;
+  }
+  // Generic: x as the op sees it (quantized and dequantized per row and activation group), weight rows
+  // dequantized to f32 (values placed at their input columns when permuted), then the dense f32 kernel.
+  std::vector<float> xd(x, x + m * kk);
+  if (q.act != ActQuant::kNone) {
+    const int64_t gs = q.act_group > 0 ? q.act_group : kk;
+    std::vector<int8_t> qi(static_cast<size_t>(gs));
+    std::vector<uint8_t> qf(static_cast<size_t>(gs));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c0 = 0; c0 < kk; c0 += gs) {
+        const int64_t len = std::min(gs, kk - c0);
+        float* v = xd.data() + r * kk + c0;
+        if (q.act == ActQuant::kInt8) {
+          const float s = quantize_act_int8(v, len, qi.data());
+          for (int64_t c = 0; c < len; ++c) v[c] = static_cast<float>(qi[static_cast<size_t>(c)]) * s;
+        } else {
+          const float s = quantize_act_fp8(v, len, qf.data());
+          for (int64_t c = 0; c < len; ++c) v[c] = fp8_e4m3_to_f32(qf[static_cast<size_t>(c)]) * s;
+        }
+      }
+  }
+  const int64_t groups = q.scales.dim(1), gsz = q.group_size;
+  const int32_t* g_idx = q.g_idx.empty() ? nullptr : q.g_idx.as<const int32_t>();
+  const int32_t* perm = q.perm.empty() ? nullptr : q.perm.as<const int32_t>();
+  const float* zeros = q.zeros.empty() ? nullptr : q.zeros.as<const float>();
+  for (int64_t c = 0; c < kk; ++c) {
+    if (g_idx && (g_idx[c] < 0 || g_idx[c] >= groups))
+      throw Error(ErrorCode::kInvalidArgument, "matmul: quant.g_idx[" + std::to_string(c) + "] is outside [0, groups)");
+    if (perm && (perm[c] < 0 || perm[c] >= kk))
+      throw Error(ErrorCode::kInvalidArgument, "matmul: quant.perm[" + std::to_string(c) + "] is outside [0, K)");
+  }
+  float fp8_table[256];
+  for (int b = 0; b < 256; ++b) fp8_table[b] = fp8_e4m3_to_f32(static_cast<uint8_t>(b));
+  const auto* codes = static_cast<const uint8_t*>(p.w.data);
+  const DType c = p.w.dtype;
+  // Blocks of kRows weight rows dequantized into f32 scratch, then the dense f32 kernel on them (x shared).
+  constexpr int64_t kRows = 16;
+  pool.parallel_for(n, [&](int64_t n0, int64_t n1) {
+    std::vector<float> rows(static_cast<size_t>(kRows * kk));
+    for (int64_t j0 = n0; j0 < n1; j0 += kRows) {
+      const int64_t nr = std::min(kRows, n1 - j0);
+      for (int64_t j = j0; j < j0 + nr; ++j) {
+        float* row = rows.data() + (j - j0) * kk;
+        for (int64_t col = 0; col < kk; ++col) {
+          const int64_t i = j * kk + col;
+          float code, zero;
+          switch (c) {
+            case DType::kI8: code = static_cast<float>(static_cast<int8_t>(codes[i])); zero = 0; break;
+            case DType::kF8E4M3: code = fp8_table[codes[i]]; zero = 0; break;
+            case DType::kU8: code = codes[i]; zero = 128; break;
+            default: code = static_cast<float>((i % 2 == 0) ? (codes[i / 2] & 0xf) : (codes[i / 2] >> 4)); zero = 8; break;
+          }
+          const int64_t g = g_idx ? g_idx[col] : col / gsz;
+          if (zeros) zero = zeros[j * groups + g];
+          // With a permutation the dequantized value goes to its input column.
+          row[perm ? perm[col] : col] = (code - zero) * scales[static_cast<size_t>((j / q.block_rows) * groups + g)];
+        }
+      }
+      cpu::MatmulArgs a;
+      a.x = xd.data();
+      a.w = rows.data();
+      a.w_dtype = DType::kF32;
+      a.bias = bias.empty() ? nullptr : bias.data() + j0;
+      a.out = out + j0;  // column j0 of out; a.n is out's row stride
+      a.m = m;
+      a.k = kk;
+      a.n = n;
+      k.matmul(a, 0, m, 0, nr);
+    }
+  }, kGrainN);
+}
+
+}  // namespace peregrine::ops

@@ -1,0 +1,19 @@
+// 8-bit weight matmuls of the CPU backend (int8 and fp8 e4m3 codes, W8A8 activation quantization), kept apart
+// from cpu_backend.cpp's dispatch: matmul() hands every such op here.
+#pragma once
+
+#include "backend/cpu/cpu_kernels.h"
+#include "core/thread_pool.h"
+#include "ops/ops.h"
+
+namespace peregrine::ops {
+
+// True when p's weight is 8-bit codes (kI8, kF8E4M3) or asks for quantized activations.
+bool is_w8_matmul(const MatmulParams& p);
+
+// int8 W8A8 with one scale per output row (or row block) and per-token activations runs the int8 kernel `i8`
+// (x quantized once per matmul, exact int32 dot products); every other 8-bit case dequantizes each weight row
+// in f32 and dots it with x (quantized and dequantized first when the op asks for it): correct, not fast.
+void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8MatmulFn i8, ThreadPool& pool);
+
+}  // namespace peregrine::ops

@@ -1,0 +1,102 @@
+// cuBLASLt FP8 GEMM with outer-vector scales (see fp8_gemm_lt.h).
+#include "backend/cuda/fp8_gemm_lt.h"
+
+#include <string>
+
+#include "core/status.h"
+
+namespace peregrine::cuda {
+namespace {
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorCode::kInternal, std::string("cublasLt (fp8): ") + what + " failed: " + cublasLtGetStatusName(s));
+}
+
+cudaDataType_t out_type(DType t) {
+  return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+Fp8LtGemm::Fp8LtGemm() { check(cublasLtCreate(&handle_), "Create"); }
+
+Fp8LtGemm::~Fp8LtGemm() {
+  for (auto& [key, p] : plans_) {
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.d) cublasLtMatrixLayoutDestroy(p.d);
+    if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+  }
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+bool Fp8LtGemm::supports(const Fp8GemmLaunch& p) {
+  return p.k % 16 == 0 && p.n % 16 == 0 && aligned16(p.w) && aligned16(p.x) && aligned16(p.out) &&
+         (p.out_dtype == DType::kBF16 || p.out_dtype == DType::kF16 || p.out_dtype == DType::kF32);
+}
+
+Fp8LtGemm::Plan& Fp8LtGemm::plan_for(const Fp8GemmLaunch& p, size_t workspace_bytes) {
+  const auto key = std::make_tuple(p.m, p.n, p.k, static_cast<int>(p.out_dtype), workspace_bytes);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan& plan = plans_[key];
+  check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)), "TRANSB");
+  const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  // Libraries without outer-vector scaling refuse the attribute: no plan, the caller falls back.
+  if (cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)) !=
+          CUBLAS_STATUS_SUCCESS)
+    return plan;
+  // A = W stored [N, K] row-major = [K, N] column-major, used transposed; B = X [M, K] row-major = [K, M].
+  check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3, p.k, p.n, p.k), "LayoutA");
+  check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8F_E4M3, p.k, p.m, p.k), "LayoutB");
+  check(cublasLtMatrixLayoutCreate(&plan.d, out_type(p.out_dtype), p.n, p.m, p.n), "LayoutD");
+  // Scale pointers must be set for the heuristic to see the scaled variant; the real ones are set per run.
+  const void* dummy = p.w_scale;
+  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof(dummy));
+  dummy = p.x_scale;
+  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof(dummy));
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+  const uint64_t ws = workspace_bytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    plan.algo = result.algo;
+    plan.workspace = result.workspaceSize;
+    plan.usable = true;
+  }
+  return plan;
+}
+
+bool Fp8LtGemm::run(const Fp8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (!supports(p) || p.m == 0) return false;
+  Plan& plan = plan_for(p, workspace_bytes);
+  if (!plan.usable) return false;
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.w_scale, sizeof(p.w_scale)),
+        "A_SCALE_POINTER");
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.x_scale, sizeof(p.x_scale)),
+        "B_SCALE_POINTER");
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t st = cublasLtMatmul(handle_, plan.desc, &one, p.w, plan.a, p.x, plan.b, &zero, p.out, plan.d,
+                                           p.out, plan.d, &plan.algo, workspace, plan.workspace, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    plan.usable = false;
+    return false;
+  }
+  check(st, "Matmul");
+  return true;
+}
+
+}  // namespace peregrine::cuda

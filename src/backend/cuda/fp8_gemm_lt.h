@@ -1,0 +1,53 @@
+// FP8 W8A8 GEMM through cuBLASLt on Hopper: out[M, N] = (x_q[M, K] * x_scale[M]) . (w[N, K] * w_scale[N])^T with
+// e4m3 inputs, f32 accumulation (no fast accumulation) and the per-token and per-channel scales applied by cuBLASLt
+// itself (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on both operands). D[N, M] column-major = op(W)[N, K] * X[K, M]
+// (the TN layout FP8 needs). Plans are cached per shape and output dtype; run() returns false, having enqueued
+// nothing, when cuBLASLt has no algorithm (older libraries, misaligned pointers), so the caller falls back.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "core/dtype.h"
+
+namespace peregrine::cuda {
+
+struct Fp8GemmLaunch {
+  const uint8_t* w;       // [N, K] e4m3
+  const uint8_t* x;       // [M, K] e4m3 (quantized activations)
+  const float* w_scale;   // [N]
+  const float* x_scale;   // [M]
+  void* out;              // [M, N]
+  DType out_dtype;        // bf16, f16 or f32
+  int64_t m, n, k;
+};
+
+class Fp8LtGemm {
+ public:
+  Fp8LtGemm();
+  ~Fp8LtGemm();
+  Fp8LtGemm(const Fp8LtGemm&) = delete;
+  Fp8LtGemm& operator=(const Fp8LtGemm&) = delete;
+  // K a multiple of 16, pointers 16-byte aligned.
+  static bool supports(const Fp8GemmLaunch& p);
+  bool run(const Fp8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    size_t workspace = 0;
+    bool usable = false;
+  };
+  Plan& plan_for(const Fp8GemmLaunch& p, size_t workspace_bytes);
+  cublasLtHandle_t handle_ = nullptr;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, size_t>, Plan> plans_;
+};
+
+}  // namespace peregrine::cuda

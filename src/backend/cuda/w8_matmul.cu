@@ -1,0 +1,125 @@
+// 8-bit weight matmul kernels (see w8_matmul.cuh).
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/w8_matmul.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+constexpr int kQuantThreads = 256;
+constexpr int kWarpsPerBlock = 4;
+
+__device__ __forceinline__ float fp8_to_f32(uint8_t b) {
+  __nv_fp8_e4m3 v;
+  v.__x = b;
+  return static_cast<float>(v);
+}
+
+// One block per (row, activation group): amax (fmaxf: order-free), then the codes, as ops.h defines them.
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads) act_quant_kernel(W8MatmulLaunch p, uint8_t* __restrict__ xq,
+                                                                   float* __restrict__ xs) {
+  const int64_t row = blockIdx.y, g = blockIdx.x, len = p.act_group;
+  const T* x = static_cast<const T*>(p.x) + row * p.k + g * len;
+  __shared__ float red[kQuantThreads / 32];
+  float amax = 0.0f;
+  for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) amax = fmaxf(amax, fabsf(to_f32(x[i])));
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  uint8_t* q = xq + row * p.k + g * len;
+  if (p.act == 1) {
+    const float inv = 127.0f / amax;
+    for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) {
+      const float r = amax == 0.0f ? 0.0f : fminf(fmaxf(rintf(to_f32(x[i]) * inv), -128.0f), 127.0f);
+      q[i] = static_cast<uint8_t>(static_cast<int8_t>(r));
+    }
+    if (threadIdx.x == 0) xs[row * (p.k / len) + g] = amax == 0.0f ? 0.0f : amax / 127.0f;
+  } else {
+    const float s = fmaxf(amax / 448.0f, 1.0f / (448.0f * 512.0f));
+    for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) {
+      const float v = fminf(fmaxf(__fdiv_rn(to_f32(x[i]), s), -448.0f), 448.0f);
+      q[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+    }
+    if (threadIdx.x == 0) xs[row * (p.k / len) + g] = s;
+  }
+}
+
+// One warp per output (row, n). ACT: 0 float x times dequantized codes, 1 int8 x int8 (dp4a), 2 fp8 x fp8.
+template <typename T, int ACT, bool kFp8W>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) w8_matmul_kernel(W8MatmulLaunch p, const uint8_t* __restrict__ xq,
+                                                                         const float* __restrict__ xs) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32, row = blockIdx.y;
+  if (n >= p.n) return;
+  const uint8_t* w = p.codes + n * p.k;
+  const float* ws = p.scales + (n / p.block_rows) * p.groups;
+  const int64_t gs = p.group_size, per_act = p.act_group / gs;  // weight groups per activation scale (>= 1)
+  float acc = 0.0f;
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const int64_t c0 = g * gs, c1 = min(p.k, c0 + gs);
+    float part;
+    if constexpr (ACT == 1) {
+      int32_t s = 0;
+      const uint8_t* xr = xq + row * p.k;
+      for (int64_t c = c0 + 4 * lane; c < c1; c += 128)
+        s = __dp4a(*reinterpret_cast<const int32_t*>(w + c), *reinterpret_cast<const int32_t*>(xr + c), s);
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      part = static_cast<float>(s) * xs[row * (p.k / p.act_group) + g / per_act];
+    } else {
+      float s = 0.0f;
+      for (int64_t c = c0 + 4 * lane; c < c1; c += 128) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float wv = kFp8W ? fp8_to_f32(w[c + i]) : static_cast<float>(static_cast<int8_t>(w[c + i]));
+          const float xv = ACT == 2 ? fp8_to_f32(xq[row * p.k + c + i])
+                                    : to_f32(static_cast<const T*>(p.x)[row * p.k + c + i]);
+          s = fmaf(wv, xv, s);
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      part = ACT == 2 ? s * xs[row * (p.k / p.act_group) + g / per_act] : s;
+    }
+    acc = fmaf(part, ws[g], acc);
+  }
+  if (lane == 0) {
+    if (p.bias) acc += load_any(p.bias, p.bias_dtype, n);
+    store_any(p.out, p.out_dtype, row * p.n + n, acc);
+  }
+}
+
+}  // namespace
+
+bool w8_matmul_supports(const W8MatmulLaunch& l) {
+  return l.k % 4 == 0 && l.group_size % 4 == 0 && (l.act == 0 || l.act_group == l.k || l.act_group == l.group_size) &&
+         (l.act == 0 || l.act_group % l.group_size == 0);
+}
+
+void launch_act_quant(const W8MatmulLaunch& l, uint8_t* xq, float* xs, cudaStream_t stream) {
+  if (l.act == 0 || l.m == 0) return;
+  dispatch_float(l.x_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    act_quant_kernel<T><<<dim3(static_cast<unsigned>(l.k / l.act_group), static_cast<unsigned>(l.m)), kQuantThreads, 0,
+                          stream>>>(l, xq, xs);
+  });
+  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_w8_matmul(const W8MatmulLaunch& l, const uint8_t* xq, const float* xs, cudaStream_t stream) {
+  if (l.m == 0 || l.n == 0) return;
+  const dim3 grid(static_cast<unsigned>(ceil_div(l.n, kWarpsPerBlock)), static_cast<unsigned>(l.m));
+  const bool fp8w = l.codes_dtype == DType::kF8E4M3;
+  dispatch_float(l.x_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (l.act == 1) w8_matmul_kernel<T, 1, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(l, xq, xs);
+    else if (l.act == 2) w8_matmul_kernel<T, 2, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(l, xq, xs);
+    else if (fp8w) w8_matmul_kernel<T, 0, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(l, xq, xs);
+    else w8_matmul_kernel<T, 0, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(l, xq, xs);
+  });
+  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace peregrine::cuda
