@@ -43,6 +43,24 @@ def test_quantization_mismatch_is_a_value_error():
     with pytest.raises(ValueError) as info:
         LLM(str(folder), quantization="awq", **KW)
     assert "quantization_config.quant_method" in str(info.value) and "'gptq'" in str(info.value)
+
+
+
+def test_int8_w8a8_loads_and_static_activations_are_refused(tmp_path):
+    folder = quant_dir("ct-w8a8-int8")
+    llm = LLM(str(folder), **KW)  # W8A8 int8 with dynamic per-token activations is supported (issue 12)
+    out = llm.generate({"prompt_token_ids": [1, 2, 3]}, SamplingParams(max_tokens=2, temperature=0, ignore_eos=True),
+                       use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 2
+    # The same checkpoint declaring static activation scales is not: refused naming the field and the value.
+    copy = tmp_path / "static"
+    copy.mkdir()
+    for f in folder.iterdir():
+        if f.name != "config.json":
+            (copy / f.name).symlink_to(f)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"]["dynamic"] = False
+    (copy / "config.json").write_text(json.dumps(config))
     with pytest.raises(peregrine.UnsupportedError) as info:
-        LLM(str(quant_dir("ct-w8a8-int8")), **KW)
-    assert "int-quantized" in str(info.value)
+        LLM(str(copy), **KW)
+    assert "dynamic" in str(info.value)
