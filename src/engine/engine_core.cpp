@@ -471,20 +471,7 @@ void EngineCore::step() {
   }
   // Rows of requests that need only temperature/top-k/top-p/min-p are sampled on the backend (where the logits
   // are); a request qualifies by its own parameters alone, so its tokens never depend on the batch around it.
-  device_rows_.rows.clear();
-  device_rows_.temperature.clear();
-  device_rows_.top_p.clear();
-  device_rows_.min_p.clear();
-  device_rows_.top_k.clear();
-  device_rows_.seeds.clear();
-  device_rows_.offsets.clear();
-  device_rows_.repetition.clear();
-  device_rows_.presence.clear();
-  device_rows_.frequency.clear();
-  device_rows_.prompt_tokens.clear();
-  device_rows_.output_tokens.clear();
-  device_rows_.prompt_offsets.assign(1, 0);
-  device_rows_.output_offsets.assign(1, 0);
+  device_rows_.clear();
   bool any_penalty = false;
   device_row_of_.assign(out.seqs.size(), -1);
   if (device_sampling_) {
@@ -517,9 +504,7 @@ void EngineCore::step() {
       device_rows_.output_offsets.push_back(static_cast<int32_t>(device_rows_.output_tokens.size()));
     }
     if (!any_penalty) {  // the op then runs without the penalty pass
-      device_rows_.repetition.clear();
-      device_rows_.presence.clear();
-      device_rows_.frequency.clear();
+      device_rows_.drop_penalties();
     }
   }
   try {

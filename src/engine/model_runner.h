@@ -53,6 +53,21 @@ struct DeviceSampling {
   // exceed one chunk, or the backend has no sampling op); then every row's logits came back.
   std::vector<int32_t> tokens;
   bool done = false;
+  // No rows, no penalties (the parameters' capacity is kept).
+  void clear() {
+    for (auto* v : {&temperature, &top_p, &min_p, &repetition, &presence, &frequency}) v->clear();
+    for (auto* v : {&rows, &top_k, &prompt_tokens, &output_tokens, &tokens}) v->clear();
+    seeds.clear();
+    offsets.clear();
+    prompt_offsets.assign(1, 0);
+    output_offsets.assign(1, 0);
+    done = false;
+  }
+  void drop_penalties() {
+    repetition.clear();
+    presence.clear();
+    frequency.clear();
+  }
 };
 
 // A step's rows staged as pieces (ModelRunner::stage_row_pieces): count pieces over table_rows block-table rows,

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_sampling.h"
 #include "ops/host_sampling.h"
 #include "cuda_test_util.h"
+#include "sampling_checks.h"
 
 namespace peregrine::cuda_test {
 namespace {
@@ -54,33 +55,8 @@ std::vector<int32_t> draw(const std::vector<float>& logits_row, int batch, float
   return tokens;
 }
 
-std::vector<double> softmax(const std::vector<float>& z, float t) {
-  double mx = *std::max_element(z.begin(), z.end());
-  std::vector<double> p(z.size());
-  double sum = 0;
-  for (size_t i = 0; i < z.size(); ++i) sum += (p[i] = std::exp((z[i] - mx) / t));
-  for (double& v : p) v /= sum;
-  return p;
-}
-
-// Empirical frequencies of `tokens` within 5 sigma (+0.005) of `probs`; tokens with p = 0 must not appear.
-void expect_frequencies(const std::vector<int32_t>& tokens, const std::vector<double>& probs) {
-  std::vector<double> count(probs.size(), 0);
-  for (int32_t t : tokens) {
-    ASSERT_GE(t, 0);
-    ASSERT_LT(t, static_cast<int32_t>(probs.size()));
-    count[t] += 1;
-  }
-  const double n = static_cast<double>(tokens.size());
-  for (size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] == 0) {
-      EXPECT_EQ(count[i], 0) << "token " << i << " must be filtered";
-      continue;
-    }
-    const double sigma = std::sqrt(probs[i] * (1 - probs[i]) / n);
-    EXPECT_NEAR(count[i] / n, probs[i], 5 * sigma + 0.005) << "token " << i;
-  }
-}
+using testing::expect_frequencies;
+using testing::softmax;
 
 const std::vector<float> kRow = {1.0f, 2.0f, 0.5f, 3.0f, -1.0f, 0.0f, 2.5f, -3.0f};
 
