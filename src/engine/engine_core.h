@@ -124,6 +124,8 @@ class EngineCore {
   std::shared_ptr<const TextCodec> codec_;
   bool device_sampling_ = false;  // config_.device_sampling resolved for this backend
   DeviceSampling device_rows_;     // this step's rows sampled on the backend
+  // Per entry of device_rows_: the constraint and state whose mask the row takes (null: none).
+  std::vector<std::pair<structured::CompiledGrammar*, int32_t>> device_masks_;
   std::vector<int> device_row_of_; // per scheduled sequence: its entry in device_rows_, or -1
   EngineCoreConfig config_;
   ModelInfo info_;

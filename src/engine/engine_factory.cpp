@@ -301,9 +301,12 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   core_config.seed = config.seed;
   core_config.max_queued_requests = config.max_queued_requests;
   core_config.speculative = config.speculative;
-  // PEREGRINE_SAMPLING=host keeps every row's sampling on the host (comparisons and debugging; see docs).
+  // PEREGRINE_SAMPLING=host keeps every row's sampling on the host, =backend sends what it can to the backend's
+  // sampling op even on host backends (comparisons, tests and debugging; see docs).
   if (const char* where = std::getenv("PEREGRINE_SAMPLING"); where && std::string(where) == "host")
     core_config.device_sampling = -1;
+  else if (where && std::string(where) == "backend")
+    core_config.device_sampling = 1;
   core_config.eos_token_ids = model_config.eos_token_ids;
   for (int32_t id : tokenizer_eos) {
     if (std::find(core_config.eos_token_ids.begin(), core_config.eos_token_ids.end(), id) ==

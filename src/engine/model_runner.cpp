@@ -84,6 +84,7 @@ ModelRunner::~ModelRunner() {
   if (staging_) backend_.deallocate_pinned(staging_);
   if (sample_staging_) backend_.deallocate_pinned(sample_staging_);
   if (penalty_staging_) backend_.deallocate_pinned(penalty_staging_);
+  if (mask_staging_) backend_.deallocate_pinned(mask_staging_);
 }
 
 KvCacheConfig ModelRunner::kv_cache_config(int num_blocks) const {
@@ -504,6 +505,32 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
     if (no > 0) p.output_tokens = TensorView(pen_dev + np, DType::kI32, {no});
     p.prompt_offsets = TensorView(pen_dev + np + no, DType::kI32, {rows + 1});
     p.output_offsets = TensorView(pen_dev + np + no + rows + 1, DType::kI32, {rows + 1});
+  }
+  // Token masks: [masks][index per row (-1: none)], the masks in entry order.
+  size_t num_masks = 0;
+  for (char m : s.masked) num_masks += m ? 1 : 0;
+  if (num_masks > 0) {
+    PEREGRINE_CHECK(s.masked.size() == s.rows.size() && s.fill_mask && s.mask_words * 64 >= static_cast<size_t>(vocab_),
+                    "device sampling masks need one flag per entry, fill_mask and mask_words covering the vocabulary");
+    const size_t mask_bytes = num_masks * s.mask_words * 8, need = mask_bytes + n * 4;
+    if (need > mask_capacity_) {
+      if (mask_staging_) backend_.deallocate_pinned(mask_staging_);
+      mask_capacity_ = std::max(need, 2 * mask_capacity_);
+      mask_buffer_ = ops::DeviceBuffer(backend_, mask_capacity_);
+      mask_staging_ = static_cast<char*>(backend_.allocate_pinned(mask_capacity_));
+    }
+    auto* index = reinterpret_cast<int32_t*>(mask_staging_ + mask_bytes);
+    std::fill(index, index + n, -1);
+    int32_t m = 0;
+    for (size_t i = 0; i < s.rows.size(); ++i) {
+      if (!s.masked[i]) continue;
+      s.fill_mask(i, reinterpret_cast<uint64_t*>(mask_staging_) + static_cast<size_t>(m) * s.mask_words);
+      index[s.rows[i]] = m++;
+    }
+    backend_.copy_from_host_async(mask_buffer_.data(), mask_staging_, need);
+    auto* dev_masks = static_cast<char*>(mask_buffer_.data());
+    p.allowed_tokens = TensorView(dev_masks, DType::kI32, {static_cast<int64_t>(num_masks), static_cast<int64_t>(2 * s.mask_words)});
+    p.allowed_index = TensorView(dev_masks + mask_bytes, DType::kI32, {rows});
   }
   backend_.sample(p);
   // Rows the host samples: their logits, in runs of consecutive rows.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -49,6 +50,12 @@ struct DeviceSampling {
   // tokens[offsets[i], offsets[i + 1]) of each list.
   std::vector<float> repetition, presence, frequency;
   std::vector<int32_t> prompt_tokens, prompt_offsets{0}, output_tokens, output_offsets{0};
+  // Token masks (structured outputs): masked[i] marks the entries a mask constrains (empty: none); each mask is
+  // mask_words little-endian u64 words (bit t % 64 of word t / 64 set: token t allowed), written by
+  // fill_mask(i, words) after the forward is launched, so it may wait for masks computed while the forward runs.
+  std::vector<char> masked;
+  size_t mask_words = 0;
+  std::function<void(size_t entry, uint64_t* words)> fill_mask;
   // Out: tokens[i] for rows[i]; done is false when the step could not sample on the backend (its logits rows
   // exceed one chunk, or the backend has no sampling op); then every row's logits came back.
   std::vector<int32_t> tokens;
@@ -57,6 +64,8 @@ struct DeviceSampling {
   void clear() {
     for (auto* v : {&temperature, &top_p, &min_p, &repetition, &presence, &frequency}) v->clear();
     for (auto* v : {&rows, &top_k, &prompt_tokens, &output_tokens, &tokens}) v->clear();
+    masked.clear();
+    fill_mask = nullptr;
     seeds.clear();
     offsets.clear();
     prompt_offsets.assign(1, 0);
@@ -170,6 +179,9 @@ class ModelRunner {
   ops::DeviceBuffer penalty_tokens_;  // prompt and output tokens of rows with penalties, and their offsets
   int32_t* penalty_staging_ = nullptr;
   size_t penalty_capacity_ = 0;     // int32 elements of both
+  ops::DeviceBuffer mask_buffer_;     // token masks of a step's constrained rows, then their per-row index
+  char* mask_staging_ = nullptr;
+  size_t mask_capacity_ = 0;        // bytes of both
   // Decode graphs by padded batch size: 0 = not captured yet.
   std::vector<int64_t> graphs_;
   // Verify-step graphs by (padded sequences, rows per sequence): key sequences * 64 + rows.

@@ -76,6 +76,17 @@ void host_sample(const SampleParams& p) {
   if (out_tokens == nullptr) fail("out_tokens is required");
   auto* out_logprobs = const_cast<float*>(optional_array<float>(p.out_logprobs, DType::kF32, batch, "out_logprobs"));
   const bool penalties = rep || presence || frequency;
+  const int32_t* allowed_index = optional_array<int32_t>(p.allowed_index, DType::kI32, batch, "allowed_index");
+  const uint32_t* allowed = nullptr;
+  int64_t allowed_rows = 0, allowed_words = 0;
+  if (allowed_index) {
+    if (p.allowed_tokens.empty()) fail("allowed_tokens is required with allowed_index");
+    if (p.allowed_tokens.dtype != DType::kI32 || p.allowed_tokens.ndim != 2) fail("allowed_tokens must be [M, W] i32");
+    allowed_rows = p.allowed_tokens.dim(0);
+    allowed_words = p.allowed_tokens.dim(1);
+    if (allowed_words * 32 < vocab) fail("allowed_tokens rows must have at least ceil(V / 32) words");
+    allowed = static_cast<const uint32_t*>(p.allowed_tokens.data);
+  }
 
   std::vector<float> z(static_cast<size_t>(vocab));
   std::vector<uint32_t> counts;  // bit 30: seen in the prompt; low bits: times in the output
@@ -100,6 +111,11 @@ void host_sample(const SampleParams& p) {
     if (k <= 0 || k >= vocab) k = 0;
     const bool greedy = !(t > 1e-5f) || k == 1;
     const float inv_t = greedy ? 1.0f : 1.0f / t;
+    const uint32_t* mask = nullptr;
+    if (allowed_index && allowed_index[b] >= 0) {
+      if (allowed_index[b] >= allowed_rows) fail("allowed_index " + std::to_string(allowed_index[b]) + " is outside allowed_tokens");
+      mask = allowed + allowed_index[b] * allowed_words;
+    }
     const float r = rep ? rep[b] : 1.0f, pres = presence ? presence[b] : 0.0f, freq = frequency ? frequency[b] : 0.0f;
     float raw_max = -INFINITY, best = -INFINITY;
     int best_idx = vocab;
@@ -114,6 +130,7 @@ void host_sample(const SampleParams& p) {
         v -= freq * static_cast<float>(n) + (n > 0 ? pres : 0.f);
       }
       v *= inv_t;
+      if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) v = -INFINITY;
       z[static_cast<size_t>(i)] = v;
       better(best, best_idx, v, i);
     }

@@ -180,6 +180,11 @@ struct GatherRowsParams {
 //   exact draw from softmax(z) over the kept set, reproducible for a (seed, offset) and independent of the batch.
 //   Pass offset = the number of tokens the request generated so far.
 //   out_logprobs (optional) = log_softmax(raw logits)[token] (before penalties and temperature).
+// A token mask (structured outputs; optional) comes first: where allowed_index[b] >= 0, token i of request b keeps its
+// logit only when bit i % 32 of allowed_tokens[allowed_index[b], i / 32] is set and is -inf otherwise (so it is never
+// drawn nor counted in top-k/top-p masses); allowed_index[b] < 0 leaves request b unconstrained. When a mask allows
+// nothing, the token is 0 (lowest id of the all -inf row). A little-endian u64 mask of ceil(V / 64) words per row is
+// a valid allowed_tokens row of 2 * ceil(V / 64) words.
 // Per-request parameters are [B] arrays of backend memory; empty optional views disable that feature for every
 // request. Runs asynchronously; a token id outside [0, V) in the penalty lists is an error (reported at the next
 // synchronize() on asynchronous backends).
@@ -200,6 +205,8 @@ struct SampleParams {
   TensorView offsets;             // [B] i64, optional (offset 0)
   TensorView out_tokens;          // [B] i32
   TensorView out_logprobs;        // [B] f32, optional
+  TensorView allowed_tokens{};    // [M, W] i32 bit masks, W >= ceil(V / 32), optional (with allowed_index)
+  TensorView allowed_index{};     // [B] i32, optional: the row of allowed_tokens, or < 0 for none
 };
 
 }  // namespace peregrine::ops

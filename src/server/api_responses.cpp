@@ -144,6 +144,7 @@ class ResponsesJob : public std::enable_shared_from_this<ResponsesJob> {
       finish_ = c.finish_reason;
       if (o_.stream) {
         begin_stream();
+        if (o_.forced != JobOptions::ForcedTools::kNone) stream_calls(c.text);
         if (streams_text() && !c.text.empty()) {
           start_message();
           event("response.output_text.delta",
@@ -152,6 +153,47 @@ class ResponsesJob : public std::enable_shared_from_this<ResponsesJob> {
       }
     }
     if (out.finished) finish();
+  }
+
+  // Forced tool calls (named, or required: constrained output) stream as they are written: each call's
+  // output_item.added once its name is known, then its arguments as function_call_arguments.delta events, whose
+  // concatenation is the call's arguments in the final response.
+  struct StreamedCall {
+    std::string call_id, item_id, name, arguments;
+  };
+  static StreamedCall new_call(const std::string& name) {
+    StreamedCall c;
+    c.call_id = "call_" + new_tool_call_id().substr(14);
+    c.item_id = "fc_" + c.call_id.substr(5);
+    c.name = name;
+    return c;
+  }
+  static Json call_item(const StreamedCall& c, const char* status) {
+    return Json{{"id", c.item_id}, {"type", "function_call"}, {"status", status}, {"call_id", c.call_id},
+                {"name", c.name}, {"arguments", c.arguments}};
+  }
+  void stream_calls(const std::string& text) {
+    std::vector<ToolCallDelta> deltas;
+    if (o_.forced == JobOptions::ForcedTools::kNamed) {
+      ToolCallDelta d;
+      if (streamed_.empty()) d.name = o_.named_tool;
+      d.arguments = text;
+      deltas.push_back(std::move(d));
+    } else {
+      deltas = required_stream_.feed(text);
+    }
+    for (ToolCallDelta& d : deltas) {
+      if (d.name) {
+        streamed_.push_back(new_call(*d.name));
+        event("response.output_item.added",
+              Json{{"output_index", streamed_.size() - 1}, {"item", call_item(streamed_.back(), "in_progress")}});
+      }
+      if (d.arguments.empty() || d.index >= streamed_.size()) continue;
+      StreamedCall& c = streamed_[d.index];
+      c.arguments += d.arguments;
+      event("response.function_call_arguments.delta",
+            Json{{"item_id", c.item_id}, {"output_index", d.index}, {"delta", d.arguments}});
+    }
   }
 
   void finish() {
@@ -173,7 +215,10 @@ class ResponsesJob : public std::enable_shared_from_this<ResponsesJob> {
     // The output items: tool calls (forced, or parsed with the tool parser) or one message.
     std::vector<ToolCall> calls;
     std::optional<std::string> content = text_;
-    if (o_.forced == JobOptions::ForcedTools::kNamed) {
+    if (!streamed_.empty()) {  // forced calls already streamed: they are the output
+      for (const StreamedCall& c : streamed_) calls.push_back(ToolCall{c.name, c.arguments});
+      content.reset();
+    } else if (o_.forced == JobOptions::ForcedTools::kNamed) {
       calls = {ToolCall{o_.named_tool, text_}};
       content.reset();
     } else if (o_.forced == JobOptions::ForcedTools::kRequired) {
@@ -198,11 +243,11 @@ class ResponsesJob : public std::enable_shared_from_this<ResponsesJob> {
     }
     Json tool_calls = Json::array();
     for (size_t i = 0; i < calls.size(); ++i) {
-      const std::string call_id = "call_" + new_tool_call_id().substr(14);
-      output.push_back(Json{{"id", "fc_" + call_id.substr(5)}, {"type", "function_call"}, {"status", "completed"},
-                            {"call_id", call_id}, {"name", calls[i].name}, {"arguments", calls[i].arguments}});
-      tool_calls.push_back(Json{{"id", call_id}, {"type", "function"},
-                                {"function", Json{{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+      StreamedCall c = i < streamed_.size() ? streamed_[i] : new_call(calls[i].name);
+      c.arguments = calls[i].arguments;
+      output.push_back(call_item(c, "completed"));
+      tool_calls.push_back(Json{{"id", c.call_id}, {"type", "function"},
+                                {"function", Json{{"name", c.name}, {"arguments", c.arguments}}}});
     }
     if (!tool_calls.empty()) assistant_msg["tool_calls"] = tool_calls;
     const Json response = response_object(incomplete ? "incomplete" : "completed", output);
@@ -232,12 +277,14 @@ class ResponsesJob : public std::enable_shared_from_this<ResponsesJob> {
               Json{{"item_id", msg_id_}, {"output_index", i}, {"content_index", 0}, {"part", item["content"][0]}});
         event("response.output_item.done", Json{{"output_index", i}, {"item", item}});
       } else {
-        Json added = item;
-        added["arguments"] = "";
-        added["status"] = "in_progress";
-        event("response.output_item.added", Json{{"output_index", i}, {"item", added}});
-        event("response.function_call_arguments.delta",
-              Json{{"item_id", item["id"]}, {"output_index", i}, {"delta", item["arguments"]}});
+        if (i >= streamed_.size()) {  // calls found at the end (the tool parser's): sent whole
+          Json added = item;
+          added["arguments"] = "";
+          added["status"] = "in_progress";
+          event("response.output_item.added", Json{{"output_index", i}, {"item", added}});
+          event("response.function_call_arguments.delta",
+                Json{{"item_id", item["id"]}, {"output_index", i}, {"delta", item["arguments"]}});
+        }
         event("response.function_call_arguments.done",
               Json{{"item_id", item["id"]}, {"output_index", i}, {"arguments", item["arguments"]}});
         event("response.output_item.done", Json{{"output_index", i}, {"item", item}});
@@ -259,6 +306,8 @@ class ResponsesJob : public std::enable_shared_from_this<ResponsesJob> {
   std::optional<std::string> error_;
   bool started_ = false, message_started_ = false;
   std::string msg_id_;
+  RequiredToolCallStream required_stream_;
+  std::vector<StreamedCall> streamed_;
   int64_t seq_ = 0;
 };
 

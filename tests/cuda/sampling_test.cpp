@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "backend/cuda/cuda_sampling.h"
@@ -246,6 +247,68 @@ TEST(CudaSampling, AgreesWithTheHostReference) {
     }
     if (got == h_out[b]) {
       EXPECT_NEAR(logprobs.get(b), h_lp[b], 1e-4) << "row " << b;
+    }
+  }
+  EXPECT_LE(differ, 1) << "sampled rows that differ from the host reference";
+}
+
+// With token masks (and penalties, top-k/top-p/min-p): the kernels against the host reference with the same masks,
+// every row's token allowed by its mask, token 0 where the mask allows nothing.
+TEST(CudaSampling, TokenMasksAgreeWithTheHostReference) {
+  testing::MaskedBatch m(96, 5000, 29);
+  std::vector<int32_t> want(96);
+  std::vector<float> want_lp(96);
+  ops::host_sample(m.host_params(m.logits.data(), want.data(), want_lp.data(), true));
+  // The same arrays on the device.
+  auto dev = [](const TensorView& v) {
+    HostTensor h(v.dtype, std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.ndim));
+    std::memcpy(h.bytes.data(), v.data, h.bytes.size());
+    return DeviceTensor(h);
+  };
+  std::vector<int32_t> scratch_out(96);
+  std::vector<float> scratch_lp(96);
+  ops::SampleParams h = m.host_params(m.logits.data(), scratch_out.data(), scratch_lp.data(), true);
+  DeviceTensor logits = dev(h.logits), t = dev(h.temperature), k = dev(h.top_k), tp = dev(h.top_p), mp = dev(h.min_p);
+  DeviceTensor rep = dev(h.repetition_penalty), pres = dev(h.presence_penalty), freq = dev(h.frequency_penalty);
+  DeviceTensor pt = dev(h.prompt_tokens), po = dev(h.prompt_offsets), ot = dev(h.output_tokens), oo = dev(h.output_offsets);
+  DeviceTensor seeds = dev(h.seeds), offsets = dev(h.offsets), allowed = dev(h.allowed_tokens), index = dev(h.allowed_index);
+  DeviceTensor out(HostTensor(DType::kI32, {96})), lp(HostTensor(DType::kF32, {96}));
+  ops::CudaSampleParams p;
+  p.logits = logits.view();
+  p.temperature = t.view();
+  p.top_k = k.view();
+  p.top_p = tp.view();
+  p.min_p = mp.view();
+  p.repetition_penalty = rep.view();
+  p.presence_penalty = pres.view();
+  p.frequency_penalty = freq.view();
+  p.prompt_tokens = pt.view();
+  p.prompt_offsets = po.view();
+  p.output_tokens = ot.view();
+  p.output_offsets = oo.view();
+  p.seeds = seeds.view();
+  p.offsets = offsets.view();
+  p.allowed_tokens = allowed.view();
+  p.allowed_index = index.view();
+  p.out_tokens = out.view();
+  p.out_logprobs = lp.view();
+  ops::cuda_sample(gpu(), p);
+  HostTensor got = out.to_host(), got_lp = lp.to_host();
+  int differ = 0;
+  for (int r = 0; r < 96; ++r) {
+    const auto token = static_cast<int32_t>(got.get(r));
+    if (r == 2) {
+      EXPECT_EQ(token, 0) << "a mask that allows nothing";
+    } else {
+      EXPECT_TRUE(m.allows(r, token)) << "row " << r << " drew refused token " << token;
+    }
+    if (m.temperature[static_cast<size_t>(r)] == 0.0f || m.top_k[static_cast<size_t>(r)] == 1) {
+      EXPECT_EQ(token, want[static_cast<size_t>(r)]) << "greedy row " << r;
+    } else if (token != want[static_cast<size_t>(r)]) {
+      ++differ;
+    }
+    if (token == want[static_cast<size_t>(r)]) {
+      EXPECT_NEAR(got_lp.get(r), want_lp[static_cast<size_t>(r)], 1e-4) << "row " << r;
     }
   }
   EXPECT_LE(differ, 1) << "sampled rows that differ from the host reference";

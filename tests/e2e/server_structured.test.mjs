@@ -239,6 +239,31 @@ test('openai SDK responses.create / responses.stream, instructions, text.format,
   const item = call.output.find((o) => o.type === 'function_call');
   assert.equal(item.name, 'get_weather');
   assert.ok(toolSchemas.get_weather(JSON.parse(item.arguments)));
+  // Streamed forced calls (required and named): arguments arrive as several deltas whose concatenation is the final
+  // call's arguments, which the schema accepts; the item ids of the events are those of the final output.
+  for (const tool_choice of ['required', { type: 'function', name: 'get_weather' }]) {
+    const callStream = client.responses.stream({ model: MODEL, input: 'Weather in Oslo?', tools: [fn], tool_choice, temperature: 0 });
+    const argDeltas = new Map();
+    const added = [];
+    for await (const ev of callStream) {
+      if (ev.type === 'response.output_item.added') added.push(ev.item);
+      if (ev.type === 'response.function_call_arguments.delta') {
+        if (!argDeltas.has(ev.item_id)) argDeltas.set(ev.item_id, []);
+        argDeltas.get(ev.item_id).push(ev.delta);
+      }
+    }
+    const done = await callStream.finalResponse();
+    const calls = done.output.filter((o) => o.type === 'function_call');
+    assert.ok(calls.length >= 1, JSON.stringify(done.output));
+    for (const c of calls) {
+      assert.equal(c.name, 'get_weather');
+      assert.ok(toolSchemas.get_weather(JSON.parse(c.arguments)), c.arguments);
+      const parts = argDeltas.get(c.id) ?? [];
+      assert.ok(parts.length > 1, `arguments in ${parts.length} delta(s)`);
+      assert.equal(parts.join(''), c.arguments);
+      assert.ok(added.some((a) => a.id === c.id && a.call_id === c.call_id && a.status === 'in_progress'));
+    }
+  }
   const followUp = await client.responses.create({ model: MODEL, previous_response_id: call.id, max_output_tokens: 4,
     input: [{ type: 'function_call_output', call_id: item.call_id, output: '{"temp": 3}' }] });
   assert.equal(followUp.previous_response_id, call.id);

@@ -43,7 +43,7 @@ std::string describe_device_errors(int flags) {
   if (flags & cuda::kErrEmbeddingTokenId) msg += " embedding token id out of range;";
   if (flags & cuda::kErrKvSlot) msg += " kv_write slot out of range;";
   if (flags & cuda::kErrGatherIndex) msg += " gather_rows index out of range;";
-  if (flags & cuda::kErrSampleToken) msg += " sampling penalty token id out of range;";
+  if (flags & cuda::kErrSampleToken) msg += " sampling penalty token id or token-mask index out of range;";
   return msg;
 }
 

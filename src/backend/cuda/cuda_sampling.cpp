@@ -59,6 +59,15 @@ void cuda_sample(Backend& backend, const CudaSampleParams& p) {
   l.out_tokens = const_cast<int32_t*>(optional_array<int32_t>(p.out_tokens, DType::kI32, batch, "out_tokens"));
   if (l.out_tokens == nullptr) fail("out_tokens is required");
   l.out_logprobs = const_cast<float*>(optional_array<float>(p.out_logprobs, DType::kF32, batch, "out_logprobs"));
+  l.allowed_index = optional_array<int32_t>(p.allowed_index, DType::kI32, batch, "allowed_index");
+  if (l.allowed_index) {
+    if (p.allowed_tokens.empty()) fail("allowed_tokens is required with allowed_index");
+    if (p.allowed_tokens.dtype != DType::kI32 || p.allowed_tokens.ndim != 2) fail("allowed_tokens must be [M, W] i32");
+    l.allowed_rows = p.allowed_tokens.dim(0);
+    l.allowed_words = p.allowed_tokens.dim(1);
+    if (l.allowed_words * 32 < vocab) fail("allowed_tokens rows must have at least ceil(V / 32) words");
+    l.allowed_tokens = static_cast<const uint32_t*>(p.allowed_tokens.data);
+  }
   if (batch == 0) return;
   l.scratch_logits = static_cast<float*>(cuda->scratch(cuda::sample_scratch_logits_bytes(l), 1));
   if (cuda::sample_uses_penalties(l))

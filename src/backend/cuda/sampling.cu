@@ -187,6 +187,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleLaunch p) {
   const float frequency = p.frequency_penalty ? p.frequency_penalty[b] : 0.0f;
   const int32_t* counts = p.scratch_counts ? p.scratch_counts + row : nullptr;
   float* z = p.scratch_logits + row;
+  const uint32_t* mask = nullptr;
+  if (p.allowed_index) {
+    const int32_t a = p.allowed_index[b];
+    if (a >= p.allowed_rows) {
+      if (threadIdx.x == 0) atomicOr(p.error_flags, kErrSampleToken);
+    } else if (a >= 0) {
+      mask = p.allowed_tokens + a * p.allowed_words;
+    }
+  }
 
   float raw_max = -INFINITY, best = -INFINITY;
   int best_idx = vocab;
@@ -201,6 +210,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleLaunch p) {
       v -= frequency * static_cast<float>(n) + (n > 0 ? presence : 0.f);
     }
     v *= inv_t;
+    if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) v = -INFINITY;
     z[i] = v;
     better(best, best_idx, v, i);
   }

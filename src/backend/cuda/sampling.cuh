@@ -32,6 +32,9 @@ struct SampleLaunch {
   const int64_t* offsets;  // [B] or nullptr (offset 0)
   int32_t* out_tokens;     // [B]
   float* out_logprobs;     // [B] or nullptr
+  const uint32_t* allowed_tokens;  // [M, allowed_words] or nullptr
+  const int32_t* allowed_index;    // [B] or nullptr
+  int64_t allowed_rows, allowed_words;
   float* scratch_logits;   // [B, V]
   int32_t* scratch_counts; // [B, V], needed when any penalty is given
   int* error_flags;

@@ -139,6 +139,15 @@ int32_t GrammarAutomaton::next_slow(int32_t state, uint8_t byte) {
   return trans_[static_cast<size_t>(state)][byte];
 }
 
+bool GrammarAutomaton::explore(size_t max_states, std::chrono::steady_clock::time_point deadline) {
+  for (; explored_ < sets_.size(); ++explored_) {
+    if (sets_.size() >= max_states || (explored_ % 16 == 0 && std::chrono::steady_clock::now() >= deadline)) return false;
+    const auto s = static_cast<int32_t>(explored_);
+    for (int b = 0; b < 256; ++b) (void)next(s, static_cast<uint8_t>(b));  // the first unknown entry builds the row
+  }
+  return true;
+}
+
 int32_t GrammarAutomaton::run(int32_t state, std::string_view bytes) {
   for (char c : bytes) {
     if (state < 0) return kDead;
@@ -248,9 +257,14 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, std::vector<int32_t> eos_
   rest_ = build(std::move(rest));
 }
 
-CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab)
+CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab, size_t precompute_states)
     : automaton_(std::move(g)), vocab_(std::move(vocab)) {
   walk_states_.resize(static_cast<size_t>(vocab_->all_.max_depth) + 1);
+  if (precompute_states > 0) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(kPrecomputeSeconds));
+    fully_precomputed_ = automaton_.explore(precompute_states, deadline);
+  }
 }
 
 size_t CompiledGrammar::num_states() {

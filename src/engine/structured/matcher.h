@@ -17,6 +17,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,11 @@ class GrammarAutomaton {
   bool can_continue(int32_t state) const { return continues_[static_cast<size_t>(state)] != 0; }
   // Matches a whole byte string (tests, reference checks); kDead when refused.
   int32_t run(int32_t state, std::string_view bytes);
+  // Builds the rows of the states reachable from the initial one, breadth first, until every reachable state has
+  // its row, max_states states exist, or the deadline passes; returns true when the whole reachable DFA is built.
+  // Later calls continue where the last one stopped. Lookups of built rows are then table loads.
+  bool explore(size_t max_states, std::chrono::steady_clock::time_point deadline);
+  size_t explored() const { return explored_; }
   size_t num_states() const { return sets_.size(); }
   const Grammar& grammar() const { return g_; }
 
@@ -82,6 +88,7 @@ class GrammarAutomaton {
   std::vector<char> accepting_, continues_;
   std::vector<uint32_t> visit_mark_;  // per node: the closure pass that last visited it
   uint32_t visit_epoch_ = 0;
+  size_t explored_ = 0;  // states [0, explored_) have every row entry built
 };
 
 // The tokens of a vocabulary as bytes, in a depth-first trie (see above). Tokens that are plain text (1 to 16 complete
@@ -124,7 +131,14 @@ class TokenVocab {
 class CompiledGrammar {
  public:
   static constexpr int32_t kDone = -2;  // an eos token was taken in an accepting state
-  CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab);
+  // Compiling also builds the grammar's DFA ahead (GrammarAutomaton::explore, within kPrecomputeStates states and
+  // kPrecomputeSeconds), so that masks of states met later walk the trie over built rows; precompute_states 0 skips
+  // it (benchmarks of the lazy path).
+  static constexpr size_t kPrecomputeStates = 3000;
+  static constexpr double kPrecomputeSeconds = 0.004;
+  CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab, size_t precompute_states = kPrecomputeStates);
+  // Whether compiling built every reachable state (benchmarks, tests).
+  bool fully_precomputed() const { return fully_precomputed_; }
 
   int32_t initial() const { return 0; }
   // The allowed tokens after `state` as a bitmask of vocab().mask_words() words (bit t%64 of word t/64). Eos tokens
@@ -167,6 +181,7 @@ class CompiledGrammar {
   size_t cached_masks_ = 0;
   std::vector<int32_t> walk_states_;
   std::atomic<uint64_t> masks_computed_{0};
+  bool fully_precomputed_ = false;
 };
 
 }  // namespace peregrine::engine::structured

@@ -137,5 +137,50 @@ TEST(HostSampling, PenaltiesAndLogprobs) {
   EXPECT_THROW(host_sample(s), Error);
 }
 
+// A token mask is the same as -inf logits for the refused tokens (penalties, top-k/top-p/min-p and the draw all see
+// it), leaves logprobs of the raw logits, allows only its tokens, and gives token 0 when it allows nothing.
+TEST(HostSampling, TokenMasksActAsMinusInfinityLogits) {
+  testing::MaskedBatch m(40, 1000, 11);
+  std::vector<int32_t> got(40), want(40);
+  std::vector<float> got_lp(40), want_lp(40);
+  host_sample(m.host_params(m.logits.data(), got.data(), got_lp.data(), true));
+  std::vector<float> masked = m.masked_logits();
+  host_sample(m.host_params(masked.data(), want.data(), want_lp.data(), false));
+  std::vector<float> raw = m.logits;
+  std::vector<int32_t> unmasked(40);
+  std::vector<float> raw_lp(40);
+  host_sample(m.host_params(raw.data(), unmasked.data(), raw_lp.data(), false));
+  int constrained_changed = 0;
+  for (int r = 0; r < 40; ++r) {
+    EXPECT_EQ(got[r], want[r]) << "row " << r;
+    if (r == 2) {
+      EXPECT_EQ(got[r], 0) << "a mask that allows nothing";
+    } else {
+      EXPECT_TRUE(m.allows(r, got[r])) << "row " << r << " drew refused token " << got[r];
+    }
+    if (m.index[static_cast<size_t>(r)] < 0) {
+      EXPECT_EQ(got[r], unmasked[r]) << "unconstrained row " << r;
+    }
+    if (m.index[static_cast<size_t>(r)] > 0 && got[r] != unmasked[r]) ++constrained_changed;
+  }
+  EXPECT_GT(constrained_changed, 10);
+  // Logprobs stay those of the raw logits.
+  for (int r = 0; r < 40; ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < 1000; ++i) mx = std::max<double>(mx, m.logits[static_cast<size_t>(r * 1000 + i)]);
+    for (int i = 0; i < 1000; ++i) sum += std::exp(m.logits[static_cast<size_t>(r * 1000 + i)] - mx);
+    EXPECT_NEAR(got_lp[r], m.logits[static_cast<size_t>(r * 1000 + got[r])] - mx - std::log(sum), 1e-4) << "row " << r;
+  }
+  // Bad masks are refused.
+  ops::SampleParams p = m.host_params(m.logits.data(), got.data(), got_lp.data(), true);
+  m.index[7] = m.masks;
+  EXPECT_THROW(host_sample(p), Error);
+  m.index[7] = 1;
+  p.allowed_tokens = TensorView(m.allowed.data(), DType::kI32, {m.masks * m.words / 32, 16});
+  EXPECT_THROW(host_sample(p), Error);
+  p.allowed_tokens = TensorView();
+  EXPECT_THROW(host_sample(p), Error);
+}
+
 }  // namespace
 }  // namespace peregrine::ops

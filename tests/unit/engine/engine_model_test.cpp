@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include <unistd.h>
@@ -172,6 +173,86 @@ TEST_F(EngineModelTest, CudaSamplingOnTheDeviceEqualsTheHostSampler) {
   EXPECT_GT(device_count, 0u);
   for (int i : checked) EXPECT_EQ(on_device[static_cast<size_t>(i)], on_host[static_cast<size_t>(i)]) << "prompt " << i;
   for (size_t i = 0; i < on_device.size(); ++i) EXPECT_EQ(on_device[i], again[i]) << "prompt " << i << " (seeded)";
+}
+
+// Structured outputs sampled by the backend's op (token masks go with the rows): greedy constrained outputs equal
+// the host sampler's, every output (greedy and sampled, n = 2) parses and has the schema's keys, and the rows were
+// sampled by the backend. Unconstrained neighbours share the batch.
+void constrained_rows_on_the_backend(const std::string& device) {
+  EngineConfig config;
+  config.model = kModel.string();
+  config.device = device;
+  config.dtype = "float32";
+  config.max_model_len = 512;
+  config.max_num_batched_tokens = 512;
+  StructuredOutputsParams schema;
+  schema.json = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+    "size": {"type": "integer", "minimum": 0, "maximum": 999}, "tags": {"type": "array", "items": {"enum": ["a", "bb", "ccc"]}, "maxItems": 3}},
+    "required": ["name", "size", "tags"], "additionalProperties": false})";
+  StructuredOutputsParams regex;
+  regex.regex = "(def|class) [a-z_]{1,10}\\((x|y|z)?\\):";
+  auto run = [&](const char* where) {
+    setenv("PEREGRINE_SAMPLING", where, 1);
+    auto engine = Engine::create(config);
+    unsetenv("PEREGRINE_SAMPLING");
+    const auto texts = code_prompts();
+    std::vector<std::string> out(24);
+    std::mutex m;
+    std::condition_variable cv;
+    size_t remaining = out.size();
+    for (size_t i = 0; i < out.size(); ++i) {
+      SamplingParams p;
+      p.max_tokens = 96;
+      p.temperature = i % 3 == 0 ? 0.0f : 0.8f;
+      p.seed = i;
+      if (i % 4 == 1) p.top_k = 20;
+      if (i % 4 == 2) p.repetition_penalty = 1.2f;
+      if (i % 6 == 5) p.n = 2;
+      if (i % 8 != 7) p.structured_outputs = i % 2 ? regex : schema;
+      std::string id = "s";
+      id += std::to_string(i);
+      engine->add_request(id, engine->tokenize(texts[i], true), p, [&, i](RequestOutput&& o) {
+        std::lock_guard<std::mutex> lock(m);
+        for (auto& c : o.outputs) {
+          if (c.index == 0) out[i] += c.text;
+        }
+        if (o.finished && --remaining == 0) cv.notify_one();
+      });
+    }
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return remaining == 0; });
+    return std::make_pair(out, engine->stats().backend_sampled_tokens);
+  };
+  const auto [host, host_count] = run("host");
+  const auto [backend, backend_count] = run("backend");
+  EXPECT_EQ(host_count, 0u);
+  EXPECT_GT(backend_count, 24u * 10u);
+  const std::regex pattern("(def|class) [a-z_]{1,10}\\((x|y|z)?\\):");
+  for (size_t i = 0; i < backend.size(); ++i) {
+    if (i % 3 == 0) {
+      EXPECT_EQ(backend[i], host[i]) << "greedy request " << i;
+    }
+    if (i % 8 == 7) continue;
+    for (const std::string* text : {&backend[i], &host[i]}) {
+      if (i % 2) {
+        EXPECT_TRUE(std::regex_match(*text, pattern)) << "request " << i << ": " << *text;
+        continue;
+      }
+      const auto j = nlohmann::json::parse(*text, nullptr, false);
+      ASSERT_FALSE(j.is_discarded()) << "request " << i << ": " << *text;
+      EXPECT_TRUE(j.contains("name") && j.contains("size") && j.contains("tags")) << *text;
+      EXPECT_LE(j["name"].get<std::string>().size(), 12u) << *text;
+    }
+  }
+}
+
+TEST_F(EngineModelTest, ConstrainedRowsSampledByTheBackendEqualTheHostSampler) {
+  constrained_rows_on_the_backend("cpu");
+}
+
+TEST_F(EngineModelTest, ConstrainedRowsSampledOnTheGpuEqualTheHostSampler) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  constrained_rows_on_the_backend("cuda");
 }
 
 TEST_F(EngineModelTest, ChatTemplateGivenPerCallReplacesTheEngines) {

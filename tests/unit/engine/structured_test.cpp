@@ -2,6 +2,7 @@
 // mask (trie walk + cache) against trying every token byte by byte, on random states.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -276,6 +277,54 @@ TEST(StructuredMask, FastMaskEqualsReferenceOnRandomStates) {
       }
     }
   }
+}
+
+// The DFA built at compile time (GrammarAutomaton::explore) changes nothing: the same masks and states as the lazy
+// automaton along random walks; finite schemas are built whole, recursive ones stop at the budget and go on lazily.
+TEST(StructuredMask, PrecomputedDfaEqualsTheLazyOne) {
+  std::mt19937 rng(5);
+  auto vocab = random_vocab(rng, 2000, "{}[]\",:0123456789abcdefnulltrue -.");
+  const char* schemas[] = {
+      R"({"type":"object","properties":{"id":{"type":"integer","minimum":0,"maximum":300},"name":{"type":"string","maxLength":5},"xs":{"type":"array","items":{"enum":["a","bc",null]},"maxItems":3}},"required":["id","name","xs"],"additionalProperties":false})",
+      R"({"type":"array","items":{"type":"boolean"},"minItems":1})",
+      R"({})"};
+  for (const char* s : schemas) {
+    const Grammar g = json_schema_grammar(Json::parse(s), "schema");
+    CompiledGrammar pre(g, vocab), lazy(g, vocab, 0);
+    EXPECT_FALSE(lazy.fully_precomputed());
+    EXPECT_EQ(lazy.num_states(), 1u);
+    if (std::string(s) != "{}") {
+      EXPECT_TRUE(pre.fully_precomputed()) << s;
+    } else {
+      EXPECT_FALSE(pre.fully_precomputed()) << "any JSON nests without bound";
+    }
+    const size_t built = pre.num_states();
+    std::vector<uint64_t> a(vocab->mask_words()), b(vocab->mask_words());
+    for (int run = 0; run < 10; ++run) {
+      int32_t sp = pre.initial(), sl = lazy.initial();
+      for (int step = 0; step < 30 && sp >= 0; ++step) {
+        pre.fill_mask(sp, a.data());
+        lazy.fill_mask(sl, b.data());
+        ASSERT_EQ(a, b) << s;
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < vocab->size(); ++t) {
+          if ((a[static_cast<size_t>(t) >> 6] >> (t & 63)) & 1) allowed.push_back(t);
+        }
+        const int32_t t = allowed[rng() % allowed.size()];
+        sp = pre.advance(sp, t);
+        sl = lazy.advance(sl, t);
+        ASSERT_EQ(sp < 0, sl < 0);
+      }
+    }
+    if (pre.fully_precomputed()) {
+      EXPECT_EQ(pre.num_states(), built) << "a whole DFA gains no state later";
+    }
+  }
+  // The budget bounds the states built.
+  GrammarAutomaton any(json_schema_grammar(Json::parse("{}"), "schema"));
+  EXPECT_FALSE(any.explore(50, std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  EXPECT_LE(any.num_states(), 50u + 256u);  // the last row built may add up to one state per byte
+  EXPECT_FALSE(any.explore(100000, std::chrono::steady_clock::now()));  // past the deadline: stops at once
 }
 
 TEST(StructuredCache, SharesCompiledGrammars) {
