@@ -41,7 +41,7 @@ b)
   extra="{\"structured_outputs\": {\"json\": $(printf '%s' "$schema" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}}"
   bench() {  # name, then extra flags
     local name=$1; shift
-    timeout 120 "$bin/peregrine" bench serve --port $port --num-prompts 256 --max-concurrency 32 --input-len 32 \
+    timeout 120 "$bin/peregrine" bench serve --port $port --num-prompts 1024 --max-concurrency 32 --input-len 32 \
       --output-len 64 --vocab-size 8000 "$@" >"$out/$name.txt" 2>&1
     echo "$name rc=$? $(grep -iE 'output token throughput|Output token' "$out/$name.txt" | head -1)"
   }

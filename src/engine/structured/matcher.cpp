@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "peregrine/error.h"
 
@@ -304,32 +305,51 @@ int32_t CompiledGrammar::plain_successor(int32_t state) {
     }
     return -1;
   };
+  // The bytes each UTF-8 state can take (plain ASCII without '"' and '\\', then the lead bytes; continuations).
+  struct Range {
+    int lo, hi;
+  };
+  static const std::vector<Range> kRanges[8] = {
+      {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}, {0xC2, 0xF4}}, {{0x80, 0xBF}}, {{0x80, 0xBF}}, {{0x80, 0xBF}},
+      {{0xA0, 0xBF}}, {{0x80, 0x9F}}, {{0x90, 0xBF}}, {{0x80, 0x8F}}};
   std::vector<std::pair<int32_t, int>> todo{{state, 0}};
-  std::unordered_map<uint64_t, char> seen;
-  seen[static_cast<uint64_t>(static_cast<uint32_t>(state)) << 3] = 1;
+  std::vector<uint64_t> seen{static_cast<uint64_t>(static_cast<uint32_t>(state)) << 3};  // (state, q) pairs met
+  std::unordered_set<uint64_t> seen_set;  // used once seen grows past a few dozen pairs
+  auto first_visit = [&](uint64_t key) {
+    if (seen_set.empty() && seen.size() < 64) {
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) return false;
+      seen.push_back(key);
+      return true;
+    }
+    if (seen_set.empty()) seen_set.insert(seen.begin(), seen.end());
+    return seen_set.insert(key).second;
+  };
+  size_t pairs = 1;
   bool ok = true;
   int32_t target = GrammarAutomaton::kUnknownTransition;  // where complete characters lead (one state, or kDead)
   while (ok && !todo.empty()) {
     auto [s, q] = todo.back();
     todo.pop_back();
-    for (int b = 0; b < 256 && ok; ++b) {
-      const int q2 = step(q, b);
-      if (q2 < 0) continue;
-      const int32_t s2 = automaton_.next(s, static_cast<uint8_t>(b));
-      if (s2 < 0 || q2 == 0) {
-        // A character ends here (or dies part-way, which counts as dying): all must end in the same place.
-        const int32_t end = s2 < 0 ? GrammarAutomaton::kDead : s2;
-        if (target == GrammarAutomaton::kUnknownTransition) target = end;
-        if (end != target) {
-          ok = false;
-          break;
+    uint64_t last = ~uint64_t{0};  // consecutive bytes mostly go the same way: looked at once
+    for (const Range& r : kRanges[q]) {
+      for (int b = r.lo; b <= r.hi && ok; ++b) {
+        const int q2 = step(q, b);
+        if (q2 < 0) continue;
+        const int32_t s2 = automaton_.next(s, static_cast<uint8_t>(b));
+        const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(s2)) << 3) | static_cast<uint64_t>(q2);
+        if (key == last) continue;
+        last = key;
+        if (s2 < 0 || q2 == 0) {
+          // A character ends here (or dies part-way, which counts as dying): all must end in the same place.
+          const int32_t end = s2 < 0 ? GrammarAutomaton::kDead : s2;
+          if (target == GrammarAutomaton::kUnknownTransition) target = end;
+          if (end != target) ok = false;
+          continue;
         }
-        continue;
-      }
-      const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(s2)) << 3) | static_cast<uint64_t>(q2);
-      if (seen.emplace(key, 1).second) {
-        if (seen.size() > 4096) ok = false;  // not a simple loop: walk the whole trie instead
-        todo.emplace_back(s2, q2);
+        if (first_visit(key)) {
+          if (++pairs > 4096) ok = false;  // not a simple loop: walk the whole trie instead
+          todo.emplace_back(s2, q2);
+        }
       }
     }
   }
@@ -349,6 +369,53 @@ int CompiledGrammar::plain_chain_length(int32_t state) {
     chain.push_back(next);
   }
   return TokenVocab::kMaxPlainChars;
+}
+
+int CompiledGrammar::stacks_chain_length(int32_t state) {
+  const size_t u = static_cast<size_t>(state);
+  if (stacks_chain_.size() <= u) stacks_chain_.resize(u + 1, -2);
+  if (stacks_chain_[u] != -2) return stacks_chain_[u];
+  // The first bytes of plain characters: printable ASCII but '"' and '\\', and the UTF-8 lead bytes.
+  static const ByteSet kPlainFirst = [] {
+    ByteSet b;
+    for (int c = 0x20; c < 0x7F; ++c) {
+      if (c != '"' && c != '\\') b.set(c);
+    }
+    b.set_range(0xC2, 0xF4);
+    return b;
+  }();
+  std::vector<int32_t> wide;  // stacks that read every plain first byte
+  bool every = true;
+  int longest = -1;
+  for (int32_t n : automaton_.stacks(state)) {
+    if (n == 0) continue;  // the root returned: reads nothing more
+    const ByteSet& c = automaton_.top_class(n);
+    bool all = true, none = true;
+    for (size_t w = 0; w < 4; ++w) {
+      all = all && (c.bits[w] & kPlainFirst.bits[w]) == kPlainFirst.bits[w];
+      none = none && (c.bits[w] & kPlainFirst.bits[w]) == 0;
+    }
+    if (all) {
+      wide.push_back(n);
+    } else if (none) {
+      longest = std::max(longest, 0);  // every plain character dies on this stack
+    } else {
+      every = false;  // some plain characters live, others die: no chain
+    }
+  }
+  int answer = -1;
+  for (int32_t n : wide) {
+    const int len = plain_chain_length(automaton_.single_stack_state(n));
+    if (len == TokenVocab::kMaxPlainChars) {
+      answer = len;
+      break;
+    }
+    every = every && len >= 0;
+    longest = std::max(longest, len);
+  }
+  if (answer < 0 && every && longest >= 0) answer = longest;
+  stacks_chain_[u] = static_cast<int16_t>(answer);
+  return answer;
 }
 
 void CompiledGrammar::walk(const TokenVocab::Trie& trie, int32_t state, std::vector<uint64_t>& out) {
@@ -381,7 +448,9 @@ void CompiledGrammar::compute_mask(int32_t state, std::vector<uint64_t>& out) {
   out.assign(v.mask_words(), 0);
   masks_computed_.fetch_add(1, std::memory_order_relaxed);
   if (state >= 0 && automaton_.can_continue(state)) {
-    if (const int len = plain_chain_length(state); len >= 0) {
+    int len = plain_chain_length(state);
+    if (len < 0) len = stacks_chain_length(state);
+    if (len >= 0) {
       out = v.plain_upto_[static_cast<size_t>(len)];  // the plain tokens that fit; the others are walked
       walk(v.rest_, state, out);
     } else {

@@ -54,6 +54,15 @@ class GrammarAutomaton {
   // Later calls continue where the last one stopped. Lookups of built rows are then table loads.
   bool explore(size_t max_states, std::chrono::steady_clock::time_point deadline);
   size_t explored() const { return explored_; }
+  // The stacks of a state (sorted node ids; 0 = the root returned), and the state made of one stack alone: a state's
+  // texts are the union of its stacks' (each stack parses on its own), which the mask uses (CompiledGrammar).
+  const std::vector<int32_t>& stacks(int32_t state) const { return sets_[static_cast<size_t>(state)]; }
+  int32_t single_stack_state(int32_t node) { return intern_state({node}); }
+  // The byte class the top frame of a stack (node != 0) reads next.
+  const ByteSet& top_class(int32_t node) const {
+    const Frame& f = nodes_[static_cast<size_t>(node)];
+    return g_.classes[static_cast<size_t>(g_.rules[static_cast<size_t>(f.rule)].alts[static_cast<size_t>(f.alt)][static_cast<size_t>(f.pos)].cls)];
+  }
   size_t num_states() const { return sets_.size(); }
   const Grammar& grammar() const { return g_; }
 
@@ -134,8 +143,8 @@ class CompiledGrammar {
   // Compiling also builds the grammar's DFA ahead (GrammarAutomaton::explore, within kPrecomputeStates states and
   // kPrecomputeSeconds), so that masks of states met later walk the trie over built rows; precompute_states 0 skips
   // it (benchmarks of the lazy path).
-  static constexpr size_t kPrecomputeStates = 3000;
-  static constexpr double kPrecomputeSeconds = 0.004;
+  static constexpr size_t kPrecomputeStates = 8000;
+  static constexpr double kPrecomputeSeconds = 0.030;
   CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab, size_t precompute_states = kPrecomputeStates);
   // Whether compiling built every reachable state (benchmarks, tests).
   bool fully_precomputed() const { return fully_precomputed_; }
@@ -172,7 +181,14 @@ class CompiledGrammar {
   // The number of plain characters every sequence of which `state` accepts while no longer one is accepted
   // (kMaxPlainChars when unbounded), or -1 when plain characters do not move it along one chain.
   int plain_chain_length(int32_t state);
+  // The same for a state whose stacks go different ways on plain text (a free string beside the names of an
+  // object's properties, an enum beside a string): its plain tokens are the union of its stacks', so when every
+  // stack has a chain, or one takes plain text without bound, they are the plain tokens up to the longest chain;
+  // -1 otherwise. A stack's top byte class decides most stacks at once (it reads every first byte of a plain
+  // character: maybe a chain, worked out on the stack alone; none of them: a chain of 0; some: none). Cached.
+  int stacks_chain_length(int32_t state);
   std::vector<int32_t> plain_succ_;  // per state: kUnknownTransition, or plain_successor's answer
+  std::vector<int16_t> stacks_chain_;  // per state: -2 unknown, else stacks_chain_length's answer
 
   std::mutex mutex_;
   GrammarAutomaton automaton_;
