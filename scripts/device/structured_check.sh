@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 15's GPU checks and figures on binaries carried from this machine's CUDA build
-# (scripts/device/structured_bundles.sh makes .device/carry_s1 and .device/carry_s2). There, one call per part:
-#   tar -xJf .device/carry_s1/bundle.tar.xz -C .device && source .device/carry_s1/env.sh && scripts/device/structured_check.sh t
-#   tar -xJf .device/carry_s2/bundle.tar.xz -C .device && source .device/carry_s2/env.sh && scripts/device/structured_check.sh b
+# (scripts/device/structured_bundles.sh makes .device/carry_s1, _s2 and _s3). There, one call per part, e.g.
+#   tar -xJf .device/carry_s1/bundle.tar.xz -C .device && source .device/carry_s1/env.sh && scripts/device/structured_check.sh s
+# with carry_s1 for part s, carry_s2 for m, carry_s3 for t:
 #   t  cuda_ops_tests (sampling with token masks, memcheck) and engine_model_tests (constrained rows on the GPU)
-#   b  structured_bench on one idle core (precomputed and lazy DFA), then serve throughput at concurrency 32 on the
-#      H200 (pycoder-tiny), unconstrained and constrained alternated three times each
+#   m  structured_bench on one idle core (DFA built at compile time, and lazily)
+#   s  serve throughput at concurrency 32 on the H200 (pycoder-tiny), unconstrained and constrained alternated three
+#      times each (b: m and s)
 set -uo pipefail
-part=${1:?part t|b}
+part=${1:?part t|m|s|b}
 out=${OUT:-/tmp/structured_check}
 mkdir -p "$out"
 bin=.device/bin
@@ -22,7 +23,7 @@ t)
   timeout 240 "$bin/engine_model_tests" --gtest_filter='*Constrained*:*CudaSampling*:*Cuda*' >"$out/engine_model.log" 2>&1
   echo "engine_model_tests rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[       OK" "$out/engine_model.log" | head -20
   ;;
-b)
+b|m)
   tok=.device/tokenizer-llama3
   for run in 1 2; do
     taskset -c 3 "$bin/structured_bench" "$tok" tests/e2e/fixtures/structured_schemas.json 64 >"$out/structured_bench_$run.txt" 2>&1
@@ -30,6 +31,10 @@ b)
   done
   taskset -c 3 "$bin/structured_bench" "$tok" tests/e2e/fixtures/structured_schemas.json 64 lazy >"$out/structured_bench_lazy.txt" 2>&1
   echo "structured_bench lazy rc=$?"
+  echo "== structured_bench (idle core)"
+  for f in "$out"/structured_bench_*.txt; do echo "-- $(basename "$f" .txt)"; grep -E "DFA built|compile|mask" "$f"; done
+  ;;&
+b|s)
   port=18431
   "$bin/peregrine" serve models/pycoder-tiny --device cuda --port $port --max-model-len 1024 >"$out/serve.log" 2>&1 &
   srv=$!
@@ -43,7 +48,7 @@ b)
     local name=$1; shift
     timeout 120 "$bin/peregrine" bench serve --port $port --num-prompts 1024 --max-concurrency 32 --input-len 32 \
       --output-len 64 --vocab-size 8000 "$@" >"$out/$name.txt" 2>&1
-    echo "$name rc=$? $(grep -iE 'output token throughput|Output token' "$out/$name.txt" | head -1)"
+    echo "$name rc=$?"
   }
   bench warmup
   for r in 1 2 3; do
@@ -52,8 +57,9 @@ b)
   done
   kill $srv 2>/dev/null; wait $srv 2>/dev/null
   grep -E "backend_sampled|error" "$out/serve.log" | head -5
-  echo "== structured_bench (idle core)"
-  for f in "$out"/structured_bench_*.txt; do echo "-- $(basename "$f" .txt)"; grep -E "DFA built|compile|mask" "$f"; done
+  for f in "$out"/plain_*.txt "$out"/constrained_*.txt; do
+    echo "$(basename "$f" .txt): $(grep -E 'output throughput' "$f" | head -1)"
+  done
   ;;
 esac
 echo "total: $(( $(date +%s) - start )) s"
