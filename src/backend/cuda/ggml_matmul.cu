@@ -7,7 +7,8 @@
 //
 // GEMV: one warp per output; lane l takes chunks l, l + 32, ... (for a 32-value type a warp's first pass reads 32
 // consecutive blocks: coalesced); each chunk's 32 products are summed in order into the lane's accumulator, then a
-// fixed xor butterfly. The order depends on K only, so a row's bits never depend on M.
+// fixed xor butterfly. The order depends on K only, so a row's bits never depend on M. Q4_0 takes
+// ggml_gemv_q8q4_kernel (below), whose lanes share blocks so that the warp's loads are coalesced.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
 
@@ -133,6 +134,48 @@ __device__ __forceinline__ void dequant32(const uint8_t* row, int64_t c, float (
   }
 }
 
+// Exact small integers from bytes without I2F: the byte placed in the mantissa of 2^23 (0x4B0000bb = 8388608 + b)
+// by one byte permute, then one exact subtraction.
+__device__ __forceinline__ float magic_byte(uint32_t word, uint32_t selector, float bias) {
+  return __int_as_float(static_cast<int>(__byte_perm(word, 0x4B000000u, selector))) - bias;
+}
+
+// The chunk GEMV's dot products of one 32-value chunk with MT rows of x. Q8_0 sums its codes times x and scales the
+// sum once (codes made exact floats by magic_byte); the other types dequantize the chunk first (dequant32).
+template <GgmlType T, typename X, int MT>
+__device__ __forceinline__ void chunk_dot(const uint8_t* row, int64_t c, const X* __restrict__ x, int64_t k, int64_t m_rows,
+                                          float (&acc)[MT]) {
+  float v[32];
+  float d = 1.0f;
+  if constexpr (T == GgmlType::kQ8_0) {
+    const uint8_t* b = row + c * 34;
+    d = ldh(b);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t w = ld16(b + 2 + 2 * i) ^ 0x8080u;  // q + 128, two codes
+      v[2 * i] = magic_byte(w, 0x7540u, 8388736.0f);
+      v[2 * i + 1] = magic_byte(w, 0x7541u, 8388736.0f);
+    }
+  } else {
+    dequant32<T>(row, c, v);
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    if (m < m_rows) {
+      float part = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float xv[8];
+        load8(x + m * k + c * 32 + 8 * e, xv);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) part = fmaf(v[8 * e + q], xv[q], part);
+      }
+      if constexpr (T == GgmlType::kQ8_0) acc[m] = fmaf(part, d, acc[m]);
+      else acc[m] += part;
+    }
+  }
+}
+
 template <GgmlType T, typename X, int MT>
 __global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_kernel(GgmlMatmulLaunch p, const X* __restrict__ x) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -143,24 +186,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_kernel(GgmlMatmulLa
   float acc[MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-  for (int64_t c = lane; c < chunks; c += 32) {
-    float v[32];
-    dequant32<T>(row, c, v);
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      if (m < p.m) {
-        float part = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float xv[8];
-          load8(x + m * p.k + c * 32 + 8 * e, xv);
-#pragma unroll
-          for (int q = 0; q < 8; ++q) part = fmaf(v[8 * e + q], xv[q], part);
-        }
-        acc[m] += part;
-      }
-    }
-  }
+  for (int64_t c = lane; c < chunks; c += 32) chunk_dot<T, X, MT>(row, c, x, p.k, p.m, acc);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     float s = acc[m];
@@ -169,6 +195,115 @@ __global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_kernel(GgmlMatmulLa
     if (lane == 0 && m < p.m) {
       if (p.bias) s += load_any(p.bias, p.bias_dtype, n);
       store_any(p.out, p.out_dtype, m * p.n + n, s);
+    }
+  }
+}
+
+// 4 consecutive elements (p 8-byte aligned for 16-bit types, 16-byte for f32).
+template <typename T>
+__device__ __forceinline__ void load4(const T* p, float (&v)[4]) {
+  if constexpr (sizeof(T) == 4) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = to_f32(e[i]);
+  }
+}
+
+// The GEMV for Q8_0 and Q4_0 with the warp's loads coalesced: a block is shared by 8 lanes (Q8_0: 4 codes each) or
+// 4 lanes (Q4_0: 4 bytes, 8 codes each), so a warp pass reads 4 or 8 consecutive blocks (136 or 144 bytes) with
+// 16-bit loads that fall in two cache lines, where the chunk-per-lane GEMV spreads each load over a whole 1 KB stretch
+// (its limit: L1 wavefronts, ~1.8 TB/s). Each lane sums its codes' products in order and scales that once per block;
+// lane sums meet in a fixed butterfly, so a row's bits depend on K alone, never on M.
+template <GgmlType T, typename X, int MT>
+__global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_q8q4_kernel(GgmlMatmulLaunch p, const X* __restrict__ x) {
+  constexpr bool q8 = T == GgmlType::kQ8_0;
+  constexpr int kBytes = q8 ? 34 : 18, kLanesPerBlock = q8 ? 8 : 4, kBlocksPerPass = 32 / kLanesPerBlock;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  if (n >= p.n) return;
+  const uint8_t* row = p.w + n * p.row_bytes;
+  const int64_t blocks = p.k / 32;
+  const int sub = lane % kLanesPerBlock, in_pass = lane / kLanesPerBlock;
+  float acc[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+  // kUnroll passes at a time (32 blocks a warp), their loads issued before any is used: memory-level parallelism.
+  constexpr int kUnroll = 32 / kBlocksPerPass;
+  for (int64_t b0 = 0; b0 < blocks; b0 += kBlocksPerPass * kUnroll) {
+    float d[kUnroll];
+    uint32_t w0[kUnroll], w1[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t bi = b0 + u * kBlocksPerPass + in_pass;
+      if (bi < blocks) {
+        const uint8_t* b = row + bi * kBytes;
+        d[u] = ldh(b);
+        w0[u] = ld16(b + 2 + 4 * sub);
+        w1[u] = ld16(b + 4 + 4 * sub);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t bi = b0 + u * kBlocksPerPass + in_pass;
+      if (bi >= blocks) break;
+      if constexpr (q8) {
+        float v[4];
+        v[0] = magic_byte(w0[u] ^ 0x8080u, 0x7540u, 8388736.0f);  // (q + 128) as a float, less 128
+        v[1] = magic_byte(w0[u] ^ 0x8080u, 0x7541u, 8388736.0f);
+        v[2] = magic_byte(w1[u] ^ 0x8080u, 0x7540u, 8388736.0f);
+        v[3] = magic_byte(w1[u] ^ 0x8080u, 0x7541u, 8388736.0f);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m < p.m) {
+            float xv[4];
+            load4(x + m * p.k + bi * 32 + 4 * sub, xv);
+            float part = v[0] * xv[0];
+#pragma unroll
+            for (int q = 1; q < 4; ++q) part = fmaf(v[q], xv[q], part);
+            acc[m] = fmaf(part, d[u], acc[m]);
+          }
+        }
+      } else {
+        const uint32_t lo0 = w0[u] & 0x0F0Fu, hi0 = (w0[u] >> 4) & 0x0F0Fu;
+        const uint32_t lo1 = w1[u] & 0x0F0Fu, hi1 = (w1[u] >> 4) & 0x0F0Fu;
+        float v[8];  // values 4 sub .. 4 sub + 3, then 16 + 4 sub .. 16 + 4 sub + 3
+        v[0] = magic_byte(lo0, 0x7540u, 8388616.0f);
+        v[1] = magic_byte(lo0, 0x7541u, 8388616.0f);
+        v[2] = magic_byte(lo1, 0x7540u, 8388616.0f);
+        v[3] = magic_byte(lo1, 0x7541u, 8388616.0f);
+        v[4] = magic_byte(hi0, 0x7540u, 8388616.0f);
+        v[5] = magic_byte(hi0, 0x7541u, 8388616.0f);
+        v[6] = magic_byte(hi1, 0x7540u, 8388616.0f);
+        v[7] = magic_byte(hi1, 0x7541u, 8388616.0f);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m < p.m) {
+            float xa[4], xb[4];
+            load4(x + m * p.k + bi * 32 + 4 * sub, xa);
+            load4(x + m * p.k + bi * 32 + 16 + 4 * sub, xb);
+            float part = v[0] * xa[0];
+#pragma unroll
+            for (int q = 1; q < 4; ++q) part = fmaf(v[q], xa[q], part);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) part = fmaf(v[4 + q], xb[q], part);
+            acc[m] = fmaf(part, d[u], acc[m]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float sum = acc[m];
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0 && m < p.m) {
+      if (p.bias) sum += load_any(p.bias, p.bias_dtype, n);
+      store_any(p.out, p.out_dtype, m * p.n + n, sum);
     }
   }
 }
@@ -249,6 +384,13 @@ void launch_ggml_gemv(const GgmlMatmulLaunch& l, cudaStream_t stream) {
     dispatch_float(l.x_dtype, [&](auto tag) {
       using X = typename decltype(tag)::type;
       const X* x = static_cast<const X*>(l.x);
+      if constexpr (T == GgmlType::kQ4_0) {  // Q8_0 measured faster on the chunk GEMV (docs/BENCHMARKS.md)
+        if (l.m <= 1) ggml_gemv_q8q4_kernel<T, X, 1><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        else if (l.m <= 2) ggml_gemv_q8q4_kernel<T, X, 2><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        else if (l.m <= 4) ggml_gemv_q8q4_kernel<T, X, 4><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        else ggml_gemv_q8q4_kernel<T, X, 8><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        return;
+      }
       if (l.m <= 1) ggml_gemv_kernel<T, X, 1><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
       else if (l.m <= 2) ggml_gemv_kernel<T, X, 2><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
       else if (l.m <= 4) ggml_gemv_kernel<T, X, 4><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
