@@ -13,11 +13,12 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   ModelConfig c;
   const std::string arch = f.string("general.architecture");
   if (arch == "llama") c.architecture = Architecture::kLlama;
-  else if (arch == "mistral") c.architecture = Architecture::kMistral;
+  else if (arch == "mistral" || arch == "mistral3") c.architecture = Architecture::kMistral;  // mistral3: its text model
   else if (arch == "qwen2") c.architecture = Architecture::kQwen2;
   else if (arch == "qwen3") c.architecture = Architecture::kQwen3;
   else
-    f.fail(ErrorCode::kUnsupported, "key 'general.architecture' is '" + arch + "'; supported: llama, mistral, qwen2, qwen3");
+    f.fail(ErrorCode::kUnsupported,
+           "key 'general.architecture' is '" + arch + "'; supported: llama, mistral, mistral3, qwen2, qwen3");
   c.model_type = arch;
   c.architecture_name = arch;
   const std::string p = arch + ".";
@@ -90,8 +91,15 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     f.fail(ErrorCode::kFormatError, "tensor 'blk.0.attn_k.bias' is missing (attn_q has a bias)");
   if (c.mlp_bias && f.tensor("blk.0.ffn_gate.bias") == nullptr)
     f.fail(ErrorCode::kUnsupported, "tensor 'blk.0.ffn_down.bias' without ffn_gate/ffn_up biases is not supported");
-  if (f.contains(p + "attention.sliding_window") && c.architecture == Architecture::kMistral)
-    c.sliding_window = static_cast<int64_t>(f.uint(p + "attention.sliding_window"));
+  // A sliding window wherever the file gives one for a Llama-family model: Mistral 7B v0.1 converted as "llama"
+  // included (transformers applies its window; llama.cpp does not for "llama", so outputs past the window differ
+  // from llama.cpp's). Qwen2/Qwen3 files carry the key although their models do not use a window: ignored.
+  if (f.contains(p + "attention.sliding_window") &&
+      (c.architecture == Architecture::kMistral || c.architecture == Architecture::kLlama)) {
+    const uint64_t w = f.uint(p + "attention.sliding_window");
+    if (w > (1ull << 31)) f.fail(ErrorCode::kFormatError, "key '" + p + "attention.sliding_window': " + std::to_string(w) + " is out of range");
+    c.sliding_window = static_cast<int64_t>(w);
+  }
 
   // Weights' float type (what --dtype auto follows): F32/F16 files keep theirs, everything else runs in bf16.
   c.torch_dtype = DType::kBF16;

@@ -250,6 +250,39 @@ TEST(GgufReader, EveryDefectIsNamed) {
   }
 }
 
+// A minimal Llama-family file for the metadata mapping (no tensors: the optional parts stay off).
+GgufBuilder config_file(const std::string& arch, int sliding_window) {
+  GgufBuilder b;
+  const std::string p = arch + ".";
+  b.header(3, 0, sliding_window > 0 ? 7 : 6);
+  b.kv_str("general.architecture", arch);
+  b.kv_u32(p + "embedding_length", 64);
+  b.kv_u32(p + "block_count", 2);
+  b.kv_u32(p + "feed_forward_length", 128);
+  b.kv_u32(p + "attention.head_count", 4);
+  b.kv_strs("tokenizer.ggml.tokens", {"a", "b", "c"});
+  if (sliding_window > 0) b.kv_u32(p + "attention.sliding_window", static_cast<uint32_t>(sliding_window));
+  return b;
+}
+
+TEST(GgufReader, SlidingWindowAndMistral3) {
+  const io::ModelConfig llama = io::gguf_model_config(*parse(config_file("llama", 4096)));
+  EXPECT_EQ(llama.architecture, io::Architecture::kLlama);
+  EXPECT_EQ(llama.sliding_window, 4096);  // Mistral 7B v0.1 converted as "llama"
+  EXPECT_EQ(io::gguf_model_config(*parse(config_file("llama", 0))).sliding_window, 0);
+  const io::ModelConfig m3 = io::gguf_model_config(*parse(config_file("mistral3", 8192)));
+  EXPECT_EQ(m3.architecture, io::Architecture::kMistral);
+  EXPECT_EQ(m3.hidden_size, 64);
+  EXPECT_EQ(m3.sliding_window, 8192);
+  EXPECT_TRUE(io::gguf_qk_permuted(m3));
+  try {
+    io::gguf_model_config(*parse(config_file("gemma3", 0)));
+    ADD_FAILURE() << "gemma3 is not supported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mistral3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GgufReader, WeightSourceShapes) {
   const GgufBuilder b = valid();
   auto f = std::make_shared<io::GgufFile>(reinterpret_cast<const std::byte*>(b.out.data()), b.out.size(), "t.gguf");
