@@ -11,6 +11,7 @@
 #include "io/gguf.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace peregrine::tokenizer {
 namespace {
@@ -54,6 +55,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const io::GgufFile& f) {
   json added = json::array();
   for (size_t id = 0; id < n; ++id) {
     const std::string text(tokens->strings[id]);
+    if (const size_t bad = find_invalid_utf8(text); bad != std::string::npos)  // GGUF strings are UTF-8
+      f.fail(ErrorCode::kFormatError, "key 'tokenizer.ggml.tokens': token " + std::to_string(id) +
+                                          " is not valid UTF-8 (byte " + std::to_string(bad) + ")");
     if (text.empty() || vocab.contains(text)) continue;  // holes: such ids never come out of encoding
     vocab[text] = id;
     const int64_t t = types[id];
@@ -90,7 +94,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const io::GgufFile& f) {
     const io::GgufValue* merges = f.array("tokenizer.ggml.merges", io::GgufType::kString);
     if (!merges) f.fail(ErrorCode::kNotFound, "key 'tokenizer.ggml.merges' is missing (a gpt2 tokenizer needs merges)");
     json m = json::array();
-    for (std::string_view s : merges->strings) m.push_back(std::string(s));
+    for (size_t i = 0; i < merges->strings.size(); ++i) {
+      const std::string_view s = merges->strings[i];
+      if (find_invalid_utf8(s) != std::string::npos)
+        f.fail(ErrorCode::kFormatError, "key 'tokenizer.ggml.merges': merge " + std::to_string(i) + " is not valid UTF-8");
+      m.push_back(std::string(s));
+    }
     bpe["merges"] = std::move(m);
     bpe["byte_fallback"] = false;
     tj["normalizer"] = nullptr;

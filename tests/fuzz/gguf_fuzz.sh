@@ -15,12 +15,17 @@ cxx="$(command -v clang++-14 || command -v clang++ || true)"
 [ -n "$cxx" ] || { echo "gguf_fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-       -I"$root/src" -I"$root/include" -I"$root/tests/fuzz")
+       -I"$root/src" -I"$root/include" -I"$root/tests/fuzz" $(pkg-config --cflags libpcre2-8 icu-uc))
 sources=("$root/src/io/gguf.cpp" "$root/src/io/gguf_config.cpp" "$root/src/io/hf_config.cpp" "$root/src/io/mapped_file.cpp" "$root/src/io/safetensors.cpp"
          "$root/src/core/ggml_quant.cpp" "$root/src/core/dtype.cpp" "$root/src/core/tensor.cpp" "$root/tests/fuzz/gguf_fuzz.cpp")
+# The tokenizer the file carries (Tokenizer::from_gguf) is fuzzed too.
+for t in added_tokens bpe_model byte_level decoders fast_split gguf_tokenizer json_reader normalizers post_processors \
+         pre_tokenizers regex streaming_detokenizer tokenizer unicode; do
+  sources+=("$root/src/tokenizer/$t.cpp")
+done
 printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   '"$0" "$@" -c "{}" -o "'"$out"'/obj/$(basename "{}" .cpp).o"' "$cxx" "${flags[@]}"
-"$cxx" -fsanitize=fuzzer,address,undefined "$out"/obj/*.o -o "$out/gguf_fuzz"
+"$cxx" -fsanitize=fuzzer,address,undefined "$out"/obj/*.o $(pkg-config --libs libpcre2-8 icu-uc) -lpthread -o "$out/gguf_fuzz"
 
 cp "$root"/tests/fuzz/gguf_seeds/*.gguf "$out/seeds/"
 for f in "$root"/../shared/models/gguf/*.gguf; do
@@ -41,6 +46,12 @@ cat > "$out/gguf.dict" <<'DICT'
 "llama.rope.scaling.type"
 "tokenizer.ggml.tokens"
 "tokenizer.ggml.model"
+"tokenizer.ggml.merges"
+"tokenizer.ggml.scores"
+"tokenizer.ggml.token_type"
+"tokenizer.ggml.pre"
+"tokenizer.ggml.bos_token_id"
+"gpt2"
 "token_embd.weight"
 "rope_freqs.weight"
 "\xff\xff\xff\xff\xff\xff\xff\xff"

@@ -1,19 +1,23 @@
 // The GGUF fuzz body, shared by the libFuzzer target (gguf_fuzz.cpp) and the seed-corpus unit test
 // (tests/unit/io/gguf_seeds_test.cpp): parse the bytes as a GGUF file; what parses must hold its invariants
 // (every tensor inside the buffer, no two overlapping, aligned), and the model config, the weight source and the
-// dequantization of each tensor's first row must either work or throw peregrine::Error. Anything else (another
-// exception, a crash, a sanitizer report) is a finding.
+// dequantization of each tensor's first row must either work or throw peregrine::Error; so must the tokenizer the
+// file carries (Tokenizer::from_gguf), which then encodes the input's last bytes and decodes the ids (every id in
+// the vocabulary). Anything else (another exception, a crash, a sanitizer report) is a finding.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ggml_quant.h"
 #include "core/status.h"
 #include "io/gguf.h"
 #include "io/gguf_config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace peregrine::fuzz {
 
@@ -47,6 +51,18 @@ inline int gguf_one(const uint8_t* data, size_t size) {
       try { (void)f.number_opt(key); } catch (const Error&) {}
       try { (void)f.f32_array(key); } catch (const Error&) {}
       try { (void)f.int_array(key); } catch (const Error&) {}
+    }
+    try {
+      const auto tok = tokenizer::Tokenizer::from_gguf(f);
+      const size_t n = std::min<size_t>(size, 160);
+      const std::string_view text(reinterpret_cast<const char*>(data + size - n), n);
+      try {
+        const std::vector<int32_t> ids = tok->encode(text, true);
+        for (int32_t id : ids) gguf_check(id >= 0 && id < tok->vocab_size(), "token ids inside the vocabulary");
+        (void)tok->decode(ids, false);
+      } catch (const Error&) {  // invalid UTF-8 is refused
+      }
+    } catch (const Error&) {
     }
     io::GgufWeightSource src(std::shared_ptr<const io::GgufFile>(&f, [](const io::GgufFile*) {}));
     std::vector<float> row;

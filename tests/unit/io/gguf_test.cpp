@@ -10,6 +10,7 @@
 #include "core/ggml_quant.h"
 #include "io/gguf.h"
 #include "io/gguf_config.h"
+#include "tokenizer/tokenizer.h"
 #include "unit/io/gguf_writer.h"
 #include "test_fixtures.h"
 
@@ -280,6 +281,24 @@ TEST(GgufReader, SlidingWindowAndMistral3) {
     ADD_FAILURE() << "gemma3 is not supported";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mistral3"), std::string::npos) << e.what();
+  }
+}
+
+// A tokenizer whose token text is not UTF-8 (GGUF strings must be) is refused naming the key and the token (the
+// fuzzer found it escaping as a JSON library exception).
+TEST(GgufReader, TokenizerWithInvalidUtf8IsRefusedNamingTheToken) {
+  GgufBuilder b;
+  b.header(3, 0, 4);
+  b.kv_str("general.architecture", "llama");
+  b.kv_str("tokenizer.ggml.model", "gpt2");
+  b.kv_strs("tokenizer.ggml.tokens", {"a", "b\xff", "c"});
+  b.kv_strs("tokenizer.ggml.merges", {"a b"});
+  try {
+    tokenizer::Tokenizer::from_gguf(*parse(b));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'tokenizer.ggml.tokens': token 1 is not valid UTF-8"), std::string::npos)
+        << e.what();
   }
 }
 
