@@ -84,7 +84,7 @@ test('perplexity --stride scores every token after the first once (sliding windo
 test('bad arguments are refused by name', () => {
   let r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'w3a16']);
   assert.notEqual(r.status, 0);
-  assert.match(r.stderr, /--scheme 'w3a16': expected w4a16, w8a16, w8a8-int8 or fp8/);
+  assert.match(r.stderr, /--scheme 'w3a16': expected w4a16, w8a16, w4a8, w8a8-int8 or fp8/);
   r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'fp8', '--method', 'gptq']);
   assert.match(r.stderr, /--method 'gptq' with --scheme fp8: expected rtn/);
   r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--method', 'gptq']);
