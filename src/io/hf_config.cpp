@@ -318,29 +318,22 @@ QuantConfig parse_quant_config(const std::string& text, const std::string& file,
         if (c.act_group <= 0) refuse(gp + "input_activations.group_size", std::to_string(c.act_group), "must be positive");
       }
     };
-    // 4-bit weights with 8-bit activations (W4A8, QServe-style; compressed-tensors' W4A8 preset): symmetric int4
-    // per group or per channel, no act-order; stored packed (pack-quantized) or one int8 per value (int-quantized).
-    auto check_w4a8 = [&] {
-      if (type != "int") refuse(gp + "weights.type", "'" + type + "'", "4-bit weights with 8-bit activations must be int");
-      else if (!c.sym) refuse(gp + "weights.symmetric", "false", "W4A8 needs symmetric weights (no zero points)");
+    // int4 weights in int-quantized (one int8 per value) or, with 8-bit activations, pack-quantized form: W4A8
+    // (QServe-style; compressed-tensors' W4A8 preset) needs symmetric int, group or channel, no act-order; int4 in
+    // int-quantized form without activations is weight-only (W4A16).
+    auto check_int4 = [&] {
+      const std::string with = act_quant ? "with 8-bit activations" : "in int-quantized form";
+      if (type != "int") refuse(gp + "weights.type", "'" + type + "'", "4-bit weights " + with + " must be int");
+      else if (!c.sym) refuse(gp + "weights.symmetric", "false", "4-bit weights " + with + " must be symmetric (no zero points)");
       else if (strategy != "group" && strategy != "channel")
         refuse(gp + "weights.strategy", "'" + strategy + "'", "supported with 4-bit weights: group, channel");
       else if (strategy == "group" && c.group_size <= 0)
         refuse(gp + "weights.group_size", std::to_string(c.group_size), "a group strategy needs a positive group_size");
-      else if (c.desc_act) refuse(gp + "weights.actorder", "'" + actorder + "'", "act-order is not supported with 8-bit activations");
-      else parse_acts();
+      else if (c.desc_act) refuse(gp + "weights.actorder", "'" + actorder + "'", "act-order is not supported " + with);
+      else if (act_quant) parse_acts();
     };
-    if ((gfmt == "int-quantized" || gfmt == "pack-quantized") && c.bits == 4 && act_quant) {
-      check_w4a8();
-    } else if (gfmt == "int-quantized" && c.bits == 4) {
-      // int4 values stored one per int8 (weight-only W4A16 in int-quantized form).
-      if (type != "int") refuse(gp + "weights.type", "'" + type + "'", "format int-quantized holds int weights");
-      else if (!c.sym) refuse(gp + "weights.symmetric", "false", "asymmetric 4-bit int-quantized weights are not supported");
-      else if (strategy != "group" && strategy != "channel")
-        refuse(gp + "weights.strategy", "'" + strategy + "'", "supported with 4-bit weights: group, channel");
-      else if (strategy == "group" && c.group_size <= 0)
-        refuse(gp + "weights.group_size", std::to_string(c.group_size), "a group strategy needs a positive group_size");
-      else if (c.desc_act) refuse(gp + "weights.actorder", "'" + actorder + "'", "act-order is not supported with int-quantized weights");
+    if (c.bits == 4 && (gfmt == "int-quantized" || (gfmt == "pack-quantized" && act_quant))) {
+      check_int4();
     } else if (gfmt == "int-quantized" || gfmt == "float-quantized") {
       // 8-bit codes stored as such (naive_quantized): int8 or float8_e4m3fn `weight` with `weight_scale`.
       const std::string want_type = gfmt == "int-quantized" ? "int" : "float";
