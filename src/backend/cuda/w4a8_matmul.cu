@@ -49,6 +49,8 @@ __global__ void __launch_bounds__(kWarps * 32) w4a8_gemv_kernel(W4A8MatmulLaunch
   float acc[MR];
 #pragma unroll
   for (int r = 0; r < MR; ++r) acc[r] = 0.0f;
+  // Small M: several chunks' loads in flight per lane (decode is bound by the code stream).
+#pragma unroll(MR <= 4 ? 4 : 1)
   for (int64_t c = lane; c < chunks; c += 32) {
     const uint4 raw = __ldg(w + c);
     uint32_t wv[8];
