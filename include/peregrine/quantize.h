@@ -1,5 +1,6 @@
-// Quantizing a dense checkpoint into a compressed-tensors `pack-quantized` checkpoint (W4A16 / W8A16), the
-// format vLLM loads and Peregrine loads back (what `peregrine quantize` runs).
+// Quantizing a dense checkpoint into a compressed-tensors checkpoint (pack-quantized W4A16 / W8A16, int-quantized
+// or float-quantized W8A8, int- or pack-quantized W4A8), the formats vLLM loads and Peregrine loads back (what
+// `peregrine quantize` runs).
 #pragma once
 
 #include <cstddef>
@@ -12,8 +13,11 @@ namespace peregrine {
 struct QuantizeConfig {
   std::string model;            // dense Hugging Face folder (safetensors)
   std::string out;              // folder to write (created; files of the same names are replaced)
-  std::string scheme = "w4a16"; // w4a16 | w8a16 | w8a8-int8 | fp8 (W8A8: per channel, activations per token)
-  std::string method = "rtn";   // rtn | awq | gptq; w8a8-int8: rtn | smoothquant (calibrated migration)
+  std::string scheme = "w4a16"; // w4a16 | w8a16 | w4a8 | w8a8-int8 | fp8 (W8A8: per channel, activations per token;
+                                // W4A8: int4 per group / channel, activations int8 per token)
+  std::string method = "rtn";   // rtn | awq | gptq; w8a8-int8: rtn | smoothquant (calibrated migration); w4a8: all four
+  std::string format;           // w4a8 only: int-quantized (default: an int8 per value, llm-compressor's W4A8) or
+                                // pack-quantized (eight values per int32)
   int64_t group_size = 128;     // -1 = one scale per output channel
   bool symmetric = true;        // false: zero points (compressed-tensors W4A16_ASYM)
   std::string calibration;      // awq / gptq: a text file, or a JSON list of {"text": ...}

@@ -199,7 +199,7 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--iterations", args->iterations, "Repeats (best is reported)")->capture_default_str();
   cmd->add_option("--device", args->device, "auto | cpu | cuda | ref")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
-  cmd->add_option("--quantization,-q", args->quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w8a8-int8 | fp8");
+  cmd->add_option("--quantization,-q", args->quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w4a8 | w8a8-int8 | fp8");
   cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "auto | fp8 | fp8_e4m3 | int8 (quantized KV cache, one scale per token and KV head)")->capture_default_str();
   cmd->add_option("--threads", args->threads, "CPU threads; 0 = all cores")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");

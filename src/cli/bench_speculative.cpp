@@ -250,7 +250,7 @@ void register_bench_speculative(CLI::App& bench) {
   cmd->add_option("--max-prompt-chars", args->max_prompt_chars, "Prompt text cut to whole lines within this")->capture_default_str();
   cmd->add_option("--device", e.device, "auto | cpu | cuda")->capture_default_str();
   cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
-  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w8a8-int8 | fp8");
+  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w4a8 | w8a8-int8 | fp8");
   cmd->add_option("--kv-cache-dtype", e.kv_cache_dtype, "auto | fp8 | fp8_e4m3 | int8 (quantized KV cache, one scale per token and KV head)")->capture_default_str();
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--max-model-len", e.max_model_len, "Context length")->capture_default_str();

@@ -327,7 +327,7 @@ void register_bench_prefix_cache(CLI::App& bench) {
   cmd->add_option("--repeats", *repeats, "Measurements (the median is reported)")->capture_default_str();
   cmd->add_option("--device", e.device, "auto | cpu | cuda")->capture_default_str();
   cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
-  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w8a8-int8 | fp8");
+  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w4a8 | w8a8-int8 | fp8");
   cmd->add_option("--kv-cache-dtype", e.kv_cache_dtype, "auto | fp8 | fp8_e4m3 | int8 (quantized KV cache, one scale per token and KV head)")->capture_default_str();
   cmd->add_option("--threads", e.num_threads, "CPU backend threads (0 = all cores)");
   cmd->add_option("--kv-offloading-size", e.kv_offloading_size,
@@ -355,7 +355,7 @@ void register_bench_throughput(CLI::App& bench) {
   cmd->add_option("--num-prompts", args->prompts_per_level, "Requests per level (default: the concurrency)");
   cmd->add_option("--device", e.device, "auto | cpu | cuda")->capture_default_str();
   cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
-  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w8a8-int8 | fp8");
+  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w4a8 | w8a8-int8 | fp8");
   cmd->add_option("--kv-cache-dtype", e.kv_cache_dtype, "auto | fp8 | fp8_e4m3 | int8 (quantized KV cache, one scale per token and KV head)")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", e.max_num_batched_tokens, "Token budget per step");
   cmd->add_option("--max-num-seqs", e.max_num_seqs, "Sequences at once (raised to the top concurrency)");

@@ -256,7 +256,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--kv-cache-memory-bytes", e.kv_cache_memory_bytes, "KV cache size in bytes (overrides the above)");
   cmd->add_option("--num-gpu-blocks-override", e.num_kv_blocks_override, "Use exactly this many KV blocks");
   cmd->add_option("--dtype", e.dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
-  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w8a8-int8 | fp8");
+  cmd->add_option("--quantization,-q", e.quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w4a8 | w8a8-int8 | fp8");
   cmd->add_option("--kv-cache-dtype", e.kv_cache_dtype, "auto | fp8 | fp8_e4m3 | int8 (quantized KV cache, one scale per token and KV head)")->capture_default_str();
   cmd->add_option("--device", e.device, "auto | cpu | cuda")->capture_default_str();
   cmd->add_option("--seed", e.seed, "Seed for requests without their own")->capture_default_str();

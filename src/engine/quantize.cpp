@@ -1,4 +1,5 @@
-// quantize_model (include/peregrine/quantize.h): dense checkpoint → compressed-tensors pack-quantized W4A16/W8A16.
+// quantize_model (include/peregrine/quantize.h): dense checkpoint → compressed-tensors pack-quantized W4A16/W8A16,
+// int-quantized / float-quantized W8A8, and W4A8 (int4 weights, int8 activations per token; int- or pack-quantized).
 //
 // Methods (each written here from the papers' descriptions):
 //  - rtn: round to nearest per group (compressed-tensors' observer: symmetric scale max|w| / 7.5 (int4) or / 127.5
@@ -493,10 +494,20 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
   int bits = 0;
   const bool w8a8 = cfg.scheme == "w8a8-int8" || cfg.scheme == "fp8";
   const bool fp8 = cfg.scheme == "fp8";
-  if (cfg.scheme == "w4a16") bits = 4;
+  const bool w4a8 = cfg.scheme == "w4a8";
+  if (cfg.scheme == "w4a16" || w4a8) bits = 4;
   else if (cfg.scheme == "w8a16" || w8a8) bits = 8;
-  else throw Error(ErrorCode::kInvalidArgument, "--scheme '" + cfg.scheme + "': expected w4a16, w8a16, w8a8-int8 or fp8");
-  if (w8a8) {
+  else throw Error(ErrorCode::kInvalidArgument, "--scheme '" + cfg.scheme + "': expected w4a16, w8a16, w4a8, w8a8-int8 or fp8");
+  std::string format = w4a8 ? (cfg.format.empty() ? "int-quantized" : cfg.format) : cfg.format;
+  if (!format.empty() && !(w4a8 && (format == "int-quantized" || format == "pack-quantized")))
+    throw Error(ErrorCode::kInvalidArgument, "--format '" + cfg.format + "' with --scheme " + cfg.scheme +
+                                                 (w4a8 ? ": expected int-quantized or pack-quantized"
+                                                       : ": the scheme has one format (--format is for w4a8)"));
+  if (w4a8) {
+    if (cfg.method != "rtn" && cfg.method != "smoothquant" && cfg.method != "gptq" && cfg.method != "awq")
+      throw Error(ErrorCode::kInvalidArgument, "--method '" + cfg.method + "' with --scheme w4a8: expected rtn, smoothquant, gptq or awq");
+    if (!cfg.symmetric) throw Error(ErrorCode::kInvalidArgument, "--asymmetric: --scheme w4a8 is symmetric");
+  } else if (w8a8) {
     if (cfg.method != "rtn" && !(cfg.method == "smoothquant" && !fp8))
       throw Error(ErrorCode::kInvalidArgument, "--method '" + cfg.method + "' with --scheme " + cfg.scheme + ": expected rtn" +
                                                    (fp8 ? "" : " or smoothquant"));
@@ -659,6 +670,12 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
     if (w8a8) {  // naive_quantized: the codes as they are, one scale per output channel
       out.push_back(make_tensor(pn + ".weight", q.codes_dtype, {q.n, q.k}, q.codes));
       out.push_back(float_tensor(pn + ".weight_scale", scale_dtype, {q.n, 1}, q.scales));
+    } else if (w4a8 && format == "int-quantized") {  // one int8 per int4 value (code - 8), scales per group
+      std::vector<int8_t> v(static_cast<size_t>(q.n * q.k));
+      for (int64_t r = 0; r < q.n; ++r)
+        for (int64_t c = 0; c < q.k; ++c) v[static_cast<size_t>(r * q.k + c)] = static_cast<int8_t>(model::code_at(q, r, c) - 8);
+      out.push_back(make_tensor(pn + ".weight", DType::kI8, {q.n, q.k}, v));
+      out.push_back(float_tensor(pn + ".weight_scale", scale_dtype, {q.n, q.groups}, q.scales));
     } else {
       pack_linear(pn, q, bits, asym, scale_dtype, out);
     }
@@ -680,7 +697,12 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
                   {"dynamic", false},        {"actorder", nullptr},  {"observer", "minmax"},
                   {"observer_kwargs", json::object()}};
   json acts = nullptr;
-  std::string format = "pack-quantized";
+  if (!w4a8) format = "pack-quantized";
+  if (w4a8) {  // compressed-tensors' W4A8 preset (int4 symmetric weights, int8 activations dynamic per token)
+    acts = {{"num_bits", 8},        {"type", "int"},        {"symmetric", true}, {"group_size", nullptr},
+            {"strategy", "token"},  {"block_structure", nullptr}, {"dynamic", true}, {"actorder", nullptr},
+            {"observer", nullptr},  {"observer_kwargs", json::object()}};
+  }
   if (w8a8) {  // compressed-tensors INT8_W8A8 / FP8_DYNAMIC presets
     const char* type = fp8 ? "float" : "int";
     format = fp8 ? "float-quantized" : "int-quantized";

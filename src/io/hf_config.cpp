@@ -298,7 +298,43 @@ QuantConfig parse_quant_config(const std::string& text, const std::string& file,
     c.strategy = strategy;
     c.weight_type = type;
     c.format = gfmt;
-    if (gfmt == "int-quantized" || gfmt == "float-quantized") {
+    // input_activations: 8-bit, dynamic, symmetric, per token (or per group for float); what W8A8 and W4A8 share.
+    auto parse_acts = [&] {
+      Fields a(g["input_activations"], file, prefix + gp + "input_activations.");
+      const std::string at = a.str_or("type", "int"), as = a.str_or("strategy", "tensor");
+      const int64_t ab = a.int_or("num_bits", 0);
+      if (at != type) refuse(gp + "input_activations.type", "'" + at + "'", "must match the weights' type '" + type + "'");
+      else if (ab != 8) refuse(gp + "input_activations.num_bits", std::to_string(ab), "supported: 8");
+      else if (!a.bool_or("dynamic", false))
+        refuse(gp + "input_activations.dynamic", "false", "static activation scales are not supported (dynamic per-token ones are)");
+      else if (!a.bool_or("symmetric", true))
+        refuse(gp + "input_activations.symmetric", "false", "asymmetric activations are not supported");
+      else if (as != "token" && !(as == "group" && type == "float"))
+        refuse(gp + "input_activations.strategy", "'" + as + "'", type == "float" ? "supported: token, group" : "supported: token");
+      c.act_bits = 8;
+      c.act_type = at;
+      if (as == "group") {
+        c.act_group = a.int_or("group_size", 0);
+        if (c.act_group <= 0) refuse(gp + "input_activations.group_size", std::to_string(c.act_group), "must be positive");
+      }
+    };
+    // int4 weights in int-quantized (one int8 per value) or, with 8-bit activations, pack-quantized form: W4A8
+    // (QServe-style; compressed-tensors' W4A8 preset) needs symmetric int, group or channel, no act-order; int4 in
+    // int-quantized form without activations is weight-only (W4A16).
+    auto check_int4 = [&] {
+      const std::string with = act_quant ? "with 8-bit activations" : "in int-quantized form";
+      if (type != "int") refuse(gp + "weights.type", "'" + type + "'", "4-bit weights " + with + " must be int");
+      else if (!c.sym) refuse(gp + "weights.symmetric", "false", "4-bit weights " + with + " must be symmetric (no zero points)");
+      else if (strategy != "group" && strategy != "channel")
+        refuse(gp + "weights.strategy", "'" + strategy + "'", "supported with 4-bit weights: group, channel");
+      else if (strategy == "group" && c.group_size <= 0)
+        refuse(gp + "weights.group_size", std::to_string(c.group_size), "a group strategy needs a positive group_size");
+      else if (c.desc_act) refuse(gp + "weights.actorder", "'" + actorder + "'", "act-order is not supported " + with);
+      else if (act_quant) parse_acts();
+    };
+    if (c.bits == 4 && (gfmt == "int-quantized" || (gfmt == "pack-quantized" && act_quant))) {
+      check_int4();
+    } else if (gfmt == "int-quantized" || gfmt == "float-quantized") {
       // 8-bit codes stored as such (naive_quantized): int8 or float8_e4m3fn `weight` with `weight_scale`.
       const std::string want_type = gfmt == "int-quantized" ? "int" : "float";
       if (w.has("block_structure") && g["weights"]["block_structure"].is_array() &&
@@ -309,7 +345,7 @@ QuantConfig parse_quant_config(const std::string& text, const std::string& file,
       if (type != want_type) {
         refuse(gp + "weights.type", "'" + type + "'", "format " + gfmt + " holds " + want_type + " weights");
       } else if (c.bits != 8) {
-        refuse(gp + "weights.num_bits", std::to_string(c.bits), "supported with " + gfmt + ": 8");
+        refuse(gp + "weights.num_bits", std::to_string(c.bits), "supported with " + gfmt + ": 4 (int), 8");
       } else if (!c.sym) {
         refuse(gp + "weights.symmetric", "false", "asymmetric 8-bit weights are not supported");
       } else if (strategy != "channel" && strategy != "tensor" && !(strategy == "block" && type == "float")) {
@@ -318,29 +354,13 @@ QuantConfig parse_quant_config(const std::string& text, const std::string& file,
       } else if (strategy == "block" && (c.block_n <= 0 || c.block_k <= 0)) {
         refuse(gp + "weights.block_structure", "missing", "a block strategy needs [rows, columns]");
       } else if (act_quant) {
-        Fields a(g["input_activations"], file, prefix + gp + "input_activations.");
-        const std::string at = a.str_or("type", "int"), as = a.str_or("strategy", "tensor");
-        const int64_t ab = a.int_or("num_bits", 0);
-        if (at != type) refuse(gp + "input_activations.type", "'" + at + "'", "must match the weights' type '" + type + "'");
-        else if (ab != 8) refuse(gp + "input_activations.num_bits", std::to_string(ab), "supported: 8");
-        else if (!a.bool_or("dynamic", false))
-          refuse(gp + "input_activations.dynamic", "false", "static activation scales are not supported (dynamic per-token ones are)");
-        else if (!a.bool_or("symmetric", true))
-          refuse(gp + "input_activations.symmetric", "false", "asymmetric activations are not supported");
-        else if (as != "token" && !(as == "group" && type == "float"))
-          refuse(gp + "input_activations.strategy", "'" + as + "'", type == "float" ? "supported: token, group" : "supported: token");
-        c.act_bits = 8;
-        c.act_type = at;
-        if (as == "group") {
-          c.act_group = a.int_or("group_size", 0);
-          if (c.act_group <= 0) refuse(gp + "input_activations.group_size", std::to_string(c.act_group), "must be positive");
-        }
+        parse_acts();
       }
       c.group_size = -1;
     } else if (gfmt != "pack-quantized") {
       refuse(gp + "format", "'" + gfmt + "'", "supported: pack-quantized, int-quantized, float-quantized");
     } else if (act_quant) {
-      refuse(gp + "input_activations", "set", "quantized activations are not supported with pack-quantized weights");
+      refuse(gp + "input_activations", "set", "quantized activations with pack-quantized weights need num_bits 4 (W4A8)");
     } else if (type != "int") {
       refuse(gp + "weights.type", "'" + type + "'", "supported: int");
     } else if (c.bits != 4 && c.bits != 8) {

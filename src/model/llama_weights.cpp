@@ -260,9 +260,15 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   int qbits = 0;
   int64_t qgroup = 0;
   const HostActQuant scheme8 = load_time_scheme(options.quantization);
-  if (!options.quantization.empty() && scheme8 == HostActQuant::kNone && !random_scheme(options.quantization, &qbits, &qgroup))
+  const bool w4a8 = options.quantization == "w4a8";  // int4 g128 codes, activations int8 per token
+  if (w4a8) {
+    qbits = 4;
+    qgroup = 128;
+  } else if (!options.quantization.empty() && scheme8 == HostActQuant::kNone &&
+             !random_scheme(options.quantization, &qbits, &qgroup)) {
     throw Error(ErrorCode::kInvalidArgument, "--quantization '" + options.quantization +
-                                                 "' with random weights: expected w4a16, w8a16, w8a8-int8, fp8, gptq, awq or compressed-tensors");
+                                                 "' with random weights: expected w4a16, w8a16, w4a8, w8a8-int8, fp8, gptq, awq or compressed-tensors");
+  }
   if (scheme8 != HostActQuant::kNone) qbits = 8;
   Placer placer(backend, w, options, 0);
   auto quantized = [&](const std::string&, int64_t n, int64_t k, Linear& l) {
@@ -271,7 +277,9 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
       placer.place_quantized(random_quantized_8bit(n, k, scheme8, options.random_seed + tensor_index++), l);
       return true;
     }
-    placer.place_quantized(random_quantized(n, k, qbits, qgroup, options.random_seed + tensor_index++), l);
+    HostQuantLinear q = random_quantized(n, k, qbits, qgroup, options.random_seed + tensor_index++);
+    if (w4a8) q.act = HostActQuant::kInt8;
+    placer.place_quantized(q, l);
     return true;
   };
   auto get = [&](const std::string& name, std::initializer_list<int64_t> shape) {

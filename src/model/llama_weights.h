@@ -50,8 +50,9 @@ void check_quantization_option(const io::ModelConfig& config, const std::filesys
                                const std::string& option);
 std::string normalize_quantization(const std::string& name);
 // Random weights (uniform, scaled by 1/sqrt(fan_in)) in the config's dtype, for benchmarks; with
-// options.quantization (w4a16 | w8a16) every projection and the LM head (its own copy when tied) get random
-// int4/uint8 codes, group 128, as the GGUF peers store every matrix in the benchmarked type.
+// options.quantization (w4a16 | w8a16 | w4a8) every projection and the LM head (its own copy when tied) get random
+// int4/uint8 codes, group 128 (w4a8: activations quantized to int8 per token), as the GGUF peers store every
+// matrix in the benchmarked type; w8a8-int8 / fp8 give random 8-bit codes per channel.
 LlamaWeights make_random_llama_weights(const io::ModelConfig& config, ops::Backend& backend,
                                        const ModelOptions& options);
 

@@ -271,6 +271,37 @@ HostQuantLinear read_8bit(const io::QuantConfig& q, const io::WeightSource& src,
   return w;
 }
 
+// int4 values stored one per int8 (compressed-tensors int-quantized with num_bits 4, what llm-compressor writes for
+// its W4A8 preset): `weight` I8 [n, k] in [-8, 7] and `weight_scale` [n, groups] ([n, 1] per channel), repacked
+// into kI4 codes (value + 8, the midpoint zero).
+HostQuantLinear read_int4_unpacked(const io::QuantConfig& q, const io::WeightSource& src, const std::string& p, int64_t n,
+                                   int64_t k) {
+  const std::string wname = p + ".weight";
+  if (k % 2 != 0) fail(src, wname, "belongs to a projection with " + std::to_string(k) + " inputs (int4 needs an even count)");
+  HostQuantLinear w = empty_linear(4, n, k, q.group_size);
+  if (q.group_size > 0 && k % q.group_size != 0)
+    fail(src, wname, "has " + std::to_string(k) + " inputs, not a multiple of group_size " + std::to_string(q.group_size));
+  const auto* v = static_cast<const int8_t*>(need(src, wname, {n, k}, {DType::kI8}));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const int8_t x = v[r * k + c];
+      if (x < -8 || x > 7)
+        fail(src, wname, "holds " + std::to_string(x) + " at [" + std::to_string(r) + ", " + std::to_string(c) +
+                             "]; 4-bit values must lie in [-8, 7]");
+      set_code(w, r, c, static_cast<uint32_t>(x + 8));
+    }
+  w.scales = floats(src, p + ".weight_scale", {n, w.groups});
+  for (size_t i = 0; i < w.scales.size(); ++i)
+    if (!std::isfinite(w.scales[i])) fail(src, p + ".weight_scale", "holds a non-finite scale at element " + std::to_string(i));
+  const std::string zp = p + ".weight_zero_point";
+  if (src.contains(zp)) {
+    const auto* z = static_cast<const int8_t*>(need(src, zp, {n, w.groups}, {DType::kI8}));
+    for (int64_t i = 0; i < n * w.groups; ++i)
+      if (z[i] != 0) fail(src, zp, "holds a non-zero zero point at element " + std::to_string(i) + "; the scheme is symmetric");
+  }
+  return w;
+}
+
 }  // namespace
 
 HostQuantLinear quantize_dense_8bit(const TensorView& wv, HostActQuant scheme) {
@@ -321,10 +352,19 @@ HostQuantLinear read_quantized_linear(const io::QuantConfig& q, const io::Weight
   if (!q.unsupported.empty()) throw Error(ErrorCode::kUnsupported, q.unsupported);
   if (q.method == "gptq") return read_gptq(q, src, prefix, n, k);
   if (q.method == "awq") return read_awq(q, src, prefix, n, k);
-  if (q.method == "fp8" ||
-      (q.method == "compressed-tensors" && (q.format == "int-quantized" || q.format == "float-quantized")))
+  HostQuantLinear w;
+  if (q.method == "compressed-tensors" && q.format == "int-quantized" && q.bits == 4)
+    w = read_int4_unpacked(q, src, prefix, n, k);
+  else if (q.method == "fp8" ||
+           (q.method == "compressed-tensors" && (q.format == "int-quantized" || q.format == "float-quantized")))
     return read_8bit(q, src, prefix, n, k);
-  if (q.method == "compressed-tensors") return read_compressed_tensors(q, src, prefix, n, k);
+  else if (q.method == "compressed-tensors")
+    w = read_compressed_tensors(q, src, prefix, n, k);
+  if (q.method == "compressed-tensors") {
+    // W4A8: int4 codes with activations quantized per token (int8) in the matmul.
+    if (q.act_bits == 8) w.act = HostActQuant::kInt8;
+    return w;
+  }
   throw Error(ErrorCode::kUnsupported, q.file + ": quant_method '" + q.method + "' is not supported");
 }
 

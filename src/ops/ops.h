@@ -37,6 +37,8 @@ struct EmbeddingParams {
 //   kFp8:  s = max(amax / 448, 1 / (448 * 512));  q = e4m3(clamp(x / s, -448, 448)), round to nearest even
 // (rint = round half to even), and x is replaced by q * s (exactly: the backends sum q·code products and apply
 // s and the weight scale afterwards, which is the same value up to the accumulation's rounding).
+// W4A8 is this rule on kI4 codes: symmetric (no zeros, midpoint 8), contiguous groups (g_idx and perm empty),
+// act = kInt8 with act_group 0: out = s * sum_g scale[n, g] * sum_{k in g} q[k] * (code(n, k) - 8) (+ bias).
 enum class ActQuant : uint8_t { kNone, kInt8, kFp8 };
 
 struct WeightQuant {

@@ -1,7 +1,8 @@
 // End-to-end: `peregrine quantize` writes compressed-tensors checkpoints that load back (rtn W4A16, gptq W8A16 with
 // a small calibration text), and `peregrine perplexity` scores them as llama.cpp does (chunks of --context, the
 // second half of each scored); W8A16 stays within 1% of the float model; FP8 and int8 W8A8 (SmoothQuant) checkpoints
-// load back near the float model; bad arguments are refused by name.
+// load back near the float model; W4A8 (int- and pack-quantized) loads back near W4A16; bad arguments are refused
+// by name.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -71,6 +72,29 @@ test('quantize fp8 and w8a8-int8 (smoothquant): int-/float-quantized checkpoints
   assert.ok(pi.perplexity < dense.perplexity * 1.03, `int8 ${pi.perplexity} vs ${dense.perplexity}`);
 });
 
+test('quantize w4a8 (int4 g128, int8 activations per token): int- and pack-quantized checkpoints load back near W4A16', () => {
+  const a = join(dir, 'w4a8'), b = join(dir, 'w4a8p'), w4 = join(dir, 'w4a16');
+  let r = run(['quantize', '--model', MODEL, '--out', a, '--scheme', 'w4a8']);
+  assert.equal(r.status, 0, r.stderr + r.stdout);
+  assert.match(r.stdout, /42 projections quantized \(w4a8, rtn, group 128, activations per token\)/);
+  r = run(['quantize', '--model', MODEL, '--out', b, '--scheme', 'w4a8', '--format', 'pack-quantized']);
+  assert.equal(r.status, 0, r.stderr + r.stdout);
+  r = run(['quantize', '--model', MODEL, '--out', w4, '--scheme', 'w4a16']);
+  assert.equal(r.status, 0, r.stderr + r.stdout);
+  for (const [d, fmt] of [[a, 'int-quantized'], [b, 'pack-quantized']]) {
+    const q = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8')).quantization_config;
+    assert.equal(q.format, fmt);
+    const g = q.config_groups.group_0;
+    assert.deepEqual([g.weights.num_bits, g.weights.type, g.weights.strategy, g.weights.group_size], [4, 'int', 'group', 128]);
+    assert.deepEqual([g.input_activations.num_bits, g.input_activations.strategy, g.input_activations.dynamic], [8, 'token', true]);
+  }
+  const pa = ppl(a), pb = ppl(b), p4 = ppl(w4);
+  assert.equal(pa.perplexity, pb.perplexity);  // the same codes and scales, two layouts
+  assert.ok(pa.perplexity < p4.perplexity * 1.02, `w4a8 ${pa.perplexity} vs w4a16 ${p4.perplexity}`);
+  r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'w4a8', '--format', 'float-quantized']);
+  assert.match(r.stderr, /--format 'float-quantized' with --scheme w4a8: expected int-quantized or pack-quantized/);
+});
+
 test('perplexity --stride scores every token after the first once (sliding windows)', () => {
   const r = run(['perplexity', '--model', MODEL, '--file', text, '--context', '128', '--stride', '96', '--device', 'cpu',
     '--threads', '1', '--json']);
@@ -84,7 +108,7 @@ test('perplexity --stride scores every token after the first once (sliding windo
 test('bad arguments are refused by name', () => {
   let r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'w3a16']);
   assert.notEqual(r.status, 0);
-  assert.match(r.stderr, /--scheme 'w3a16': expected w4a16, w8a16, w8a8-int8 or fp8/);
+  assert.match(r.stderr, /--scheme 'w3a16': expected w4a16, w8a16, w4a8, w8a8-int8 or fp8/);
   r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--scheme', 'fp8', '--method', 'gptq']);
   assert.match(r.stderr, /--method 'gptq' with --scheme fp8: expected rtn/);
   r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--method', 'gptq']);

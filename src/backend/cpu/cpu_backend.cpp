@@ -69,8 +69,9 @@ std::vector<float> to_f32_vector(const KernelTable& k, const TensorView& t) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int num_threads, const KernelTable& kernels, const cpu::GgmlKernelTable& ggml, cpu::Int8MatmulFn i8 = nullptr)
-      : k_(kernels), g_(ggml), i8_(i8 ? i8 : kernels.i8matmul), pool_(num_threads) {
+  CpuBackend(int num_threads, const KernelTable& kernels, const cpu::GgmlKernelTable& ggml, cpu::Int8MatmulFn i8 = nullptr,
+             cpu::W4A8Kernel w4 = {})
+      : k_(kernels), g_(ggml), i8_(i8 ? i8 : kernels.i8matmul), w4_(w4.fn ? w4 : kernels.w4a8), pool_(num_threads) {
     scratch_.resize(static_cast<size_t>(pool_.num_threads()));
   }
 
@@ -123,7 +124,7 @@ class CpuBackend final : public Backend {
     if (p.quant.quantized()) {
       require_f32(p.x, "matmul", "x");
       require_f32(p.out, "matmul", "out");
-      if (is_w8_matmul(p)) return w8_matmul(p, k_, i8_, pool_);
+      if (is_w8_matmul(p)) return w8_matmul(p, k_, i8_, w4_, pool_);
       return quant_matmul(p);
     }
     require_f32(p.x, "matmul", "x");
@@ -448,6 +449,7 @@ class CpuBackend final : public Backend {
   const KernelTable& k_;
   const cpu::GgmlKernelTable& g_;
   cpu::Int8MatmulFn i8_;
+  cpu::W4A8Kernel w4_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
   std::vector<float> qx_, qsum_;             // quantized matmul: prepared rows of x and their group sums
@@ -659,7 +661,8 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
   else if (table == cpu::avx512_kernels() || table == cpu::avx2_kernels())
     ggml = cpu::ggml_avx2_kernels();
   const bool vnni = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512Vnni) && table_for(CpuIsa::kAvx512Vnni) == table;
-  return std::make_unique<CpuBackend>(num_threads, *table, *ggml, vnni ? cpu::avx512vnni_i8matmul() : nullptr);
+  return std::make_unique<CpuBackend>(num_threads, *table, *ggml, vnni ? cpu::avx512vnni_i8matmul() : nullptr,
+                                      vnni ? cpu::avx512vnni_w4a8() : cpu::W4A8Kernel{});
 }
 
 }  // namespace peregrine::ops

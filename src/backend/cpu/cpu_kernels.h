@@ -54,6 +54,32 @@ struct Int8MatmulArgs {
   int64_t m = 0, k = 0, n = 0;
 };
 
+// W4A8 matmul (w4a8_matmul_impl.h): symmetric int4 codes (kI4, midpoint 8) times int8 activations quantized per
+// row by the caller (ops::quantize_act_int8), integer dot products per group:
+//   out[m, n] = x_scale[m] * sum_g scales[n, g] * (sum_{k in g} x[m, k] * code(n, k) - 8 * sum_{k in g} x[m, k])
+// (+ bias[n]); the sum inside is exact in int32 (kept per accumulator lane), each group is scaled once in f32.
+// The caller prepares x per block of 2 * step columns as [the even columns, the odd columns] (code byte b of the
+// block holds columns 2b and 2b + 1), and x_corr[m, g, lane] = 8 * the sum of the prepared row over group g of
+// the bytes b with lane(b) = b * lanes / step of both halves. Groups are contiguous runs of group_size columns,
+// group_size a multiple of 2 * step and K = groups * group_size.
+struct W4A8MatmulArgs {
+  const int8_t* x = nullptr;        // [M, K] prepared int8
+  const int32_t* x_corr = nullptr;  // [M, groups, lanes]
+  const float* x_scale = nullptr;   // [M]
+  const uint8_t* codes = nullptr;   // [N, K / 2] (low nibble = even k)
+  const float* scales = nullptr;    // [N, groups]
+  const float* bias = nullptr;      // [N] or null
+  float* out = nullptr;             // [M, N]
+  int64_t m = 0, k = 0, n = 0, groups = 0, group_size = 0;
+};
+using W4A8MatmulFn = void (*)(const W4A8MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end);
+struct W4A8Kernel {
+  W4A8MatmulFn fn = nullptr;
+  int step = 0;   // code bytes per dot product (int8 columns per half block)
+  int lanes = 1;  // int32 accumulator lanes
+  const char* name = "";
+};
+
 // Paged attention (semantics in ops/ops.h, AttentionParams), f32 queries and outputs.
 struct AttentionArgs {
   const float* q = nullptr;       // [T, hq, hd]
@@ -122,6 +148,7 @@ struct KernelTable {
   void (*qmatmul)(const QuantMatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
   void (*i8matmul)(const Int8MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;
   const char* i8_name = "";  // which int8 dot product i8matmul uses
+  W4A8Kernel w4a8;           // int4 x int8 dot products (W4A8)
   // Attention of one item. With partial null the item covers every segment its rows see and writes out;
   // otherwise the item has exactly one segment and stores that segment's state (attention_state_floats) there.
   void (*attention)(const AttentionArgs& a, const AttentionItem& item, float* scratch, float* partial) = nullptr;
@@ -147,5 +174,7 @@ const KernelTable* avx512_kernels();
 // The AVX-512 VNNI int8 matmul (vpdpbusd; int8_avx512vnni.cpp), null on non-x86 builds; callers check the CPU.
 using Int8MatmulFn = void (*)(const Int8MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end);
 Int8MatmulFn avx512vnni_i8matmul();
+// The AVX-512 VNNI W4A8 matmul (vpdpbusd on the unsigned codes), fn null on non-x86 builds.
+W4A8Kernel avx512vnni_w4a8();
 
 }  // namespace peregrine::cpu

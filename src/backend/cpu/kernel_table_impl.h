@@ -8,6 +8,7 @@
 #include "backend/cpu/matmul_impl.h"
 #include "backend/cpu/int8_matmul_impl.h"
 #include "backend/cpu/quant_matmul_impl.h"
+#include "backend/cpu/w4a8_matmul_impl.h"
 
 namespace {
 
@@ -20,6 +21,7 @@ peregrine::cpu::KernelTable make_kernel_table() {
   t.qmatmul = qmatmul_kernel;
   t.i8matmul = i8matmul_kernel;
   t.i8_name = I8Dot::kName;
+  t.w4a8 = w4a8_kernel_info();
   t.attention = attention_kernel;
   t.attention_merge = attention_merge_kernel;
   t.rms_norm_row = rms_norm_row_kernel;

@@ -19,5 +19,8 @@ const GgmlKernelTable* ggml_vnni_kernels() {
 Int8MatmulFn avx512vnni_i8matmul() {
   return nullptr;
 }
+W4A8Kernel avx512vnni_w4a8() {
+  return {};
+}
 
 }  // namespace peregrine::cpu

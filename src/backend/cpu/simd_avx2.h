@@ -141,4 +141,40 @@ struct I8Dot {
   }
 };
 
+// int4 x int8 dot products for w4a8_matmul_impl.h (AVX2): codes unpacked to bytes 0..15 (unsigned, maddubs'
+// first operand) times the signed x, two maddubs summed in 16 bits (<= 2 * 2 * 15 * 128: no saturation), widened by
+// madd(1) into 8 int32 lanes (lane l sums bytes 4l .. 4l + 3).
+struct I4Dot {
+  static constexpr int64_t kBytes = 32;
+  static constexpr int kLanes = 8;
+  static constexpr int kGemvNr = 4, kGemmMr = 2, kGemmNr = 2;
+  static constexpr const char* kName = "avx2 maddubs";
+  using Acc = __m256i;
+  using F = __m256;
+  using W = __m256i;
+  using X = __m256i;
+  static Acc zero() { return _mm256_setzero_si256(); }
+  static F fzero() { return _mm256_setzero_ps(); }
+  static void load_codes(const uint8_t* p, W* lo, W* hi) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), m = _mm256_set1_epi8(0x0f);
+    *lo = _mm256_and_si256(v, m);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+  }
+  static X load_x(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Acc dot2(Acc acc, W lo, X xe, W hi, X xo) {
+    const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+  }
+  static Acc correct(Acc acc, const int32_t* c) {
+    return _mm256_sub_epi32(acc, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+  }
+  static F scale_add(F f, Acc acc, float s) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_set1_ps(s), f); }
+  static float hsum(F v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+
 }  // namespace

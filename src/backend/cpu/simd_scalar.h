@@ -183,4 +183,40 @@ struct I8Dot {
   static int32_t hsum(Acc v) { return v; }
 };
 
+// int4 x int8 dot products for w4a8_matmul_impl.h (portable): 16 code bytes (32 codes) per step, one int32 sum.
+struct I4Dot {
+  static constexpr int64_t kBytes = 16;
+  static constexpr int kLanes = 1;
+  static constexpr int kGemvNr = 4, kGemmMr = 2, kGemmNr = 2;
+  static constexpr const char* kName = "scalar";
+  using Acc = int32_t;
+  using F = float;
+  struct W {
+    uint8_t v[16];
+  };
+  struct X {
+    int8_t v[16];
+  };
+  static Acc zero() { return 0; }
+  static F fzero() { return 0.0f; }
+  static void load_codes(const uint8_t* p, W* lo, W* hi) {
+    for (int i = 0; i < 16; ++i) {
+      lo->v[i] = p[i] & 0x0f;
+      hi->v[i] = p[i] >> 4;
+    }
+  }
+  static X load_x(const int8_t* p) {
+    X x;
+    std::memcpy(x.v, p, 16);
+    return x;
+  }
+  static Acc dot2(Acc acc, const W& lo, const X& xe, const W& hi, const X& xo) {
+    for (int i = 0; i < 16; ++i) acc += static_cast<int32_t>(lo.v[i]) * xe.v[i] + static_cast<int32_t>(hi.v[i]) * xo.v[i];
+    return acc;
+  }
+  static Acc correct(Acc acc, const int32_t* c) { return acc - c[0]; }
+  static F scale_add(F f, Acc acc, float s) { return f + static_cast<float>(acc) * s; }
+  static float hsum(F v) { return v; }
+};
+
 }  // namespace

@@ -23,6 +23,63 @@ bool int8_fast_path(const MatmulParams& p) {
          q.g_idx.empty() && q.scales.dim(1) == 1 && (q.act_group == 0 || q.act_group == p.x.dim(1));
 }
 
+// W4A8 kernels need symmetric int4 codes, contiguous groups and per-token int8 activations.
+bool w4a8_shape(const MatmulParams& p) {
+  const WeightQuant& q = p.quant;
+  const int64_t k = p.x.dim(1);
+  return q.act == ActQuant::kInt8 && p.w.dtype == DType::kI4 && q.zeros.empty() && q.perm.empty() && q.g_idx.empty() &&
+         q.block_rows == 1 && (q.act_group == 0 || q.act_group == k) && q.group_size > 0 && k % q.group_size == 0 &&
+         q.scales.dim(1) == k / q.group_size;
+}
+
+// x quantized per row, laid out per block of 2 * step columns as [even, odd], and the per-lane corrections.
+void w4a8_matmul(const MatmulParams& p, const cpu::W4A8Kernel& kern, const std::vector<float>& scales,
+                 const std::vector<float>& bias, ThreadPool& pool) {
+  const WeightQuant& q = p.quant;
+  const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0), gs = q.group_size, groups = k / gs;
+  const int64_t step = kern.step, lanes = kern.lanes;
+  const float* x = p.x.as<const float>();
+  std::vector<int8_t> xq(static_cast<size_t>(m * k));
+  std::vector<float> xs(static_cast<size_t>(m));
+  std::vector<int32_t> corr(static_cast<size_t>(m * groups * lanes), 0);
+  auto prepare = [&](int64_t r0, int64_t r1) {
+    std::vector<int8_t> row(static_cast<size_t>(k));
+    for (int64_t r = r0; r < r1; ++r) {
+      xs[static_cast<size_t>(r)] = quantize_act_int8(x + r * k, k, row.data());
+      int8_t* xp = xq.data() + r * k;
+      int32_t* c = corr.data() + r * groups * lanes;
+      for (int64_t b0 = 0; b0 < k; b0 += 2 * step)
+        for (int64_t b = 0; b < step; ++b) {
+          const int8_t even = row[static_cast<size_t>(b0 + 2 * b)], odd = row[static_cast<size_t>(b0 + 2 * b + 1)];
+          xp[b0 + b] = even;
+          xp[b0 + step + b] = odd;
+          c[(b0 / gs) * lanes + b * lanes / step] += 8 * (static_cast<int32_t>(even) + odd);
+        }
+    }
+  };
+  if (m > 1 && m * k >= 16384) pool.parallel_for(m, prepare);
+  else prepare(0, m);
+  cpu::W4A8MatmulArgs a;
+  a.x = xq.data();
+  a.x_corr = corr.data();
+  a.x_scale = xs.data();
+  a.codes = static_cast<const uint8_t*>(p.w.data);
+  a.scales = scales.data();
+  a.bias = bias.empty() ? nullptr : bias.data();
+  a.out = p.out.as<float>();
+  a.m = m;
+  a.k = k;
+  a.n = n;
+  a.groups = groups;
+  a.group_size = gs;
+  constexpr int64_t kGrainN = 16;
+  if (m == 1 || n >= pool.num_threads() * 4 * kGrainN) {
+    pool.parallel_for(n, [&](int64_t n0, int64_t n1) { kern.fn(a, 0, m, n0, n1); }, kGrainN);
+  } else {
+    pool.parallel_for(m, [&](int64_t m0, int64_t m1) { kern.fn(a, m0, m1, 0, n); });
+  }
+}
+
 }  // namespace
 
 bool is_w8_matmul(const MatmulParams& p) {
@@ -30,7 +87,8 @@ bool is_w8_matmul(const MatmulParams& p) {
          (p.w.dtype == DType::kI8 || p.w.dtype == DType::kF8E4M3 || p.quant.act != ActQuant::kNone);
 }
 
-void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8MatmulFn i8, ThreadPool& pool) {
+void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8MatmulFn i8, const cpu::W4A8Kernel& w4,
+               ThreadPool& pool) {
   const WeightQuant& q = p.quant;
   const int64_t m = p.x.dim(0), kk = p.x.dim(1), n = p.w.dim(0);
   if (m == 0 || n == 0) return;
@@ -40,6 +98,10 @@ void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8Matmul
   const std::vector<float> bias = p.bias.empty() ? std::vector<float>{} : f32_of(k, p.bias);
   const int threads = pool.num_threads();
   constexpr int64_t kGrainN = 16;
+  if (w4a8_shape(p)) {
+    for (const cpu::W4A8Kernel* kern : {&w4, &cpu::scalar_kernels().w4a8})
+      if (kern->fn && q.group_size % (2 * kern->step) == 0) return w4a8_matmul(p, *kern, scales, bias, pool);
+  }
   if (int8_fast_path(p)) {
     // Activations quantized once per matmul, per row.
     std::vector<int8_t> xq(static_cast<size_t>(m * kk));

@@ -8,12 +8,15 @@
 
 namespace peregrine::ops {
 
-// True when p's weight is 8-bit codes (kI8, kF8E4M3) or asks for quantized activations.
+// True when p's weight is 8-bit codes (kI8, kF8E4M3) or asks for quantized activations (W8A8 and W4A8).
 bool is_w8_matmul(const MatmulParams& p);
 
 // int8 W8A8 with one scale per output row (or row block) and per-token activations runs the int8 kernel `i8`
 // (x quantized once per matmul, exact int32 dot products); every other 8-bit case dequantizes each weight row
 // in f32 and dots it with x (quantized and dequantized first when the op asks for it): correct, not fast.
-void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8MatmulFn i8, ThreadPool& pool);
+// W4A8 (symmetric kI4 codes, contiguous groups, int8 activations per token) runs the int4 x int8 kernel `w4`
+// when its step divides the group (else the portable one when its step does, else the generic path).
+void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8MatmulFn i8, const cpu::W4A8Kernel& w4,
+               ThreadPool& pool);
 
 }  // namespace peregrine::ops

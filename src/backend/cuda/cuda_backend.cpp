@@ -21,6 +21,7 @@
 #include "backend/cuda/ggml_matmul.cuh"
 #include "backend/cuda/quant_matmul.cuh"
 #include "backend/cuda/fp8_gemm_lt.h"
+#include "backend/cuda/w4a8_matmul.cuh"
 #include "backend/cuda/w8_matmul.cuh"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kv_cache.cuh"
@@ -36,6 +37,8 @@ constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 constexpr int kScratchSlots = 8;
 constexpr int kGemmScratchSlot = 7;
 constexpr int kQuantWSlot = 6;  // quantized matmul at large M: the dequantized weight
+constexpr int kW4A8CSlot = 3;   // W4A8 at large M: the f32 GEMM output before the scales
+constexpr int kW4A8ASlot = 4;   // W4A8 at large M: the int8 activations widened to the activation dtype
 constexpr int kQuantXSlot = 5;  // quantized matmul with act-order: the permuted activations  // split-K partials beyond kGemmWorkspaceBytes (large M)
 
 std::string describe_device_errors(int flags) {
@@ -186,6 +189,7 @@ class CudaBackendImpl final : public CudaBackend {
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;
+    if (c == DType::kI4 && q.act == ActQuant::kInt8) return w4a8_matmul(p);
     if (c == DType::kI8 || c == DType::kF8E4M3 || q.act != ActQuant::kNone) return w8_matmul(p);
     if (c != DType::kI4 && c != DType::kU8)
       throw Error(ErrorCode::kUnsupported, std::string("cuda backend: matmul with ") + std::string(dtype_name(c)) +
@@ -212,6 +216,52 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
                                   l.m, l.n, l.k});
+  }
+
+  // W4A8 (w4a8_matmul.cuh): activations quantized once per matmul (the W8A8 quantizer); M <= 16 a warp per output
+  // with the int4 codes widened in registers and dp4a; larger M widens x, dequantizes the codes into a scratch and
+  // runs the cuBLASLt GEMM into f32, then applies the scales.
+  // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 boundary.
+  void w4a8_matmul(const MatmulParams& p) {
+    const WeightQuant& q = p.quant;
+    const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+    if (!q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() || q.scales.dtype != DType::kF32 || q.block_rows != 1 ||
+        !(q.act_group == 0 || q.act_group == k))
+      throw Error(ErrorCode::kUnsupported, "cuda backend: W4A8 matmul needs symmetric int4 codes (no zeros / perm / "
+                                           "g_idx), f32 group scales with block_rows 1 and activations per token");
+    if (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32)
+      throw Error(ErrorCode::kUnsupported, "cuda backend: W4A8 matmul out dtype must be x's or f32");
+    const cuda::W4A8MatmulLaunch l{p.x.data, p.x.dtype, static_cast<const uint8_t*>(p.w.data), q.scales.as<const float>(),
+                                   q.scales.dim(1), q.group_size, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype,
+                                   p.out.data, p.out.dtype, m, n, k};
+    if (!cuda::w4a8_supports(l))
+      throw Error(ErrorCode::kUnsupported, "cuda backend: W4A8 matmul needs K and the group size multiples of 32 (K " +
+                                               std::to_string(k) + ", group " + std::to_string(q.group_size) + ")");
+    if (m == 0 || n == 0) return;
+    // x quantized per token (int8 codes, one scale per row) by the W8A8 quantizer; then the 32-column sums.
+    const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
+    const size_t scales = static_cast<size_t>(m * 4 + 255) / 256 * 256;
+    auto* base = static_cast<uint8_t*>(scratch(codes + scales + static_cast<size_t>(m * (k / 32)) * 4, kQuantXSlot));
+    auto* xq = reinterpret_cast<int8_t*>(base);
+    auto* xs = reinterpret_cast<float*>(base + codes);
+    auto* xsum = reinterpret_cast<int32_t*>(base + codes + scales);
+    const cuda::W8MatmulLaunch aq{p.x.data, p.x.dtype, nullptr, DType::kI8, nullptr, 1, 1, k, 1, k, nullptr,
+                                  DType::kF32, nullptr, DType::kF32, m, n, k};
+    cuda::launch_act_quant(aq, base, xs, stream_);
+    if (m <= cuda::kW4A8GemvMaxM && reinterpret_cast<uintptr_t>(l.codes) % 16 == 0) {
+      cuda::launch_w4a8_chunk_sums(xq, xsum, m, k, stream_);
+      cuda::launch_w4a8_gemv(l, xq, xs, xsum, stream_);
+      return;
+    }
+    const size_t elem = dtype_bytes(p.x.dtype, 1);
+    void* a = scratch(static_cast<size_t>(m * k) * elem, kW4A8ASlot);
+    void* w = scratch(static_cast<size_t>(n * k) * elem, kQuantWSlot);
+    auto* c32 = static_cast<float*>(scratch(static_cast<size_t>(m * n) * 4, kW4A8CSlot));
+    const bool per_channel = l.groups == 1;
+    cuda::launch_w4a8_widen(xq, a, p.x.dtype, m * k, stream_);
+    cuda::launch_w4a8_dequantize(l, w, p.x.dtype, per_channel, stream_);
+    dense_matmul(cuda::GemmLaunch{a, w, nullptr, c32, p.x.dtype, p.x.dtype, p.x.dtype, DType::kF32, m, n, k});
+    cuda::launch_w4a8_epilogue(l, c32, xs, per_channel ? l.scales : nullptr, stream_);
   }
 
   // 8-bit codes and W8A8 (w8_matmul.cuh): activations quantized once per matmul, then a warp per output.

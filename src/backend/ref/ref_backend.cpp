@@ -84,6 +84,7 @@ class RefBackend final : public Backend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
+    if (is_w4a8(p)) return w4a8_matmul(p);
     int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
     // W8A8: x quantized per row (and activation group) as ops.h defines it, then used as q * s.
     std::vector<double> xq;
@@ -129,6 +130,39 @@ class RefBackend final : public Backend {
         double acc = p.bias.empty() ? 0.0 : load(p.bias, j);
         for (int64_t kk = 0; kk < k; ++kk) acc += x_at(i * k + kk) * row[static_cast<size_t>(kk)];
         store(p.out, i * n + j, acc);
+      }
+    }
+  }
+
+  // W4A8 (ops.h: symmetric kI4 codes in contiguous groups, x quantized to int8 per row) written as its definition
+  // reads: per row the int8 codes q and scale s of x, per output and group the exact integer sum of
+  // q * (code - 8), then out = s * sum_g scale[n, g] * sum_g (+ bias), in double.
+  static bool is_w4a8(const MatmulParams& p) {
+    const WeightQuant& q = p.quant;
+    return q.quantized() && p.w.dtype == DType::kI4 && q.act == ActQuant::kInt8 && q.zeros.empty() && q.g_idx.empty() &&
+           q.perm.empty() && (q.act_group == 0 || q.act_group == p.x.dim(1));
+  }
+  void w4a8_matmul(const MatmulParams& p) {
+    const WeightQuant& q = p.quant;
+    const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0), gs = q.group_size, groups = q.scales.dim(1);
+    const auto* codes = static_cast<const uint8_t*>(p.w.data);
+    std::vector<float> xf(static_cast<size_t>(k));
+    std::vector<int8_t> xq(static_cast<size_t>(k));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t c = 0; c < k; ++c) xf[static_cast<size_t>(c)] = static_cast<float>(load(p.x, i * k + c));
+      const double s = quantize_act_int8(xf.data(), k, xq.data());
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          int64_t dot = 0;
+          for (int64_t c = g * gs; c < std::min(k, (g + 1) * gs); ++c) {
+            const int64_t idx = j * k + c;
+            const int code = (idx % 2 == 0) ? (codes[idx / 2] & 0xf) : (codes[idx / 2] >> 4);
+            dot += static_cast<int64_t>(xq[static_cast<size_t>(c)]) * (code - 8);
+          }
+          acc += load(q.scales, (j / q.block_rows) * groups + g) * static_cast<double>(dot);
+        }
+        store(p.out, i * n + j, s * acc + (p.bias.empty() ? 0.0 : load(p.bias, j)));
       }
     }
   }

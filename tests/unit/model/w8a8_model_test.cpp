@@ -253,8 +253,8 @@ TEST(W8A8Config, RefusesOtherSchemesNamingFieldAndValue) {
       "input_activations.symmetric", "false");
   has(refusal(ct_group("int-quantized", R"({"num_bits":8,"type":"int","symmetric":false,"strategy":"channel"})", a8)),
       "weights.symmetric", "false");
-  has(refusal(ct_group("int-quantized", R"({"num_bits":4,"type":"int","symmetric":true,"strategy":"channel"})", a8)),
-      "weights.num_bits", "4");
+  has(refusal(ct_group("int-quantized", R"({"num_bits":2,"type":"int","symmetric":true,"strategy":"channel"})", a8)),
+      "weights.num_bits", "2");
   has(refusal(ct_group("int-quantized", R"({"num_bits":8,"type":"int","symmetric":true,"strategy":"group","group_size":128})", a8)),
       "weights.strategy", "'group'");
   has(refusal(ct_group("float-quantized", wf, a8)), "input_activations.type", "'int'");
