@@ -56,49 +56,38 @@ int HostKvTier::take_slot() {
 
 void HostKvTier::keep(std::span<const Evicted> blocks) {
   if (host_.num_slots() == 0 || blocks.empty()) return;
-  size_t next = 0;
-  while (next < blocks.size()) {
-    std::vector<int> device, host;
-    for (; next < blocks.size(); ++next) {
-      const Evicted& e = blocks[next];
-      if (by_key_.count(e.key)) continue;  // already held (an earlier copy of the same content)
-      const int s = take_slot();
-      if (s < 0) break;  // every slot holds one of this round's blocks
-      Slot& slot = slots_[static_cast<size_t>(s)];
-      slot.pinned = true;  // one transfer must not write a slot twice (its copies run in no set order)
-      slot.key = e.key;
-      slot.parent_key = e.parent_key;
-      slot.tokens.assign(e.tokens.begin(), e.tokens.end());
-      slot.used = true;
-      slot.lru = lru_.insert(lru_.end(), s);
-      by_key_[e.key] = s;
-      device.push_back(e.block);
-      host.push_back(s);
-    }
-    for (int s : host) slots_[static_cast<size_t>(s)].pinned = false;
-    if (device.empty()) return;
-    const uint64_t ticket = kv_.swap_out(device, host_, host);
-    kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
-    for (int s : host) {
-      Slot& slot = slots_[static_cast<size_t>(s)];
-      slot.ticket = ticket;
-      if (disk_) {
-        slot.to_disk = true;
-        to_disk_.push_back(s);
-      }
-    }
-    poll();  // host backends copy at once: straight to the disk queue
-    ++stats_.transfers_down;
-    stats_.blocks_down += device.size();
-    stats_.bytes_down += device.size() * host_.slot_bytes();
-    if (next == blocks.size()) break;
-    // More blocks than the tier has slots. Without a disk tier the rest are not kept. With one, this round's copy is
-    // finished and handed to the disk tier (the engine thread waits for it) so that its slots can take the next
-    // round: every evicted block reaches the disk tier.
-    if (!disk_) break;
-    for (int s : host) write_through(s);
-    ++stats_.overflow_rounds;
+  std::vector<int> device, host;
+  for (const Evicted& e : blocks) {
+    if (by_key_.count(e.key)) continue;  // already held (an earlier copy of the same content)
+    const int s = take_slot();
+    if (s < 0) break;  // every slot holds one of this call's blocks: the rest are not kept
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    slot.pinned = true;  // one transfer must not write a slot twice (its copies run in no set order)
+    slot.key = e.key;
+    slot.parent_key = e.parent_key;
+    slot.tokens.assign(e.tokens.begin(), e.tokens.end());
+    slot.used = true;
+    slot.lru = lru_.insert(lru_.end(), s);
+    by_key_[e.key] = s;
+    device.push_back(e.block);
+    host.push_back(s);
   }
+  for (int s : host) slots_[static_cast<size_t>(s)].pinned = false;
+  if (device.empty()) return;
+  const uint64_t ticket = kv_.swap_out(device, host_, host);
+  kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
+  for (int s : host) {
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    slot.ticket = ticket;
+    if (disk_) {
+      slot.to_disk = true;
+      to_disk_.push_back(s);
+    }
+  }
+  poll();  // host backends copy at once: straight to the disk queue
+  ++stats_.transfers_down;
+  stats_.blocks_down += device.size();
+  stats_.bytes_down += device.size() * host_.slot_bytes();
 }
 
 bool HostKvTier::contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {

@@ -5,9 +5,7 @@
 // in order, after the work enqueued before them; the compute queue waits for a copy-down before it overwrites the
 // blocks and for a load before it reads them, so the host never blocks on either. With a disk tier
 // (disk_kv_store.h) every block copied down is also written to disk once its copy is done, and a lookup the host
-// tier misses continues there (read into a host slot, then loaded like the others). An eviction of more blocks than
-// the tier has slots goes down in rounds, each written through to disk before its slots take the next, so every
-// evicted block reaches the disk tier (without one, the blocks beyond the slots are not kept).
+// tier misses continues there (read into a host slot, then loaded like the others).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +28,6 @@ class HostKvTier final : public LowerKvTier {
     uint64_t transfers_down = 0, transfers_up = 0;
     uint64_t hits = 0, dropped = 0;  // lookups that found a block; blocks pushed out of the tier
     uint64_t disk_loads = 0;         // blocks read back from the disk tier (then loaded like host blocks)
-    uint64_t overflow_rounds = 0;    // evictions larger than the tier, passed through it to the disk tier in rounds
   };
 
   // `num_slots` blocks of `kv`'s layout in pinned memory of kv's backend; with `disk`, every block that comes down

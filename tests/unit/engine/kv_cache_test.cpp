@@ -3,18 +3,11 @@
 // CUDA runs on the GPU machine (skipped without a GPU).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <string>
-#include <thread>
-
-#include <unistd.h>
 
 #include "core/status.h"
-#include "engine/disk_kv_store.h"
 #include "engine/host_kv_tier.h"
 #include "engine/kv_cache.h"
 #include "ops/backend.h"
@@ -220,75 +213,6 @@ TEST_P(KvCacheOps, HostTierKeepsWhatFitsAndLoadsItBackBitExact) {
     EXPECT_EQ(block_of(now, p, 9, 12), block_of(original, p, 2, 12)) << "pool " << p;
     EXPECT_EQ(block_of(now, p, 10, 12), block_of(original, p, 10, 12)) << "pool " << p;
   }
-}
-
-// An eviction larger than the host tier goes to the disk tier whole: it passes through the two slots in rounds,
-// every block is on disk afterwards, and all of them load back (from the host or through the disk reader) bit-exact.
-TEST_P(KvCacheOps, HostTierPassesAnOversizedEvictionToTheDiskTier) {
-  const Case& c = GetParam();
-  ops::BackendOptions bo;
-  bo.kind = c.device == "ref" ? ops::DeviceKind::kRef : c.device == "cpu" ? ops::DeviceKind::kCpu : ops::DeviceKind::kCuda;
-  if (bo.kind == ops::DeviceKind::kCuda && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
-  auto backend = ops::create_backend(bo);
-  KvCacheConfig cfg;
-  cfg.num_layers = 2;
-  cfg.num_kv_heads = 2;
-  cfg.head_dim = 8;
-  cfg.num_blocks = 12;
-  cfg.block_size = 4;
-  cfg.dtype = c.dtype;
-  cfg.scales_per_token_head = c.scales;
-  KvCache kv(*backend, cfg);
-  std::mt19937 rng(13);
-  fill_random(*backend, kv, rng);
-  const auto original = read_pools(*backend, kv);
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("peregrine_tier_overflow_" + std::to_string(::getpid()) + "_" + c.device);
-  std::filesystem::remove_all(dir);
-  DiskKvStore::Config dc;
-  dc.dir = dir.string();
-  dc.max_bytes = 1 << 24;
-  dc.identity = 7;
-  dc.block_size = cfg.block_size;
-  dc.payload_bytes = cfg.bytes_per_block();
-  auto store = std::make_unique<DiskKvStore>(dc);
-  DiskKvStore* disk = store.get();
-  HostKvTier tier(*backend, kv, 2, std::move(store));
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<LowerKvTier::Evicted> evicted;
-  for (int b = 0; b < 5; ++b) tokens.push_back({4 * b + 1, 4 * b + 2, 4 * b + 3, 4 * b + 4});
-  for (int b = 0; b < 5; ++b) {
-    evicted.push_back({b, static_cast<uint64_t>(201 + b), b == 0 ? 0 : static_cast<uint64_t>(200 + b), tokens[static_cast<size_t>(b)]});
-  }
-  tier.keep(evicted);
-  EXPECT_EQ(tier.num_held(), 2);
-  EXPECT_EQ(tier.stats().blocks_down, 5u);
-  EXPECT_EQ(tier.stats().overflow_rounds, 2u);
-  backend->synchronize();
-  tier.poll();
-  disk->flush();
-  for (int b = 0; b < 5; ++b) {
-    EXPECT_TRUE(disk->contains(static_cast<uint64_t>(201 + b), b == 0 ? 0 : static_cast<uint64_t>(200 + b),
-                               tokens[static_cast<size_t>(b)]))
-        << "block " << b << " did not reach the disk tier";
-  }
-  // A load passes through the host slots too, so at most two blocks at a time.
-  const uint64_t keys[] = {201, 202, 203, 204, 205};
-  const int blocks[] = {6, 7, 8, 9, 10};
-  for (size_t at = 0; at < 5; at += 2) {
-    const size_t n = std::min<size_t>(2, 5 - at);
-    uint64_t ticket = 0;
-    EXPECT_EQ(tier.load(std::span<const uint64_t>(keys + at, n), std::span<const int>(blocks + at, n), &ticket),
-              static_cast<int>(n));
-    int arrived = -1;
-    for (int i = 0; i < 200000 && (arrived = tier.loaded(ticket)) < 0; ++i) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    EXPECT_EQ(arrived, static_cast<int>(n)) << "blocks from " << at;
-    backend->synchronize();
-  }
-  const auto now = read_pools(*backend, kv);
-  for (size_t p = 0; p < original.size(); ++p)
-    for (int b = 0; b < 5; ++b) EXPECT_EQ(block_of(now, p, 6 + b, 12), block_of(original, p, b, 12)) << "pool " << p << " block " << b;
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, KvCacheOps,
