@@ -19,12 +19,16 @@
 #include "peregrine/error.h"
 #include "peregrine/quantize.h"
 #include "test_fixtures.h"
+#include "unit/model/teacher_forced.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace peregrine;
 
 namespace {
+
+using peregrine::testing::Deviation;
+using peregrine::testing::teacher_forced;
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
@@ -91,53 +95,6 @@ TEST(W4A8Config, RefusesOtherSchemesNamingFieldAndValue) {
       "input_activations", "num_bits 4");
   has(ct_group("int-quantized", R"({"num_bits":2,"type":"int","symmetric":true,"strategy":"channel"})", kA8),
       "weights.num_bits", "2");
-}
-
-// Teacher-forced deviation from the float reference (every top-5 entry of every prefill position and step).
-struct Deviation {
-  double max = 0, sum = 0;
-  int64_t count = 0;
-  double mean() const { return count ? sum / static_cast<double>(count) : 0; }
-};
-
-Deviation teacher_forced(Engine& engine, const json& cases) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (const json& c : cases) {
-    auto p = c["prompt_ids"].get<std::vector<int32_t>>();
-    auto o = c["output_ids"].get<std::vector<int32_t>>();
-    p.insert(p.end(), o.begin(), o.end());
-    prompts.push_back(p);
-  }
-  SamplingParams sp;
-  sp.max_tokens = 1;
-  sp.temperature = 0;
-  sp.prompt_logprobs = 20;
-  sp.ignore_eos = true;
-  const std::vector<RequestOutput> results = engine.generate(prompts, sp);
-  Deviation d;
-  auto compare = [&](const json& top5, const PositionLogprobs& pos) {
-    for (const json& e : top5) {
-      const int32_t id = e[0].get<int32_t>();
-      double got = pos.top.empty() ? -1e9 : pos.top.back().logprob;
-      for (const TokenLogprob& t : pos.top)
-        if (t.token_id == id) got = t.logprob;
-      const double dev = std::fabs(got - e[1].get<double>());
-      d.max = std::max(d.max, dev);
-      d.sum += dev;
-      ++d.count;
-    }
-  };
-  for (size_t i = 0; i < cases.size(); ++i) {
-    const json& c = cases[i];
-    const size_t plen = c["prompt_ids"].size();
-    const auto& pl = results[i].prompt_logprobs;
-    if (c.contains("prefill_top5"))
-      for (size_t p = 0; p + 1 < plen; ++p)
-        if (!c["prefill_top5"][p].is_null()) compare(c["prefill_top5"][p], pl.at(p + 1));
-    for (size_t s = 0; s < c["top5_logprobs"].size(); ++s)
-      if (!c["top5_logprobs"][s].is_null()) compare(c["top5_logprobs"][s], pl.at(plen + s));
-  }
-  return d;
 }
 
 std::unique_ptr<Engine> make_engine(const fs::path& dir, const std::string& device) {
