@@ -8,7 +8,7 @@
 // GEMV: one warp per output; lane l takes chunks l, l + 32, ... (for a 32-value type a warp's first pass reads 32
 // consecutive blocks: coalesced); each chunk's 32 products are summed in order into the lane's accumulator, then a
 // fixed xor butterfly. The order depends on K only, so a row's bits never depend on M. Q4_0 takes
-// ggml_gemv_q8q4_kernel (below), whose lanes share blocks so that the warp's loads are coalesced.
+// ggml_gemv_q4_0_kernel (below), whose lanes share blocks so that the warp's loads are coalesced.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
 
@@ -176,6 +176,21 @@ __device__ __forceinline__ void chunk_dot(const uint8_t* row, int64_t c, const X
   }
 }
 
+// The end of every GEMV: each row's lane sums meet in a fixed xor butterfly; lane 0 adds the bias and stores.
+template <int MT>
+__device__ __forceinline__ void store_gemv_rows(const GgmlMatmulLaunch& p, int64_t n, int lane, const float (&acc)[MT]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float s = acc[m];
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0 && m < p.m) {
+      if (p.bias) s += load_any(p.bias, p.bias_dtype, n);
+      store_any(p.out, p.out_dtype, m * p.n + n, s);
+    }
+  }
+}
+
 template <GgmlType T, typename X, int MT>
 __global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_kernel(GgmlMatmulLaunch p, const X* __restrict__ x) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -187,16 +202,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_kernel(GgmlMatmulLa
 #pragma unroll
   for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
   for (int64_t c = lane; c < chunks; c += 32) chunk_dot<T, X, MT>(row, c, x, p.k, p.m, acc);
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    float s = acc[m];
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0 && m < p.m) {
-      if (p.bias) s += load_any(p.bias, p.bias_dtype, n);
-      store_any(p.out, p.out_dtype, m * p.n + n, s);
-    }
-  }
+  store_gemv_rows<MT>(p, n, lane, acc);
 }
 
 // 4 consecutive elements (p 8-byte aligned for 16-bit types, 16-byte for f32).
@@ -213,15 +219,14 @@ __device__ __forceinline__ void load4(const T* p, float (&v)[4]) {
   }
 }
 
-// The GEMV for Q8_0 and Q4_0 with the warp's loads coalesced: a block is shared by 8 lanes (Q8_0: 4 codes each) or
-// 4 lanes (Q4_0: 4 bytes, 8 codes each), so a warp pass reads 4 or 8 consecutive blocks (136 or 144 bytes) with
-// 16-bit loads that fall in two cache lines, where the chunk-per-lane GEMV spreads each load over a whole 1 KB stretch
+// The Q4_0 GEMV with the warp's loads coalesced: four lanes share a block (4 bytes, 8 codes each), so a warp pass
+// reads 8 consecutive blocks (144 bytes) with 16-bit loads that fall in two cache lines, where the chunk-per-lane GEMV spreads each load over a whole 1 KB stretch
 // (its limit: L1 wavefronts, ~1.8 TB/s). Each lane sums its codes' products in order and scales that once per block;
-// lane sums meet in a fixed butterfly, so a row's bits depend on K alone, never on M.
-template <GgmlType T, typename X, int MT>
-__global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_q8q4_kernel(GgmlMatmulLaunch p, const X* __restrict__ x) {
-  constexpr bool q8 = T == GgmlType::kQ8_0;
-  constexpr int kBytes = q8 ? 34 : 18, kLanesPerBlock = q8 ? 8 : 4, kBlocksPerPass = 32 / kLanesPerBlock;
+// lane sums meet in a fixed butterfly, so a row's bits depend on K alone, never on M. (The same layout for Q8_0, 8
+// lanes a block, measured slower than the chunk GEMV: docs/BENCHMARKS.md.)
+template <typename X, int MT>
+__global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_q4_0_kernel(GgmlMatmulLaunch p, const X* __restrict__ x) {
+  constexpr int kBytes = 18, kLanesPerBlock = 4, kBlocksPerPass = 32 / kLanesPerBlock;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
   if (n >= p.n) return;
@@ -250,62 +255,34 @@ __global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_q8q4_kernel(GgmlMat
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t bi = b0 + u * kBlocksPerPass + in_pass;
       if (bi >= blocks) break;
-      if constexpr (q8) {
-        float v[4];
-        v[0] = magic_byte(w0[u] ^ 0x8080u, 0x7540u, 8388736.0f);  // (q + 128) as a float, less 128
-        v[1] = magic_byte(w0[u] ^ 0x8080u, 0x7541u, 8388736.0f);
-        v[2] = magic_byte(w1[u] ^ 0x8080u, 0x7540u, 8388736.0f);
-        v[3] = magic_byte(w1[u] ^ 0x8080u, 0x7541u, 8388736.0f);
+      const uint32_t lo0 = w0[u] & 0x0F0Fu, hi0 = (w0[u] >> 4) & 0x0F0Fu;
+      const uint32_t lo1 = w1[u] & 0x0F0Fu, hi1 = (w1[u] >> 4) & 0x0F0Fu;
+      float v[8];  // values 4 sub .. 4 sub + 3, then 16 + 4 sub .. 16 + 4 sub + 3
+      v[0] = magic_byte(lo0, 0x7540u, 8388616.0f);
+      v[1] = magic_byte(lo0, 0x7541u, 8388616.0f);
+      v[2] = magic_byte(lo1, 0x7540u, 8388616.0f);
+      v[3] = magic_byte(lo1, 0x7541u, 8388616.0f);
+      v[4] = magic_byte(hi0, 0x7540u, 8388616.0f);
+      v[5] = magic_byte(hi0, 0x7541u, 8388616.0f);
+      v[6] = magic_byte(hi1, 0x7540u, 8388616.0f);
+      v[7] = magic_byte(hi1, 0x7541u, 8388616.0f);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m < p.m) {
-            float xv[4];
-            load4(x + m * p.k + bi * 32 + 4 * sub, xv);
-            float part = v[0] * xv[0];
+      for (int m = 0; m < MT; ++m) {
+        if (m < p.m) {
+          float xa[4], xb[4];
+          load4(x + m * p.k + bi * 32 + 4 * sub, xa);
+          load4(x + m * p.k + bi * 32 + 16 + 4 * sub, xb);
+          float part = v[0] * xa[0];
 #pragma unroll
-            for (int q = 1; q < 4; ++q) part = fmaf(v[q], xv[q], part);
-            acc[m] = fmaf(part, d[u], acc[m]);
-          }
-        }
-      } else {
-        const uint32_t lo0 = w0[u] & 0x0F0Fu, hi0 = (w0[u] >> 4) & 0x0F0Fu;
-        const uint32_t lo1 = w1[u] & 0x0F0Fu, hi1 = (w1[u] >> 4) & 0x0F0Fu;
-        float v[8];  // values 4 sub .. 4 sub + 3, then 16 + 4 sub .. 16 + 4 sub + 3
-        v[0] = magic_byte(lo0, 0x7540u, 8388616.0f);
-        v[1] = magic_byte(lo0, 0x7541u, 8388616.0f);
-        v[2] = magic_byte(lo1, 0x7540u, 8388616.0f);
-        v[3] = magic_byte(lo1, 0x7541u, 8388616.0f);
-        v[4] = magic_byte(hi0, 0x7540u, 8388616.0f);
-        v[5] = magic_byte(hi0, 0x7541u, 8388616.0f);
-        v[6] = magic_byte(hi1, 0x7540u, 8388616.0f);
-        v[7] = magic_byte(hi1, 0x7541u, 8388616.0f);
+          for (int q = 1; q < 4; ++q) part = fmaf(v[q], xa[q], part);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m < p.m) {
-            float xa[4], xb[4];
-            load4(x + m * p.k + bi * 32 + 4 * sub, xa);
-            load4(x + m * p.k + bi * 32 + 16 + 4 * sub, xb);
-            float part = v[0] * xa[0];
-#pragma unroll
-            for (int q = 1; q < 4; ++q) part = fmaf(v[q], xa[q], part);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) part = fmaf(v[4 + q], xb[q], part);
-            acc[m] = fmaf(part, d[u], acc[m]);
-          }
+          for (int q = 0; q < 4; ++q) part = fmaf(v[4 + q], xb[q], part);
+          acc[m] = fmaf(part, d[u], acc[m]);
         }
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    float sum = acc[m];
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0 && m < p.m) {
-      if (p.bias) sum += load_any(p.bias, p.bias_dtype, n);
-      store_any(p.out, p.out_dtype, m * p.n + n, sum);
-    }
-  }
+  store_gemv_rows<MT>(p, n, lane, acc);
 }
 
 // One thread per chunk of 32 values of the weight.
@@ -385,10 +362,10 @@ void launch_ggml_gemv(const GgmlMatmulLaunch& l, cudaStream_t stream) {
       using X = typename decltype(tag)::type;
       const X* x = static_cast<const X*>(l.x);
       if constexpr (T == GgmlType::kQ4_0) {  // Q8_0 measured faster on the chunk GEMV (docs/BENCHMARKS.md)
-        if (l.m <= 1) ggml_gemv_q8q4_kernel<T, X, 1><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
-        else if (l.m <= 2) ggml_gemv_q8q4_kernel<T, X, 2><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
-        else if (l.m <= 4) ggml_gemv_q8q4_kernel<T, X, 4><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
-        else ggml_gemv_q8q4_kernel<T, X, 8><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        if (l.m <= 1) ggml_gemv_q4_0_kernel<X, 1><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        else if (l.m <= 2) ggml_gemv_q4_0_kernel<X, 2><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        else if (l.m <= 4) ggml_gemv_q4_0_kernel<X, 4><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
+        else ggml_gemv_q4_0_kernel<X, 8><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
         return;
       }
       if (l.m <= 1) ggml_gemv_kernel<T, X, 1><<<grid, kGemvWarps * 32, 0, stream>>>(l, x);
