@@ -82,9 +82,20 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
 ModelRunner::~ModelRunner() {
   release_graphs();
   if (staging_) backend_.deallocate_pinned(staging_);
-  if (sample_staging_) backend_.deallocate_pinned(sample_staging_);
-  if (penalty_staging_) backend_.deallocate_pinned(penalty_staging_);
-  if (mask_staging_) backend_.deallocate_pinned(mask_staging_);
+  for (StagedUpload* u : {&sample_params_, &penalty_tokens_, &masks_}) u->release(backend_);
+}
+
+void ModelRunner::StagedUpload::reserve(ops::Backend& backend, size_t bytes) {
+  if (bytes <= capacity) return;
+  release(backend);
+  capacity = std::max(bytes, 2 * capacity);
+  device = ops::DeviceBuffer(backend, capacity);
+  host = static_cast<char*>(backend.allocate_pinned(capacity));
+}
+
+void ModelRunner::StagedUpload::release(ops::Backend& backend) {
+  if (host) backend.deallocate_pinned(host);
+  host = nullptr;
 }
 
 KvCacheConfig ModelRunner::kv_cache_config(int num_blocks) const {
@@ -397,16 +408,14 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
   const size_t f_temp = 0, f_top_p = cap * 4, f_min_p = cap * 8, f_top_k = cap * 12, f_tokens = cap * 16,
                f_seeds = cap * 24, f_offsets = cap * 32, f_rep = cap * 40, f_pres = cap * 44, f_freq = cap * 48,
                total = cap * 52;
-  if (!sample_staging_) {
-    sample_params_ = ops::DeviceBuffer(backend_, total);
-    sample_staging_ = static_cast<char*>(backend_.allocate_pinned(total));
-  }
-  auto* temp = reinterpret_cast<float*>(sample_staging_ + f_temp);
-  auto* top_p = reinterpret_cast<float*>(sample_staging_ + f_top_p);
-  auto* min_p = reinterpret_cast<float*>(sample_staging_ + f_min_p);
-  auto* top_k = reinterpret_cast<int32_t*>(sample_staging_ + f_top_k);
-  auto* seeds = reinterpret_cast<int64_t*>(sample_staging_ + f_seeds);
-  auto* offsets = reinterpret_cast<int64_t*>(sample_staging_ + f_offsets);
+  sample_params_.reserve(backend_, total);
+  char* const staging = sample_params_.host;
+  auto* temp = reinterpret_cast<float*>(staging + f_temp);
+  auto* top_p = reinterpret_cast<float*>(staging + f_top_p);
+  auto* min_p = reinterpret_cast<float*>(staging + f_min_p);
+  auto* top_k = reinterpret_cast<int32_t*>(staging + f_top_k);
+  auto* seeds = reinterpret_cast<int64_t*>(staging + f_seeds);
+  auto* offsets = reinterpret_cast<int64_t*>(staging + f_offsets);
   std::fill(temp, temp + n, 0.0f);
   std::fill(top_p, top_p + n, 1.0f);
   std::fill(min_p, min_p + n, 0.0f);
@@ -414,9 +423,9 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
   std::fill(seeds, seeds + n, 0);
   std::fill(offsets, offsets + n, 0);
   const bool penalties = !s.repetition.empty();
-  auto* rep = reinterpret_cast<float*>(sample_staging_ + f_rep);
-  auto* pres = reinterpret_cast<float*>(sample_staging_ + f_pres);
-  auto* freq = reinterpret_cast<float*>(sample_staging_ + f_freq);
+  auto* rep = reinterpret_cast<float*>(staging + f_rep);
+  auto* pres = reinterpret_cast<float*>(staging + f_pres);
+  auto* freq = reinterpret_cast<float*>(staging + f_freq);
   if (penalties) {
     std::fill(rep, rep + n, 1.0f);
     std::fill(pres, pres + n, 0.0f);
@@ -442,11 +451,11 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
       freq[r] = s.frequency[i];
     }
   }
-  char* dev = static_cast<char*>(sample_params_.data());
+  char* dev = static_cast<char*>(sample_params_.device.data());
   for (size_t off : {f_temp, f_top_p, f_min_p, f_top_k, f_seeds, f_offsets, f_rep, f_pres, f_freq}) {
     if (!penalties && off >= f_rep) continue;
     const size_t width = off >= f_seeds && off < f_rep ? 8 : 4;
-    backend_.copy_from_host_async(dev + off, sample_staging_ + off, n * width);
+    backend_.copy_from_host_async(dev + off, staging + off, n * width);
   }
   // Penalty tokens in row order: [prompt tokens][output tokens][prompt offsets (n + 1)][output offsets (n + 1)].
   int32_t* pen_dev = nullptr;
@@ -455,13 +464,8 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
     pen_prompt = s.prompt_tokens.size();
     pen_output = s.output_tokens.size();
     const size_t need = pen_prompt + pen_output + 2 * (n + 1);
-    if (need > penalty_capacity_) {
-      if (penalty_staging_) backend_.deallocate_pinned(penalty_staging_);
-      penalty_capacity_ = std::max(need, 2 * penalty_capacity_);
-      penalty_tokens_ = ops::DeviceBuffer(backend_, penalty_capacity_ * sizeof(int32_t));
-      penalty_staging_ = static_cast<int32_t*>(backend_.allocate_pinned(penalty_capacity_ * sizeof(int32_t)));
-    }
-    int32_t* pt = penalty_staging_;
+    penalty_tokens_.reserve(backend_, need * sizeof(int32_t));
+    int32_t* pt = reinterpret_cast<int32_t*>(penalty_tokens_.host);
     int32_t* ot = pt + pen_prompt;
     int32_t* po = ot + pen_output;
     int32_t* oo = po + n + 1;
@@ -483,8 +487,8 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
       po[r + 1] = static_cast<int32_t>(p_at);
       oo[r + 1] = static_cast<int32_t>(o_at);
     }
-    pen_dev = static_cast<int32_t*>(penalty_tokens_.data());
-    backend_.copy_from_host_async(pen_dev, penalty_staging_, need * sizeof(int32_t));
+    pen_dev = static_cast<int32_t*>(penalty_tokens_.device.data());
+    backend_.copy_from_host_async(pen_dev, penalty_tokens_.host, need * sizeof(int32_t));
   }
   const int64_t rows = real_rows;
   ops::SampleParams p;
@@ -513,22 +517,18 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
     PEREGRINE_CHECK(s.masked.size() == s.rows.size() && s.fill_mask && s.mask_words * 64 >= static_cast<size_t>(vocab_),
                     "device sampling masks need one flag per entry, fill_mask and mask_words covering the vocabulary");
     const size_t mask_bytes = num_masks * s.mask_words * 8, need = mask_bytes + n * 4;
-    if (need > mask_capacity_) {
-      if (mask_staging_) backend_.deallocate_pinned(mask_staging_);
-      mask_capacity_ = std::max(need, 2 * mask_capacity_);
-      mask_buffer_ = ops::DeviceBuffer(backend_, mask_capacity_);
-      mask_staging_ = static_cast<char*>(backend_.allocate_pinned(mask_capacity_));
-    }
-    auto* index = reinterpret_cast<int32_t*>(mask_staging_ + mask_bytes);
+    masks_.reserve(backend_, need);
+    char* const mask_host = masks_.host;
+    auto* index = reinterpret_cast<int32_t*>(mask_host + mask_bytes);
     std::fill(index, index + n, -1);
     int32_t m = 0;
     for (size_t i = 0; i < s.rows.size(); ++i) {
       if (!s.masked[i]) continue;
-      s.fill_mask(i, reinterpret_cast<uint64_t*>(mask_staging_) + static_cast<size_t>(m) * s.mask_words);
+      s.fill_mask(i, reinterpret_cast<uint64_t*>(mask_host) + static_cast<size_t>(m) * s.mask_words);
       index[s.rows[i]] = m++;
     }
-    backend_.copy_from_host_async(mask_buffer_.data(), mask_staging_, need);
-    auto* dev_masks = static_cast<char*>(mask_buffer_.data());
+    backend_.copy_from_host_async(masks_.device.data(), mask_host, need);
+    auto* dev_masks = static_cast<char*>(masks_.device.data());
     p.allowed_tokens = TensorView(dev_masks, DType::kI32, {static_cast<int64_t>(num_masks), static_cast<int64_t>(2 * s.mask_words)});
     p.allowed_index = TensorView(dev_masks + mask_bytes, DType::kI32, {rows});
   }
@@ -546,7 +546,7 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
                           sizeof(float) * (end - r) * static_cast<size_t>(vocab_));
     r = end;
   }
-  auto* tokens = reinterpret_cast<int32_t*>(sample_staging_ + f_tokens);
+  auto* tokens = reinterpret_cast<int32_t*>(staging + f_tokens);
   backend_.copy_to_host(tokens, dev + f_tokens, n * sizeof(int32_t));
   s.tokens.resize(s.rows.size());
   for (size_t i = 0; i < s.rows.size(); ++i) s.tokens[i] = tokens[s.rows[i]];

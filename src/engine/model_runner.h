@@ -174,14 +174,17 @@ class ModelRunner {
   ops::DeviceBuffer logits_;     // [max_rows_per_chunk_, vocab] f32
   // Sampling on the backend: per-row parameters and tokens of up to max_rows_per_chunk_ rows (see sample_rows).
   void sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<float>& logits);
-  ops::DeviceBuffer sample_params_;
-  char* sample_staging_ = nullptr;  // pinned, the layout of sample_params_
-  ops::DeviceBuffer penalty_tokens_;  // prompt and output tokens of rows with penalties, and their offsets
-  int32_t* penalty_staging_ = nullptr;
-  size_t penalty_capacity_ = 0;     // int32 elements of both
-  ops::DeviceBuffer mask_buffer_;     // token masks of a step's constrained rows, then their per-row index
-  char* mask_staging_ = nullptr;
-  size_t mask_capacity_ = 0;        // bytes of both
+  // Pinned host staging and the device buffer it is copied to, grown (doubling; contents not kept) as needed.
+  struct StagedUpload {
+    ops::DeviceBuffer device;
+    char* host = nullptr;
+    size_t capacity = 0;  // bytes of each
+    void reserve(ops::Backend& backend, size_t bytes);
+    void release(ops::Backend& backend);
+  };
+  StagedUpload sample_params_;   // the per-row parameters and tokens (layout in sample_rows)
+  StagedUpload penalty_tokens_;  // prompt and output tokens of rows with penalties, and their offsets (int32)
+  StagedUpload masks_;           // token masks of a step's constrained rows, then their per-row index
   // Decode graphs by padded batch size: 0 = not captured yet.
   std::vector<int64_t> graphs_;
   // Verify-step graphs by (padded sequences, rows per sequence): key sequences * 64 + rows.
