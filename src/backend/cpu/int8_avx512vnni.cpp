@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/i4dot_avx512.h"
+
 namespace {
 
 struct I8Dot {
@@ -25,27 +27,9 @@ struct I8Dot {
 };
 
 // W4A8: the unpacked codes (0..15) are vpdpbusd's unsigned operand as they are; x the signed one.
-struct I4Dot {
-  static constexpr int64_t kBytes = 64;
-  static constexpr int kLanes = 16;
-  static constexpr int kGemvNr = 4, kGemmMr = 4, kGemmNr = 2;
+struct I4Dot : I4DotAvx512Base {
   static constexpr const char* kName = "avx512 vnni";
-  using Acc = __m512i;
-  using F = __m512;
-  using W = __m512i;
-  using X = __m512i;
-  static Acc zero() { return _mm512_setzero_si512(); }
-  static F fzero() { return _mm512_setzero_ps(); }
-  static void load_codes(const uint8_t* p, W* lo, W* hi) {
-    const __m512i v = _mm512_loadu_si512(p), m = _mm512_set1_epi8(0x0f);
-    *lo = _mm512_and_si512(v, m);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-  }
-  static X load_x(const int8_t* p) { return _mm512_loadu_si512(p); }
   static Acc dot2(Acc acc, W lo, X xe, W hi, X xo) { return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, lo, xe), hi, xo); }
-  static Acc correct(Acc acc, const int32_t* c) { return _mm512_sub_epi32(acc, _mm512_loadu_si512(c)); }
-  static F scale_add(F f, Acc acc, float s) { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(s), f); }
-  static float hsum(F v) { return _mm512_reduce_add_ps(v); }
 };
 
 }  // namespace

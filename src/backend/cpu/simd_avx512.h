@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/i4dot_avx512.h"
+
 namespace {
 
 struct Simd {
@@ -151,30 +153,12 @@ struct I8Dot {
 // maddubs wants its first operand), maddubs with the signed x (|sum of two pairs| <= 2 * 2 * 15 * 128: no 16-bit
 // saturation), widened by madd(1) into 16 int32 lanes (lane l sums bytes 4l .. 4l + 3). With VNNI the backend
 // uses int8_avx512vnni.cpp instead.
-struct I4Dot {
-  static constexpr int64_t kBytes = 64;
-  static constexpr int kLanes = 16;
-  static constexpr int kGemvNr = 4, kGemmMr = 4, kGemmNr = 2;
+struct I4Dot : I4DotAvx512Base {
   static constexpr const char* kName = "avx512bw maddubs";
-  using Acc = __m512i;
-  using F = __m512;
-  using W = __m512i;
-  using X = __m512i;
-  static Acc zero() { return _mm512_setzero_si512(); }
-  static F fzero() { return _mm512_setzero_ps(); }
-  static void load_codes(const uint8_t* p, W* lo, W* hi) {
-    const __m512i v = _mm512_loadu_si512(p), m = _mm512_set1_epi8(0x0f);
-    *lo = _mm512_and_si512(v, m);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
-  }
-  static X load_x(const int8_t* p) { return _mm512_loadu_si512(p); }
   static Acc dot2(Acc acc, W lo, X xe, W hi, X xo) {
     const __m512i p16 = _mm512_add_epi16(_mm512_maddubs_epi16(lo, xe), _mm512_maddubs_epi16(hi, xo));
     return _mm512_add_epi32(acc, _mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
   }
-  static Acc correct(Acc acc, const int32_t* c) { return _mm512_sub_epi32(acc, _mm512_loadu_si512(c)); }
-  static F scale_add(F f, Acc acc, float s) { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(s), f); }
-  static float hsum(F v) { return _mm512_reduce_add_ps(v); }
 };
 
 }  // namespace
