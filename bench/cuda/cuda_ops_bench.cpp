@@ -4,7 +4,8 @@
 // each matmul policy, plus a sweep of pinned split-K counts. Inputs rotate through buffer sets larger than L2;
 // timings are medians of CUDA-graph replays.
 // --ggml-only: the HBM ceilings, then GGUF block matmuls (Q8_0/Q4_0/Q4_K/Q6_K, 8B shapes, M = 1/8/32) only.
-// Usage: cuda_ops_bench [--gemm-only | --ggml-only] [output.md]
+// --skinny-only: the HBM ceilings, then the skinny bf16 kernel against split-K cuBLASLt at M = 1..16 only.
+// Usage: cuda_ops_bench [--gemm-only | --ggml-only | --skinny-only] [output.md]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -118,7 +119,7 @@ Bandwidth measure_bandwidth(Bench& b) {
   return bw;
 }
 
-constexpr ops::MatmulPolicy kDefaultPolicy = ops::MatmulPolicy::kBatchInvariantSplitK;
+constexpr ops::MatmulPolicy kDefaultPolicy = ops::MatmulPolicy::kSkinnySmallM;
 
 // Milliseconds per x[m, K] * w[N, K]^T. Small m rotates through weight copies to defeat L2. rows > 0 issues it
 // as ceil(m / rows) matmuls of `rows` rows (what the backend's own chunking of split-K partials does).
@@ -263,11 +264,11 @@ void add_gemm_rows(Bench& b, std::vector<Row>& rows, double read_tbps, double pe
     for (int splits : sw.splits) {
       b.cuda().set_matmul_splits(sw.n, sw.k, splits);
       std::string plan;
-      const double ms1 = time_matmul(b, 1, sw.n, sw.k, kDefaultPolicy, &plan);
+      const double ms1 = time_matmul(b, 1, sw.n, sw.k, ops::MatmulPolicy::kBatchInvariantSplitK, &plan);
       const double gbps = static_cast<double>(sw.n) * sw.k * 2 / (ms1 * 1e-3) / 1e9;
       std::string chunked;
       for (int64_t r : {0, 512, 1024, 2048}) {
-        const double ms = time_matmul(b, 8192, sw.n, sw.k, kDefaultPolicy, nullptr, r);
+        const double ms = time_matmul(b, 8192, sw.n, sw.k, ops::MatmulPolicy::kBatchInvariantSplitK, nullptr, r);
         chunked += fmt(r ? " / %.0f" : "%.0f", tflops_of(8192, sw.n, sw.k, ms));
       }
       std::printf("  sweep %s S=%d: M=1 %s\n", sw.name, splits, plan.c_str());
@@ -280,6 +281,68 @@ void add_gemm_rows(Bench& b, std::vector<Row>& rows, double read_tbps, double pe
     }
     b.cuda().set_matmul_splits(sw.n, sw.k, 0);
   }
+}
+
+// Milliseconds per group of matmuls over one x[m, K] (Backend::matmuls: q/k/v or gate/up), weights rotated
+// through copies to defeat L2. Under kSkinnySmallM with m <= 16 the group is one launch; otherwise one per matmul.
+double time_group(Bench& b, int64_t m, const std::vector<int64_t>& ns, int64_t k, ops::MatmulPolicy policy) {
+  b.cuda().set_matmul_policy(policy);
+  size_t wbytes = 0;
+  for (int64_t n : ns) wbytes += static_cast<size_t>(n * k * 2);
+  const int sets = sets_for(wbytes);
+  std::vector<std::vector<DeviceBuffer>> ws(static_cast<size_t>(sets));
+  std::vector<DeviceBuffer> outs;
+  for (auto& set : ws)
+    for (int64_t n : ns) set.push_back(b.random_buffer(DType::kBF16, n * k, 0.02f));
+  for (int64_t n : ns) outs.emplace_back(b.be(), static_cast<size_t>(m * n * 2));
+  DeviceBuffer x = b.random_buffer(DType::kBF16, m * k);
+  std::vector<std::vector<ops::MatmulParams>> params(static_cast<size_t>(sets));
+  for (int s = 0; s < sets; ++s)
+    for (size_t i = 0; i < ns.size(); ++i)
+      params[s].push_back({x.view(DType::kBF16, {m, k}), ws[s][i].view(DType::kBF16, {ns[i], k}), TensorView(),
+                           outs[i].view(DType::kBF16, {m, ns[i]})});
+  const int calls = sets * std::max(1, 24 / sets);
+  const double ms = b.time_calls(calls, [&](int i) { b.be().matmuls(params[i % sets]); });
+  b.cuda().set_matmul_policy(kDefaultPolicy);
+  return ms;
+}
+
+// The skinny tensor-core kernel (the default policy at M <= 16) against cuBLASLt's batch-invariant split-K at the
+// same M, on the Llama-3-8B shapes as the model issues them (q/k/v and gate/up grouped), in weight GB/s against
+// the read ceiling; then one decode layer's matmuls both ways.
+void add_skinny_rows(Bench& b, std::vector<Row>& rows, double read_tbps) {
+  struct Group { const char* name; std::vector<int64_t> ns; int64_t k; };
+  const Group groups[] = {{"q/k/v (grouped)", {4096, 1024, 1024}, 4096}, {"o_proj", {4096}, 4096},
+                          {"gate/up (grouped)", {14336, 14336}, 4096}, {"down_proj", {4096}, 14336},
+                          {"lm_head", {128256}, 4096}, {"k_proj alone", {1024}, 4096}};
+  std::printf("\n| matmul | M | skinny us | skinny GB/s (of read) | split-K us | split-K GB/s | skinny speed-up |\n"
+              "| --- | --- | --- | --- | --- | --- | --- |\n");
+  double layer_skinny = 0, layer_splitk = 0;
+  for (const Group& g : groups) {
+    double bytes = 0;
+    for (int64_t n : g.ns) bytes += static_cast<double>(n) * g.k * 2;
+    for (int64_t m : {1, 2, 4, 8, 12, 16}) {
+      const double sk = time_group(b, m, g.ns, g.k, ops::MatmulPolicy::kSkinnySmallM);
+      const double lt = time_group(b, m, g.ns, g.k, ops::MatmulPolicy::kBatchInvariantSplitK);
+      const double sk_gbs = bytes / (sk * 1e-3) / 1e9, lt_gbs = bytes / (lt * 1e-3) / 1e9;
+      std::printf("| %s | %ld | %.1f | %.0f (%.0f%%) | %.1f | %.0f | %.2fx |\n", g.name, static_cast<long>(m), sk * 1e3,
+                  sk_gbs, 100 * sk_gbs / 1e3 / read_tbps, lt * 1e3, lt_gbs, lt / sk);
+      std::fflush(stdout);
+      if (m == 1 || m == 8 || m == 16)
+        rows.push_back({std::string("skinny GEMM M=") + std::to_string(m) + " " + g.name + ": skinny / split-K",
+                        fmt("%.0f", sk_gbs) + fmt(" / %.0f GB/s", lt_gbs),
+                        fmt("%.0f%% of read BW, ", 100 * sk_gbs / 1e3 / read_tbps) + fmt("%.2fx", lt / sk)});
+      if (m == 1 && std::string(g.name) != "lm_head" && std::string(g.name) != "k_proj alone") {
+        layer_skinny += sk;
+        layer_splitk += lt;
+      }
+    }
+  }
+  const double layer_bytes = (6144.0 + 4096 + 28672) * 4096 * 2 + 4096.0 * 14336 * 2;
+  rows.push_back({"one 8B decode layer's matmuls at M=1: skinny / split-K",
+                  fmt("%.1f", layer_skinny * 1e3) + fmt(" / %.1f us", layer_splitk * 1e3),
+                  fmt("%.0f%% / ", 100 * layer_bytes / (layer_skinny * 1e-3) / 1e12 / read_tbps) +
+                      fmt("%.0f%% of read BW", 100 * layer_bytes / (layer_splitk * 1e-3) / 1e12 / read_tbps)});
 }
 
 // GGUF block weights (ggml_matmul.cuh) at Llama-3-8B shapes: M = 1 and 8 (GEMV: block bytes read per second
@@ -345,11 +408,13 @@ int main(int argc, char** argv) {
       std::printf("cuda_ops_bench: no CUDA device\n");
       return 0;
     }
-    bool gemm_only = false, ggml_only = false, fp8 = false, fp8_only = false;
+    bool gemm_only = false, ggml_only = false, fp8 = false, fp8_only = false, skinny_only = false;
     const char* out_path = nullptr;
     for (int i = 1; i < argc; ++i) {
       if (std::string(argv[i]) == "--gemm-only") {
         gemm_only = true;
+      } else if (std::string(argv[i]) == "--skinny-only") {
+        skinny_only = true;
       } else if (std::string(argv[i]) == "--ggml-only") {
         ggml_only = true;
       } else if (std::string(argv[i]) == "--fp8") {
@@ -370,8 +435,9 @@ int main(int argc, char** argv) {
     rows.push_back({"HBM copy, 16-byte kernel (2 GiB, read+write)", fmt("%.2f TB/s", bw.copy_tbps), "ceiling"});
     rows.push_back({"HBM copy, cudaMemcpyAsync D2D in a graph", fmt("%.2f TB/s", bw.memcpy_tbps), "(copy engine)"});
     rows.push_back({"HBM read-only kernel (2 GiB)", fmt("%.2f TB/s", read_tbps), "ceiling for reads"});
-    if (ggml_only) {
-      add_ggml_rows(b, rows, copy_tbps, read_tbps);
+    if (ggml_only || skinny_only) {
+      if (ggml_only) add_ggml_rows(b, rows, copy_tbps, read_tbps);
+      if (skinny_only) add_skinny_rows(b, rows, read_tbps);
       std::string table = "| measurement | figure | versus |\n| --- | --- | --- |\n";
       for (const Row& r : rows) table += "| " + r.what + " | " + r.value + " | " + r.versus + " |\n";
       std::printf("\n%s", table.c_str());
@@ -426,6 +492,7 @@ int main(int argc, char** argv) {
     }
 
     if (!fp8_only) add_gemm_rows(b, rows, read_tbps, peak);
+    if (!fp8_only) add_skinny_rows(b, rows, read_tbps);
 
     std::string table = "| measurement | figure | versus |\n| --- | --- | --- |\n";
     for (const Row& r : rows) table += "| " + r.what + " | " + r.value + " | " + r.versus + " |\n";

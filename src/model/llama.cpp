@@ -1,6 +1,7 @@
 // The Llama-family decoder (Llama, Mistral, Qwen2, Qwen3): one forward per engine step over a ragged batch,
 // every layer through the op interface, KV in the runner's paged cache. See model.h for the contract.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/status.h"
@@ -114,9 +115,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     const LayerWeights& w = weights_.layers[l];
     // residual += hidden; normed = rmsnorm(residual)
     backend_.rms_norm({hidden, residual, w.input_norm, normed, eps});
-    backend_.matmul(w.q_proj(normed, q));
-    backend_.matmul(w.k_proj(normed, k));
-    backend_.matmul(w.v_proj(normed, v));
+    backend_.matmuls(std::array{w.q_proj(normed, q), w.k_proj(normed, k), w.v_proj(normed, v)});
     if (c.qk_norm) {
       TensorView qh = q.reshaped({t * nq, hd}), kh = k.reshaped({t * nkv, hd});
       backend_.rms_norm({qh, {}, w.q_norm, qh, eps});
@@ -147,8 +146,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     backend_.attention(ap);
     backend_.matmul(w.o_proj(attn, hidden));
     backend_.rms_norm({hidden, residual, w.post_norm, normed, eps});
-    backend_.matmul(w.gate_proj(normed, gate));
-    backend_.matmul(w.up_proj(normed, up));
+    backend_.matmuls(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)});
     backend_.silu_mul({gate, up, gate});
     backend_.matmul(w.down_proj(gate, hidden));
   }

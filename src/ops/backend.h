@@ -102,6 +102,10 @@ class Backend {
   // Ops (see ops.h for semantics).
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void matmul(const MatmulParams& p) = 0;
+  // Several matmuls of one x (q/k/v, gate/up), each as matmul() computes it; a backend may launch them as one.
+  virtual void matmuls(std::span<const MatmulParams> ps) {
+    for (const MatmulParams& p : ps) matmul(p);
+  }
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void rope(const RopeParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;

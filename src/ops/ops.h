@@ -58,7 +58,10 @@ struct WeightQuant {
   bool ggml_blocks() const { return ggml != GgmlType::kNone; }
 };
 
-// out = x · wᵀ (+ bias). Rows of x are independent: a row's result must not depend on M (determinism).
+// out = x · wᵀ (+ bias). Rows of x are independent: a row's result must not depend on M (determinism). CPU and
+// ref hold this for every M; CUDA's small-M kernels (skinny bf16/f16, W4A16, GGUF GEMVs) hold it within their M
+// range and the larger-M path within its own, so the range boundary is the one place a row may change (see
+// cuda_backend.h MatmulPolicy; VLLM_BATCH_INVARIANT=1 keeps dense matmuls invariant across every M).
 struct MatmulParams {
   TensorView x;       // [M, K] act
   TensorView w;       // [N, K] f32/bf16/f16 (the Hugging Face Linear layout), or codes / ggml blocks (WeightQuant)

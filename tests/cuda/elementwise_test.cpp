@@ -83,9 +83,15 @@ TEST(CudaRmsNorm, MatchesRef) {
 
 TEST(CudaRope, MatchesRefWithScaledFrequencies) {
   std::mt19937 rng(4);
+  struct Heads {
+    int64_t hq, hkv, hd;
+    int rotary_dim;
+  };
+  // Heads in groups of 8 per block with a partial last group; Llama-3's 32 + 8; a pair count past 256 threads.
+  const Heads cases[] = {{8, 2, 128, 128}, {8, 2, 128, 64}, {32, 8, 128, 128}, {3, 1, 1024, 1024}};
   for (DType act : kActs)
-    for (int rotary_dim : {128, 64}) {
-      const int64_t tokens = 19, hq = 8, hkv = 2, hd = 128;
+    for (const auto [hq, hkv, hd, rotary_dim] : cases) {
+      const int64_t tokens = 19;
       HostTensor q = random_tensor(act, {tokens, hq, hd}, rng), k = random_tensor(act, {tokens, hkv, hd}, rng);
       std::vector<int32_t> pos(tokens);
       for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t < 4 ? t : rng() % 131072);

@@ -1,5 +1,5 @@
-// Batch invariance of the default matmul policy (kBatchInvariantSplitK) on the Llama-3-8B bf16 shapes: rows of
-// M = 1..1000 (and 8192, cut into row chunks) bitwise equal to the same rows of M = 1000, for the rule's split
+// Batch invariance of the split-K matmul policy (kBatchInvariantSplitK: the default past M = 16, and every M under
+// VLLM_BATCH_INVARIANT=1) on the Llama-3-8B bf16 shapes: rows of M = 1..1000 (and 8192, in row chunks) bitwise equal to the same rows of M = 1000, for the rule's split
 // counts and for pinned ones; and split-K results (every dtype, bias) against the ref backend.
 #include <gtest/gtest.h>
 
@@ -98,12 +98,18 @@ int count_mismatches(const Shape& s, const std::string& label) {
   return mismatches;
 }
 
-TEST(CudaMatmulSplitK, DefaultPolicyRowsDoNotDependOnM) {
-  gpu_services().set_matmul_policy(ops::MatmulPolicy::kBatchInvariantSplitK);
+// The split-K policy alone (the default policy's path past M = 16, and all of VLLM_BATCH_INVARIANT=1's).
+class CudaMatmulSplitK : public ::testing::Test {
+ protected:
+  void SetUp() override { gpu_services().set_matmul_policy(ops::MatmulPolicy::kBatchInvariantSplitK); }
+  void TearDown() override { gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM); }
+};
+
+TEST_F(CudaMatmulSplitK, RuleSplitCountsRowsDoNotDependOnM) {
   for (const Shape& s : kLlamaShapes) EXPECT_EQ(count_mismatches(s, "default split rule"), 0);
 }
 
-TEST(CudaMatmulSplitK, PinnedSplitCountsRowsDoNotDependOnM) {
+TEST_F(CudaMatmulSplitK, PinnedSplitCountsRowsDoNotDependOnM) {
   struct Pinned {
     Shape shape;
     std::vector<int> splits;
@@ -128,7 +134,7 @@ TEST(CudaMatmulSplitK, PinnedSplitCountsRowsDoNotDependOnM) {
 }
 
 // M = 8192 at K = 14336 runs as row chunks (the f32 partials are capped); rows match M = 1 runs of themselves.
-TEST(CudaMatmulSplitK, ChunkedLargeMMatchesSingleRows) {
+TEST_F(CudaMatmulSplitK, ChunkedLargeMMatchesSingleRows) {
   const Shape s{4096, 14336};
   DeviceTensor big, one;
   const std::string plan = run_rows(s, 0, 8192, big);
@@ -141,7 +147,7 @@ TEST(CudaMatmulSplitK, ChunkedLargeMMatchesSingleRows) {
   EXPECT_EQ(mismatches, 0);
 }
 
-TEST(CudaMatmulSplitK, SplitResultsMatchReference) {
+TEST_F(CudaMatmulSplitK, SplitResultsMatchReference) {
   const Shape shapes[] = {{4096, 14336}, {1024, 4096}, {4096, 4096}};
   for (const Shape& s : shapes) {
     const int64_t m = 3;
@@ -160,7 +166,7 @@ TEST(CudaMatmulSplitK, SplitResultsMatchReference) {
 }
 
 // Split-K (the rule gives [256 x 4096] 4 splits) in every cuBLASLt dtype, with fused and separate bias.
-TEST(CudaMatmulSplitK, DtypesAndBiasMatchReference) {
+TEST_F(CudaMatmulSplitK, DtypesAndBiasMatchReference) {
   std::mt19937 rng(21);
   const int64_t m = 5, n = 256, k = 4096;
   for (DType t : {DType::kBF16, DType::kF16, DType::kF32}) {

@@ -6,10 +6,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/activation.cuh"
@@ -20,6 +23,7 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
 #include "backend/cuda/quant_matmul.cuh"
+#include "backend/cuda/skinny_gemm.cuh"
 #include "backend/cuda/fp8_gemm_lt.h"
 #include "backend/cuda/w4a8_matmul.cuh"
 #include "backend/cuda/w8_matmul.cuh"
@@ -48,6 +52,15 @@ std::string describe_device_errors(int flags) {
   if (flags & cuda::kErrGatherIndex) msg += " gather_rows index out of range;";
   if (flags & cuda::kErrSampleToken) msg += " sampling penalty token id or token-mask index out of range;";
   return msg;
+}
+
+static_assert(cuda::kSkinnyMaxM == kSkinnyMatmulMaxM, "skinny_gemm.cuh and cuda_backend.h must agree");
+
+// vLLM's switch for batch-invariant kernels: VLLM_BATCH_INVARIANT=1 keeps every dense matmul on the split-K
+// policy, whose rows never depend on M.
+bool batch_invariant_requested() {
+  const char* v = std::getenv("VLLM_BATCH_INVARIANT");
+  return v && std::string_view(v) != "0" && *v != '\0';
 }
 
 class CudaBackendImpl final : public CudaBackend {
@@ -154,8 +167,61 @@ class CudaBackendImpl final : public CudaBackend {
     dense_matmul(l);
   }
 
-  void dense_matmul(const cuda::GemmLaunch& l) {
+  // q/k/v and gate/up: one skinny launch when every matmul takes it, else one matmul each.
+  void matmuls(std::span<const MatmulParams> ps) override {
+    if (ps.empty()) return;
+    if (ps.size() == 1 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments) || !skinny_) {
+      for (const MatmulParams& p : ps) matmul(p);
+      return;
+    }
+    cuda::SkinnyGemmLaunch l{};
+    for (const MatmulParams& p : ps) {
+      check_matmul(p);
+      const MatmulParams& first = ps.front();
+      if (p.quant.ggml_blocks() || p.quant.quantized() || p.x.data != first.x.data || p.x.dtype != p.w.dtype ||
+          p.out.dtype != first.out.dtype || p.x.dim(0) != first.x.dim(0)) {
+        for (const MatmulParams& q : ps) matmul(q);
+        return;
+      }
+      l.seg[l.num_segments++] = {p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data,
+                                 p.w.dim(0)};
+    }
+    l.x = ps.front().x.data;
+    l.dtype = ps.front().x.dtype;
+    l.out_dtype = ps.front().out.dtype;
+    l.m = ps.front().x.dim(0);
+    l.k = ps.front().x.dim(1);
+    if (l.m == 0) return;
+    if (!cuda::skinny_gemm_supports(l)) {
+      for (const MatmulParams& p : ps) matmul(p);
+      return;
+    }
+    l.sm_count = sm_count_;
+    cuda::launch_skinny_gemm(l, stream_);
+    last_matmul_skinny_ = true;
+  }
+
+  // allow_skinny false: the large-M paths of quantized weights over a dequantized scratch stay on cuBLASLt, so
+  // each quantized format keeps exactly two M ranges (its own kernel, then this).
+  void dense_matmul(const cuda::GemmLaunch& l, bool allow_skinny = true) {
     if (l.m == 0 || l.n == 0) return;
+    if (allow_skinny && skinny_ && l.x_dtype == l.w_dtype && l.m <= cuda::kSkinnyMaxM) {
+      cuda::SkinnyGemmLaunch s{};
+      s.x = l.x;
+      s.dtype = l.x_dtype;
+      s.out_dtype = l.out_dtype;
+      s.m = l.m;
+      s.k = l.k;
+      s.num_segments = 1;
+      s.seg[0] = {l.w, l.bias, l.bias_dtype, l.out, l.n};
+      s.sm_count = sm_count_;
+      if (cuda::skinny_gemm_supports(s)) {
+        cuda::launch_skinny_gemm(s, stream_);
+        last_matmul_skinny_ = true;
+        return;
+      }
+    }
+    last_matmul_skinny_ = false;
     if (cuda::LtMatmul::supports(l) && run_lt_matmul(l)) {
       if (l.bias && !cuda::LtMatmul::fuses_bias(l)) {
         cuda::AddBiasLaunch b{l.out, l.bias, l.out_dtype, l.bias_dtype, l.m, l.n};
@@ -180,7 +246,7 @@ class CudaBackendImpl final : public CudaBackend {
     void* w = scratch(static_cast<size_t>(l.n * l.k) * dtype_bytes(p.x.dtype, 1), kQuantWSlot);
     cuda::launch_ggml_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
-                                  l.m, l.n, l.k});
+                                  l.m, l.n, l.k}, false);
   }
 
   // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers; larger M
@@ -215,7 +281,7 @@ class CudaBackendImpl final : public CudaBackend {
     void* w = scratch(static_cast<size_t>(l.n * l.k) * elem, kQuantWSlot);
     cuda::launch_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
-                                  l.m, l.n, l.k});
+                                  l.m, l.n, l.k}, false);
   }
 
   // W4A8 (w4a8_matmul.cuh): activations quantized once per matmul (the W8A8 quantizer); M <= 16 a warp per output
@@ -260,7 +326,7 @@ class CudaBackendImpl final : public CudaBackend {
     const bool per_channel = l.groups == 1;
     cuda::launch_w4a8_widen(xq, a, p.x.dtype, m * k, stream_);
     cuda::launch_w4a8_dequantize(l, w, p.x.dtype, per_channel, stream_);
-    dense_matmul(cuda::GemmLaunch{a, w, nullptr, c32, p.x.dtype, p.x.dtype, p.x.dtype, DType::kF32, m, n, k});
+    dense_matmul(cuda::GemmLaunch{a, w, nullptr, c32, p.x.dtype, p.x.dtype, p.x.dtype, DType::kF32, m, n, k}, false);
     cuda::launch_w4a8_epilogue(l, c32, xs, per_channel ? l.scales : nullptr, stream_);
   }
 
@@ -546,14 +612,19 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   void set_matmul_policy(MatmulPolicy policy) override {
+    skinny_ = policy == MatmulPolicy::kSkinnySmallM;
     switch (policy) {
+      case MatmulPolicy::kSkinnySmallM:
       case MatmulPolicy::kBatchInvariantSplitK: policy_ = cuda::LtPolicy::kBatchInvariantSplitK; break;
       case MatmulPolicy::kBatchInvariant: policy_ = cuda::LtPolicy::kBatchInvariant; break;
       case MatmulPolicy::kFastest: policy_ = cuda::LtPolicy::kFastest; break;
     }
   }
   void set_matmul_splits(int64_t n, int64_t k, int splits) override { gemm_->pin_splits(n, k, splits); }
-  std::string describe_last_matmul() const override { return gemm_->describe_last_plan(); }
+  std::string describe_last_matmul() const override {
+    return last_matmul_skinny_ ? std::string("skinny tensor-core kernel (M <= ") + std::to_string(cuda::kSkinnyMaxM) + ")"
+                               : gemm_->describe_last_plan();
+  }
   int multiprocessor_count() const override { return sm_count_; }
   void* stream_handle() const override { return stream_; }
   int* device_error_word() override { return error_word_; }
@@ -715,7 +786,9 @@ class CudaBackendImpl final : public CudaBackend {
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;
   std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 W8A8 at M > 16 (created at first use)
-  cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;
+  cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;  // for M past the skinny kernel's range
+  bool skinny_ = !batch_invariant_requested();                       // MatmulPolicy::kSkinnySmallM
+  bool last_matmul_skinny_ = false;
   bool capturing_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;
   int64_t next_graph_id_ = 1;

@@ -15,10 +15,19 @@ namespace peregrine::ops {
 // Number of visible CUDA devices; 0 when there is none or the driver is missing (never throws).
 int cuda_device_count();
 
-// How matmul picks cuBLASLt algorithms.
+// Largest M the skinny bf16/f16 matmul kernel takes under MatmulPolicy::kSkinnySmallM.
+constexpr int64_t kSkinnyMatmulMaxM = 16;
+
+// How matmul picks its kernels and cuBLASLt algorithms.
 enum class MatmulPolicy {
-  // The default. One split-K count per weight shape [N, K], the same for every M, with a fixed-order f32
-  // reduction out of place: a row's result does not depend on M (ops.h contract), and small M stays fast.
+  // The default. bf16/f16 matmuls with M <= 16 (decode and verify steps) run the skinny tensor-core kernel
+  // (skinny_gemm.cuh: each output's K order fixed by K alone), larger M runs kBatchInvariantSplitK. A row's
+  // result is the same for every M within each range, but differs across the M = 16 / 17 boundary (where the
+  // W4A16 kernels switch too).
+  // VLLM_BATCH_INVARIANT=1 in the environment makes kBatchInvariantSplitK the default instead.
+  kSkinnySmallM,
+  // One split-K count per weight shape [N, K], the same for every M, with a fixed-order f32 reduction out of
+  // place: a row's result never depends on M (ops.h contract), at the cost of slower small-M matmuls.
   kBatchInvariantSplitK,
   // No split-K or other cross-CTA reductions: batch-invariant too, but slow at small M for small N.
   kBatchInvariant,

@@ -75,6 +75,71 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
   }
 }
 
+// The same arithmetic as rms_norm_kernel's vector path (each lane's sum of squares over its 8-element pieces in
+// order, the xor butterfly, then the warps' partials in order: bitwise the same results), with a lane's C pieces of
+// x, residual and weight all loaded before anything is stored, so a row costs one round trip to memory instead of
+// one per piece and pass (out may alias x, which forces the compiler to keep the generic kernel's order).
+template <typename T, typename TW, int C>
+__global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p, int tpr) {
+  __shared__ float partial[kThreads / 32];
+  const int rows_per_block = kThreads / tpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const bool active = row < p.rows;
+  const int64_t h = p.hidden;
+  const T* x = static_cast<const T*>(p.x) + row * h;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
+  T* out = static_cast<T*>(p.out) + row * h;
+  const TW* w = static_cast<const TW*>(p.weight);
+  float v[C][8], wv[C][8];
+  float ss = 0.f;
+  if (active) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) {
+        load8(x + i, v[c]);
+        load8(w + i, wv[c]);
+        if (res) {
+          float r[8];
+          load8(res + i, r);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[c][e] = to_f32(from_f32<T>(v[c][e] + r[e]));
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) {
+        if (res) store8(res + i, v[c]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += v[c][e] * v[c][e];
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (tpr > 32) {
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+    __syncthreads();
+    const int first = (threadIdx.x / tpr) * (tpr / 32);
+    ss = 0.f;
+    for (int i = 0; i < tpr / 32; ++i) ss += partial[first + i];
+  }
+  if (!active) return;
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + p.eps);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+    if (i < h) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * inv * wv[c][e];
+      store8(out + i, v[c]);
+    }
+  }
+}
+
 }  // namespace
 
 void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
@@ -86,11 +151,20 @@ void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
   while (tpr < kThreads && tpr * 4 < per_thread_units) tpr *= 2;
   int rows_per_block = kThreads / tpr;
   unsigned blocks = static_cast<unsigned>(ceil_div(p.rows, rows_per_block));
+  const int64_t pieces = vec ? ceil_div(per_thread_units, tpr) : 0;  // 8-element pieces per lane
   dispatch_float(p.act, [&](auto at) {
     using T = typename decltype(at)::type;
     dispatch_float(p.weight_dtype, [&](auto wt) {
       using TW = typename decltype(wt)::type;
-      rms_norm_kernel<T, TW><<<blocks, kThreads, 0, stream>>>(p, tpr, vec);
+      if (pieces >= 1 && pieces <= 2) {
+        rms_norm_regs_kernel<T, TW, 2><<<blocks, kThreads, 0, stream>>>(p, tpr);
+      } else if (pieces >= 3 && pieces <= 4) {
+        rms_norm_regs_kernel<T, TW, 4><<<blocks, kThreads, 0, stream>>>(p, tpr);
+      } else if (pieces >= 5 && pieces <= 8) {
+        rms_norm_regs_kernel<T, TW, 8><<<blocks, kThreads, 0, stream>>>(p, tpr);
+      } else {
+        rms_norm_kernel<T, TW><<<blocks, kThreads, 0, stream>>>(p, tpr, vec);
+      }
     });
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Bundles of scripts/device/skinny_check.sh from build/cuda (stripped, xz -9e): .device/carry_k1 (cuda_ops_tests,
+# cuda_ops_bench, peregrine, the deps and ../shared/configs) and .device/carry_k2 (engine_model_tests and the deps).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+scripts/device/prepare.sh >/dev/null  # deps and env.sh
+b=build/cuda
+stage=$(mktemp -d)
+pack() {  # dir, then paths under $stage
+  local dir=$1; shift
+  mkdir -p "$dir"
+  tar -C "$stage" -cf - "$@" | xz -T"$(nproc)" -9e >"$dir/bundle.tar.xz"
+  cp .device/env.sh "$dir/env.sh"
+  echo "$dir: $(du -sh "$dir" | cut -f1)"
+}
+mkdir -p "$stage/bin" "$stage/shared/configs"
+cp -r .device/deps "$stage/deps"
+cp ../shared/configs/*.json "$stage/shared/configs/"
+cp "$b/tests/cuda/cuda_ops_tests" "$b/bench/cuda/cuda_ops_bench" "$b/peregrine" "$b/tests/unit/engine_model_tests" \
+  "$stage/bin/"
+strip "$stage"/bin/*
+pack .device/carry_k1 deps shared/configs bin/cuda_ops_tests bin/cuda_ops_bench bin/peregrine
+pack .device/carry_k2 deps bin/engine_model_tests
+rm -rf "$stage"

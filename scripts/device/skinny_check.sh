@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The skinny bf16 matmul (issue 14: decode GEMMs at the bandwidth roofline) on the H200, from binaries built here
+# (scripts/device/skinny_bundles.sh). Two calls:
+#   1 (the model left out of the carry): tar -xJf .device/carry_k1/bundle.tar.xz -C .device &&
+#       source .device/carry_k1/env.sh && scripts/device/skinny_check.sh 1
+#     the CUDA matmul tests (skinny, split-K, graphs), memcheck on the skinny tests, cuda_ops_bench --skinny-only,
+#     8B-shape bs 1/8/32 decode with the default policy and with VLLM_BATCH_INVARIANT=1 (all split-K cuBLASLt),
+#     and ncu's kernel times of one bs=1 decode step
+#   2 (with the model): tar -xJf .device/carry_k2/bundle.tar.xz -C .device && source .device/carry_k2/env.sh &&
+#       scripts/device/skinny_check.sh 2
+#     the engine's CUDA tests on pycoder-tiny (speculation equals plain decoding, GPU sampling, tiers)
+set -uo pipefail
+part=${1:?part 1|2}
+out=${OUT:-/tmp/skinny_check}
+mkdir -p "$out"
+start=$(date +%s)
+bin=.device/bin
+cfg=.device/shared/configs/llama-3-8b.json
+case "$part" in
+1)
+  timeout 150 "$bin/cuda_ops_tests" --gtest_filter='CudaSkinny*:CudaMatmul*:CudaGraph*:CudaQuant*:CudaGgml*' \
+    >"$out/tests.log" 2>&1
+  echo "cuda_ops_tests rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[==========\]|largest difference|policy" \
+    "$out/tests.log" | head -24
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_ops_tests" \
+    --gtest_filter='CudaSkinnyGemm.MatchesReference*:CudaSkinnyGemm.Grouped*' >"$out/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | head -2
+  timeout 150 "$bin/cuda_ops_bench" --skinny-only "$out/skinny_bench.md" >"$out/skinny_bench.txt" 2>&1
+  echo "cuda_ops_bench rc=$?"
+  for bs in 1 8 16 32; do
+    for mode in default invariant; do
+      env_flag=""
+      [ "$mode" = invariant ] && env_flag="VLLM_BATCH_INVARIANT=1"
+      env $env_flag timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
+        --input-len 1024 --output-len 64 --batch-size "$bs" --iterations 2 >"$out/lat_${mode}_bs$bs.txt" 2>&1
+      echo "latency $mode bs=$bs rc=$? $(grep -E '^decode' "$out/lat_${mode}_bs$bs.txt" | head -1)"
+    done
+  done
+  echo "before ncu: $(( $(date +%s) - start )) s"
+  if [ $(( $(date +%s) - start )) -lt 380 ]; then
+    timeout 150 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --log-file "$out/ncu.csv" \
+      "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 128 --output-len 3 \
+      --batch-size 1 --iterations 1 >"$out/ncu_run.txt" 2>&1
+    echo "ncu rc=$?"
+    python3 - "$out/ncu.csv" <<'EOF' || true
+import csv, sys, collections
+rows = []
+with open(sys.argv[1], newline="") as f:
+    lines = [l for l in f if l.startswith('"')]
+for r in csv.DictReader(lines):
+    if r.get("Metric Name") == "gpu__time_duration.sum":
+        rows.append((r["Kernel Name"], float(r["Metric Value"].replace(",", "")), r.get("Metric Unit", "")))
+emb = [i for i, r in enumerate(rows) if "embedding" in r[0].lower()]
+print(f"ncu: {len(rows)} kernels, {len(emb)} embedding launches")
+if len(emb) >= 2:
+    step = rows[emb[-2]:emb[-1]]  # the last complete step before the final one
+    unit = step[0][2]
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1e-3)
+    print(f"unit {unit!r}")
+    total = sum(r[1] for r in step) * scale
+    agg = collections.OrderedDict()
+    for name, t, _ in step:
+        key = name.split("(")[0][:70]
+        c, s = agg.get(key, (0, 0.0))
+        agg[key] = (c + 1, s + t * scale)
+    print(f"one decode step (bs=1, ctx ~130): {len(step)} kernels, {total:.0f} us of kernel time")
+    print("| kernel | launches | us | share |")
+    print("| --- | --- | --- | --- |")
+    for k, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:16]:
+        print(f"| {k} | {c} | {s:.1f} | {100 * s / total:.1f}% |")
+EOF
+  fi
+  echo "total: $(( $(date +%s) - start )) s"
+  grep -E "^\| " "$out/skinny_bench.txt" | head -48
+  for f in "$out"/lat_*.txt; do echo "$(basename "$f" .txt): $(grep -E '^decode' "$f" | head -1)"; done
+  ;;
+2)
+  export PEREGRINE_SHARED_DIR="$PWD/.device/shared"
+  timeout 400 "$bin/engine_model_tests" --gtest_filter='*Cuda*:*cuda*' >"$out/engine_tests.log" 2>&1
+  echo "engine_model_tests rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[==========\]|^cuda " \
+    "$out/engine_tests.log" | head -30
+  echo "total: $(( $(date +%s) - start )) s"
+  ;;
+esac
