@@ -6,9 +6,10 @@
 #     the CUDA matmul tests (skinny, split-K, graphs), memcheck on the skinny tests, cuda_ops_bench --skinny-only,
 #     8B-shape bs 1/8/32 decode with the default policy and with VLLM_BATCH_INVARIANT=1 (all split-K cuBLASLt),
 #     and ncu's kernel times of one bs=1 decode step
-#   2 (with the model): tar -xJf .device/carry_k2/bundle.tar.xz -C .device && source .device/carry_k2/env.sh &&
-#       scripts/device/skinny_check.sh 2
-#     the engine's CUDA tests on pycoder-tiny (speculation equals plain decoding, GPU sampling, tiers)
+#   2 (the model's weights in the bundle, carry_light.sh on): tar -xJf .device/carry_k2/bundle.tar.xz -C .device &&
+#       source .device/carry_k2/env.sh && scripts/device/skinny_check.sh 2
+#     the engine's CUDA tests on pycoder-tiny (speculation equals plain decoding, GPU sampling, tiers) and the model
+#     tests on CUDA (fidelity against transformers, determinism alone vs batched)
 set -uo pipefail
 part=${1:?part 1|2}
 out=${OUT:-/tmp/skinny_check}
@@ -76,9 +77,14 @@ EOF
   ;;
 2)
   export PEREGRINE_SHARED_DIR="$PWD/.device/shared"
-  timeout 400 "$bin/engine_model_tests" --gtest_filter='*Cuda*:*cuda*' >"$out/engine_tests.log" 2>&1
+  # The weights travel in the bundle (the tree goes without them: carry_light.sh on).
+  [ -f models/pycoder-tiny/model.safetensors ] || ln -s "$PWD/.device/model/model.safetensors" models/pycoder-tiny/
+  timeout 300 "$bin/engine_model_tests" --gtest_filter='*Cuda*:*cuda*' >"$out/engine_tests.log" 2>&1
   echo "engine_model_tests rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[==========\]|^cuda " \
     "$out/engine_tests.log" | head -30
+  timeout 200 "$bin/model_tests" --gtest_filter='*Fidelity*:*Determinism*' >"$out/model_tests.log" 2>&1
+  echo "model_tests rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[==========\]|^\[       OK|max|worst" \
+    "$out/model_tests.log" | head -30
   echo "total: $(( $(date +%s) - start )) s"
   ;;
 esac

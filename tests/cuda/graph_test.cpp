@@ -1,6 +1,7 @@
 // CUDA graph capture and pinned staging (CudaBackend services): a decode-like step (pinned inputs copied
 // in, rms_norm, matmul, rope, kv_write, attention) captured once and replayed with new inputs must equal
-// the same step run eagerly; forbidden calls inside a capture throw and leave the backend usable.
+// the same step run eagerly, and run with the host waiting after every op (no programmatic-dependent overlap);
+// forbidden calls inside a capture throw and leave the backend usable.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -57,16 +58,29 @@ TEST(CudaGraph, ReplayEqualsEagerWithNewInputs) {
     }
     iv[4 * batch] = batch;
   };
-  auto step = [&] {
+  // serialized: the host waits after every op, so no kernel overlaps the one before it (the kernels launched as
+  // dependents, launch_dependent, otherwise start while their predecessor finishes).
+  auto run_step = [&](bool serialized) {
+    auto sep = [&] {
+      if (serialized) gpu().synchronize();
+    };
     cuda.copy_from_host_async(d_inputs.data(), pinned, x_bytes + ints * 4);
+    sep();
     gpu().rms_norm({x, TensorView(), d_wn.view(), h.view(), 1e-5f});
+    sep();
     gpu().matmul({h.view(), d_wq.view(), TensorView(), q.view().reshaped({batch, hq * hd})});
+    sep();
     gpu().matmul({h.view(), d_wkv.view(), TensorView(), kv.view().reshaped({batch, hkv * hd})});
+    sep();
     gpu().rope({q.view(), kv.view(), pos, d_if.view(), 1.0f, hd});
+    sep();
     gpu().kv_write({kv.view(), kv.view(), slots, kc.view(), vc.view()});
+    sep();
     gpu().attention({q.view(), kc.view(), vc.view(), out.view(), qsl, lens, d_table.view(), 0.125f, 0, 1,
                      max_blocks * bs, {}, {}, {}, {}, {}});
+    sep();
   };
+  auto step = [&] { run_step(false); };
 
   fill_inputs(0);
   step();  // eager warm-up: plans and workspaces exist before capture
@@ -77,13 +91,20 @@ TEST(CudaGraph, ReplayEqualsEagerWithNewInputs) {
     DeviceTensor kc_copy(kc.to_host()), vc_copy(vc.to_host());
     step();  // eager on the current inputs
     HostTensor eager = out.to_host();
-    // Restore the caches, then replay the graph on the same inputs.
-    gpu().copy_on_device(kc.buffer.data(), kc_copy.buffer.data(), kc.buffer.bytes());
-    gpu().copy_on_device(vc.buffer.data(), vc_copy.buffer.data(), vc.buffer.bytes());
-    out.poison();
+    // Restore the caches, then the same step with every op waited for, then the graph replayed.
+    auto restore = [&] {
+      gpu().copy_on_device(kc.buffer.data(), kc_copy.buffer.data(), kc.buffer.bytes());
+      gpu().copy_on_device(vc.buffer.data(), vc_copy.buffer.data(), vc.buffer.bytes());
+      out.poison();
+    };
+    restore();
+    run_step(true);
+    HostTensor serialized = out.to_host();
+    restore();
     cuda.replay_graph(graph);
     HostTensor replayed = out.to_host();
     EXPECT_TRUE(bitwise_equal(eager, replayed)) << "step " << s;
+    EXPECT_TRUE(bitwise_equal(serialized, replayed)) << "step " << s;
   }
   cuda.destroy_graph(graph);
 
