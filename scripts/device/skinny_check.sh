@@ -79,10 +79,10 @@ EOF
   export PEREGRINE_SHARED_DIR="$PWD/.device/shared"
   # The weights travel in the bundle (the tree goes without them: carry_light.sh on).
   [ -f models/pycoder-tiny/model.safetensors ] || ln -s "$PWD/.device/model/model.safetensors" models/pycoder-tiny/
-  timeout 300 "$bin/engine_model_tests" --gtest_filter='*Cuda*:*cuda*' >"$out/engine_tests.log" 2>&1
+  timeout 220 "$bin/engine_model_tests" --gtest_filter='*Cuda*:*cuda*' >"$out/engine_tests.log" 2>&1
   echo "engine_model_tests rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[==========\]|^cuda " \
     "$out/engine_tests.log" | head -30
-  timeout 200 "$bin/model_tests" --gtest_filter='*Fidelity*:*Determinism*' >"$out/model_tests.log" 2>&1
+  timeout 150 "$bin/model_tests" --gtest_filter='*Fidelity*cuda*:*Fidelity*Cuda*:*Determinism*cuda*' >"$out/model_tests.log" 2>&1
   echo "model_tests rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[==========\]|^\[       OK|max|worst" \
     "$out/model_tests.log" | head -30
   echo "total: $(( $(date +%s) - start )) s"
