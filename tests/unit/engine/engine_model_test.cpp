@@ -539,6 +539,43 @@ TEST_F(EngineModelTest, ARecentlyEvictedPrefixComesBackFromTheHostAndTheDisk) {
   std::filesystem::remove_all(dir);
 }
 
+// Several requests sharing a prefix that is coming back from the disk tier: one load brings it up, the others wait
+// for its blocks instead of loading or computing them again, and every output is its cold run's.
+TEST_F(EngineModelTest, RequestsSharingAPrefixWhileItComesBackFromTheDiskAreExact) {
+  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_shared_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  EngineConfig config = big_prefix_config(dir, 1.0);
+  constexpr int kTokens = 6;
+  const std::vector<int32_t> prefix = made_up_prompt(1, 40 * 16);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int32_t> p = prefix;
+    for (int i = 0; i < 3 + k; ++i) p.push_back(500 + 37 * k + i);
+    prompts.push_back(std::move(p));
+  }
+  std::vector<std::vector<int32_t>> want;
+  {
+    EngineConfig plain = config;
+    plain.enable_prefix_caching = false;
+    auto cold = Engine::create(plain);
+    for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
+  }
+  auto engine = Engine::create(config);
+  EXPECT_EQ(run_alone(*engine, prompts[0], kTokens), want[0]);
+  for (int f = 0; f < 3; ++f) run_alone(*engine, made_up_prompt(30 + f, 44 * 16 + 5), kTokens);
+  const EngineStats before = engine->stats();
+  const auto outs = engine->generate(prompts, greedy(kTokens));
+  ASSERT_EQ(outs.size(), prompts.size());
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    EXPECT_EQ(outs[k].outputs[0].token_ids, want[k]) << "prompt " << k;
+    EXPECT_EQ(outs[k].num_cached_tokens, 40 * 16) << "prompt " << k;
+  }
+  const EngineStats after = engine->stats();
+  EXPECT_EQ(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits, 40u * 16) << "the prefix is read once";
+  engine.reset();
+  std::filesystem::remove_all(dir);
+}
+
 // A disk tier bounded far below what goes through it (a full disk): it drops its oldest files and goes on; every
 // output is the cold run's, no bad block is ever met, and it stays within its bound.
 TEST_F(EngineModelTest, AFullDiskTierDropsItsOldestAndOutputsStayExact) {
