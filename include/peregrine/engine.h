@@ -109,10 +109,15 @@ struct EngineStats {
   double kv_offload_seconds_to_host = 0.0, kv_offload_seconds_from_host = 0.0;  // the copies' own time
   int host_kv_blocks = 0, host_kv_blocks_used = 0;
   // The disk tier (kv_cache_dir): hits read back from disk (prompt tokens, part of prefix_cache_host_hits), bytes
-  // written and read, files dropped as bad, blocks held now and found at start.
+  // written and read, files dropped as bad, blocks held now and found at start; evicted blocks that went to disk
+  // past the host tier (more than its free slots at once), writes dropped (the disk refused them or its writer
+  // stalled), and the seconds the engine thread waited for the disk tier (its copies past the host tier, and a
+  // full write queue).
   uint64_t prefix_cache_disk_hits = 0;
   uint64_t kv_disk_bytes_written = 0, kv_disk_bytes_read = 0, kv_disk_dropped_bad = 0;
   uint64_t kv_disk_blocks = 0, kv_disk_blocks_at_start = 0;
+  uint64_t kv_disk_blocks_past_host = 0, kv_disk_dropped_writes = 0;
+  double kv_disk_wait_seconds = 0.0;
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t num_preemptions = 0;

@@ -44,9 +44,10 @@ struct EngineConfig {
   // The prefix cache's host tier: GiB of (pinned) host memory that keeps evicted cached KV blocks and serves hits
   // from them (vLLM's kv_offloading_size); 0 = off.
   double kv_offloading_size = 0.0;
-  // The prefix cache's disk tier: a folder that keeps every block the host tier receives (written in the
-  // background, checksummed, found again after a restart with the same model, dtype and block size), bounded to
-  // kv_cache_disk_gb GB; empty = off. Needs the host tier.
+  // The prefix cache's disk tier: a folder that keeps every block evicted from the device, including those the host
+  // tier has no room for (written in the background, checksummed, found again after a restart with the same model,
+  // dtype and block size), bounded to kv_cache_disk_gb GB (the least recently used dropped); empty = off. Needs the
+  // host tier.
   std::string kv_cache_dir;
   double kv_cache_disk_gb = 16.0;
   SpeculativeConfig speculative;        // --speculative-config (off by default)

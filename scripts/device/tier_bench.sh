@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Host/disk tier figures on the H200 with the carried peregrine binary: TTFT cold / device hit / host hit on
 # pycoder-tiny and the Llama-3-8B shape (with the tier's copy rate beside the pinned bandwidth of the same run),
-# the same with most of the prefix on the disk tier, and offline throughput at c=64 with and without a host tier
-# (copy-downs of evicted blocks).
+# the same with most of the prefix on the disk tier (a 0.25 GiB host tier: 128 blocks of the 450 cached; the
+# "tiers" line says how many cached tokens the device, the host and the disk served, the "disk" line what went
+# past the host tier, how long the engine waited for the disk tier and whether writes were dropped), and offline
+# throughput at c=64 with and without a host tier (copy-downs of evicted blocks).
 # Here: SHARED=configs BINARIES=peregrine scripts/device/prepare.sh --binaries; there: source .device/carry/env.sh &&
 # scripts/device/tier_bench.sh
 set -uo pipefail
@@ -34,7 +36,9 @@ for tier in 0 8; do
   echo "throughput host tier ${tier} GiB rc=$?"
 done
 echo "total: $(( $(date +%s) - start )) s"
-echo "== pycoder-tiny"; tail -7 "$out/tiny.txt"
-echo "== 8B shape, host tier 16 GiB"; tail -7 "$out/8b_host.txt"
-echo "== 8B shape, host tier 0.25 GiB + disk tier"; tail -7 "$out/8b_disk.txt"
+lines='^(prompt|TTFT|ratio|host|tiers|disk|copies|copy rate) '
+echo "== pycoder-tiny"; grep -E "$lines" "$out/tiny.txt"
+echo "== 8B shape, host tier 16 GiB"; grep -E "$lines" "$out/8b_host.txt"
+echo "== 8B shape, host tier 0.25 GiB + disk tier"; grep -E "$lines" "$out/8b_disk.txt"
+du -sh /tmp/peregrine_kvdisk 2>/dev/null
 for tier in 0 8; do echo "== throughput c=64, device KV 4 GiB, host tier $tier GiB"; grep -E "^ +64|host tier" "$out/tp_$tier.txt"; done

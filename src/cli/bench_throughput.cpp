@@ -225,7 +225,8 @@ void run_throughput(ThroughputArgs& a) {
 }
 
 // TTFT of a prompt whose first `cached` tokens are in the prefix cache vs the same-length prompt cold; with a host
-// tier (--kv-offloading-size), also when the cached prefix was evicted from the device to the host tier.
+// tier (--kv-offloading-size), also when the cached prefix was evicted from the device to the host tier (and the
+// disk tier, with --kv-cache-dir), with how many of the cached tokens each tier served.
 void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats) {
   if (cached <= 0 || cached >= prompt_len) {
     throw Error(ErrorCode::kInvalidArgument, "--cached-len must be in (0, --prompt-len)");
@@ -265,6 +266,7 @@ void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats
   ttft(random_ids(prompt_len));  // warm-up
   std::vector<double> cold, warm, host;
   int hit = 0, host_hit = 0;
+  uint64_t from_lower = 0, from_disk = 0;  // of the last tier hit's cached tokens: from below the device, from disk
   for (int i = 0; i < repeats; ++i) {
     cold.push_back(ttft(random_ids(prompt_len)).first);
     const std::vector<int32_t> shared = random_ids(cached);
@@ -274,9 +276,13 @@ void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats
     hit = cached_tokens;
     if (tiered) {
       evict_device();
+      const EngineStats before = engine->stats();
       const auto [th, host_tokens] = ttft(with_tail(shared));
+      const EngineStats after = engine->stats();
       host.push_back(th);
       host_hit = host_tokens;
+      from_lower = after.prefix_cache_host_hits - before.prefix_cache_host_hits;
+      from_disk = after.prefix_cache_disk_hits - before.prefix_cache_disk_hits;
     }
   }
   auto median = [](std::vector<double>& v) {
@@ -292,10 +298,23 @@ void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats
   if (tiered) {
     const double h = median(host);
     const EngineStats s = engine->stats();
-    std::printf("host      prefix evicted to the host tier, then hit there: TTFT %.2f ms (%d tokens served)\n",
-                1e3 * h, host_hit);
+    const bool disk = !a.engine.kv_cache_dir.empty();
+    std::printf("host      prefix evicted to the host tier%s, then hit there: TTFT %.2f ms (%d tokens served)\n",
+                disk ? " and the disk tier" : "", 1e3 * h, host_hit);
+    std::printf("tiers     of the %d cached tokens (last repeat): %lld from the device, %llu from the host tier, "
+                "%llu from the disk tier\n", host_hit, static_cast<long long>(host_hit) - static_cast<long long>(from_lower),
+                static_cast<unsigned long long>(from_lower - from_disk), static_cast<unsigned long long>(from_disk));
     std::printf("ratio     host-tier hit / cold = %.3f (%.1fx faster); device tier %d blocks, host tier %d blocks\n",
                 h / c, c / h, s.num_kv_blocks, s.host_kv_blocks);
+    if (disk) {
+      std::printf("disk      %.1f MB written (%llu blocks straight from the device, past the host tier), %.1f MB read, "
+                  "%llu blocks held; the engine waited %.3f s for it; %llu writes dropped, %llu bad files\n",
+                  static_cast<double>(s.kv_disk_bytes_written) / 1e6,
+                  static_cast<unsigned long long>(s.kv_disk_blocks_past_host),
+                  static_cast<double>(s.kv_disk_bytes_read) / 1e6, static_cast<unsigned long long>(s.kv_disk_blocks),
+                  s.kv_disk_wait_seconds, static_cast<unsigned long long>(s.kv_disk_dropped_writes),
+                  static_cast<unsigned long long>(s.kv_disk_dropped_bad));
+    }
     std::printf("copies    %.1f MB to host, %.1f MB back\n", static_cast<double>(s.kv_offload_bytes_to_host) / 1e6,
                 static_cast<double>(s.kv_offload_bytes_from_host) / 1e6);
     const MemoryBandwidth bw = engine->measure_memory_bandwidth();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -90,6 +91,7 @@ DiskKvStore::~DiskKvStore() {
   }
   wake_.notify_all();
   read_wake_.notify_all();
+  room_.notify_all();
   if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) reader_.join();
 }
@@ -219,18 +221,34 @@ void DiskKvStore::drop_locked(uint64_t key, bool bad) {
 }
 
 void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || index_.count(key) || queued_keys_.count(key)) return;
-  if (queued_bytes_ + config_.payload_bytes > config_.max_queued_bytes ||
-      config_.payload_bytes + sizeof(Header) > config_.max_bytes) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (stopping_ || index_.count(key) || queued_.count(key)) return;
+  if (config_.payload_bytes + sizeof(Header) > config_.max_bytes) {
     ++stats_.dropped_full;
     return;
   }
-  Job job{key, parent_key, std::vector<int32_t>(tokens.begin(), tokens.end()),
-          std::vector<std::byte>(payload, payload + config_.payload_bytes)};
+  // Back-pressure: a full queue waits for the writer (which never waits for the caller). Only a writer that makes
+  // no room for max_put_wait_seconds (a disk that stopped answering) gets the block dropped.
+  auto has_room = [&] { return stopping_ || queued_bytes_ == 0 || queued_bytes_ + config_.payload_bytes <= config_.max_queued_bytes; };
+  if (!has_room()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool room = room_.wait_for(lock, std::chrono::duration<double>(config_.max_put_wait_seconds), has_room);
+    ++stats_.put_waits;
+    stats_.put_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!room) {
+      if (stats_.dropped_full++ == 0)
+        std::fprintf(stderr, "peregrine: KV disk tier: the writer made no room in %.1f s (%s); blocks are dropped "
+                     "while it stays stuck\n", config_.max_put_wait_seconds, path_.c_str());
+      return;
+    }
+    if (stopping_ || index_.count(key) || queued_.count(key)) return;
+  }
+  auto job = std::make_shared<Job>(Job{key, parent_key, std::vector<int32_t>(tokens.begin(), tokens.end()),
+                                       std::vector<std::byte>(payload, payload + config_.payload_bytes)});
   queued_bytes_ += config_.payload_bytes;
-  queued_keys_[key] = true;
+  queued_.emplace(key, job);
   queue_.push_back(std::move(job));
+  stats_.queued_blocks = queued_.size();
   wake_.notify_one();
 }
 
@@ -242,20 +260,37 @@ void DiskKvStore::writer_loop() {
       if (stopping_) return;
       continue;
     }
-    Job job = std::move(queue_.front());
+    std::shared_ptr<const Job> job = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
     lock.unlock();
-    write_one(job);
+    const bool ok = write_one(*job);
     lock.lock();
     writing_ = false;
+    // The block leaves the queue and enters the index in one step, so a lookup always finds it in one of them.
+    queued_.erase(job->key);
     queued_bytes_ -= config_.payload_bytes;
-    queued_keys_.erase(job.key);
+    stats_.queued_blocks = queued_.size();
+    if (ok) {
+      const uint64_t bytes = sizeof(Header) + job->tokens.size() * sizeof(int32_t) + job->payload.size();
+      Entry e{job->parent_key, job->tokens, bytes, lru_.insert(lru_.end(), job->key)};
+      index_.emplace(job->key, std::move(e));
+      stats_.held_bytes += bytes;
+      ++stats_.blocks_written;
+      stats_.bytes_written += bytes;
+      // A full disk drops its least recently used files (never the one just written).
+      while (stats_.held_bytes > config_.max_bytes && lru_.size() > 1) {
+        drop_locked(lru_.front(), false);
+        ++stats_.evicted;
+      }
+      stats_.held_blocks = index_.size();
+    }
+    room_.notify_all();
     if (queue_.empty()) idle_.notify_all();
   }
 }
 
-void DiskKvStore::write_one(const Job& job) {
+bool DiskKvStore::write_one(const Job& job) {
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.identity = config_.identity;
@@ -268,54 +303,73 @@ void DiskKvStore::write_one(const Job& job) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   bool ok = fd >= 0 && write_all(fd, &h, sizeof h) && write_all(fd, job.tokens.data(), job.tokens.size() * sizeof(int32_t)) &&
             write_all(fd, job.payload.data(), job.payload.size());
-  if (fd >= 0) ok = ::close(fd) == 0 && ok;
-  if (ok) ok = ::rename(tmp.c_str(), final_name.c_str()) == 0;
+  int err = ok ? 0 : errno;
+  if (fd >= 0 && ::close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && ::rename(tmp.c_str(), final_name.c_str()) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (ok) return true;
+  std::error_code ec;
+  fs::remove(tmp, ec);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!ok) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    if (stats_.dropped_full++ == 0)
-      std::fprintf(stderr, "peregrine: KV disk tier: cannot write %s (%s); blocks that do not fit are not kept\n",
-                   tmp.c_str(), std::strerror(errno));
-    return;
-  }
-  const uint64_t bytes = sizeof(Header) + job.tokens.size() * sizeof(int32_t) + job.payload.size();
-  Entry e{job.parent_key, job.tokens, bytes, lru_.insert(lru_.end(), job.key)};
-  index_.emplace(job.key, std::move(e));
-  stats_.held_bytes += bytes;
-  ++stats_.blocks_written;
-  stats_.bytes_written += bytes;
-  while (stats_.held_bytes > config_.max_bytes && lru_.size() > 1) {
-    drop_locked(lru_.front(), false);
-    ++stats_.evicted;
-  }
-  stats_.held_blocks = index_.size();
+  if (stats_.dropped_full++ == 0)
+    std::fprintf(stderr, "peregrine: KV disk tier: cannot write %s (%s); blocks that do not fit are not kept\n",
+                 tmp.c_str(), std::strerror(err));
+  return false;
 }
 
 bool DiskKvStore::contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
+  auto same = [&](uint64_t parent, const std::vector<int32_t>& held) {
+    return parent == parent_key && std::equal(tokens.begin(), tokens.end(), held.begin(), held.end());
+  };
+  if (auto q = queued_.find(key); q != queued_.end()) return same(q->second->parent_key, q->second->tokens);
   auto it = index_.find(key);
-  if (it == index_.end() || it->second.parent_key != parent_key ||
-      !std::equal(tokens.begin(), tokens.end(), it->second.tokens.begin(), it->second.tokens.end()))
-    return false;
+  if (it == index_.end() || !same(it->second.parent_key, it->second.tokens)) return false;
   lru_.splice(lru_.end(), lru_, it->second.lru);
   return true;
 }
 
+void DiskKvStore::touch(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.lru);
+}
+
 bool DiskKvStore::read(uint64_t key, std::byte* dst, uint64_t& parent_key_out, std::vector<int32_t>& tokens_out) {
-  uint64_t parent_key;
+  uint64_t parent_key = 0;
   std::vector<int32_t> want_tokens;
+  std::shared_ptr<const Job> queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = index_.find(key);
-    if (it == index_.end()) return false;
-    parent_key = it->second.parent_key;
-    want_tokens = it->second.tokens;
+    if (auto q = queued_.find(key); q != queued_.end()) {
+      queued = q->second;
+    } else {
+      auto it = index_.find(key);
+      if (it == index_.end()) return false;
+      parent_key = it->second.parent_key;
+      want_tokens = it->second.tokens;
+    }
+  }
+  if (queued) {  // not written yet (or being written): the queued copy is the block
+    std::memcpy(dst, queued->payload.data(), config_.payload_bytes);
+    parent_key_out = queued->parent_key;
+    tokens_out = queued->tokens;
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.blocks_read;
+    ++stats_.blocks_read_queued;
+    stats_.bytes_read += config_.payload_bytes;
+    return true;
   }
   const std::string name = file_of(key);
   auto bad = [&](const char* why) {
-    std::fprintf(stderr, "peregrine: KV disk tier: dropped %s: %s\n", name.c_str(), why);
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!index_.count(key)) return false;  // dropped meanwhile to stay within the bound: absent, not bad
+    std::fprintf(stderr, "peregrine: KV disk tier: dropped %s: %s\n", name.c_str(), why);
     drop_locked(key, true);
     return false;
   };

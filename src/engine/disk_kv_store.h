@@ -5,6 +5,10 @@
 // block's prefix-cache key, parent key and tokens, payload size, an XXH3 checksum of tokens and payload) and the
 // block's bytes as a host-tier slot holds them. The store is bounded in bytes, dropping the least recently used
 // files. Every read checks the header and the checksum; a truncated, corrupted or foreign file is dropped and logged.
+// A block queued for writing is already part of the store: contains() finds it and a read is served from the queued
+// copy in memory, so a block handed over a moment ago is never missed. The queue is bounded in bytes; a put() that
+// finds it full waits for the writer (back-pressure) instead of dropping the block, and only drops it (logged) when
+// the writer has made no room for max_put_wait_seconds (a disk that has stopped answering).
 #pragma once
 
 #include <condition_variable>
@@ -12,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -29,15 +34,20 @@ class DiskKvStore {
     uint64_t identity = 0;       // model + dtype + KV layout
     int block_size = 16;         // tokens per block
     size_t payload_bytes = 0;    // bytes of one block (a host slot)
-    size_t max_queued_bytes = size_t{256} << 20;  // writes waiting beyond this are dropped
+    size_t max_queued_bytes = size_t{1} << 30;  // bytes of queued writes; a put() beyond them waits
+    double max_put_wait_seconds = 10.0;            // a put() waiting this long for room is dropped
   };
   struct Stats {
     uint64_t blocks_written = 0, bytes_written = 0, blocks_read = 0, bytes_read = 0;
     uint64_t dropped_bad = 0;      // files found truncated, corrupted or foreign
-    uint64_t dropped_full = 0;     // writes dropped (queue full or the disk refused them)
+    uint64_t dropped_full = 0;     // writes dropped (the disk refused them, or the writer made no room in time)
     uint64_t evicted = 0;          // files removed to stay within max_bytes
     uint64_t found_at_start = 0;   // files indexed when the store opened
-    uint64_t held_blocks = 0, held_bytes = 0;
+    uint64_t held_blocks = 0, held_bytes = 0;  // files (queued writes not included)
+    uint64_t queued_blocks = 0;    // writes waiting now (findable and readable from memory)
+    uint64_t blocks_read_queued = 0;  // reads served from a queued write's memory (part of blocks_read)
+    uint64_t put_waits = 0;        // put() calls that found the queue full and waited for the writer
+    double put_wait_seconds = 0;   // the time they waited
   };
 
   // Opens (creating) the directory and indexes the files already there. Throws Error(kInvalidArgument) naming the
@@ -47,12 +57,15 @@ class DiskKvStore {
   DiskKvStore(const DiskKvStore&) = delete;
   DiskKvStore& operator=(const DiskKvStore&) = delete;
 
-  // Queues the block for writing (the payload is copied); a block already stored or queued is skipped.
+  // Queues the block for writing (the payload is copied); a block already stored or queued is skipped. Waits while
+  // the queue is full (see above).
   void put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload);
-  // Whether a stored block has this identity (and marks it recently used).
+  // Whether a stored or queued block has this identity (and marks a stored one recently used).
   bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens);
-  // Reads a stored block's payload into dst (payload_bytes) and its identity. False when it is absent or bad (a bad
-  // file is removed and logged).
+  // Marks a stored block recently used (no-op when absent).
+  void touch(uint64_t key);
+  // Reads a stored or queued block's payload into dst (payload_bytes) and its identity. False when it is absent or
+  // bad (a bad file is removed and logged).
   bool read(uint64_t key, std::byte* dst, uint64_t& parent_key, std::vector<int32_t>& tokens);
   // The same read on the store's reader thread, so the engine loop never waits for the disk: returns an id for
   // read_result; dst must stay valid until the result is taken.
@@ -74,7 +87,7 @@ class DiskKvStore {
     uint64_t bytes;
     std::list<uint64_t>::iterator lru;
   };
-  struct Job {
+  struct Job {  // a queued write; shared with reads served from it while it is written
     uint64_t key, parent_key;
     std::vector<int32_t> tokens;
     std::vector<std::byte> payload;
@@ -89,18 +102,18 @@ class DiskKvStore {
   void reader_loop();
   std::string file_of(uint64_t key) const;
   void writer_loop();
-  void write_one(const Job& job);
+  bool write_one(const Job& job);  // the file, renamed into place; false (nothing left behind) when it failed
   void drop_locked(uint64_t key, bool bad);  // removes the file and the entry (mutex_ held)
   void index_existing();
 
   Config config_;
   std::string path_;
   mutable std::mutex mutex_;
-  std::condition_variable wake_, idle_;
+  std::condition_variable wake_, idle_, room_;
   std::unordered_map<uint64_t, Entry> index_;
   std::list<uint64_t> lru_;  // least recently used first
-  std::deque<Job> queue_;
-  std::unordered_map<uint64_t, bool> queued_keys_;
+  std::deque<std::shared_ptr<const Job>> queue_;
+  std::unordered_map<uint64_t, std::shared_ptr<const Job>> queued_;  // by key, until its file is in the index
   size_t queued_bytes_ = 0;
   bool writing_ = false;
   bool stopping_ = false;

@@ -668,7 +668,11 @@ EngineStats EngineCore::stats() const {
     s.host_kv_blocks_used = host_tier_->num_held();
     if (const DiskKvStore* disk = host_tier_->disk()) {
       const DiskKvStore::Stats d = disk->stats();
-      s.prefix_cache_disk_hits = std::min(h.disk_loads * static_cast<uint64_t>(config_.block_size), s.prefix_cache_host_hits);
+      s.prefix_cache_disk_hits =
+          scheduler_.kv().num_lower_tier_hit_blocks_from_below() * static_cast<uint64_t>(config_.block_size);
+      s.kv_disk_blocks_past_host = h.past_host;
+      s.kv_disk_dropped_writes = d.dropped_full;
+      s.kv_disk_wait_seconds = h.wait_seconds + d.put_wait_seconds;
       s.kv_disk_bytes_written = d.bytes_written;
       s.kv_disk_bytes_read = d.bytes_read;
       s.kv_disk_dropped_bad = d.dropped_bad;

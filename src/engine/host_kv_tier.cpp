@@ -2,16 +2,35 @@
 #include "engine/host_kv_tier.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace peregrine::engine {
 
-HostKvTier::HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::unique_ptr<DiskKvStore> disk)
+HostKvTier::HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::unique_ptr<DiskKvStore> disk,
+                       int staging_slots)
     : kv_(kv), host_(backend, kv.config(), num_slots), slots_(static_cast<size_t>(num_slots)), disk_(std::move(disk)) {
   for (int s = num_slots - 1; s >= 0; --s) free_.push_back(s);
+  if (disk_) {
+    if (staging_slots <= 0) {
+      const size_t per = std::max<size_t>(host_.slot_bytes(), 1);
+      staging_slots = static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / per, 1, 256));
+    }
+    staging_ = std::make_unique<HostKvBuffer>(backend, kv.config(), staging_slots);
+  }
 }
 
 HostKvTier::~HostKvTier() {
+  for (auto& [ticket, load] : loads_)
+    for (uint64_t t : load.transfers) kv_.wait(t);  // nothing may still read the slots once they are freed
   for (int s : to_disk_) write_through(s);
+}
+
+void HostKvTier::pin(int s) {
+  if (slots_[static_cast<size_t>(s)].pins++ == 0) ++num_pinned_;
+}
+
+void HostKvTier::unpin(int s) {
+  if (--slots_[static_cast<size_t>(s)].pins == 0) --num_pinned_;
 }
 
 void HostKvTier::write_through(int s) {
@@ -37,42 +56,138 @@ void HostKvTier::poll() {
   to_disk_.resize(kept);
 }
 
-int HostKvTier::take_slot() {
+void HostKvTier::hold(int s, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  slot.key = key;
+  slot.parent_key = parent_key;
+  slot.tokens.assign(tokens.begin(), tokens.end());
+  slot.used = true;
+  slot.to_disk = false;
+  slot.lru = lru_.insert(lru_.end(), s);
+  by_key_[key] = s;
+  ++children_[parent_key];
+}
+
+void HostKvTier::drop(int s) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  write_through(s);
+  by_key_.erase(slot.key);
+  lru_.erase(slot.lru);
+  auto c = children_.find(slot.parent_key);
+  if (c != children_.end() && --c->second == 0) children_.erase(c);
+  slot.used = false;
+  ++stats_.dropped;
+}
+
+int HostKvTier::holding(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) const {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return -1;
+  const Slot& slot = slots_[static_cast<size_t>(it->second)];
+  if (slot.parent_key != parent_key || !std::equal(tokens.begin(), tokens.end(), slot.tokens.begin(), slot.tokens.end()))
+    return -1;
+  return it->second;
+}
+
+int HostKvTier::take_slot(bool idle_only) {
   if (!free_.empty()) {
     const int s = free_.back();
     free_.pop_back();
     return s;
   }
-  const int s = lru_.front();
-  Slot& old = slots_[static_cast<size_t>(s)];
-  if (old.pinned) return -1;
-  write_through(s);
-  by_key_.erase(old.key);
-  lru_.erase(old.lru);
-  old.used = false;
-  ++stats_.dropped;
-  return s;
+  int fallback = -1;
+  for (int s : lru_) {
+    const Slot& slot = slots_[static_cast<size_t>(s)];
+    if (slot.pins > 0 || (idle_only && !kv_.transfer_done(slot.ticket))) continue;
+    if (!children_.count(slot.key)) {  // a chain's last held block
+      drop(s);
+      return s;
+    }
+    if (fallback < 0) fallback = s;
+  }
+  if (fallback >= 0) drop(fallback);
+  return fallback;
+}
+
+void HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks) {
+  std::vector<const Evicted*> todo;
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {  // deepest first: the disk then drops them first
+    if (!disk_->contains((*it)->key, (*it)->parent_key, (*it)->tokens)) todo.push_back(*it);
+  }
+  const size_t per = static_cast<size_t>(staging_->num_slots());
+  std::vector<int> device, staging;
+  for (size_t first = 0; first < todo.size(); first += per) {
+    const size_t n = std::min(per, todo.size() - first);
+    device.clear();
+    staging.clear();
+    for (size_t i = 0; i < n; ++i) {
+      device.push_back(todo[first + i]->block);
+      staging.push_back(static_cast<int>(i));
+    }
+    const uint64_t ticket = kv_.swap_out(device, *staging_, staging);
+    kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
+    const auto t0 = std::chrono::steady_clock::now();
+    kv_.wait(ticket);  // the staging slots are reused by the next round
+    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t i = 0; i < n; ++i) {
+      const Evicted& e = *todo[first + i];
+      disk_->put(e.key, e.parent_key, e.tokens, staging_->slot(static_cast<int>(i)));  // waits while the queue is full
+    }
+    ++stats_.transfers_down;
+    stats_.blocks_down += n;
+    stats_.bytes_down += n * staging_->slot_bytes();
+    stats_.past_host += n;
+  }
 }
 
 void HostKvTier::keep(std::span<const Evicted> blocks) {
-  if (host_.num_slots() == 0 || blocks.empty()) return;
+  if (blocks.empty() || (host_.num_slots() == 0 && !disk_)) return;
+  // The chain's earlier blocks first: they are the ones the slots take.
+  std::vector<const Evicted*> order;
+  order.reserve(blocks.size());
+  for (const Evicted& e : blocks) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const Evicted* a, const Evicted* b) { return a->depth < b->depth; });
+  std::vector<const Evicted*> fresh;
+  std::vector<std::pair<int, int>> touched;  // (depth, slot) of the call's blocks in host slots
+  std::vector<int> pinned;                   // their slots, which the call's other blocks must not take
+  for (const Evicted* e : order) {
+    auto it = by_key_.find(e->key);
+    if (it != by_key_.end()) {  // already held (an earlier copy of the same content)
+      touched.emplace_back(e->depth, it->second);
+      pinned.push_back(it->second);
+      pin(it->second);
+    } else {
+      fresh.push_back(e);
+    }
+  }
+  const size_t room = static_cast<size_t>(host_.num_slots() - num_pinned_);
+  const size_t in_host = std::min(fresh.size(), room);
+  if (fresh.size() > in_host) {
+    const std::vector<const Evicted*> rest(fresh.begin() + static_cast<ptrdiff_t>(in_host), fresh.end());
+    if (disk_) {
+      stage_to_disk(rest);
+    } else {
+      stats_.not_kept += rest.size();
+    }
+  }
   std::vector<int> device, host;
-  for (const Evicted& e : blocks) {
-    if (by_key_.count(e.key)) continue;  // already held (an earlier copy of the same content)
+  for (size_t i = in_host; i-- > 0;) {  // deepest first, so the chain's first block is the most recently used
+    const Evicted& e = *fresh[i];
     const int s = take_slot();
-    if (s < 0) break;  // every slot holds one of this call's blocks: the rest are not kept
-    Slot& slot = slots_[static_cast<size_t>(s)];
-    slot.pinned = true;  // one transfer must not write a slot twice (its copies run in no set order)
-    slot.key = e.key;
-    slot.parent_key = e.parent_key;
-    slot.tokens.assign(e.tokens.begin(), e.tokens.end());
-    slot.used = true;
-    slot.lru = lru_.insert(lru_.end(), s);
-    by_key_[e.key] = s;
+    if (s < 0) {
+      stats_.not_kept += i + 1;  // cannot happen: `room` slots are unpinned
+      break;
+    }
+    pin(s);  // one transfer must not write a slot twice (its copies run in no set order)
+    pinned.push_back(s);
+    hold(s, e.key, e.parent_key, e.tokens);
     device.push_back(e.block);
     host.push_back(s);
+    touched.emplace_back(e.depth, s);
   }
-  for (int s : host) slots_[static_cast<size_t>(s)].pinned = false;
+  for (int s : pinned) unpin(s);
+  // The call's blocks are the most recently used, a chain's first block last.
+  std::stable_sort(touched.begin(), touched.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [depth, s] : touched) lru_.splice(lru_.end(), lru_, slots_[static_cast<size_t>(s)].lru);
   if (device.empty()) return;
   const uint64_t ticket = kv_.swap_out(device, host_, host);
   kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
@@ -90,110 +205,148 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
   stats_.bytes_down += device.size() * host_.slot_bytes();
 }
 
-bool HostKvTier::contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) {
-    if (disk_ && disk_->contains(key, parent_key, tokens)) {
-      ++stats_.hits;
-      return true;
-    }
-    return false;
+int HostKvTier::count_held(std::span<const Probe> run) {
+  std::vector<int> where;  // the slot of each block found, -1 for one on disk
+  for (const Probe& p : run) {
+    const int s = holding(p.key, p.parent_key, p.tokens);
+    if (s < 0 && !(disk_ && disk_->contains(p.key, p.parent_key, p.tokens))) break;
+    where.push_back(s);
   }
-  Slot& slot = slots_[static_cast<size_t>(it->second)];
-  if (slot.parent_key != parent_key || !std::equal(tokens.begin(), tokens.end(), slot.tokens.begin(), slot.tokens.end()))
-    return false;
-  lru_.splice(lru_.end(), lru_, slot.lru);
-  ++stats_.hits;
-  return true;
+  // Recently used from the run's end back to its first block, which becomes the most recent of them.
+  for (size_t i = where.size(); i-- > 0;) {
+    if (where[i] >= 0) {
+      lru_.splice(lru_.end(), lru_, slots_[static_cast<size_t>(where[i])].lru);
+    } else {
+      disk_->touch(run[i].key);
+    }
+  }
+  stats_.hits += where.size();
+  return static_cast<int>(where.size());
 }
 
-int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket_out) {
+int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket_out,
+                     std::span<uint8_t> from_below) {
   *ticket_out = 0;
   Load load;
-  for (uint64_t key : keys) {
-    if (load.slots.size() >= blocks.size()) break;
-    auto it = by_key_.find(key);
-    int s = -1;
-    uint64_t read = 0;
-    if (it != by_key_.end()) {
-      s = it->second;
-      lru_.splice(lru_.end(), lru_, slots_[static_cast<size_t>(s)].lru);
-    } else if (disk_) {
-      // Read back from disk into a free host slot (once no transfer uses that slot any more), in the background.
-      s = take_slot();
-      if (s < 0) break;
-      kv_.wait(slots_[static_cast<size_t>(s)].ticket);
-      read = disk_->read_async(key, host_.slot(s));
-    } else {
-      break;
-    }
-    slots_[static_cast<size_t>(s)].pinned = true;  // until the copy up is enqueued
-    load.slots.push_back(s);
-    load.reads.push_back(read);
-    load.keys.push_back(key);
+  for (size_t i = 0; i < keys.size() && i < blocks.size(); ++i) {
+    const bool in_host = by_key_.count(keys[i]) > 0;
+    if (!in_host && !disk_) break;  // a key the tier no longer holds ends the run
+    if (i < from_below.size()) from_below[i] = in_host ? 0 : 1;
+    Part part;
+    part.key = keys[i];
+    load.parts.push_back(part);
   }
-  if (load.slots.empty()) return 0;
-  load.blocks.assign(blocks.begin(), blocks.begin() + static_cast<long>(load.slots.size()));
-  const int n = static_cast<int>(load.slots.size());
-  const bool from_disk = std::any_of(load.reads.begin(), load.reads.end(), [](uint64_t r) { return r != 0; });
-  if (!from_disk) issue(load);
+  const int n = static_cast<int>(load.parts.size());
+  if (n == 0) return 0;
+  load.blocks.assign(blocks.begin(), blocks.begin() + n);
+  load.end = n;
+  advance(load, /*issue=*/false);  // holds the run's first blocks and starts reads; copies wait for loaded()
   *ticket_out = ++next_load_;
   loads_.emplace(*ticket_out, std::move(load));
   return n;
 }
 
-void HostKvTier::issue(Load& load) {
-  // The leading run whose blocks are in host slots: held ones, and reads that came back good; the run ends at the
-  // first read that failed, and the slots past it are given back.
-  int good = 0;
-  bool run = true;
-  for (size_t i = 0; i < load.slots.size(); ++i) {
-    const int s = load.slots[i];
-    Slot& slot = slots_[static_cast<size_t>(s)];
-    if (load.reads[i] != 0) {
-      uint64_t parent = 0;
-      std::vector<int32_t> tokens;
-      const bool ok = disk_->read_result(load.reads[i], parent, tokens) == 1;
-      if (ok && !by_key_.count(load.keys[i])) {
-        slot.key = load.keys[i];
-        slot.parent_key = parent;
-        slot.tokens = std::move(tokens);
-        slot.used = true;
-        slot.to_disk = false;
-        slot.lru = lru_.insert(lru_.end(), s);
-        by_key_[slot.key] = s;
-        ++stats_.disk_loads;
-      } else {
-        slot.pinned = false;
-        free_.push_back(s);
-        run = false;
-        continue;
-      }
+void HostKvTier::advance(Load& load, bool issue) {
+  // Reads that came back: a good block is held in its slot from now on; a failed read ends the load before it.
+  for (int i = load.issued; i < load.frontier; ++i) {
+    Part& p = load.parts[static_cast<size_t>(i)];
+    if (p.read == 0 || !disk_->read_finished(p.read)) continue;
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+    const bool ok = disk_->read_result(p.read, parent, tokens) == 1;
+    p.read = 0;
+    auto held = by_key_.find(p.key);
+    if (ok && held == by_key_.end()) {
+      hold(p.slot, p.key, parent, tokens);
+      ++stats_.disk_loads;
+      continue;
     }
-    if (run) ++good;
+    unpin(p.slot);
+    free_.push_back(p.slot);
+    p.slot = -1;
+    if (ok) {  // another slot came to hold it meanwhile: use that one
+      p.slot = held->second;
+      pin(p.slot);
+    } else {
+      load.end = std::min(load.end, i);
+    }
   }
-  std::vector<int> host(load.slots.begin(), load.slots.begin() + good);
-  if (!host.empty()) {
+  for (;;) {
+    // Widen the window in chain order: a held block is pinned where it is, any other is read from disk into a slot
+    // whose last transfer is done (none free: the next call tries again, once this load's copies free some).
+    while (load.frontier < load.end) {
+      Part& p = load.parts[static_cast<size_t>(load.frontier)];
+      if (auto it = by_key_.find(p.key); it != by_key_.end()) {
+        p.slot = it->second;
+        pin(p.slot);
+      } else if (!disk_) {
+        load.end = load.frontier;  // dropped since the lookup, and nowhere below
+        break;
+      } else {
+        const int s = take_slot(/*idle_only=*/true);
+        if (s < 0) break;
+        pin(s);
+        p.slot = s;
+        p.read = disk_->read_async(p.key, host_.slot(s));
+      }
+      ++load.frontier;
+    }
+    if (!issue) return;
+    // The leading parts whose content is in place go up in one transfer; their slots are free again after it (later
+    // transfers on the copy queue, and reads, which wait for it, come after it).
+    std::vector<int> host, blocks;
+    int j = load.issued;
+    for (; j < std::min(load.frontier, load.end); ++j) {
+      const Part& p = load.parts[static_cast<size_t>(j)];
+      if (p.read != 0) break;
+      host.push_back(p.slot);
+      blocks.push_back(load.blocks[static_cast<size_t>(j)]);
+    }
+    if (host.empty()) break;
     // Nothing waits for it on the device: the manager holds the blocks back until the transfer is done.
-    load.transfer = kv_.swap_in(host_, host, std::span<const int>(load.blocks).first(host.size()), /*compute_waits=*/false);
-    for (int s : host) slots_[static_cast<size_t>(s)].ticket = load.transfer;
+    const uint64_t t = kv_.swap_in(host_, host, blocks, /*compute_waits=*/false);
+    load.transfers.push_back(t);
+    for (int s : host) {
+      slots_[static_cast<size_t>(s)].ticket = t;
+      unpin(s);
+    }
+    for (int i = load.issued; i < j; ++i) load.parts[static_cast<size_t>(i)].slot = -1;
+    load.issued = j;
     ++stats_.transfers_up;
     stats_.blocks_up += host.size();
     stats_.bytes_up += host.size() * host_.slot_bytes();
   }
-  for (int s : load.slots) slots_[static_cast<size_t>(s)].pinned = false;
-  load.count = good;
-  load.issued = true;
+  // Past a failed read: the held blocks are let go; blocks still being read are let go when their reads are back.
+  if (load.issued >= load.end) {
+    for (int i = load.end; i < load.frontier; ++i) {
+      Part& p = load.parts[static_cast<size_t>(i)];
+      if (p.slot >= 0 && p.read == 0) {
+        unpin(p.slot);
+        p.slot = -1;
+      }
+    }
+  }
+}
+
+bool HostKvTier::finished(Load& load) {
+  if (load.issued < load.end) return false;
+  for (int i = load.end; i < load.frontier; ++i)
+    if (load.parts[static_cast<size_t>(i)].read != 0) return false;
+  for (uint64_t t : load.transfers)
+    if (!kv_.transfer_done(t)) return false;
+  return true;
 }
 
 bool HostKvTier::order_on_device(uint64_t ticket) {
   auto it = loads_.find(ticket);
   if (it == loads_.end()) return true;
-  const Load& load = it->second;
-  // Not before every read is back, and never for a load that came up short (its missing blocks must be uncached
-  // first, when loaded() answers).
-  if (!load.issued || load.count < static_cast<int>(load.slots.size())) return false;
-  kv_.compute_waits_for(load.transfer);
+  Load& load = it->second;
+  advance(load);
+  // Not before every block's copy up is enqueued, and never for a load that came up short (its missing blocks must
+  // be uncached first, when loaded() answers).
+  const int n = static_cast<int>(load.parts.size());
+  if (load.end < n || load.issued < n) return false;
+  for (uint64_t t : load.transfers) kv_.compute_waits_for(t);
   return true;
 }
 
@@ -201,14 +354,9 @@ int HostKvTier::loaded(uint64_t ticket) {
   auto it = loads_.find(ticket);
   if (it == loads_.end()) return 0;
   Load& load = it->second;
-  if (!load.issued) {
-    for (size_t i = 0; i < load.reads.size(); ++i) {
-      if (load.reads[i] != 0 && !disk_->read_finished(load.reads[i])) return -1;
-    }
-    issue(load);
-  }
-  if (load.count > 0 && !kv_.transfer_done(load.transfer)) return -1;
-  const int count = load.count;
+  advance(load);
+  if (!finished(load)) return -1;
+  const int count = load.end;
   loads_.erase(it);
   return count;
 }

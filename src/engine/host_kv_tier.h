@@ -1,11 +1,18 @@
 // HostKvTier: the prefix cache's host-memory tier. Cached device blocks that the block pool reuses are copied
 // down into pinned host slots (one slot holds a block of every layer contiguously; all blocks evicted together go
 // in one asynchronous transfer), stay findable by their prefix-cache identity, and are copied back into fresh
-// device blocks on a hit. Slots are reused least recently used first. Transfers run on the backend's copy queue,
-// in order, after the work enqueued before them; the compute queue waits for a copy-down before it overwrites the
-// blocks and for a load before it reads them, so the host never blocks on either. With a disk tier
-// (disk_kv_store.h) every block copied down is also written to disk once its copy is done, and a lookup the host
-// tier misses continues there (read into a host slot, then loaded like the others).
+// device blocks on a hit. A hit must start at a chain's first block, so a chain's earlier blocks are worth more:
+// of an eviction larger than the free slots the slots take the earliest blocks, and a slot is reused least
+// recently used first among the blocks no held block continues (a chain is dropped from its end). Transfers run on
+// the backend's copy queue, in order, after the work enqueued before them; the compute queue waits for a copy-down
+// before it overwrites the blocks and for a load before it reads them, so the host never blocks on either.
+//
+// With a disk tier (disk_kv_store.h) every evicted block reaches the disk: the blocks in slots are written through
+// once their copy is done, and the blocks the slots do not take go straight from the device to the disk through a
+// small pinned staging buffer (in rounds when there are more of them; the engine thread waits for those copies and,
+// when the disk's write queue is full, for the writer: back-pressure, not dropping). A lookup the host misses
+// continues on the disk (queued writes included); those blocks are read into host slots on the disk tier's reader
+// thread and copied up from there, in rounds through the slots when a load is larger than the slots that are free.
 #pragma once
 
 #include <cstdint>
@@ -23,24 +30,30 @@ namespace peregrine::engine {
 class HostKvTier final : public LowerKvTier {
  public:
   struct Stats {
-    uint64_t blocks_down = 0, blocks_up = 0;  // blocks copied to host, loaded back
+    uint64_t blocks_down = 0, blocks_up = 0;  // blocks copied to host (slots and staging), loaded back
     uint64_t bytes_down = 0, bytes_up = 0;
     uint64_t transfers_down = 0, transfers_up = 0;
-    uint64_t hits = 0, dropped = 0;  // lookups that found a block; blocks pushed out of the tier
+    uint64_t hits = 0, dropped = 0;  // blocks lookups found; blocks pushed out of the slots
     uint64_t disk_loads = 0;         // blocks read back from the disk tier (then loaded like host blocks)
+    uint64_t past_host = 0;          // evicted blocks that went to the disk tier through the staging buffer
+    uint64_t not_kept = 0;           // evicted blocks no tier took (no disk tier, and no slot free of loads)
+    double wait_seconds = 0;         // the engine thread waited for the staging buffer's copies
   };
 
-  // `num_slots` blocks of `kv`'s layout in pinned memory of kv's backend; with `disk`, every block that comes down
-  // is also written there (write-through, in the background), and blocks the host no longer holds are read back.
-  HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::unique_ptr<DiskKvStore> disk = nullptr);
-  ~HostKvTier() override;  // hands the copies still in flight to the disk tier
+  // `num_slots` blocks of `kv`'s layout in pinned memory of kv's backend; with `disk`, every evicted block is also
+  // written there (in the background), and blocks the host no longer holds are read back. `staging_slots` sizes
+  // the disk's staging buffer (0: 64 MiB worth, 1 to 256 blocks).
+  HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::unique_ptr<DiskKvStore> disk = nullptr,
+             int staging_slots = 0);
+  ~HostKvTier() override;  // waits for its loads' copies and hands the copies still in flight to the disk tier
 
   void keep(std::span<const Evicted> blocks) override;
-  bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) override;
-  // Blocks the host holds are copied up at once; blocks only the disk holds are first read into host slots on the
-  // disk tier's reader thread (loaded() copies them up once every read is back), so no disk read runs on the
-  // engine loop.
-  int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) override;
+  int count_held(std::span<const Probe> run) override;
+  // Blocks the host holds are copied up at the first loaded() (or order_on_device()); blocks only the disk holds
+  // are first read into host slots on the disk tier's reader thread (loaded() copies them up as their reads come
+  // back), so no disk read runs on the engine loop.
+  int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket,
+           std::span<uint8_t> from_below) override;
   int loaded(uint64_t ticket) override;
   bool order_on_device(uint64_t ticket) override;
 
@@ -51,6 +64,9 @@ class HostKvTier final : public LowerKvTier {
 
   int num_slots() const { return host_.num_slots(); }
   int num_held() const { return static_cast<int>(by_key_.size()); }
+  int num_staging_slots() const { return staging_ ? staging_->num_slots() : 0; }
+  // Whether a slot holds this block (tests; marks nothing).
+  bool holds(uint64_t key) const { return by_key_.count(key) > 0; }
   const Stats& stats() const { return stats_; }
 
  private:
@@ -58,38 +74,54 @@ class HostKvTier final : public LowerKvTier {
     uint64_t key = 0, parent_key = 0;
     std::vector<int32_t> tokens;
     bool used = false;
-    bool pinned = false;        // part of the load being built
-    bool to_disk = false;       // its copy-down has yet to reach the disk tier
-    uint64_t ticket = 0;        // the last transfer into or out of it
+    int pins = 0;                  // loads (and the transfer being built) that need its content where it is
+    bool to_disk = false;          // its copy-down has yet to reach the disk tier
+    uint64_t ticket = 0;           // the last transfer into or out of it
     std::list<int>::iterator lru;  // position in lru_ while used
   };
-  // A free slot, or the least recently used one (dropped; -1 when that one is pinned).
-  int take_slot();
+  // A free slot, or the least recently used unpinned one that no held block continues (else the least recently
+  // used unpinned one), dropped; -1 when every slot is pinned. With idle_only, slots whose last transfer is still
+  // running are passed over too.
+  int take_slot(bool idle_only = false);
+  void drop(int slot);  // writes it through, then forgets it
+  void hold(int slot, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens);
+  int holding(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) const;  // its slot, or -1
+  void pin(int slot);
+  void unpin(int slot);
   void write_through(int slot);  // waits for the slot's copy-down, then queues it for the disk tier
+  // Copies the blocks to the disk tier through the staging buffer (deepest first), skipping those it holds.
+  void stage_to_disk(const std::vector<const Evicted*>& blocks);
 
-  // A load in progress: its host slots (pinned until the copy up is enqueued), the disk reads into some of them
-  // (0: the host held it), the device blocks, and once enqueued the transfer and how many leading blocks it carries.
-  struct Load {
-    std::vector<int> slots;
-    std::vector<uint64_t> reads;
-    std::vector<uint64_t> keys;
-    std::vector<int> blocks;
-    bool issued = false;
-    uint64_t transfer = 0;
-    int count = 0;
+  // A load in progress. Its parts are taken in chain order: [0, issued) are copied up (or on their way);
+  // [issued, frontier) have their content pinned in a host slot (held there, or being read into it from disk);
+  // the parts from frontier on wait for a slot. A read that fails ends the load before its part (end).
+  struct Part {
+    uint64_t key = 0;
+    int slot = -1;      // while in [issued, frontier)
+    uint64_t read = 0;  // the disk read into slot, until its result is taken
   };
-  void issue(Load& load);  // every read is back: keep what was read, copy the good leading run up
+  struct Load {
+    std::vector<Part> parts;
+    std::vector<int> blocks;
+    int issued = 0, frontier = 0, end = 0;
+    std::vector<uint64_t> transfers;  // its copies up
+  };
+  void advance(Load& load, bool issue = true);  // never blocks; without issue, enqueues no copy up
+  bool finished(Load& load);
 
   KvCache& kv_;
   HostKvBuffer host_;
+  std::unique_ptr<HostKvBuffer> staging_;  // with a disk tier
   std::unordered_map<uint64_t, Load> loads_;
   uint64_t next_load_ = 0;
   std::vector<Slot> slots_;
   std::unordered_map<uint64_t, int> by_key_;
+  std::unordered_map<uint64_t, int> children_;  // key -> held blocks whose parent it is
   std::list<int> lru_;  // used slots, least recently used first
   std::vector<int> free_;
+  int num_pinned_ = 0;
   std::vector<int> to_disk_;  // slots whose copy-down is queued for the disk tier
-  std::unique_ptr<DiskKvStore> disk_;
+  std::unique_ptr<DiskKvStore> disk_;  // after host_: destroyed first, so its reader never writes freed slots
   Stats stats_;
 };
 

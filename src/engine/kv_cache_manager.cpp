@@ -19,9 +19,10 @@ KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefi
       evicted_keys_.push_back(cache_.parent_key_of(block));
       const auto t = cache_.tokens_of(block);
       evicted_tokens_.insert(evicted_tokens_.end(), t.begin(), t.end());
+      evicted_depths_.push_back(cache_.depth_of(block));
     }
     cache_.evict(block);
-    from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), block), from_lower_.end());
+    forget_from_lower(block);
   });
 }
 
@@ -31,17 +32,25 @@ void KvCacheManager::flush_evictions() {
   blocks.reserve(evicted_.size());
   for (size_t i = 0; i < evicted_.size(); ++i) {
     blocks.push_back({evicted_[i], evicted_keys_[2 * i], evicted_keys_[2 * i + 1],
-                      std::span<const int32_t>(evicted_tokens_).subspan(i * static_cast<size_t>(block_size_), block_size_)});
+                      std::span<const int32_t>(evicted_tokens_).subspan(i * static_cast<size_t>(block_size_), block_size_),
+                      evicted_depths_[i]});
   }
   tier_->keep(blocks);
   evicted_.clear();
   evicted_keys_.clear();
   evicted_tokens_.clear();
+  evicted_depths_.clear();
+}
+
+void KvCacheManager::forget_from_lower(int block) {
+  from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), block), from_lower_.end());
+  from_below_.erase(std::remove(from_below_.begin(), from_below_.end(), block), from_below_.end());
 }
 
 std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
   std::vector<int> hits;
   last_lower_hits_ = 0;
+  last_below_hits_ = 0;
   if (!enable_prefix_caching_ || seq.skip_prefix_cache || !seq.block_table.empty()) return hits;
   // At least one token must be computed to produce logits, so the last token is never served from cache.
   const int max_blocks = (seq.num_tokens() - 1) / block_size_;
@@ -50,7 +59,10 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
   cache_.match(std::span<const uint64_t>(seq.block_hashes).first(usable), seq.token_ids, hits);
   // Hits the lower tier loaded (now, or for an earlier lookup of this prefix that was not admitted yet).
   auto count_from_lower = [&] {
-    for (int b : hits) last_lower_hits_ += std::count(from_lower_.begin(), from_lower_.end(), b) > 0 ? 1 : 0;
+    for (int b : hits) {
+      last_lower_hits_ += std::count(from_lower_.begin(), from_lower_.end(), b) > 0 ? 1 : 0;
+      last_below_hits_ += std::count(from_below_.begin(), from_below_.end(), b) > 0 ? 1 : 0;
+    }
   };
   if (!tier_ || static_cast<int>(hits.size()) >= usable) {
     count_from_lower();
@@ -58,14 +70,15 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
   }
   // The run continues in the lower tier: load it into fresh device blocks, which become cached device blocks.
   const std::span<const int32_t> tokens(seq.token_ids);
-  std::vector<uint64_t> keys;
+  std::vector<LowerKvTier::Probe> run;
   for (int i = static_cast<int>(hits.size()); i < usable; ++i) {
     const uint64_t parent = i == 0 ? PrefixCache::kRootHash : seq.block_hashes[static_cast<size_t>(i - 1)];
-    if (!tier_->contains(seq.block_hashes[static_cast<size_t>(i)], parent,
-                         tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_)))
-      break;
-    keys.push_back(seq.block_hashes[static_cast<size_t>(i)]);
+    run.push_back({seq.block_hashes[static_cast<size_t>(i)], parent,
+                   tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_)});
   }
+  const int held = tier_->count_held(run);
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < held; ++i) keys.push_back(run[static_cast<size_t>(i)].key);
   if (keys.empty()) {
     count_from_lower();
     return hits;
@@ -76,9 +89,12 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
   int loaded = 0;
   const int n = std::min<int>(static_cast<int>(keys.size()), pool_.num_free());
   if (n > 0 && pool_.allocate(n, fresh)) {
-    flush_evictions();  // what the allocation evicted goes down before the loads reuse the blocks
+    // The tier takes the run first (so what the allocation evicted cannot push the run's blocks out of it), then
+    // what the allocation evicted goes down, before the load's copies (from its first loaded()) reuse the blocks.
     uint64_t ticket = 0;
-    loaded = tier_->load(std::span<const uint64_t>(keys).first(static_cast<size_t>(n)), fresh, &ticket);
+    std::vector<uint8_t> below(static_cast<size_t>(n), 0);
+    loaded = tier_->load(std::span<const uint64_t>(keys).first(static_cast<size_t>(n)), fresh, &ticket, below);
+    flush_evictions();
     for (int j = 0; j < loaded; ++j) {
       cache_.insert(fresh[static_cast<size_t>(j)], seq.block_hashes, static_cast<int>(hits.size()) + j, seq.token_ids);
     }
@@ -99,6 +115,7 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
     for (int j = 0; j < loaded; ++j) {
       hits.push_back(fresh[static_cast<size_t>(j)]);
       from_lower_.push_back(fresh[static_cast<size_t>(j)]);
+      if (below[static_cast<size_t>(j)]) from_below_.push_back(fresh[static_cast<size_t>(j)]);
     }
   }
   // Drop the protection (the caller takes its own references), device hits first in the list's order.
@@ -148,7 +165,7 @@ void KvCacheManager::poll_loads() {
     }
     if (it->index >= arrived) {  // it never arrived: it must not be found as cached
       cache_.evict(it->block);
-      from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), it->block), from_lower_.end());
+      forget_from_lower(it->block);
     }
     done.push_back(it->block);
   }
@@ -161,8 +178,10 @@ void KvCacheManager::record_prefix_lookup(int num_tokens, int num_hit_tokens, st
   hit_tokens_ += static_cast<uint64_t>(num_hit_tokens);
   // The lookup's blocks that came from the lower tier are counted once, by the admission that takes them.
   lower_hit_blocks_ += static_cast<uint64_t>(last_lower_hits_);
+  below_hit_blocks_ += static_cast<uint64_t>(last_below_hits_);
   last_lower_hits_ = 0;
-  for (int b : hits) from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), b), from_lower_.end());
+  last_below_hits_ = 0;
+  for (int b : hits) forget_from_lower(b);
 }
 
 int KvCacheManager::num_blocks_to_allocate(const Sequence& seq, int num_new_tokens,

@@ -12,9 +12,11 @@
 
 namespace peregrine::engine {
 
-// A tier of the prefix cache below the device (host memory): it keeps the content of cached device blocks that
-// the pool reuses, and loads it back into fresh device blocks on a later hit. A block is identified as the
-// prefix cache identifies it: its key, its parent's key and its tokens (so a hash collision never serves wrong KV).
+// A tier of the prefix cache below the device (host memory, with the disk below it): it keeps the content of cached
+// device blocks that the pool reuses, and loads it back into fresh device blocks on a later hit. A block is
+// identified as the prefix cache identifies it: its key, its parent's key and its tokens (so a hash collision never
+// serves wrong KV). A hit must start at a chain's first block, so a chain's earlier blocks are worth more than its
+// later ones: a tier that must drop blocks drops a chain from its end.
 class LowerKvTier {
  public:
   virtual ~LowerKvTier() = default;
@@ -22,15 +24,25 @@ class LowerKvTier {
     int block;
     uint64_t key, parent_key;
     std::span<const int32_t> tokens;  // valid during the call only
+    int depth = 0;                    // the block's index in its chain (0: a prompt's first block)
+  };
+  struct Probe {
+    uint64_t key, parent_key;
+    std::span<const int32_t> tokens;
   };
   // Cached device blocks about to be reused: keep their content. Called before any later step writes them.
   virtual void keep(std::span<const Evicted> blocks) = 0;
-  // Whether the tier holds this block (and marks it recently used).
-  virtual bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) = 0;
-  // Starts copying the held blocks with these keys into the device blocks (same order). Returns how many leading
-  // ones it started loading (a key it no longer holds ends the run) and sets *ticket to the load: nothing may read
-  // or write those blocks until loaded(*ticket) answers.
-  virtual int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) = 0;
+  // How many leading blocks of `run` (consecutive blocks of one chain) the tier holds; marks them recently used,
+  // the run's first block last.
+  virtual int count_held(std::span<const Probe> run) = 0;
+  // Takes on loading the held blocks with these keys into the device blocks (same order). Returns how many leading
+  // ones it will load (a key it no longer holds ends the run) and sets *ticket to the load: nothing may read or
+  // write those blocks until loaded(*ticket) answers. Nothing is copied into them before the first loaded() or
+  // order_on_device() call, so the caller hands down (keep) what allocating them evicted in between; the tier keeps
+  // the run's blocks meanwhile. from_below (sized like keys) is set to 1 for the blocks that come from a tier below
+  // this one (the disk), 0 for the others.
+  virtual int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket,
+                   std::span<uint8_t> from_below) = 0;
   // Never blocks: -1 while the load runs; then, once, how many leading blocks arrived intact (fewer than started
   // when a read from below failed; the blocks past them hold nothing).
   virtual int loaded(uint64_t ticket) = 0;
@@ -90,8 +102,10 @@ class KvCacheManager {
   // The tier below the device (null: none). The manager keeps evicted cached blocks there and looks hits up there
   // after the device's.
   void set_lower_tier(LowerKvTier* tier) { tier_ = tier; }
-  // Blocks of admitted lookups that came from the lower tier (counted by record_prefix_lookup).
+  // Blocks of admitted lookups that came from the lower tier (counted by record_prefix_lookup), and of those the
+  // ones that came from below it (the disk).
   uint64_t num_lower_tier_hit_blocks() const { return lower_hit_blocks_; }
+  uint64_t num_lower_tier_hit_blocks_from_below() const { return below_hit_blocks_; }
 
   uint64_t num_queried_tokens() const { return queried_tokens_; }
   uint64_t num_hit_tokens() const { return hit_tokens_; }
@@ -103,13 +117,15 @@ class KvCacheManager {
   PrefixCache cache_;
   // Hands the blocks evicted since the last call to the lower tier.
   void flush_evictions();
+  void forget_from_lower(int block);  // block no longer counts as loaded from the lower tier
 
   LowerKvTier* tier_ = nullptr;
   std::vector<int> evicted_;             // cached blocks the pool reused, not yet handed down
   std::vector<uint64_t> evicted_keys_;   // [2 * i]: key, [2 * i + 1]: parent key
   std::vector<int32_t> evicted_tokens_;  // block_size per block
-  int last_lower_hits_ = 0;
-  uint64_t lower_hit_blocks_ = 0;
+  std::vector<int> evicted_depths_;
+  int last_lower_hits_ = 0, last_below_hits_ = 0;
+  uint64_t lower_hit_blocks_ = 0, below_hit_blocks_ = 0;
   struct Loading {
     int block;
     uint64_t ticket;
@@ -117,6 +133,7 @@ class KvCacheManager {
   };
   std::vector<Loading> loading_;  // blocks held while the lower tier loads them
   std::vector<int> from_lower_;  // blocks loaded from the lower tier that no admitted lookup has counted yet
+  std::vector<int> from_below_;  // those of them that came from below it
   uint64_t queried_tokens_ = 0;
   uint64_t hit_tokens_ = 0;
 };

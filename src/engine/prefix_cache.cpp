@@ -12,6 +12,7 @@ PrefixCache::PrefixCache(int num_blocks, int block_size)
     : block_size_(block_size),
       keys_(num_blocks, 0),
       parent_keys_(num_blocks, 0),
+      depths_(num_blocks, 0),
       tokens_(static_cast<size_t>(num_blocks) * block_size, 0),
       cached_(num_blocks, false) {}
 
@@ -52,6 +53,7 @@ void PrefixCache::insert(int block, std::span<const uint64_t> hashes, int index,
   map_.emplace(key, block);
   keys_[block] = key;
   parent_keys_[block] = index == 0 ? kRootHash : hashes[index - 1];
+  depths_[block] = index;
   std::copy_n(tokens.begin() + static_cast<ptrdiff_t>(index) * block_size_, block_size_,
               tokens_.begin() + static_cast<ptrdiff_t>(block) * block_size_);
   cached_[block] = true;

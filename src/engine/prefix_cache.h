@@ -32,6 +32,7 @@ class PrefixCache {
   // A cached block's identity: its key, its parent's key, its tokens.
   uint64_t key_of(int block) const { return keys_[block]; }
   uint64_t parent_key_of(int block) const { return parent_keys_[block]; }
+  int depth_of(int block) const { return depths_[block]; }  // its index in its chain (0: a prompt's first block)
   std::span<const int32_t> tokens_of(int block) const {
     return std::span<const int32_t>(tokens_).subspan(static_cast<size_t>(block) * block_size_, block_size_);
   }
@@ -44,6 +45,7 @@ class PrefixCache {
   std::unordered_map<uint64_t, int> map_;  // key -> block
   std::vector<uint64_t> keys_;             // [num_blocks]
   std::vector<uint64_t> parent_keys_;      // [num_blocks]
+  std::vector<int32_t> depths_;            // [num_blocks]
   std::vector<int32_t> tokens_;            // [num_blocks * block_size]
   std::vector<bool> cached_;               // [num_blocks]
 };

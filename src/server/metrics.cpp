@@ -103,6 +103,12 @@ std::string OpenAiServer::metrics_text() const {
   w.counter("peregrine:kv_disk_dropped_files_total", "Disk-tier files found truncated, corrupted or foreign.",
             static_cast<double>(s.kv_disk_dropped_bad));
   w.gauge("peregrine:kv_disk_blocks", "Blocks the prefix cache's disk tier holds.", static_cast<double>(s.kv_disk_blocks));
+  w.counter("peregrine:kv_disk_dropped_writes_total",
+            "Blocks the disk tier did not write (the disk refused them, or its writer stalled).",
+            static_cast<double>(s.kv_disk_dropped_writes));
+  w.counter("peregrine:kv_disk_wait_seconds_total",
+            "Seconds the engine waited for the disk tier (copies past the host tier, a full write queue).",
+            s.kv_disk_wait_seconds);
   w.counter_by("peregrine:kv_offload_bytes_total", "KV bytes copied between the device and the host tier.", "direction",
                {{"to_host", static_cast<double>(s.kv_offload_bytes_to_host)},
                 {"from_host", static_cast<double>(s.kv_offload_bytes_from_host)}});

@@ -1,14 +1,19 @@
 // DiskKvStore: blocks written in the background read back bit-identical, survive a restart, and a truncated,
-// corrupted, foreign or half-written file is dropped (and never served).
+// corrupted, foreign or half-written file is dropped (and never served); blocks still queued for writing are found
+// and read from memory, and a full queue waits for the writer instead of dropping blocks.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
 #include <csignal>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/disk_kv_store.h"
 
@@ -214,6 +219,112 @@ TEST(DiskKvStore, ReadsInTheBackgroundAnswerOnce) {
   EXPECT_EQ(a, payload_of(2));
   EXPECT_EQ(store.read_result(rb, parent, toks), 0);
   EXPECT_EQ(store.read_result(ra, parent, toks), 0);  // answered already
+}
+
+// A writer that cannot go on: the temporary file of `key` is made a FIFO, so the writer's open() of it blocks until
+// release() opens the other end (as a disk that has stopped answering would hold it). The FIFO then becomes the
+// key's file, which the tests never read.
+struct StuckWriter {
+  std::string fifo;
+  int fd = -1;
+  StuckWriter(const DiskKvStore& store, uint64_t key) {
+    char name[40];
+    std::snprintf(name, sizeof name, "/%016llx.kv.tmp", static_cast<unsigned long long>(key));
+    fifo = store.path() + name;
+    EXPECT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << fifo;
+  }
+  void release() {
+    if (fd < 0) fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  }
+  ~StuckWriter() {
+    release();  // never leave the store's writer blocked (its destructor waits for it)
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A block queued behind a writer that has not written it is found and read from the queued copy; once written it
+// is read from its file.
+TEST(DiskKvStore, QueuedWritesAreFoundAndReadFromMemory) {
+  TempDir dir;
+  DiskKvStore store(config_for(dir.path));
+  {
+    StuckWriter stuck(store, 1);
+    const auto p1 = payload_of(1), p2 = payload_of(2), p3 = payload_of(3);
+    store.put(1, 0, tokens_of(1), p1.data());  // the writer takes it and blocks
+    store.put(2, 1, tokens_of(2), p2.data());
+    store.put(3, 2, tokens_of(3), p3.data());
+    EXPECT_EQ(store.stats().queued_blocks, 3u);
+    EXPECT_EQ(store.stats().blocks_written, 0u);
+    for (uint64_t k = 1; k <= 3; ++k) EXPECT_TRUE(store.contains(k, k - 1, tokens_of(k))) << k;
+    EXPECT_FALSE(store.contains(2, 0, tokens_of(2)));  // another parent: another prefix
+    std::vector<std::byte> got(1000);
+    uint64_t parent = 0;
+    std::vector<int32_t> toks;
+    ASSERT_TRUE(store.read(2, got.data(), parent, toks));
+    EXPECT_EQ(got, p2);
+    EXPECT_EQ(parent, 1u);
+    EXPECT_EQ(toks, tokens_of(2));
+    std::vector<std::byte> got3(1000);
+    const uint64_t r = store.read_async(3, got3.data());
+    while (!store.read_finished(r)) std::this_thread::yield();
+    EXPECT_EQ(store.read_result(r, parent, toks), 1);
+    EXPECT_EQ(got3, p3);
+    ASSERT_TRUE(store.read(1, got.data(), parent, toks));  // the block being written, from memory too
+    EXPECT_EQ(got, p1);
+    EXPECT_EQ(store.stats().blocks_read_queued, 3u);
+    EXPECT_EQ(store.stats().blocks_written, 0u);
+    stuck.release();
+    store.flush();
+  }
+  const DiskKvStore::Stats s = store.stats();
+  EXPECT_EQ(s.queued_blocks, 0u);
+  EXPECT_EQ(s.blocks_written, 3u);
+  EXPECT_TRUE(store.contains(3, 2, tokens_of(3)));
+  std::vector<std::byte> got(1000);
+  uint64_t parent = 0;
+  std::vector<int32_t> toks;
+  ASSERT_TRUE(store.read(3, got.data(), parent, toks));  // from its file now
+  EXPECT_EQ(got, payload_of(3));
+  EXPECT_EQ(store.stats().blocks_read_queued, 3u);
+}
+
+// A full write queue: put() waits for the writer (back-pressure) rather than dropping; only a writer that makes no
+// room within max_put_wait_seconds gets the block dropped (logged), and the store goes on once it moves again.
+TEST(DiskKvStore, AFullQueueWaitsForTheWriterAndDropsOnlyWhenItIsStuck) {
+  TempDir dir;
+  DiskKvStore::Config c = config_for(dir.path);
+  c.max_queued_bytes = 2000;  // two blocks
+  c.max_put_wait_seconds = 0.3;
+  DiskKvStore store(c);
+  StuckWriter stuck(store, 1);
+  const auto p1 = payload_of(1), p2 = payload_of(2), p3 = payload_of(3), p4 = payload_of(4);
+  store.put(1, 0, tokens_of(1), p1.data());
+  store.put(2, 1, tokens_of(2), p2.data());
+  store.put(3, 2, tokens_of(3), p3.data());  // the queue is full and the writer stuck: waits, then drops
+  DiskKvStore::Stats s = store.stats();
+  EXPECT_EQ(s.put_waits, 1u);
+  EXPECT_GE(s.put_wait_seconds, 0.25);
+  EXPECT_EQ(s.dropped_full, 1u);
+  EXPECT_FALSE(store.contains(3, 2, tokens_of(3)));
+  // A writer that moves again makes room: the waiting put() goes through.
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stuck.release();
+  });
+  store.put(4, 3, tokens_of(4), p4.data());
+  later.join();
+  store.flush();
+  s = store.stats();
+  EXPECT_EQ(s.put_waits, 2u);
+  EXPECT_EQ(s.dropped_full, 1u);
+  EXPECT_EQ(s.blocks_written, 3u);
+  EXPECT_TRUE(store.contains(2, 1, tokens_of(2)));
+  EXPECT_TRUE(store.contains(4, 3, tokens_of(4)));
+  std::vector<std::byte> got(1000);
+  uint64_t parent = 0;
+  std::vector<int32_t> toks;
+  ASSERT_TRUE(store.read(4, got.data(), parent, toks));
+  EXPECT_EQ(got, p4);
 }
 
 }  // namespace

@@ -436,6 +436,175 @@ TEST_F(EngineModelTest, DiskTierSurvivesARestartAndDropsABadFile) {
   std::filesystem::remove_all(dir);
 }
 
+// Token ids of a made-up prompt (distinct for each seed): the filler requests that push a prefix off the device.
+std::vector<int32_t> made_up_prompt(int seed, int length) {
+  std::vector<int32_t> p(static_cast<size_t>(length));
+  for (int i = 0; i < length; ++i) p[static_cast<size_t>(i)] = 100 + (seed * 7919 + i * 131) % 31000;
+  return p;
+}
+
+// The engine of the disk-tier tests: a device cache of 64 blocks (1,024 tokens), a host tier of 8 blocks, a disk
+// tier under `dir` bounded to `disk_gb`.
+EngineConfig big_prefix_config(const std::filesystem::path& dir, double disk_gb) {
+  EngineConfig config;
+  config.model = kModel.string();
+  config.device = "cpu";
+  config.max_model_len = 1024;
+  config.num_kv_blocks_override = 64;
+  // 8.5 blocks of pycoder-tiny's f32 KV (6 layers x K, V x 16 tokens x 2 heads x 64 x 4 bytes = 96 KiB a block).
+  config.kv_offloading_size = 8.5 * 98304.0 / (1024.0 * 1024.0 * 1024.0);
+  config.kv_cache_dir = dir.string();
+  config.kv_cache_disk_gb = disk_gb;
+  return config;
+}
+
+// The disk tier behind a host tier much smaller than the prefix (the H200 tier bench's failure, here on the CPU):
+// a 44-block prefix is pushed off a 64-block device cache by filler prompts, past an 8-block host tier; asked again,
+// every one of its full blocks comes back from the tiers, and the greedy output is the cold run's.
+TEST_F(EngineModelTest, APrefixLargerThanTheHostTierComesBackWholeFromTheDisk) {
+  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_big_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  EngineConfig config = big_prefix_config(dir, 1.0);
+  constexpr int kTokens = 8;
+  const std::vector<int32_t> prefix = made_up_prompt(1, 44 * 16 + 5);
+  std::vector<int32_t> want;
+  {
+    EngineConfig plain = config;
+    plain.enable_prefix_caching = false;
+    auto cold = Engine::create(plain);
+    want = run_alone(*cold, prefix, kTokens);
+  }
+  auto engine = Engine::create(config);
+  ASSERT_EQ(engine->stats().host_kv_blocks, 8);
+  EXPECT_EQ(run_alone(*engine, prefix, kTokens), want);
+  // Three fillers of the same length: the first two push the prefix off the device, the third pushes the blocks
+  // the first filler left in the host tier, so the prefix's blocks can only be on disk (or queued for it).
+  for (int f = 0; f < 3; ++f) run_alone(*engine, made_up_prompt(2 + f, 44 * 16 + 5), kTokens);
+  const EngineStats before = engine->stats();
+  int cached = 0;
+  EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want);
+  const EngineStats after = engine->stats();
+  const int full = 44 * 16;
+  std::printf("tier repro: %d of %d prefix tokens cached: %llu from the host tier, %llu from the disk tier; disk "
+              "holds %llu blocks (%llu bytes written)\n",
+              cached, full,
+              static_cast<unsigned long long>((after.prefix_cache_host_hits - before.prefix_cache_host_hits) -
+                                              (after.prefix_cache_disk_hits - before.prefix_cache_disk_hits)),
+              static_cast<unsigned long long>(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits),
+              static_cast<unsigned long long>(after.kv_disk_blocks),
+              static_cast<unsigned long long>(after.kv_disk_bytes_written));
+  EXPECT_EQ(cached, full) << "the whole prefix should come back from the tiers";
+  EXPECT_EQ(after.prefix_cache_host_hits - before.prefix_cache_host_hits, static_cast<uint64_t>(full))
+      << "every cached token from below the device";
+  EXPECT_GE(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits, static_cast<uint64_t>(full - 8 * 16))
+      << "all but what the host tier holds from the disk";
+  EXPECT_GT(after.kv_disk_blocks_past_host, 0u);
+  EXPECT_EQ(after.kv_disk_dropped_writes, 0u);
+  // Asked once more it is a device hit, still exact.
+  EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want);
+  EXPECT_EQ(cached, full);
+  engine.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// The same with the prefix evicted only just before it is asked for: the host tier then holds its first blocks (a
+// chain's earlier blocks are the ones it keeps) and the disk the rest, some perhaps still queued for writing.
+TEST_F(EngineModelTest, ARecentlyEvictedPrefixComesBackFromTheHostAndTheDisk) {
+  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_recent_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  EngineConfig config = big_prefix_config(dir, 1.0);
+  constexpr int kTokens = 8;
+  const std::vector<int32_t> prefix = made_up_prompt(1, 44 * 16 + 5);
+  std::vector<int32_t> want;
+  {
+    EngineConfig plain = config;
+    plain.enable_prefix_caching = false;
+    auto cold = Engine::create(plain);
+    want = run_alone(*cold, prefix, kTokens);
+  }
+  auto engine = Engine::create(config);
+  EXPECT_EQ(run_alone(*engine, prefix, kTokens), want);
+  // One filler as long as the device cache: every block of the prefix leaves the device in that allocation.
+  run_alone(*engine, made_up_prompt(9, 63 * 16 + 8), 1);
+  const EngineStats before = engine->stats();
+  int cached = 0;
+  EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want);
+  const EngineStats after = engine->stats();
+  const uint64_t lower = after.prefix_cache_host_hits - before.prefix_cache_host_hits;
+  const uint64_t disk = after.prefix_cache_disk_hits - before.prefix_cache_disk_hits;
+  EXPECT_EQ(cached, 44 * 16);
+  EXPECT_EQ(lower, 44u * 16);
+  EXPECT_EQ(lower - disk, 8u * 16) << "the host tier should hold the prefix's first 8 blocks";
+  engine.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// Several requests sharing a prefix that is coming back from the disk tier: one load brings it up, the others wait
+// for its blocks instead of loading or computing them again, and every output is its cold run's.
+TEST_F(EngineModelTest, RequestsSharingAPrefixWhileItComesBackFromTheDiskAreExact) {
+  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_shared_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  EngineConfig config = big_prefix_config(dir, 1.0);
+  constexpr int kTokens = 6;
+  const std::vector<int32_t> prefix = made_up_prompt(1, 40 * 16);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int32_t> p = prefix;
+    for (int i = 0; i < 3 + k; ++i) p.push_back(500 + 37 * k + i);
+    prompts.push_back(std::move(p));
+  }
+  std::vector<std::vector<int32_t>> want;
+  {
+    EngineConfig plain = config;
+    plain.enable_prefix_caching = false;
+    auto cold = Engine::create(plain);
+    for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
+  }
+  auto engine = Engine::create(config);
+  EXPECT_EQ(run_alone(*engine, prompts[0], kTokens), want[0]);
+  for (int f = 0; f < 3; ++f) run_alone(*engine, made_up_prompt(30 + f, 44 * 16 + 5), kTokens);
+  const EngineStats before = engine->stats();
+  const auto outs = engine->generate(prompts, greedy(kTokens));
+  ASSERT_EQ(outs.size(), prompts.size());
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    EXPECT_EQ(outs[k].outputs[0].token_ids, want[k]) << "prompt " << k;
+    EXPECT_EQ(outs[k].num_cached_tokens, 40 * 16) << "prompt " << k;
+  }
+  const EngineStats after = engine->stats();
+  EXPECT_EQ(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits, 40u * 16) << "the prefix is read once";
+  engine.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// A disk tier bounded far below what goes through it (a full disk): it drops its oldest files and goes on; every
+// output is the cold run's, no bad block is ever met, and it stays within its bound.
+TEST_F(EngineModelTest, AFullDiskTierDropsItsOldestAndOutputsStayExact) {
+  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_full_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const double file_bytes = 56 + 16 * 4 + 98304;
+  EngineConfig config = big_prefix_config(dir, 24 * file_bytes / 1e9);  // 24 blocks of a 44-block prefix
+  constexpr int kTokens = 8;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int k = 0; k < 4; ++k) prompts.push_back(made_up_prompt(20 + k, 44 * 16 + 5));
+  std::vector<std::vector<int32_t>> want;
+  {
+    EngineConfig plain = config;
+    plain.enable_prefix_caching = false;
+    auto cold = Engine::create(plain);
+    for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
+  }
+  auto engine = Engine::create(config);
+  for (int round = 0; round < 3; ++round)
+    for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(run_alone(*engine, prompts[k], kTokens), want[k]) << k;
+  const EngineStats s = engine->stats();
+  EXPECT_GT(s.kv_disk_bytes_written, static_cast<uint64_t>(24 * file_bytes));
+  EXPECT_LE(s.kv_disk_blocks, 24u);
+  EXPECT_EQ(s.kv_disk_dropped_bad, 0u);
+  EXPECT_EQ(s.kv_disk_dropped_writes, 0u);
+  engine.reset();
+  std::filesystem::remove_all(dir);
+}
+
 // A quantized KV cache (fp8, int8: codes plus one scale per token and KV head) through the prefix cache and both
 // tiers: hits from the device, the host and the disk give the same tokens as cold runs (the blocks carry their
 // scales), and the disk tier's identity includes the KV dtype (an auto-dtype engine on the same folder finds none).

@@ -1,11 +1,18 @@
 // KvCache block operations on every backend: a block copied on the device, swapped out to pinned host memory and
 // swapped back in (to the same or other blocks) reads back bit-identical, scales included; nothing else changes.
-// CUDA runs on the GPU machine (skipped without a GPU).
+// The prefix cache's host tier over them, with and without a disk tier: a chain's first blocks are the ones kept,
+// every evicted block reaches the disk tier, loads larger than the host tier come back whole, a full disk keeps a
+// chain's first blocks. CUDA runs on the GPU machine (skipped without a GPU).
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
+#include <thread>
+
+#include <unistd.h>
 
 #include "core/status.h"
 #include "engine/host_kv_tier.h"
@@ -185,22 +192,25 @@ TEST_P(KvCacheOps, HostTierKeepsWhatFitsAndLoadsItBackBitExact) {
   std::mt19937 rng(11);
   fill_random(*backend, kv, rng);
   const auto original = read_pools(*backend, kv);
-  // Three blocks evicted at once into a tier of two slots: the first two are kept (a transfer never writes a slot
-  // twice), the third is not.
+  // Three blocks of a chain evicted at once (its end first, as the device evicts) into a tier of two slots: the
+  // chain's first two are kept (a transfer never writes a slot twice), the third is not.
   HostKvTier tier(*backend, kv, 2);
   const std::vector<int32_t> t1{1, 2, 3, 4}, t2{5, 6, 7, 8}, t3{9, 10, 11, 12};
-  const LowerKvTier::Evicted evicted[] = {{1, 101, 0, t1}, {2, 102, 101, t2}, {3, 103, 102, t3}};
+  const LowerKvTier::Evicted evicted[] = {{3, 103, 102, t3, 2}, {2, 102, 101, t2, 1}, {1, 101, 0, t1, 0}};
   tier.keep(evicted);
   EXPECT_EQ(tier.num_held(), 2);
-  EXPECT_TRUE(tier.contains(101, 0, t1));
-  EXPECT_TRUE(tier.contains(102, 101, t2));
-  EXPECT_FALSE(tier.contains(102, 0, t2));  // another parent: another prefix
-  EXPECT_FALSE(tier.contains(103, 102, t3));
+  EXPECT_EQ(tier.stats().not_kept, 1u);
+  const LowerKvTier::Probe run[] = {{101, 0, t1}, {102, 101, t2}, {103, 102, t3}};
+  EXPECT_EQ(tier.count_held(run), 2);
+  const LowerKvTier::Probe other[] = {{102, 0, t2}};  // another parent: another prefix
+  EXPECT_EQ(tier.count_held(other), 0);
   // Loaded into other blocks, they read back bit-identical; a key the tier lacks ends the run.
   const uint64_t keys[] = {101, 102, 103};
   const int blocks[] = {8, 9, 10};
   uint64_t ticket = 0;
-  EXPECT_EQ(tier.load(keys, blocks, &ticket), 2);
+  uint8_t below[3] = {9, 9, 9};
+  EXPECT_EQ(tier.load(keys, blocks, &ticket, below), 2);
+  EXPECT_EQ(below[0] + below[1], 0);  // both from the host
   // Nothing on the device waits for a load: the caller holds the blocks back until it answers (once).
   int arrived = -1;
   while ((arrived = tier.loaded(ticket)) < 0) {
@@ -213,6 +223,205 @@ TEST_P(KvCacheOps, HostTierKeepsWhatFitsAndLoadsItBackBitExact) {
     EXPECT_EQ(block_of(now, p, 9, 12), block_of(original, p, 2, 12)) << "pool " << p;
     EXPECT_EQ(block_of(now, p, 10, 12), block_of(original, p, 10, 12)) << "pool " << p;
   }
+}
+
+// The tier tests' device: a small cache of random content on the case's backend.
+struct TierDevice {
+  std::unique_ptr<ops::Backend> backend;
+  KvCacheConfig cfg;
+  std::unique_ptr<KvCache> kv;
+  std::vector<std::vector<std::byte>> original;
+
+  explicit TierDevice(const Case& c, int num_blocks = 32) {
+    ops::BackendOptions bo;
+    bo.kind = c.device == "ref" ? ops::DeviceKind::kRef : c.device == "cpu" ? ops::DeviceKind::kCpu : ops::DeviceKind::kCuda;
+    backend = ops::create_backend(bo);
+    cfg.num_layers = 3;
+    cfg.num_kv_heads = 2;
+    cfg.head_dim = 8;
+    cfg.num_blocks = num_blocks;
+    cfg.block_size = 4;
+    cfg.dtype = c.dtype;
+    cfg.scales_per_token_head = c.scales;
+    kv = std::make_unique<KvCache>(*backend, cfg);
+    std::mt19937 rng(23);
+    fill_random(*backend, *kv, rng);
+    original = read_pools(*backend, *kv);
+  }
+  // Whether device block `to` holds what block `from` held at the start, in every pool.
+  bool same_as_original(int to, int from) {
+    backend->synchronize();
+    const auto now = read_pools(*backend, *kv);
+    for (size_t p = 0; p < now.size(); ++p)
+      if (block_of(now, p, to, cfg.num_blocks) != block_of(original, p, from, cfg.num_blocks)) return false;
+    return true;
+  }
+};
+
+// A chain of blocks as the prefix cache names them: block i of the chain sits in device block first_block + i.
+struct Chain {
+  std::vector<uint64_t> keys;
+  std::vector<std::vector<int32_t>> tokens;
+  int first_block;
+  Chain(uint64_t base, int n, int first) : first_block(first) {
+    for (int i = 0; i < n; ++i) {
+      keys.push_back(base + static_cast<uint64_t>(i));
+      tokens.push_back({static_cast<int32_t>(base), i, i * 3, 7});
+    }
+  }
+  uint64_t parent(int i) const { return i == 0 ? 0 : keys[static_cast<size_t>(i - 1)]; }
+  // Blocks [from, to) as the device evicts them: the chain's end first.
+  std::vector<LowerKvTier::Evicted> evicted(int from, int to) const {
+    std::vector<LowerKvTier::Evicted> e;
+    for (int i = to - 1; i >= from; --i)
+      e.push_back({first_block + i, keys[static_cast<size_t>(i)], parent(i), tokens[static_cast<size_t>(i)], i});
+    return e;
+  }
+  std::vector<LowerKvTier::Probe> run() const {
+    std::vector<LowerKvTier::Probe> r;
+    for (size_t i = 0; i < keys.size(); ++i) r.push_back({keys[i], parent(static_cast<int>(i)), tokens[i]});
+    return r;
+  }
+};
+
+// Loads the chain's first n blocks into device blocks to, to + 1, ...; returns how many arrived.
+int load_run(HostKvTier& tier, const Chain& chain, int n, int to, std::vector<uint8_t>* below = nullptr) {
+  std::vector<int> blocks;
+  for (int i = 0; i < n; ++i) blocks.push_back(to + i);
+  std::vector<uint8_t> from_below(static_cast<size_t>(n), 0);
+  uint64_t ticket = 0;
+  const int started = tier.load(std::span<const uint64_t>(chain.keys).first(static_cast<size_t>(n)), blocks, &ticket,
+                                from_below);
+  if (below) *below = from_below;
+  if (started == 0) return 0;
+  int arrived = -1;
+  while ((arrived = tier.loaded(ticket)) < 0) std::this_thread::yield();
+  return arrived;
+}
+
+struct TierDir {
+  std::filesystem::path path;
+  TierDir() {
+    path = std::filesystem::temp_directory_path() /
+           ("peregrine_tier_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+  }
+  ~TierDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::unique_ptr<DiskKvStore> store(const KvCacheConfig& cfg, uint64_t max_bytes = uint64_t{1} << 30) const {
+    DiskKvStore::Config d;
+    d.dir = path.string();
+    d.max_bytes = max_bytes;
+    d.identity = 7;
+    d.block_size = cfg.block_size;
+    d.payload_bytes = cfg.bytes_per_block();
+    return std::make_unique<DiskKvStore>(d);
+  }
+};
+
+// A hit must start at a chain's first block: an eviction larger than the tier keeps the chain's first blocks, a
+// chain evicted in two parts (its end first, as the device does) ends with its first blocks held, and a tier that
+// must make room drops a chain from its end.
+TEST_P(KvCacheOps, HostTierKeepsAChainsFirstBlocks) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  HostKvTier tier(*dev.backend, *dev.kv, 4);
+  const Chain a(1000, 10, 0), b(2000, 2, 10);
+  tier.keep(a.evicted(5, 10));  // blocks 5-9: the tier keeps 5-8
+  EXPECT_EQ(tier.num_held(), 4);
+  EXPECT_TRUE(tier.holds(a.keys[5]) && tier.holds(a.keys[8]) && !tier.holds(a.keys[9]));
+  EXPECT_EQ(tier.stats().not_kept, 1u);
+  tier.keep(a.evicted(0, 5));  // blocks 0-4: the tier ends with 0-3
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(tier.holds(a.keys[static_cast<size_t>(i)])) << i;
+  EXPECT_EQ(tier.count_held(a.run()), 4);
+  tier.keep(b.evicted(0, 2));  // room for b: a loses its last held blocks, 3 and 2, not its first
+  EXPECT_EQ(tier.count_held(a.run()), 2);
+  EXPECT_EQ(tier.count_held(b.run()), 2);
+  std::vector<uint8_t> below;
+  EXPECT_EQ(load_run(tier, a, 2, 20, &below), 2);
+  EXPECT_EQ(below, (std::vector<uint8_t>{0, 0}));
+  EXPECT_TRUE(dev.same_as_original(20, 0));
+  EXPECT_TRUE(dev.same_as_original(21, 1));
+}
+
+// With a disk tier every evicted block reaches it: what the host slots cannot take goes through the staging buffer
+// (in rounds), and a lookup finds the whole chain (on disk, or still queued for it). A load of more blocks than the
+// host tier has slots streams through them and comes back whole and bit-exact; a block whose file went bad ends the
+// run there.
+TEST_P(KvCacheOps, DiskTierTakesEveryEvictedBlockAndLoadsMoreThanTheHostHolds) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  TierDir dir;
+  HostKvTier tier(*dev.backend, *dev.kv, 2, dir.store(dev.cfg), /*staging_slots=*/3);
+  ASSERT_EQ(tier.num_staging_slots(), 3);
+  const Chain a(1000, 10, 0), b(2000, 2, 10);
+  tier.keep(a.evicted(0, 10));
+  EXPECT_EQ(tier.num_held(), 2);
+  EXPECT_TRUE(tier.holds(a.keys[0]) && tier.holds(a.keys[1]));
+  EXPECT_EQ(tier.stats().past_host, 8u);
+  EXPECT_EQ(tier.stats().not_kept, 0u);
+  EXPECT_EQ(tier.count_held(a.run()), 10);  // found before or after its writes finished
+  tier.keep(b.evicted(0, 2));  // b takes the slots; a's first blocks were written through
+  tier.poll();
+  EXPECT_FALSE(tier.holds(a.keys[0]));
+  EXPECT_EQ(tier.count_held(a.run()), 10);
+  std::vector<uint8_t> below;
+  EXPECT_EQ(load_run(tier, a, 10, 12, &below), 10);
+  EXPECT_EQ(below, std::vector<uint8_t>(10, 1));
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(dev.same_as_original(12 + i, i)) << "block " << i;
+  EXPECT_EQ(tier.stats().disk_loads, 10u);
+  EXPECT_GE(tier.stats().transfers_up, 5u);  // two slots: five rounds at least
+  EXPECT_LE(tier.num_held(), 2);
+  // Block 5's file corrupted: a load of the chain stops before it, the file is dropped, nothing bad is served.
+  tier.disk()->flush();
+  char name[32];
+  std::snprintf(name, sizeof name, "/%016llx.kv", static_cast<unsigned long long>(a.keys[5]));
+  const std::string file = tier.disk()->path() + name;
+  ASSERT_TRUE(std::filesystem::exists(file)) << file;
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-2, std::ios::end);
+    f.put('\x3c');
+  }
+  const Chain c2(3000, 2, 14);
+  tier.keep(c2.evicted(0, 2));  // the slots go to another chain, so a's blocks come from disk
+  EXPECT_EQ(load_run(tier, a, 10, 20), 5);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(dev.same_as_original(20 + i, i)) << "block " << i;
+  EXPECT_EQ(tier.disk()->stats().dropped_bad, 1u);
+  EXPECT_EQ(tier.count_held(a.run()), 5);
+}
+
+// A disk tier bounded below the chain: it drops its oldest files, which are the chain's last blocks (they go down
+// first), so what stays is a leading run; that run loads back bit-exact and no bad file is ever met.
+TEST_P(KvCacheOps, AFullDiskTierKeepsAChainsFirstBlocks) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  TierDir dir;
+  const uint64_t file_bytes = 56 + sizeof(int32_t) * static_cast<uint64_t>(dev.cfg.block_size) + dev.cfg.bytes_per_block();
+  HostKvTier tier(*dev.backend, *dev.kv, 2, dir.store(dev.cfg, 5 * file_bytes), /*staging_slots=*/3);
+  const Chain a(1000, 10, 0), b(2000, 2, 10);
+  tier.keep(a.evicted(0, 10));
+  tier.keep(b.evicted(0, 2));  // a's first blocks leave the host for the disk
+  tier.poll();
+  tier.disk()->flush();
+  const DiskKvStore::Stats d = tier.disk()->stats();
+  EXPECT_EQ(d.held_blocks, 5u);
+  EXPECT_LE(d.held_bytes, 5 * file_bytes);
+  EXPECT_EQ(d.evicted, 7u);  // 12 written, 5 kept: a's 0-2 and b's two
+  EXPECT_EQ(tier.count_held(a.run()), 3);
+  EXPECT_EQ(load_run(tier, a, 3, 20), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(dev.same_as_original(20 + i, i)) << "block " << i;
+  EXPECT_EQ(tier.disk()->stats().dropped_bad, 0u);
+  EXPECT_EQ(tier.count_held(b.run()), 2);
+  // A load still in flight when the tier goes (an engine shut down meanwhile): nothing is left running.
+  const int targets[] = {24, 25, 26};
+  uint64_t ticket = 0;
+  uint8_t below[3] = {};
+  EXPECT_EQ(tier.load(std::span<const uint64_t>(a.keys).first(3), targets, &ticket, below), 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, KvCacheOps,

@@ -294,9 +294,10 @@ class SlowTier final : public LowerKvTier {
   bool holds_all = false, ready = false;
   int loads = 0;
   void keep(std::span<const Evicted>) override {}
-  bool contains(uint64_t, uint64_t, std::span<const int32_t>) override { return holds_all; }
+  int count_held(std::span<const Probe> run) override { return holds_all ? static_cast<int>(run.size()) : 0; }
   int arrives = 1 << 30;  // leading blocks of a load that arrive intact
-  int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket) override {
+  int load(std::span<const uint64_t> keys, std::span<const int> blocks, uint64_t* ticket,
+           std::span<uint8_t>) override {
     ++loads;
     *ticket = static_cast<uint64_t>(loads);
     count = static_cast<int>(std::min(keys.size(), blocks.size()));
