@@ -160,6 +160,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
+    last_matmul_skinny_ = false;
     if (p.quant.ggml_blocks()) return ggml_matmul(p);
     if (p.quant.quantized()) return quant_matmul(p);
     cuda::GemmLaunch l{p.x.data, p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.out.data,
@@ -169,59 +170,57 @@ class CudaBackendImpl final : public CudaBackend {
 
   // q/k/v and gate/up: one skinny launch when every matmul takes it, else one matmul each.
   void matmuls(std::span<const MatmulParams> ps) override {
-    if (ps.empty()) return;
-    if (ps.size() == 1 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments) || !skinny_) {
+    if (!grouped_skinny(ps))
       for (const MatmulParams& p : ps) matmul(p);
-      return;
-    }
-    cuda::SkinnyGemmLaunch l{};
+  }
+
+  // The skinny launch for x [m, k] with no segments yet (skinny_gemm.cuh).
+  cuda::SkinnyGemmLaunch skinny_launch(const void* x, DType x_dtype, DType out_dtype, int64_t m, int64_t k) const {
+    cuda::SkinnyGemmLaunch s{};
+    s.x = x;
+    s.dtype = x_dtype;
+    s.out_dtype = out_dtype;
+    s.m = m;
+    s.k = k;
+    s.sm_count = sm_count_;
+    return s;
+  }
+
+  // Launches ps as one skinny kernel when all are dense over one x and the kernel takes them; false, having
+  // enqueued nothing, otherwise.
+  bool grouped_skinny(std::span<const MatmulParams> ps) {
+    if (ps.size() < 2 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments) || !skinny_) return false;
+    const MatmulParams& first = ps.front();
+    cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, first.x.dim(0),
+                                             first.x.dim(1));
     for (const MatmulParams& p : ps) {
       check_matmul(p);
-      const MatmulParams& first = ps.front();
       if (p.quant.ggml_blocks() || p.quant.quantized() || p.x.data != first.x.data || p.x.dtype != p.w.dtype ||
-          p.out.dtype != first.out.dtype || p.x.dim(0) != first.x.dim(0)) {
-        for (const MatmulParams& q : ps) matmul(q);
-        return;
-      }
+          p.out.dtype != first.out.dtype || p.x.dim(0) != first.x.dim(0))
+        return false;
       l.seg[l.num_segments++] = {p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data,
                                  p.w.dim(0)};
     }
-    l.x = ps.front().x.data;
-    l.dtype = ps.front().x.dtype;
-    l.out_dtype = ps.front().out.dtype;
-    l.m = ps.front().x.dim(0);
-    l.k = ps.front().x.dim(1);
-    if (l.m == 0) return;
-    if (!cuda::skinny_gemm_supports(l)) {
-      for (const MatmulParams& p : ps) matmul(p);
-      return;
-    }
-    l.sm_count = sm_count_;
+    if (!cuda::skinny_gemm_supports(l)) return false;  // also M == 0 or M > 16
     cuda::launch_skinny_gemm(l, stream_);
     last_matmul_skinny_ = true;
+    return true;
   }
 
   // allow_skinny false: the large-M paths of quantized weights over a dequantized scratch stay on cuBLASLt, so
   // each quantized format keeps exactly two M ranges (its own kernel, then this).
   void dense_matmul(const cuda::GemmLaunch& l, bool allow_skinny = true) {
     if (l.m == 0 || l.n == 0) return;
-    if (allow_skinny && skinny_ && l.x_dtype == l.w_dtype && l.m <= cuda::kSkinnyMaxM) {
-      cuda::SkinnyGemmLaunch s{};
-      s.x = l.x;
-      s.dtype = l.x_dtype;
-      s.out_dtype = l.out_dtype;
-      s.m = l.m;
-      s.k = l.k;
+    if (allow_skinny && skinny_ && l.x_dtype == l.w_dtype) {
+      cuda::SkinnyGemmLaunch s = skinny_launch(l.x, l.x_dtype, l.out_dtype, l.m, l.k);
       s.num_segments = 1;
       s.seg[0] = {l.w, l.bias, l.bias_dtype, l.out, l.n};
-      s.sm_count = sm_count_;
       if (cuda::skinny_gemm_supports(s)) {
         cuda::launch_skinny_gemm(s, stream_);
         last_matmul_skinny_ = true;
         return;
       }
     }
-    last_matmul_skinny_ = false;
     if (cuda::LtMatmul::supports(l) && run_lt_matmul(l)) {
       if (l.bias && !cuda::LtMatmul::fuses_bias(l)) {
         cuda::AddBiasLaunch b{l.out, l.bias, l.out_dtype, l.bias_dtype, l.m, l.n};

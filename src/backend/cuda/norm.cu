@@ -8,9 +8,23 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// A row's sum over its tpr lanes (a group of 32..256 threads of the block): the xor butterfly within each warp, then
+// the row's warps' partials in warp order. Every thread of the block must call it (it may synchronize).
+__device__ __forceinline__ float row_sum(float v, int tpr) {
+  __shared__ float partial[kThreads / 32];
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (tpr <= 32) return v;
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  const int first = (threadIdx.x / tpr) * (tpr / 32);
+  v = 0.f;
+  for (int i = 0; i < tpr / 32; ++i) v += partial[first + i];
+  return v;
+}
+
 template <typename T, typename TW>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int tpr, bool vec) {
-  __shared__ float partial[kThreads / 32];
   const int rows_per_block = kThreads / tpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
@@ -49,15 +63,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
       }
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (tpr > 32) {
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-    __syncthreads();
-    const int first = (threadIdx.x / tpr) * (tpr / 32);
-    ss = 0.f;
-    for (int i = 0; i < tpr / 32; ++i) ss += partial[first + i];
-  }
+  ss = row_sum(ss, tpr);
   if (!active) return;
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + p.eps);
   const T* src = res ? res : x;
@@ -81,7 +87,6 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
 // one per piece and pass (out may alias x, which forces the compiler to keep the generic kernel's order).
 template <typename T, typename TW, int C>
 __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p, int tpr) {
-  __shared__ float partial[kThreads / 32];
   const int rows_per_block = kThreads / tpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
@@ -118,15 +123,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
       }
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (tpr > 32) {
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-    __syncthreads();
-    const int first = (threadIdx.x / tpr) * (tpr / 32);
-    ss = 0.f;
-    for (int i = 0; i < tpr / 32; ++i) ss += partial[first + i];
-  }
+  ss = row_sum(ss, tpr);
   if (!active) return;
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + p.eps);
 #pragma unroll
