@@ -443,6 +443,27 @@ std::vector<int32_t> made_up_prompt(int seed, int length) {
   return p;
 }
 
+// A fresh folder under the temp directory for a disk tier, removed again at the end of its scope (declare it before
+// the engines that use it).
+struct TempKvDir {
+  std::filesystem::path path;
+  explicit TempKvDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~TempKvDir() { std::filesystem::remove_all(path); }
+};
+
+// Greedy outputs of prompts, each alone, from config's engine with prefix caching off: the cold runs to compare with.
+std::vector<std::vector<int32_t>> cold_runs(EngineConfig config, const std::vector<std::vector<int32_t>>& prompts,
+                                            int max_tokens) {
+  config.enable_prefix_caching = false;
+  auto cold = Engine::create(config);
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& p : prompts) out.push_back(run_alone(*cold, p, max_tokens));
+  return out;
+}
+
 // The engine of the disk-tier tests: a device cache of 64 blocks (1,024 tokens), a host tier of 8 blocks, a disk
 // tier under `dir` bounded to `disk_gb`.
 EngineConfig big_prefix_config(const std::filesystem::path& dir, double disk_gb) {
@@ -462,18 +483,11 @@ EngineConfig big_prefix_config(const std::filesystem::path& dir, double disk_gb)
 // a 44-block prefix is pushed off a 64-block device cache by filler prompts, past an 8-block host tier; asked again,
 // every one of its full blocks comes back from the tiers, and the greedy output is the cold run's.
 TEST_F(EngineModelTest, APrefixLargerThanTheHostTierComesBackWholeFromTheDisk) {
-  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_big_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  EngineConfig config = big_prefix_config(dir, 1.0);
+  const TempKvDir dir("peregrine_kv_big");
+  EngineConfig config = big_prefix_config(dir.path, 1.0);
   constexpr int kTokens = 8;
   const std::vector<int32_t> prefix = made_up_prompt(1, 44 * 16 + 5);
-  std::vector<int32_t> want;
-  {
-    EngineConfig plain = config;
-    plain.enable_prefix_caching = false;
-    auto cold = Engine::create(plain);
-    want = run_alone(*cold, prefix, kTokens);
-  }
+  const std::vector<int32_t> want = cold_runs(config, {prefix}, kTokens)[0];
   auto engine = Engine::create(config);
   ASSERT_EQ(engine->stats().host_kv_blocks, 8);
   EXPECT_EQ(run_alone(*engine, prefix, kTokens), want);
@@ -503,25 +517,16 @@ TEST_F(EngineModelTest, APrefixLargerThanTheHostTierComesBackWholeFromTheDisk) {
   // Asked once more it is a device hit, still exact.
   EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want);
   EXPECT_EQ(cached, full);
-  engine.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // The same with the prefix evicted only just before it is asked for: the host tier then holds its first blocks (a
 // chain's earlier blocks are the ones it keeps) and the disk the rest, some perhaps still queued for writing.
 TEST_F(EngineModelTest, ARecentlyEvictedPrefixComesBackFromTheHostAndTheDisk) {
-  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_recent_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  EngineConfig config = big_prefix_config(dir, 1.0);
+  const TempKvDir dir("peregrine_kv_recent");
+  EngineConfig config = big_prefix_config(dir.path, 1.0);
   constexpr int kTokens = 8;
   const std::vector<int32_t> prefix = made_up_prompt(1, 44 * 16 + 5);
-  std::vector<int32_t> want;
-  {
-    EngineConfig plain = config;
-    plain.enable_prefix_caching = false;
-    auto cold = Engine::create(plain);
-    want = run_alone(*cold, prefix, kTokens);
-  }
+  const std::vector<int32_t> want = cold_runs(config, {prefix}, kTokens)[0];
   auto engine = Engine::create(config);
   EXPECT_EQ(run_alone(*engine, prefix, kTokens), want);
   // One filler as long as the device cache: every block of the prefix leaves the device in that allocation.
@@ -535,16 +540,13 @@ TEST_F(EngineModelTest, ARecentlyEvictedPrefixComesBackFromTheHostAndTheDisk) {
   EXPECT_EQ(cached, 44 * 16);
   EXPECT_EQ(lower, 44u * 16);
   EXPECT_EQ(lower - disk, 8u * 16) << "the host tier should hold the prefix's first 8 blocks";
-  engine.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // Several requests sharing a prefix that is coming back from the disk tier: one load brings it up, the others wait
 // for its blocks instead of loading or computing them again, and every output is its cold run's.
 TEST_F(EngineModelTest, RequestsSharingAPrefixWhileItComesBackFromTheDiskAreExact) {
-  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_shared_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  EngineConfig config = big_prefix_config(dir, 1.0);
+  const TempKvDir dir("peregrine_kv_shared");
+  EngineConfig config = big_prefix_config(dir.path, 1.0);
   constexpr int kTokens = 6;
   const std::vector<int32_t> prefix = made_up_prompt(1, 40 * 16);
   std::vector<std::vector<int32_t>> prompts;
@@ -553,13 +555,7 @@ TEST_F(EngineModelTest, RequestsSharingAPrefixWhileItComesBackFromTheDiskAreExac
     for (int i = 0; i < 3 + k; ++i) p.push_back(500 + 37 * k + i);
     prompts.push_back(std::move(p));
   }
-  std::vector<std::vector<int32_t>> want;
-  {
-    EngineConfig plain = config;
-    plain.enable_prefix_caching = false;
-    auto cold = Engine::create(plain);
-    for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
-  }
+  const std::vector<std::vector<int32_t>> want = cold_runs(config, prompts, kTokens);
   auto engine = Engine::create(config);
   EXPECT_EQ(run_alone(*engine, prompts[0], kTokens), want[0]);
   for (int f = 0; f < 3; ++f) run_alone(*engine, made_up_prompt(30 + f, 44 * 16 + 5), kTokens);
@@ -572,27 +568,18 @@ TEST_F(EngineModelTest, RequestsSharingAPrefixWhileItComesBackFromTheDiskAreExac
   }
   const EngineStats after = engine->stats();
   EXPECT_EQ(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits, 40u * 16) << "the prefix is read once";
-  engine.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // A disk tier bounded far below what goes through it (a full disk): it drops its oldest files and goes on; every
 // output is the cold run's, no bad block is ever met, and it stays within its bound.
 TEST_F(EngineModelTest, AFullDiskTierDropsItsOldestAndOutputsStayExact) {
-  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_full_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const TempKvDir dir("peregrine_kv_full");
   const double file_bytes = 56 + 16 * 4 + 98304;
-  EngineConfig config = big_prefix_config(dir, 24 * file_bytes / 1e9);  // 24 blocks of a 44-block prefix
+  EngineConfig config = big_prefix_config(dir.path, 24 * file_bytes / 1e9);  // 24 blocks of a 44-block prefix
   constexpr int kTokens = 8;
   std::vector<std::vector<int32_t>> prompts;
   for (int k = 0; k < 4; ++k) prompts.push_back(made_up_prompt(20 + k, 44 * 16 + 5));
-  std::vector<std::vector<int32_t>> want;
-  {
-    EngineConfig plain = config;
-    plain.enable_prefix_caching = false;
-    auto cold = Engine::create(plain);
-    for (const auto& p : prompts) want.push_back(run_alone(*cold, p, kTokens));
-  }
+  const std::vector<std::vector<int32_t>> want = cold_runs(config, prompts, kTokens);
   auto engine = Engine::create(config);
   for (int round = 0; round < 3; ++round)
     for (size_t k = 0; k < prompts.size(); ++k) EXPECT_EQ(run_alone(*engine, prompts[k], kTokens), want[k]) << k;
@@ -601,8 +588,6 @@ TEST_F(EngineModelTest, AFullDiskTierDropsItsOldestAndOutputsStayExact) {
   EXPECT_LE(s.kv_disk_blocks, 24u);
   EXPECT_EQ(s.kv_disk_dropped_bad, 0u);
   EXPECT_EQ(s.kv_disk_dropped_writes, 0u);
-  engine.reset();
-  std::filesystem::remove_all(dir);
 }
 
 // A quantized KV cache (fp8, int8: codes plus one scale per token and KV head) through the prefix cache and both
