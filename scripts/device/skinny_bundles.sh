@@ -2,18 +2,7 @@
 # Bundles of scripts/device/skinny_check.sh from build/cuda (stripped, xz -9e): .device/carry_k1 (cuda_ops_tests,
 # cuda_ops_bench, peregrine, the deps and ../shared/configs) and .device/carry_k2 (engine_model_tests, model_tests,
 # pycoder-tiny's weights and references, the deps' libraries).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-scripts/device/prepare.sh >/dev/null  # deps and env.sh
-b=build/cuda
-stage=$(mktemp -d)
-pack() {  # dir, then paths under $stage
-  local dir=$1; shift
-  mkdir -p "$dir"
-  tar -C "$stage" -cf - "$@" | xz -T"$(nproc)" -9e >"$dir/bundle.tar.xz"
-  cp .device/env.sh "$dir/env.sh"
-  echo "$dir: $(du -sh "$dir" | cut -f1)"
-}
+source "$(dirname "$0")/bundle_lib.sh"
 mkdir -p "$stage/bin" "$stage/shared/configs"
 cp -r .device/deps "$stage/deps"
 cp ../shared/configs/*.json "$stage/shared/configs/"
@@ -28,4 +17,3 @@ pack .device/carry_k1 deps shared/configs bin/cuda_ops_tests bin/cuda_ops_bench 
 rm -rf "$stage/deps/usr/include"
 mkdir -p "$stage/model" && cp models/pycoder-tiny/model.safetensors "$stage/model/"
 pack .device/carry_k2 deps bin/engine_model_tests bin/model_tests shared/models/pycoder-tiny.reference.json model
-rm -rf "$stage"

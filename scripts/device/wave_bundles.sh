@@ -1,19 +1,8 @@
 #!/usr/bin/env bash
 # Builds the bundles of scripts/device/wave_check.sh from build/cuda (stripped, xz -9e) into .device/carry (part a,
 # with env.sh), .device/carry_b ... .device/carry_e: carry one of them per call.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-scripts/device/prepare.sh >/dev/null  # deps and env.sh
-b=build/cuda
+source "$(dirname "$0")/bundle_lib.sh"
 shared=../shared
-stage=$(mktemp -d)
-pack() {  # dir, then paths under $stage
-  local dir=$1; shift
-  mkdir -p "$dir"
-  tar -C "$stage" -cf - "$@" | xz -T"$(nproc)" -9e >"$dir/bundle.tar.xz"
-  cp .device/env.sh "$dir/env.sh"
-  echo "$dir: $(du -sh "$dir" | cut -f1)"
-}
 mkdir -p "$stage/bin" "$stage/shared/configs" "$stage/shared/tools" "$stage/shared/models/quant" "$stage/shared/models/arch" \
          "$stage/shared/models/gguf"
 cp -r .device/deps "$stage/deps"
@@ -34,4 +23,3 @@ cp "$shared/models/gguf/pycoder-tiny-q4_0.gguf" "$shared/models/gguf/reference.j
 pack .device/carry_d shared/models/gguf
 cp "$b/tests/unit/engine_model_tests" "$stage/bin/" && strip "$stage/bin/engine_model_tests"
 pack .device/carry_e bin/engine_model_tests
-rm -rf "$stage"
