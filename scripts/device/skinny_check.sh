@@ -43,33 +43,7 @@ case "$part" in
       "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 128 --output-len 3 \
       --batch-size 1 --iterations 1 >"$out/ncu_run.txt" 2>&1
     echo "ncu rc=$?"
-    python3 - "$out/ncu.csv" <<'EOF' || true
-import csv, sys, collections
-rows = []
-with open(sys.argv[1], newline="") as f:
-    lines = [l for l in f if l.startswith('"')]
-for r in csv.DictReader(lines):
-    if r.get("Metric Name") == "gpu__time_duration.sum":
-        rows.append((r["Kernel Name"], float(r["Metric Value"].replace(",", "")), r.get("Metric Unit", "")))
-emb = [i for i, r in enumerate(rows) if "embedding" in r[0].lower()]
-print(f"ncu: {len(rows)} kernels, {len(emb)} embedding launches")
-if len(emb) >= 2:
-    step = rows[emb[-2]:emb[-1]]  # the last complete step before the final one
-    unit = step[0][2]
-    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1e-3)
-    print(f"unit {unit!r}")
-    total = sum(r[1] for r in step) * scale
-    agg = collections.OrderedDict()
-    for name, t, _ in step:
-        key = name.split("(")[0][:70]
-        c, s = agg.get(key, (0, 0.0))
-        agg[key] = (c + 1, s + t * scale)
-    print(f"one decode step (bs=1, ctx ~130): {len(step)} kernels, {total:.0f} us of kernel time")
-    print("| kernel | launches | us | share |")
-    print("| --- | --- | --- | --- |")
-    for k, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:16]:
-        print(f"| {k} | {c} | {s:.1f} | {100 * s / total:.1f}% |")
-EOF
+    python3 scripts/device/ncu_step.py "$out/ncu.csv" "one decode step (bs=1, ctx ~130)" || true
   fi
   echo "total: $(( $(date +%s) - start )) s"
   grep -E "^\| " "$out/skinny_bench.txt" | head -48

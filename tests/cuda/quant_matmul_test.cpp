@@ -1,6 +1,7 @@
 // CUDA W4A16 / W8A16 matmul vs the ref backend on fresh random inputs, every output element: int4 and uint8
-// codes, groups 32..K, zero points, act-order perm, irregular g_idx (dequantize path), bias, bf16 and f32
-// activations, M across the small-M kernel and the dequantize + GEMM path; and rows bit-identical for every M
+// codes, groups 32..K (groups of 128 and more take the skinny kernel's factored path at M <= 16, smaller ones its
+// dequantize-per-code path), zero points, act-order perm, irregular g_idx (dequantize path), bias, bf16, f16 and f32
+// activations, M across the small-M kernels and the dequantize + GEMM path; and rows bit-identical for every M
 // within each path.
 #include <gtest/gtest.h>
 
@@ -52,7 +53,8 @@ TEST(CudaQuantMatmul, MatchesRefOnEveryElement) {
   struct Case { DType codes; int64_t n, k, group; bool zeros, perm, g_idx; };
   const Case cases[] = {{DType::kI4, 384, 512, 128, false, false, false}, {DType::kI4, 256, 256, 32, true, false, false},
                         {DType::kI4, 130, 1024, 64, true, true, false},   {DType::kI4, 64, 256, 256, false, false, false},
-                        {DType::kI4, 96, 256, 64, true, false, true},     {DType::kU8, 200, 512, 128, false, false, false},
+                        {DType::kI4, 96, 256, 64, true, false, true},     {DType::kI4, 200, 384, 128, true, false, false},
+                        {DType::kU8, 200, 512, 128, false, false, false},
                         {DType::kU8, 128, 384, 128, true, true, false},   {DType::kU8, 64, 256, 256, true, false, false}};
   for (const Case& c : cases) {
     const QuantInputs in = make_inputs(c.codes, c.n, c.k, c.group, rng);
@@ -66,8 +68,8 @@ TEST(CudaQuantMatmul, MatchesRefOnEveryElement) {
     const ops::WeightQuant hq = in.host_quant(c.zeros, c.perm, c.g_idx, c.group);
     HostTensor bias = random_tensor(DType::kBF16, {c.n}, rng);
     DeviceTensor d_bias(bias);
-    for (DType act : {DType::kBF16, DType::kF32})
-      for (int64_t m : {1, 3, 16, 17, 100}) {
+    for (DType act : {DType::kBF16, DType::kF16, DType::kF32})  // bf16/f16 at M <= 16: the skinny kernel; f32: GEMV
+      for (int64_t m : {1, 3, 8, 9, 16, 17, 100}) {
         HostTensor x = random_tensor(act, {m, c.k}, rng);
         HostTensor want(act, {m, c.n});
         ref().matmul({x.view(), in.codes.view(), bias.view(), want.view(), hq});
@@ -108,6 +110,49 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
       EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), large.bytes.begin())) << "M " << m;
     }
   }
+}
+
+// q/k/v and gate/up of a W4A16 / W8A16 model go as one skinny launch (Backend::matmuls): each output bitwise equal
+// to its own matmul's, on the factored (group 128) and the dequantize-per-code (group 64) paths, with and without
+// zero points and bias; past M = 16 the group falls back to one matmul each.
+TEST(CudaQuantMatmul, GroupedMatmulsEqualSeparateOnes) {
+  std::mt19937 rng(23);
+  for (DType codes : {DType::kI4, DType::kU8})
+    for (int64_t group : {128, 64})
+      for (bool zeros : {false, true})
+        for (int64_t m : {1, 9, 16, 20}) {
+          const int64_t k = 1024;
+          const int64_t ns[3] = {512, 128, 144};
+          std::vector<QuantInputs> in;
+          std::vector<DeviceTensor> d_codes, d_scales, d_zeros, d_bias, d_sep, d_grp;
+          for (int64_t n : ns) {
+            in.push_back(make_inputs(codes, n, k, group, rng));
+            d_codes.emplace_back(in.back().codes);
+            d_scales.emplace_back(in.back().scales);
+            d_zeros.emplace_back(in.back().zeros);
+            d_bias.emplace_back(random_tensor(DType::kBF16, {n}, rng));
+            d_sep.emplace_back(HostTensor(DType::kBF16, {m, n}));
+            d_grp.emplace_back(HostTensor(DType::kBF16, {m, n}));
+            d_grp.back().poison();
+          }
+          HostTensor x = random_tensor(DType::kBF16, {m, k}, rng);
+          DeviceTensor d_x(x);
+          std::vector<ops::MatmulParams> sep, grp;
+          for (size_t i = 0; i < 3; ++i) {
+            ops::WeightQuant q;
+            q.scales = d_scales[i].view();
+            if (zeros) q.zeros = d_zeros[i].view();
+            q.group_size = group;
+            const TensorView b = i == 1 ? d_bias[i].view() : TensorView();
+            sep.push_back({d_x.view(), d_codes[i].view(), b, d_sep[i].view(), q});
+            grp.push_back({d_x.view(), d_codes[i].view(), b, d_grp[i].view(), q});
+          }
+          for (const ops::MatmulParams& p : sep) gpu().matmul(p);
+          gpu().matmuls(grp);
+          for (size_t i = 0; i < 3; ++i)
+            EXPECT_TRUE(bitwise_equal(d_grp[i].to_host(), d_sep[i].to_host()))
+                << dtype_name(codes) << " G " << group << (zeros ? " zeros" : "") << " M " << m << " segment " << i;
+        }
 }
 
 }  // namespace

@@ -186,20 +186,36 @@ class CudaBackendImpl final : public CudaBackend {
     return s;
   }
 
-  // Launches ps as one skinny kernel when all are dense over one x and the kernel takes them; false, having
-  // enqueued nothing, otherwise.
+  // Launches ps as one skinny kernel when all are dense, or all W4A16 / W8A16 of one code type without act-order,
+  // over one x and the kernel takes them; false, having enqueued nothing, otherwise.
   bool grouped_skinny(std::span<const MatmulParams> ps) {
     if (ps.size() < 2 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments) || !skinny_) return false;
     const MatmulParams& first = ps.front();
     cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, first.x.dim(0),
                                              first.x.dim(1));
+    const bool quantized = first.quant.quantized();
+    if (quantized) {
+      l.codes = first.w.dtype;
+      if ((l.codes != DType::kI4 && l.codes != DType::kU8) || !quant_skinny_enabled(l.codes)) return false;
+    }
     for (const MatmulParams& p : ps) {
       check_matmul(p);
-      if (p.quant.ggml_blocks() || p.quant.quantized() || p.x.data != first.x.data || p.x.dtype != p.w.dtype ||
+      if (p.quant.ggml_blocks() || p.quant.quantized() != quantized || p.x.data != first.x.data ||
           p.out.dtype != first.out.dtype || p.x.dim(0) != first.x.dim(0))
         return false;
+      if (!quantized) {
+        if (p.x.dtype != p.w.dtype) return false;
+        l.seg[l.num_segments++] = {p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data,
+                                   p.w.dim(0)};
+        continue;
+      }
+      const WeightQuant& q = p.quant;
+      if (p.w.dtype != l.codes || q.act != ActQuant::kNone || !q.g_idx.empty() || !q.perm.empty() ||
+          q.scales.dtype != DType::kF32 || q.block_rows != 1 || (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
+        return false;
       l.seg[l.num_segments++] = {p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data,
-                                 p.w.dim(0)};
+                                 p.w.dim(0), q.scales.as<const float>(),
+                                 q.zeros.empty() ? nullptr : q.zeros.as<const float>(), q.scales.dim(1), q.group_size};
     }
     if (!cuda::skinny_gemm_supports(l)) return false;  // also M == 0 or M > 16
     cuda::launch_skinny_gemm(l, stream_);
@@ -248,8 +264,9 @@ class CudaBackendImpl final : public CudaBackend {
                                   l.m, l.n, l.k}, false);
   }
 
-  // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers; larger M
-  // (and shapes that kernel does not tile) dequantize into a dense scratch and run the cuBLASLt GEMM.
+  // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers (the skinny
+  // tensor-core kernel for bf16/f16 activations, the GEMV for f32); larger M (and shapes neither tiles) dequantize
+  // into a dense scratch and run the cuBLASLt GEMM.
   // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 boundary.
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
@@ -271,6 +288,7 @@ class CudaBackendImpl final : public CudaBackend {
                               p.x.dim(0), p.w.dim(0), p.x.dim(1), q.scales.dim(1), q.group_size};
     if (l.m == 0 || l.n == 0) return;
     const size_t elem = dtype_bytes(p.x.dtype, 1);
+    if (quant_skinny(l)) return;
     if (cuda::quant_gemv_supports(l)) {
       void* xp = l.perm ? scratch(static_cast<size_t>(l.m * l.k) * elem, kQuantXSlot) : nullptr;
       cuda::launch_quant_gemv(l, xp, stream_);
@@ -281,6 +299,40 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
                                   l.m, l.n, l.k}, false);
+  }
+
+  // PEREGRINE_QUANT_SKINNY=0 (comparisons only) keeps the GEMV for codes of this type: i4, u8 or 0 for both.
+  static bool quant_skinny_enabled(DType codes) {
+    static const std::string off = [] {
+      const char* v = std::getenv("PEREGRINE_QUANT_SKINNY");
+      return std::string(v && std::string(v) == "0" ? "all" : v ? v : "");
+    }();
+    return !(off == "all" || (off == "i4" && codes == DType::kI4) || (off == "u8" && codes == DType::kU8));
+  }
+
+  // W4A16 / W8A16 at M <= 16 with bf16/f16 activations: the skinny tensor-core kernel on the codes (an act-order
+  // perm gathers x into a scratch first). False, having enqueued nothing, when it does not take the shape.
+  bool quant_skinny(const cuda::QuantMatmulLaunch& l) {
+    if (!quant_skinny_enabled(l.codes_dtype)) return false;
+    if (l.m > cuda::kSkinnyMaxM || l.g_idx || (l.x_dtype != DType::kBF16 && l.x_dtype != DType::kF16)) return false;
+    cuda::SkinnyGemmLaunch s{};
+    s.x = l.x;
+    s.dtype = l.x_dtype;
+    s.codes = l.codes_dtype;
+    s.out_dtype = l.out_dtype;
+    s.m = l.m;
+    s.k = l.k;
+    s.num_segments = 1;
+    s.seg[0] = {l.codes, l.bias, l.bias_dtype, l.out, l.n, l.scales, l.zeros, l.groups, l.group_size};
+    s.sm_count = sm_count_;
+    if (!cuda::skinny_gemm_supports(s)) return false;
+    if (l.perm) {
+      void* xp = scratch(static_cast<size_t>(l.m * l.k) * dtype_bytes(l.x_dtype, 1), kQuantXSlot);
+      cuda::launch_permute_columns(l.x, l.x_dtype, l.perm, xp, l.m, l.k, stream_);
+      s.x = xp;
+    }
+    cuda::launch_skinny_gemm(s, stream_);
+    return true;
   }
 
   // W4A8 (w4a8_matmul.cuh): activations quantized once per matmul (the W8A8 quantizer); M <= 16 a warp per output

@@ -252,6 +252,17 @@ void launch_quant_gemv(const QuantMatmulLaunch& l, void* x_perm, cudaStream_t st
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
 
+void launch_permute_columns(const void* x, DType dtype, const int32_t* perm, void* out, int64_t m, int64_t k,
+                            cudaStream_t stream) {
+  if (m == 0 || k == 0) return;
+  dispatch_float(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    permute_columns_kernel<T><<<grid_for(m * k, 256), 256, 0, stream>>>(static_cast<const T*>(x), perm,
+                                                                          static_cast<T*>(out), m, k);
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
 void launch_dequantize(const QuantMatmulLaunch& l, void* w_out, cudaStream_t stream) {
   if (l.n == 0 || l.k == 0) return;
   dispatch_float(l.x_dtype, [&](auto tag) {

@@ -1,7 +1,10 @@
 // W4A16 / W8A16 matmul on Hopper (ops.h WeightQuant with kI4 / kU8 codes, f32 group scales, optional zeros and
-// act-order perm): a small-M kernel that reads the codes once and dequantizes them in registers (a block per output
-// four rows, K split over its threads by K alone and summed in a fixed order: a row's bits do not depend on M), and
-// for larger M a dequantization into a dense [N, K] scratch in the activation dtype followed by the cuBLASLt GEMM.
+// act-order perm). M <= 16 with bf16/f16 activations runs the skinny tensor-core kernel on the codes
+// (skinny_gemm.cuh: groups of 128 and more factored, exact codes on the tensor cores and the group's zero and scale
+// applied to the sums; smaller groups dequantized in registers into mma fragments; PEREGRINE_QUANT_SKINNY=i4|u8|0
+// keeps this file's GEMV for those codes, for comparisons); f32 activations take this file's small-M GEMV
+// (a block per four output rows, K split over its threads by K alone and summed in a fixed order: a row's bits do
+// not depend on M); larger M dequantizes into a dense [N, K] scratch in the activation dtype for the cuBLASLt GEMM.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,6 +37,9 @@ constexpr int64_t kQuantGemvMaxM = 16;
 bool quant_gemv_supports(const QuantMatmulLaunch& l);
 // x_perm: [M, K] scratch in x's dtype when l.perm is set (the gathered activations), else unused.
 void launch_quant_gemv(const QuantMatmulLaunch& l, void* x_perm, cudaStream_t stream);
+// out[r, j] = x[r, perm[j]] for an [M, K] x of a float dtype (act-order: the activations in code-column order).
+void launch_permute_columns(const void* x, DType dtype, const int32_t* perm, void* out, int64_t m, int64_t k,
+                            cudaStream_t stream);
 // w_out [N, K] in x's dtype: W[n, perm[k]] = (code(n, k) - zero) * scale (perm identity when null).
 void launch_dequantize(const QuantMatmulLaunch& l, void* w_out, cudaStream_t stream);
 

@@ -1,6 +1,7 @@
 #include "backend/cuda/skinny_gemm.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -34,17 +35,189 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
   }
 }
 
-// NT n-tiles of 8 tokens; U chunks loaded ahead per warp; MINB blocks per SM (the register budget). U and MINB
-// change how the loads are grouped, never the order of any output's sum.
-template <typename T, int NT, int U, int MINB>
-__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
-  // This block's segment and 16-row tile.
-  int64_t tile = blockIdx.x;
-  const void* w_any = nullptr;
-  const void* bias = nullptr;
-  DType bias_dtype = DType::kF32;
-  void* out = nullptr;
-  int64_t n = 0;
+// kInt4Fact / kUint8Fact: codes on the factored path (below), which takes 128-wide chunks (a lane's 32 codes: one
+// 16-byte load per row for int4, two for uint8) where the others take 64.
+enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact };
+
+template <Weights F> constexpr bool kFactored = F == Weights::kInt4Fact || F == Weights::kUint8Fact;
+template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
+
+// One weight row's share of a 64-wide chunk for one lane (16 consecutive k from 16t), as loaded.
+template <Weights F> struct RowPiece;
+template <> struct RowPiece<Weights::kDense> { uint4 v[2]; };
+template <> struct RowPiece<Weights::kInt4> { uint2 v; float scale, zero; };
+template <> struct RowPiece<Weights::kUint8> { uint4 v; float scale, zero; };
+template <> struct RowPiece<Weights::kInt4Fact> { uint4 v; float scale, zero; };
+template <> struct RowPiece<Weights::kUint8Fact> { uint4 v[2]; float scale, zero; };
+
+template <typename T, Weights F>
+__device__ __forceinline__ void load_piece(RowPiece<F>& r, const void* row, int64_t kk, int64_t k, bool in_k,
+                                           const float* scales, const float* zeros, int64_t group_size) {
+  const uint4 zero4 = make_uint4(0, 0, 0, 0);
+  if constexpr (F == Weights::kDense) {
+    const T* w = static_cast<const T*>(row);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)  // K % 8 == 0: a 16-byte piece is all in or all out
+      r.v[h] = in_k && kk + 8 * h < k ? __ldcs(reinterpret_cast<const uint4*>(w + kk + 8 * h)) : zero4;
+  } else {
+    constexpr bool kI4 = F == Weights::kInt4 || F == Weights::kInt4Fact;  // else uint8 (midpoint 128)
+    const uint8_t* codes = static_cast<const uint8_t*>(row);
+    if constexpr (F == Weights::kInt4Fact) {
+      r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : zero4;
+    } else if constexpr (F == Weights::kUint8Fact) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) r.v[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk + 16 * h)) : zero4;
+    } else if constexpr (kI4) {
+      r.v = in_k ? __ldcs(reinterpret_cast<const uint2*>(codes + kk / 2)) : make_uint2(0, 0);
+    } else {
+      r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk)) : zero4;
+    }
+    const int64_t gi = in_k ? kk / group_size : 0;  // K % 16 == 0 and group_size % 16 == 0: one group per piece
+    r.scale = in_k ? __ldg(scales + gi) : 0.0f;
+    r.zero = zeros && in_k ? __ldg(zeros + gi) : (kI4 ? 8.0f : 128.0f);
+  }
+}
+
+__device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xffu; }
+
+// Word i (k = 2i, 2i + 1 of the piece) in mma's b16x2 form; quantized codes dequantized as launch_dequantize does.
+template <typename T, Weights F>
+__device__ __forceinline__ uint32_t piece_word(const RowPiece<F>& r, int i) {
+  if constexpr (F == Weights::kDense) {
+    return word(r.v, i);
+  } else if constexpr (F == Weights::kInt4) {
+    const uint32_t b = byte_of(i < 4 ? r.v.x : r.v.y, i % 4);
+    return attn::pack2<T>((static_cast<float>(b & 0xfu) - r.zero) * r.scale,
+                          (static_cast<float>(b >> 4) - r.zero) * r.scale);
+  } else {
+    const uint32_t w = i < 2 ? r.v.x : i < 4 ? r.v.y : i < 6 ? r.v.z : r.v.w;
+    return attn::pack2<T>((static_cast<float>(byte_of(w, 2 * (i % 2))) - r.zero) * r.scale,
+                          (static_cast<float>(byte_of(w, 2 * (i % 2) + 1)) - r.zero) * r.scale);
+  }
+}
+
+// The factored int4 path (group_size a multiple of its 128-wide chunk, so one group per chunk): the codes go to
+// the tensor cores as they are, and the group's zero and scale are applied to the chunk's sums afterwards:
+//   sum_k (c_k - z) s x_k = s (sum_k c_k x_k - z sum_k x_k),
+// with sum_k x_k from one more mma against an all-ones A. A code pair becomes a b16x2 word in two instructions
+// (Marlin's trick): the nibbles at bits 0 and 16 of a 32-bit word OR-ed into the exponent of 128 (bf16) or 1024
+// (f16), which a packed subtract removes exactly. The pairs this gives are (k_s, k_s+4) of each 8 codes, so x's
+// words are paired the same way (byte permutes). Every value is exact until the f32 accumulation, so this path is
+// more accurate than multiplying codes dequantized into x's dtype; its sum order, like the others', depends on K
+// alone.
+// Chunks ahead on the factored path at M <= 8 and M <= 16 (as many as 2 blocks' registers per SM hold without
+// spilling).
+constexpr int kFactU1 = 4, kFactU2 = 2;
+
+template <typename T> struct CodeMagic;
+template <> struct CodeMagic<bf16> {
+  static constexpr uint32_t kBias = 0x43004300u;  // 128.0 in each half
+  static constexpr uint32_t kOne = 0x3f803f80u;
+};
+template <> struct CodeMagic<f16> {
+  static constexpr uint32_t kBias = 0x64006400u;  // 1024.0 in each half
+  static constexpr uint32_t kOne = 0x3c003c00u;
+};
+
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(r) : "r"(a), "r"(mask), "r"(bits));  // (a & mask) | bits
+  return r;
+}
+
+template <typename T> __device__ __forceinline__ uint32_t sub_bias(uint32_t v) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(CodeMagic<bf16>::kOne), "r"(0xc300c300u));
+  } else {
+    asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(CodeMagic<f16>::kBias));
+  }
+  return r;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i % 4 == 0 ? v.x : i % 4 == 1 ? v.y : i % 4 == 2 ? v.z : v.w;
+}
+
+// Code pair word j (0..15) of a lane's 32 codes (k = 0..31 of its share), as exact values in T:
+//   int4: (k 8h + s, k 8h + s + 4) for j = 4h + s (a 32-bit word's nibbles 0 and 4 after a shift by 4s);
+//   uint8: (k 4m + s, k 4m + s + 2) for j = 2m + s (bytes 0 and 2 after a shift by 8s). In f16 a byte fits the
+//   1024 trick whole; bf16 has 8 significant bits, so a byte goes as two words, its low nibble (part 0) and 16 x its
+//   high nibble (part 1: (128 + h) x 16 - 2048, exact), whose products the same accumulator sums.
+template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(const RowPiece<F>& r, int j, int part) {
+  if constexpr (F == Weights::kInt4Fact) {
+    const uint32_t q = word_of(r.v, j / 4);
+    return sub_bias<T>(lop3_and_or(q >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias));
+  } else {
+    const uint32_t q = word_of(r.v[j / 8], (j / 2) % 4) >> (8 * (j % 2));
+    if constexpr (std::is_same_v<T, f16>) {
+      return sub_bias<T>(lop3_and_or(q, 0x00ff00ffu, CodeMagic<T>::kBias));
+    } else if (part == 0) {
+      return sub_bias<T>(lop3_and_or(q, 0x000f000fu, CodeMagic<T>::kBias));
+    } else {
+      uint32_t v;
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
+          : "=r"(v)
+          : "r"(lop3_and_or(q >> 4, 0x000f000fu, CodeMagic<T>::kBias)), "r"(0x41804180u), "r"(0xc500c500u));
+      return v;  // 16 = 0x4180, -2048 = 0xc500
+    }
+  }
+}
+// Words per code pair: two for uint8 codes with bf16 x.
+template <typename T, Weights F> constexpr int kParts = F == Weights::kUint8Fact && std::is_same_v<T, bf16> ? 2 : 1;
+
+// x's 32 values of a lane's share (four 16-byte loads) paired as code_pair pairs the codes: word j.
+template <Weights F> __device__ __forceinline__ uint32_t x_pair(const uint4 (&v)[4], int j) {
+  if constexpr (F == Weights::kInt4Fact) {  // (x 8h + s, x 8h + s + 4): words s / 2 and s / 2 + 2 of load h
+    const uint4& h = v[j / 4];
+    const int s = j % 4;
+    return __byte_perm(s < 2 ? h.x : h.y, s < 2 ? h.z : h.w, s % 2 ? 0x7632 : 0x5410);
+  } else {  // (x 4m + s, x 4m + s + 2): words 2m and 2m + 1 of the share
+    const int m = j / 2;
+    const uint4& h = v[m / 2];
+    const uint32_t lo = m % 2 ? h.z : h.x, hi = m % 2 ? h.w : h.y;
+    return __byte_perm(lo, hi, j % 2 ? 0x7632 : 0x5410);
+  }
+}
+
+// One chunk (one group) of the factored path: the codes' and x's sums on the tensor cores, then the group's zero
+// and scale: acc += scale * (sum c x - zero * sum x), for this lane's rows g (a) and g + 8 (b).
+template <typename T, Weights F, int NT>
+__device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
+                                               const uint4 (&bx)[NT][4]) {
+  const uint32_t ones[4] = {CodeMagic<T>::kOne, CodeMagic<T>::kOne, CodeMagic<T>::kOne, CodeMagic<T>::kOne};
+  float cs[NT][4], xs[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) cs[j][e] = xs[j][e] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kChunkOf<F> / 16; ++i) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const uint32_t x0w = x_pair<F>(bx[j], 2 * i), x1w = x_pair<F>(bx[j], 2 * i + 1);
+#pragma unroll
+      for (int part = 0; part < kParts<T, F>; ++part) {
+        const uint32_t frag[4] = {code_pair<T, F>(a, 2 * i, part), code_pair<T, F>(b8, 2 * i, part),
+                                  code_pair<T, F>(a, 2 * i + 1, part), code_pair<T, F>(b8, 2 * i + 1, part)};
+        attn::mma16816<T>(cs[j], frag, x0w, x1w);
+      }
+      attn::mma16816<T>(xs[j], ones, x0w, x1w);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    acc[j][0] = fmaf(a.scale, fmaf(-a.zero, xs[j][0], cs[j][0]), acc[j][0]);
+    acc[j][1] = fmaf(a.scale, fmaf(-a.zero, xs[j][1], cs[j][1]), acc[j][1]);
+    acc[j][2] = fmaf(b8.scale, fmaf(-b8.zero, xs[j][2], cs[j][2]), acc[j][2]);
+    acc[j][3] = fmaf(b8.scale, fmaf(-b8.zero, xs[j][3], cs[j][3]), acc[j][3]);
+  }
+}
+
+// This block's segment and 16-row tile (tile: the block's index in, the tile within its segment out); false past
+// the last segment. (Fields are copied out one by one: a pointer into the parameters with a run-time index would
+// move them to local memory.)
+template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGemmLaunch& p, int64_t& tile, SkinnySegment& seg) {
   bool found = false;
 #pragma unroll
   for (int s = 0; s < kSkinnyMaxSegments; ++s) {
@@ -52,69 +225,36 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
       const int64_t tiles = segment_tiles(p.seg[s].n);
       if (tile < tiles) {
         found = true;
-        w_any = p.seg[s].w;
-        bias = p.seg[s].bias;
-        bias_dtype = p.seg[s].bias_dtype;
-        out = p.seg[s].out;
-        n = p.seg[s].n;
+        seg.w = p.seg[s].w;
+        seg.bias = p.seg[s].bias;
+        seg.bias_dtype = p.seg[s].bias_dtype;
+        seg.out = p.seg[s].out;
+        seg.n = p.seg[s].n;
+        if constexpr (F != Weights::kDense) {
+          seg.scales = p.seg[s].scales;
+          seg.zeros = p.seg[s].zeros;
+          seg.groups = p.seg[s].groups;
+          seg.group_size = p.seg[s].group_size;
+        }
       } else {
         tile -= tiles;
       }
     }
   }
-  if (!found) return;  // whole block: uniform
+  return found;
+}
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t k = p.k, n0 = tile * kRowsPerTile;
-  const T* w = static_cast<const T*>(w_any);
-  const T* x = static_cast<const T*>(p.x);
-  const T* wa = w + (n0 + g < n ? n0 + g : n - 1) * k;  // rows past n read the last row; never stored
-  const T* wb = w + (n0 + g + 8 < n ? n0 + g + 8 : n - 1) * k;
-  const T* x0 = x + g * k;  // n-tile j's row for this lane: x0 + 8j * k, read only when 8j + g < M
-
-  float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-
-  const int64_t chunks = (k + kChunk - 1) / kChunk;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
-    uint4 a[U][2], b8[U][2], bx[U][NT][2];  // rows g and g+8 of w; x rows of each n-tile
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + int64_t{u} * kWarps;
-      const int64_t kk = c * kChunk + 16 * t;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool valid = c < chunks && kk + 8 * h < k;  // K % 8 == 0: a 16-byte piece is all in or all out
-        a[u][h] = valid ? __ldcs(reinterpret_cast<const uint4*>(wa + kk + 8 * h)) : zero;
-        b8[u][h] = valid ? __ldcs(reinterpret_cast<const uint4*>(wb + kk + 8 * h)) : zero;
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-          bx[u][j][h] = valid && j * 8 + g < p.m
-                            ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
-                            : zero;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t frag[4] = {word(a[u], 2 * i), word(b8[u], 2 * i), word(a[u], 2 * i + 1), word(b8[u], 2 * i + 1)};
-#pragma unroll
-        for (int j = 0; j < NT; ++j) attn::mma16816<T>(acc[j], frag, word(bx[u][j], 2 * i), word(bx[u][j], 2 * i + 1));
-      }
-    }
-  }
-
-  // The warps' partials meet in shared memory and are added in warp order.
+// The block's end: the warps' partials (acc, this lane's C fragments of NT n-tiles) meet in shared memory and are
+// added in warp order; bias, then the store.
+template <int NT>
+__device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
+                                           const float (&acc)[NT][4]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ float4 partial[kWarps][NT][32];
 #pragma unroll
   for (int j = 0; j < NT; ++j) partial[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
   __syncthreads();
+  const int64_t n = seg.n;
   constexpr int kOutputs = kRowsPerTile * 8 * NT;
   for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
     const int r = o % kRowsPerTile, col = o / kRowsPerTile;  // consecutive threads: consecutive output columns
@@ -126,18 +266,135 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
     for (int ww = 1; ww < kWarps; ++ww) s += part[ww * NT * 32 * 4];
     const int64_t row = n0 + r;
     if (col < p.m && row < n) {
-      if (bias) s += load_any(bias, bias_dtype, row);
-      store_any(out, p.out_dtype, col * n + row, s);
+      if (seg.bias) s += load_any(seg.bias, seg.bias_dtype, row);
+      store_any(seg.out, p.out_dtype, col * n + row, s);
     }
   }
 }
 
-template <typename T>
+// NT n-tiles of 8 tokens; U chunks loaded ahead per warp; MINB blocks per SM (the register budget). U and MINB
+// change how the loads are grouped, never the order of any output's sum.
+template <typename T, Weights F, int NT, int U, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
+  int64_t tile = blockIdx.x;
+  SkinnySegment seg{};
+  if (!find_segment<F>(p, tile, seg)) return;  // whole block: uniform
+  const int64_t n = seg.n;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t k = p.k, n0 = tile * kRowsPerTile;
+  const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
+  const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
+  // A row's bytes: K elements of T (dense), K / 2 (int4) or K (uint8).
+  constexpr bool kFact = kFactored<F>;
+  constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;  // K per chunk and per lane
+  const int64_t row_bytes = F == Weights::kDense ? k * static_cast<int64_t>(sizeof(T))
+                            : F == Weights::kUint8 || F == Weights::kUint8Fact ? k
+                                                                                : k / 2;
+  const uint8_t* w = static_cast<const uint8_t*>(seg.w);
+  const void* wa = w + ra * row_bytes;
+  const void* wb = w + rb * row_bytes;
+  const float* sa = seg.scales ? seg.scales + ra * seg.groups : nullptr;
+  const float* sb = seg.scales ? seg.scales + rb * seg.groups : nullptr;
+  const float* za = seg.zeros ? seg.zeros + ra * seg.groups : nullptr;
+  const float* zb = seg.zeros ? seg.zeros + rb * seg.groups : nullptr;
+  const int64_t gs = seg.group_size;
+  const T* x0 = static_cast<const T*>(p.x) + g * k;  // n-tile j's row for this lane: x0 + 8j * k, read when 8j + g < M
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+
+  const int64_t chunks = (k + kCk - 1) / kCk;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  RowPiece<F> a[U], b8[U];  // rows g and g + 8 of w
+  // x rows of each n-tile: loaded with the weights for dense weights; for codes (a quarter or half the bytes per
+  // chunk, so twice or four times the chunks ahead) just before their use, to keep registers for the codes.
+  constexpr int UX = F == Weights::kDense ? U : 1;
+  constexpr int XH = kLaneK / 8;  // 16-byte loads of x per lane and n-tile
+  uint4 bx[UX][NT][XH];
+  auto load_x = [&](int64_t c0, int u, uint4 (&dst)[NT][XH]) {
+    const int64_t c = c0 + int64_t{u} * kWarps;
+    const int64_t kk = c * kCk + kLaneK * t;
+#pragma unroll
+    for (int h = 0; h < XH; ++h)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        dst[j][h] = c < chunks && kk + 8 * h < k && j * 8 + g < p.m
+                        ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
+                        : zero;
+  };
+  auto load_round = [&](int64_t c0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + int64_t{u} * kWarps;
+      const int64_t kk = c * kCk + kLaneK * t;
+      const bool in_k = c < chunks && kk < k;
+      load_piece<T, F>(a[u], wa, kk, k, in_k, sa, za, gs);
+      load_piece<T, F>(b8[u], wb, kk, k, in_k, sb, zb, gs);
+      if constexpr (F == Weights::kDense) load_x(c0, u, bx[u]);
+    }
+  };
+  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
+    load_round(c0);
+    if constexpr (kFact) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
+        load_x(c0, u, bx[0]);
+        factored_chunk<T, F, NT>(acc, a[u], b8[u], bx[0]);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
+        if constexpr (F != Weights::kDense) load_x(c0, u, bx[0]);
+        const int ux = F == Weights::kDense ? u : 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t frag[4] = {piece_word<T, F>(a[u], 2 * i), piece_word<T, F>(b8[u], 2 * i),
+                                    piece_word<T, F>(a[u], 2 * i + 1), piece_word<T, F>(b8[u], 2 * i + 1)};
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            attn::mma16816<T>(acc[j], frag, word(bx[ux][j], 2 * i), word(bx[ux][j], 2 * i + 1));
+        }
+      }
+    }
+  }
+
+  store_tile<NT>(p, seg, n0, acc);
+}
+
+// The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
+template <typename T, Weights F>
+void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
+  constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
+  if (l.m <= 8)
+    skinny_gemm_kernel<T, F, 1, kU1, 2><<<grid, block, 0, stream>>>(l);
+  else
+    skinny_gemm_kernel<T, F, 2, kFactU2, 2><<<grid, block, 0, stream>>>(l);
+}
+
+template <typename T, Weights F>
 void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   int64_t tiles = 0;
   for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
   static_assert(kSkinnyMaxM <= 16, "one or two n-tiles of 8 tokens");
+  if constexpr (F == Weights::kInt4 || F == Weights::kUint8) {
+    // Every group a whole number of 128-wide chunks: the factored path. PEREGRINE_SKINNY_PLAIN=1 keeps the
+    // dequantize-per-code path (for comparisons).
+    static const bool plain = std::getenv("PEREGRINE_SKINNY_PLAIN") != nullptr;
+    bool factored = !plain;
+    for (int s = 0; s < l.num_segments; ++s) factored = factored && l.seg[s].group_size % 128 == 0;
+    if (factored) {
+      launch_factored<T, F == Weights::kInt4 ? Weights::kInt4Fact : Weights::kUint8Fact>(l, grid, block, stream);
+      PEREGRINE_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+  }
   if (l.m <= 8) {
     // Two blocks per SM with four chunks ahead, or three with two ahead when that fills the last wave of blocks
     // much better (q/k/v's 384 tiles on 132 SMs: 73% of 2 x 132 slots in two waves, 97% of 3 x 132 in one).
@@ -145,15 +402,27 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
       const int64_t slots = int64_t{std::max(1, l.sm_count)} * per_sm;
       return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, slots) * slots);
     };
-    if (wave_fill(3) > wave_fill(2) + 0.05) {
-      skinny_gemm_kernel<T, 1, 2, 3><<<grid, block, 0, stream>>>(l);
+    if constexpr (F == Weights::kInt4) {
+      // Codes are a quarter of bf16's bytes per chunk: more chunks ahead for as many bytes.
+      skinny_gemm_kernel<T, F, 1, 8, 2><<<grid, block, 0, stream>>>(l);
+    } else if constexpr (F != Weights::kDense) {
+      skinny_gemm_kernel<T, F, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+    } else if (wave_fill(3) > wave_fill(2) + 0.05) {
+      skinny_gemm_kernel<T, F, 1, 2, 3><<<grid, block, 0, stream>>>(l);
     } else {
-      skinny_gemm_kernel<T, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+      skinny_gemm_kernel<T, F, 1, 4, 2><<<grid, block, 0, stream>>>(l);
     }
   } else {
-    skinny_gemm_kernel<T, 2, 2, 2><<<grid, block, 0, stream>>>(l);
+    skinny_gemm_kernel<T, F, 2, F == Weights::kDense ? 2 : 4, 2><<<grid, block, 0, stream>>>(l);
   }
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_format(const SkinnyGemmLaunch& l, cudaStream_t stream) {
+  if (l.codes == DType::kI4) return launch_typed<T, Weights::kInt4>(l, stream);
+  if (l.codes == DType::kU8) return launch_typed<T, Weights::kUint8>(l, stream);
+  launch_typed<T, Weights::kDense>(l, stream);
 }
 
 }  // namespace
@@ -163,14 +432,20 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l) {
   if (l.out_dtype != DType::kBF16 && l.out_dtype != DType::kF16 && l.out_dtype != DType::kF32) return false;
   if (l.m < 1 || l.m > kSkinnyMaxM || l.k < 8 || l.k % 8 != 0) return false;
   if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments || !aligned16(l.x)) return false;
-  for (int s = 0; s < l.num_segments; ++s)
-    if (l.seg[s].n < 1 || !aligned16(l.seg[s].w)) return false;
+  const bool quantized = l.codes == DType::kI4 || l.codes == DType::kU8;
+  if (quantized && l.k % 16 != 0) return false;
+  for (int s = 0; s < l.num_segments; ++s) {
+    const SkinnySegment& g = l.seg[s];
+    if (g.n < 1 || !aligned16(g.w)) return false;
+    if (quantized && (!g.scales || g.group_size < 16 || g.group_size % 16 != 0 || g.groups * g.group_size != l.k))
+      return false;
+  }
   return true;
 }
 
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream) {
-  if (l.dtype == DType::kBF16) return launch_typed<bf16>(l, stream);
-  launch_typed<f16>(l, stream);
+  if (l.dtype == DType::kBF16) return launch_format<bf16>(l, stream);
+  launch_format<f16>(l, stream);
 }
 
 }  // namespace peregrine::cuda

@@ -1,11 +1,13 @@
-// Dense bf16/f16 matmuls of few rows (decode and verify steps): out[M, N] = x[M, K] * w[N, K]^T (+ bias) for
+// bf16/f16 matmuls of few rows (decode and verify steps): out[M, N] = x[M, K] * w[N, K]^T (+ bias) for
 // M <= kSkinnyMaxM, on tensor cores with the operands swapped (w is mma's A, 16 weight rows per tile; x is B,
 // 8 tokens per n-tile), every weight byte read once with 16-byte streaming loads straight into fragments.
-// Batch invariance: each output's sum runs over K in an order fixed by K alone (8 warps take interleaved 64-wide
-// chunks, their partials are added in warp order), never by M, so a row's bits are the same for every
+// Dense weights, W4A16 and W8A16 codes (SkinnySegment). Batch invariance: each output's sum runs over K in an
+// order fixed by K alone (8 warps take interleaved 64-wide chunks, 128-wide on the factored code path, their
+// partials are added in warp order), never by M, so a row's bits are the same for every
 // M <= kSkinnyMaxM and whether or not the matmul is grouped with others. Larger M goes to cuBLASLt, whose rows
 // differ from these: the boundary is the one place a row's result depends on M (ops::MatmulPolicy says so).
-// Several matmuls over the same x (q/k/v, gate/up) run as one launch: segments of one grid.
+// Several matmuls over the same x (q/k/v, gate/up) run as one launch: segments of one grid (dense, or W4A16 / W8A16
+// codes of one type).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,16 +22,27 @@ constexpr int64_t kSkinnyMaxM = 16;  // ops::kSkinnyMatmulMaxM (cuda_backend.h) 
 constexpr int kSkinnyMaxSegments = 4;
 
 struct SkinnySegment {
-  const void* w;     // [n, K], x's dtype, 16-byte aligned
+  const void* w;     // [n, K] in x's dtype (16-byte aligned), or codes as SkinnyGemmLaunch::codes says
   const void* bias;  // [n] or null
   DType bias_dtype;
   void* out;  // [M, n]
   int64_t n;
+  // Quantized weights (codes kI4 / kU8, ops.h WeightQuant): W[r, k] = (code - zero) * scale over groups of
+  // group_size consecutive k, zeros null meaning the midpoint (8 / 128). Groups that are multiples of 128 take the
+  // factored path: exact code values on the tensor cores, each group's zero and scale applied to its f32 sums
+  // (s * (sum c x - z * sum x)); smaller groups are dequantized per code into x's dtype exactly as
+  // launch_dequantize rounds them. PEREGRINE_SKINNY_PLAIN=1 sends every group the second way (comparisons).
+  const float* scales = nullptr;  // [n, groups]
+  const float* zeros = nullptr;   // [n, groups] or null
+  int64_t groups = 0, group_size = 0;
 };
 
 struct SkinnyGemmLaunch {
   const void* x;  // [M, K], bf16 or f16, 16-byte aligned
-  DType dtype;    // of x and every w
+  DType dtype;    // of x (and of every w when codes is kNone)
+  // Every segment's weights: kI4 codes (two per byte, the low nibble the even k) or kU8 codes; any other value
+  // means dense weights in x's dtype.
+  DType codes = DType::kBF16;
   DType out_dtype;
   int64_t m, k;
   int num_segments;
@@ -37,8 +50,9 @@ struct SkinnyGemmLaunch {
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
 };
 
-// Whether the kernel takes it: bf16/f16 x and w of one dtype, f32/bf16/f16 out, K % 8 == 0, 16-byte aligned
-// x and w, 1 <= M <= kSkinnyMaxM.
+// Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
+// and w, 1 <= M <= kSkinnyMaxM; K % 8 == 0 for dense weights; K and group_size multiples of 16 with
+// groups * group_size == K for codes (no g_idx; an act-order perm is the caller's: it passes x gathered).
 bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
