@@ -245,6 +245,7 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
     if (!buf.data()) return;
     l.quant.packed = buf.data();
     w.buffers.push_back(std::move(buf));
+    src.release_pages(l.weight.data, l.weight.bytes());
   };
   for (LayerWeights& l : w.layers)
     for (Linear* p : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) pack(*p);

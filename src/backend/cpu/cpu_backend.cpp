@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <span>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -235,24 +236,46 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // The packed layout (pack_weight): x quantized in the plain layout, then groups of 16 rows split over the
-  // threads (over M when there are too few groups to feed them; rows are the same either way).
-  void ggml_packed_matmul(const MatmulParams& p, const std::vector<float>& bias) {
+  // Several matmuls of one x on packed blocks of one type (q/k/v, gate/up): x quantized once and every
+  // matmul's groups in one parallel region (one wake-up of the threads instead of one per matmul); each output
+  // is computed exactly as matmul() computes it.
+  void matmuls(std::span<const MatmulParams> ps) override {
+    bool fused = ps.size() > 1;
+    for (const MatmulParams& p : ps)
+      fused = fused && p.quant.packed && p.quant.ggml == ps[0].quant.ggml && p.x.data == ps[0].x.data &&
+              p.x.ndim == 2 && ps[0].x.ndim == 2 && p.x.dim(0) == ps[0].x.dim(0) && p.x.dim(1) == ps[0].x.dim(1) &&
+              p.x.dtype == ps[0].x.dtype;
+    if (!fused || ps[0].x.dim(0) != 1) {
+      for (const MatmulParams& p : ps) matmul(p);
+      return;
+    }
+    std::vector<std::vector<float>> biases(ps.size());
+    std::vector<cpu::GgmlPackedArgs> args(ps.size());
+    std::vector<int64_t> first(ps.size() + 1, 0);  // the matmuls' groups laid end to end
+    for (size_t i = 0; i < ps.size(); ++i) {
+      check_matmul(ps[i]);
+      if (!ps[i].bias.empty()) biases[i] = to_f32_vector(k_, ps[i].bias);
+      args[i] = ggml_packed_args(ps[i], biases[i], i == 0);
+      first[i + 1] = first[i] + (args[i].n + cpu::kGgmlPackRows - 1) / cpu::kGgmlPackRows;
+    }
+    pool_.parallel_for(first.back(), [&](int64_t g0, int64_t g1) {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        const int64_t b = std::max(g0, first[i]), e = std::min(g1, first[i + 1]);
+        if (b < e) gp_(args[i], 0, 1, b - first[i], e - first[i]);
+      }
+    });
+  }
+
+  // The packed layout (pack_weight): x quantized in the plain layout (when `quantize`; else the previous call's
+  // codes are reused, for the same x), the kernel's arguments.
+  cpu::GgmlPackedArgs ggml_packed_args(const MatmulParams& p, const std::vector<float>& bias, bool quantize) {
     const GgmlType type = p.quant.ggml;
     if (!gp_ || !cpu::ggml_packable(type))
       fail("matmul: quant.packed is set but this backend has no packed kernels for " + ggml_type_name(type));
-    const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0), qk = cpu::ggml_x_block(type);
-    gx_q_.resize(static_cast<size_t>(m * k));
-    gx_d_.resize(static_cast<size_t>(m * k / qk));
-    gx_s_.resize(static_cast<size_t>(m * k / 16));
-    const float* x = p.x.as<const float>();
-    auto quantize = [&](int64_t r0, int64_t r1) {
-      const cpu::GgmlQuantizedX at{gx_q_.data() + r0 * k, k, gx_d_.data() + r0 * (k / qk), gx_s_.data() + r0 * (k / 16),
-                                   nullptr, nullptr};
-      g_.quantize_x(x + r0 * k, r1 - r0, k, type, at);
-    };
-    if (m * k >= kParallelElems && m > 1) pool_.parallel_for(m, quantize);
-    else quantize(0, m);
+    require_f32(p.x, "matmul", "x");
+    require_f32(p.out, "matmul", "out");
+    const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+    if (quantize) quantize_plain(p.x.as<const float>(), m, k, type);
     cpu::GgmlPackedArgs a;
     a.type = type;
     a.w = static_cast<const uint8_t*>(p.quant.packed);
@@ -265,6 +288,28 @@ class CpuBackend final : public Backend {
     a.m = m;
     a.k = k;
     a.n = n;
+    return a;
+  }
+
+  void quantize_plain(const float* x, int64_t m, int64_t k, GgmlType type) {
+    const int64_t qk = cpu::ggml_x_block(type);
+    gx_q_.resize(static_cast<size_t>(m * k));
+    gx_d_.resize(static_cast<size_t>(m * k / qk));
+    gx_s_.resize(static_cast<size_t>(m * k / 16));
+    auto quantize = [&](int64_t r0, int64_t r1) {
+      const cpu::GgmlQuantizedX at{gx_q_.data() + r0 * k, k, gx_d_.data() + r0 * (k / qk), gx_s_.data() + r0 * (k / 16),
+                                   nullptr, nullptr};
+      g_.quantize_x(x + r0 * k, r1 - r0, k, type, at);
+    };
+    if (m * k >= kParallelElems && m > 1) pool_.parallel_for(m, quantize);
+    else quantize(0, m);
+  }
+
+  // One matmul on packed blocks: groups of 16 rows split over the threads (over M when there are too few groups
+  // to feed them; rows are the same either way).
+  void ggml_packed_matmul(const MatmulParams& p, const std::vector<float>& bias) {
+    const cpu::GgmlPackedArgs a = ggml_packed_args(p, bias, true);
+    const int64_t m = a.m, n = a.n;
     const int64_t groups = (n + cpu::kGgmlPackRows - 1) / cpu::kGgmlPackRows;
     const int threads = pool_.num_threads();
     if (m == 1 || groups >= threads * 4) {

@@ -160,6 +160,38 @@ TEST_P(CpuGgml, MatmulMatchesRefOnEveryElementAndKeepsRowsIndependent) {
   std::cout << cpu->name() << ": " << packed_cases << " shapes also checked in the packed layout\n";
 }
 
+// Several matmuls of one x (q/k/v, gate/up) through Backend::matmuls give each output the bits matmul() gives it,
+// packed or not (the packed M = 1 case runs them in one parallel region).
+TEST_P(CpuGgml, MatmulsOfOneXMatchSingleMatmulsBitForBit) {
+  auto cpu = make(2);
+  std::mt19937 rng(1709);
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const int64_t k = 512, ns[] = {96, 16, 40};
+    for (int64_t m : {int64_t{1}, int64_t{5}}) {
+      Buffer x = random_buffer(DType::kF32, m * k, rng);
+      std::vector<std::vector<uint8_t>> w;
+      std::vector<ops::DeviceBuffer> packed;
+      std::vector<Buffer> one, many;
+      std::vector<ops::MatmulParams> ps;
+      for (int64_t n : ns) {
+        w.push_back(random_ggml_rows(t, n, k, rng));
+        const TensorView wv(w.back().data(), DType::kU8, {n, static_cast<int64_t>(ggml_row_bytes(t, k))});
+        ops::WeightQuant q;
+        q.ggml = t;
+        packed.push_back(cpu->pack_weight(wv, q));
+        q.packed = packed.back().data();
+        one.push_back(poisoned(DType::kF32, m * n));
+        many.push_back(poisoned(DType::kF32, m * n));
+        cpu->matmul({x.view({m, k}), wv, {}, one.back().view({m, n}), q});
+        ps.push_back({x.view({m, k}), wv, {}, many.back().view({m, n}), q});
+      }
+      cpu->matmuls(ps);
+      for (size_t i = 0; i < ps.size(); ++i)
+        EXPECT_TRUE(bits_equal(one[i], many[i])) << ggml_type_name(t) << " M=" << m << " matmul " << i;
+    }
+  }
+}
+
 TEST_P(CpuGgml, EmbeddingGathersExactlyTheReferenceRows) {
   auto ref = ops::make_ref_backend();
   auto cpu = make(2);
