@@ -79,6 +79,11 @@ void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
             const int8_t* xr = a.xq + (i0 + i) * k + 32 * b;
             iacc[i][g][c & (kChains - 1)] = _mm512_dpbusd_epi32(iacc[i][g][c & (kChains - 1)], v, bx(xr + 4 * c));
           }
+        } else if constexpr (MR == 1) {
+          // The high nibbles in place (16 x code, exact), their chain shifted back once per block below.
+          const int8_t* xr = a.xq + i0 * k + 32 * b;
+          iacc[0][g][0] = _mm512_dpbusd_epi32(iacc[0][g][0], _mm512_and_si512(v, m4), bx(xr + 4 * c));
+          iacc[0][g][1] = _mm512_dpbusd_epi32(iacc[0][g][1], _mm512_andnot_si512(m4, v), bx(xr + 16 + 4 * c));
         } else {
           const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
           for (int i = 0; i < MR; ++i) {
@@ -93,7 +98,7 @@ void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
       const __m512 d = f16x16(wg[g] + b * kBlock);
       for (int i = 0; i < MR; ++i) {
         __m512i s = iacc[i][g][0];
-        if constexpr (kChains == 2) s = _mm512_add_epi32(s, iacc[i][g][1]);
+        if constexpr (kChains == 2) s = _mm512_add_epi32(s, kQ8 ? iacc[i][g][1] : _mm512_srai_epi32(iacc[i][g][1], 4));
         const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(a.xd[(i0 + i) * nb + b]));
         acc[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[i][g]);
       }
@@ -125,7 +130,9 @@ void tile_q4_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
       for (int c = 0; c < 8; ++c) {
         for (int g = 0; g < NG; ++g) {
           const __m512i v = load(wg[g] + b * kBlock + 320 + 512 * j + 64 * c);
-          const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          // M = 1: the high nibbles in place (16 x code), shifted back once per sub-block below.
+          const __m512i lo = _mm512_and_si512(v, m4);
+          const __m512i hi = MR == 1 ? _mm512_andnot_si512(m4, v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
           for (int i = 0; i < MR; ++i) {
             const int8_t* xr = a.xq + (i0 + i) * k + 256 * b + 64 * j;
             alo[i][g] = _mm512_dpbusd_epi32(alo[i][g], lo, bx(xr + 4 * c));
@@ -136,9 +143,11 @@ void tile_q4_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
       for (int g = 0; g < NG; ++g) {
         const __m512i sl = u8x16(wg[g] + b * kBlock + 64 + 16 * (2 * j));
         const __m512i sh = u8x16(wg[g] + b * kBlock + 64 + 16 * (2 * j + 1));
-        for (int i = 0; i < MR; ++i)
+        for (int i = 0; i < MR; ++i) {
+          const __m512i h = MR == 1 ? _mm512_srai_epi32(ahi[i][g], 4) : ahi[i][g];
           isum[i][g] = _mm512_add_epi32(isum[i][g], _mm512_add_epi32(_mm512_mullo_epi32(alo[i][g], sl),
-                                                                     _mm512_mullo_epi32(ahi[i][g], sh)));
+                                                                     _mm512_mullo_epi32(h, sh)));
+        }
       }
     }
     for (int g = 0; g < NG; ++g) {
