@@ -17,9 +17,13 @@ for r in $(seq "$rounds"); do
   for t in $types; do
     f="/tmp/1b-$t.gguf"
     [ -f "$f" ] || { echo "missing $f" >&2; continue; }
+    # The file read into the page cache right before each engine: this VM runs DAMON pageout (kdamond), which
+    # pages out file pages left cold for some seconds, and llama.cpp reads its weights from the map while it runs.
+    cat "$f" > /dev/null
     echo "== round $r $t load $(cut -d' ' -f1 /proc/loadavg)"
     "$bin" bench latency --model "$f" --device cpu --threads 2 --input-len 128 --output-len 64 --iterations 2 2>&1 |
       grep -E "memory bandwidth|prefill|decode"
+    cat "$f" > /dev/null
     (cd "$peer" && node llama_cpp_bench.mjs "$f" 128 64 2 2>/dev/null | tail -1)
   done
 done

@@ -283,6 +283,16 @@ struct GgmlWeights {
   TensorView view() const {
     return TensorView(buf->data(), DType::kU8, {n, static_cast<int64_t>(ggml_row_bytes(type, k))});
   }
+  // The quantization of a matmul on these blocks; with `pack`, the backend's packed copy (as the model loader
+  // makes it) where it has one.
+  ops::DeviceBuffer packed;
+  ops::WeightQuant quant(bool pack) {
+    ops::WeightQuant q;
+    q.ggml = type;
+    if (pack && !packed.data()) packed = backend().pack_weight(view(), q);
+    q.packed = pack ? packed.data() : nullptr;
+    return q;
+  }
 };
 
 // out[M, N] = x[M, K] · Wᵀ with W in ggml blocks (range 0: the ggml type id): block bytes streamed per second
@@ -290,18 +300,19 @@ struct GgmlWeights {
 void BM_GgmlMatmul(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   const int64_t m = state.range(1), n = state.range(2), k = state.range(3);
+  const bool pack = state.range(4) != 0;
   const size_t bytes = ggml_row_bytes(type, k) * static_cast<size_t>(n);
   const size_t copies = m == 1 && !g_hot ? std::max<size_t>(1, (kColdBytes + bytes - 1) / bytes) : 1;
   std::vector<std::unique_ptr<GgmlWeights>> w;
   for (size_t c = 0; c < copies; ++c) w.push_back(std::make_unique<GgmlWeights>(type, n, k, c + 1));
   std::vector<float> x = random_f32(static_cast<size_t>(m * k), 3), out(static_cast<size_t>(m * n));
-  ops::WeightQuant q;
-  q.ggml = type;
+  std::vector<ops::WeightQuant> q;
+  for (auto& wi : w) q.push_back(wi->quant(pack));
   size_t c = 0;
   LoopTimer timer;
   for (auto _ : state) {
     backend().matmul({TensorView(x.data(), DType::kF32, {m, k}), w[c]->view(), {},
-                      TensorView(out.data(), DType::kF32, {m, n}), q});
+                      TensorView(out.data(), DType::kF32, {m, n}), q[c]});
     c = (c + 1) % copies;
     benchmark::DoNotOptimize(out.data());
   }
@@ -313,7 +324,7 @@ void BM_GgmlMatmul(benchmark::State& state) {
 }
 
 // One bs=1 decode step's matmuls of Llama-3.2-1B with every weight in one ggml type (range 0), the lm_head
-// included (as make_random_gguf.py writes a pure file): tok/s this alone would allow.
+// included (as make_random_gguf.py writes a pure file), on the blocks or (range 1) packed: tok/s this alone allows.
 void BM_GgmlDecodeStep(benchmark::State& state) {
   const auto type = static_cast<GgmlType>(state.range(0));
   struct Linear {
@@ -328,13 +339,13 @@ void BM_GgmlDecodeStep(benchmark::State& state) {
   double bytes = 0;
   for (const auto& x : w) bytes += static_cast<double>(x->bytes());
   std::vector<float> x = random_f32(8192, 5), out(128256);
-  ops::WeightQuant q;
-  q.ggml = type;
+  std::vector<ops::WeightQuant> q;
+  for (auto& wi : w) q.push_back(wi->quant(state.range(1) != 0));
   LoopTimer timer;
   for (auto _ : state) {
-    for (const auto& wi : w)
-      backend().matmul({TensorView(x.data(), DType::kF32, {1, wi->k}), wi->view(), {},
-                        TensorView(out.data(), DType::kF32, {1, wi->n}), q});
+    for (size_t i = 0; i < w.size(); ++i)
+      backend().matmul({TensorView(x.data(), DType::kF32, {1, w[i]->k}), w[i]->view(), {},
+                        TensorView(out.data(), DType::kF32, {1, w[i]->n}), q[i]});
     benchmark::DoNotOptimize(out.data());
   }
   state.SetLabel(ggml_type_name(type));
@@ -392,17 +403,22 @@ BENCHMARK(BM_Gemm)
     ->ArgsProduct({{1, 2, 4, 5, 8, 9, 16}, {32000}, {384}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
-// GGUF types at the 1B shape (Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14; also Q5_0 = 6): decode and prefill.
+// GGUF types at the 1B shape (Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14; also Q5_0 = 6): decode and prefill, on
+// the file's blocks (packed:0) and on the backend's packed copy (packed:1; the same as 0 for types it does not pack).
 BENCHMARK(BM_GgmlMatmul)
-    ->ArgNames({"type", "M", "N", "K"})
-    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {2048}})
-    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {8192}, {2048}})
-    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {8192}})
-    ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {128256}, {2048}})
-    ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {512}, {2048}})  // 0.3-0.6 MB: with --hot, from L2 (compute-bound)
+    ->ArgNames({"type", "M", "N", "K", "packed"})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {2048}, {0, 1}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {8192}, {2048}, {0, 1}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {8192}, {0, 1}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {128256}, {2048}, {0, 1}})
+    ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {512}, {2048}, {0, 1}})  // 0.3-0.6 MB: with --hot, from L2 (compute-bound)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GgmlDecodeStep)->ArgNames({"type"})->Arg(2)->Arg(8)->Arg(12)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GgmlDecodeStep)
+    ->ArgNames({"type", "packed"})
+    ->ArgsProduct({{2, 8, 12}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"ctx", "f32"})
     ->ArgsProduct({{1024, 4096, 16384}, {0, 1}})

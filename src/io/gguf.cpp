@@ -415,6 +415,10 @@ const TensorInfo& GgufWeightSource::get(const std::string& name) const {
   return it->second;
 }
 
+void GgufFile::release_pages(const void* p, size_t bytes) const {
+  if (map_) map_->release_pages(p, bytes);
+}
+
 size_t GgufWeightSource::total_bytes() const {
   size_t total = 0;
   for (auto& [name, info] : index_) total += info.bytes;

@@ -100,6 +100,8 @@ class GgufFile {
 
   // "path: key 'x': what" — the house style of errors.
   [[noreturn]] void fail(ErrorCode code, const std::string& what) const;
+  // MappedFile::release_pages on the file's map (no-op for a caller's buffer).
+  void release_pages(const void* p, size_t bytes) const;
 
  private:
   void parse(const std::byte* data, size_t size);
@@ -125,6 +127,7 @@ class GgufWeightSource final : public WeightSource {
   size_t total_bytes() const override;
   std::vector<std::string> names() const override;
   const GgufFile& file() const { return *file_; }
+  void release_pages(const void* data, size_t bytes) const override { file_->release_pages(data, bytes); }
 
  private:
   std::shared_ptr<const GgufFile> file_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "core/status.h"
@@ -35,6 +36,15 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     data_ = static_cast<const std::byte*>(p);
   }
   ::close(fd);
+}
+
+void MappedFile::release_pages(const void* p, size_t bytes) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  if (!data_ || b < data_ || bytes > size_ || b - data_ > static_cast<std::ptrdiff_t>(size_ - bytes)) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(b) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -17,6 +17,9 @@ class MappedFile {
   const std::byte* data() const { return data_; }
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
+  // Drops the whole pages inside [p, p + bytes) from the process (madvise DONTNEED): they stay readable and come
+  // back from the page cache or the file when touched. No-op for a range outside the map.
+  void release_pages(const void* p, size_t bytes) const;
 
  private:
   std::filesystem::path path_;

@@ -38,6 +38,13 @@ class WeightSource {
   virtual TensorView view(const std::string& name, std::initializer_list<int64_t> expected_shape) const;
   virtual size_t total_bytes() const = 0;
   virtual std::vector<std::string> names() const = 0;
+  // A hint that [data, data + bytes) of one of its tensors will not be read again soon (the backend holds its own
+  // copy, e.g. a repacked one): a memory-mapped source drops those pages from the process, so memory stays the
+  // file's size; they remain readable. Default: nothing.
+  virtual void release_pages(const void* data, size_t bytes) const {
+    (void)data;
+    (void)bytes;
+  }
 };
 
 }  // namespace peregrine::io

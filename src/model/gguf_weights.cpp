@@ -58,6 +58,7 @@ GgufLlamaSource::GgufLlamaSource(std::shared_ptr<const io::GgufFile> file, const
         const size_t row_bytes = info.bytes / static_cast<size_t>(rows);
         std::vector<std::byte> buf(info.bytes);
         unpermute_qk_rows(info.data, buf.data(), rows, row_bytes, heads);
+        gguf_->release_pages(info.data, info.bytes);  // only the copy is read from here on
         info.data = buf.data();
         buffers_.push_back(std::move(buf));
         permuted_.emplace(name, std::move(info));

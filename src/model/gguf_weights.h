@@ -24,6 +24,8 @@ class GgufLlamaSource final : public io::WeightSource {
   TensorView view(const std::string& name, std::initializer_list<int64_t> expected_shape) const override;
   size_t total_bytes() const override { return file_->total_bytes(); }
   std::vector<std::string> names() const override;
+  // The file's pages only (the unpermuted q/k copies are this source's own buffers).
+  void release_pages(const void* data, size_t bytes) const override { gguf_->release_pages(data, bytes); }
   // The GGUF name of an HF name ("" when it has none).
   static std::string gguf_name(const std::string& hf_name);
 

@@ -237,6 +237,19 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
   if (!c.tie_word_embeddings && !c.quant.applies_to("lm_head") && !src.contains("lm_head.weight"))
     throw Error(ErrorCode::kNotFound, (where / "config.json").string() +
                                           ": tie_word_embeddings is false but tensor 'lm_head.weight' is missing");
+  // GGUF blocks in the backend's own layout where it has one (the CPU's 16-row interleave): the projections and
+  // the LM head (a tied head packs the embedding's blocks; the gather keeps reading the file's).
+  auto pack = [&](Linear& l) {
+    if (!l.quant.ggml_blocks()) return;
+    ops::DeviceBuffer buf = backend.pack_weight(l.weight, l.quant);
+    if (!buf.data()) return;
+    l.quant.packed = buf.data();
+    w.buffers.push_back(std::move(buf));
+    src.release_pages(l.weight.data, l.weight.bytes());
+  };
+  for (LayerWeights& l : w.layers)
+    for (Linear* p : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) pack(*p);
+  pack(w.lm_head);
   return w;
 }
 

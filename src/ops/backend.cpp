@@ -11,6 +11,7 @@ namespace peregrine::ops {
 
 void* Backend::allocate_pinned(size_t bytes) { return host_allocate(bytes); }
 void Backend::deallocate_pinned(void* ptr) { host_deallocate(ptr); }
+DeviceBuffer Backend::pack_weight(const TensorView&, const WeightQuant&) { return {}; }
 
 int64_t Backend::capture_graph(const std::function<void()>&) {
   throw Error(ErrorCode::kUnsupported, name() + ": graph capture is not supported");

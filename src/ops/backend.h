@@ -20,6 +20,8 @@ class ThreadPool;
 
 namespace peregrine::ops {
 
+class DeviceBuffer;
+
 enum class DeviceKind { kRef, kCpu, kCuda };
 
 class Backend {
@@ -100,6 +102,11 @@ class Backend {
   virtual TransferTotals transfer_totals() const { return transfer_totals_; }
 
   // Ops (see ops.h for semantics).
+  // Optional: a copy of matmul weight w in a layout this backend's kernels read faster (the CPU backend: GGUF
+  // blocks of 16 rows interleaved), or an empty buffer when it has none (the default). The caller keeps the buffer
+  // as long as the weight and sets WeightQuant::packed to its data; the values stay exactly w's.
+  virtual DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q);
+
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void matmul(const MatmulParams& p) = 0;
   // Several matmuls of one x (q/k/v, gate/up), each as matmul() computes it; a backend may launch them as one.

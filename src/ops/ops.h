@@ -54,6 +54,9 @@ struct WeightQuant {
   // the K values of one output in ggml blocks of this type, dequantized as ggml_dequantize_row defines; scales,
   // zeros, g_idx and perm stay empty (the blocks carry their own scales). K is x's second dim.
   GgmlType ggml = GgmlType::kNone;
+  // A backend's own repacked copy of w (Backend::pack_weight, made by that same backend at load); when set, that
+  // backend reads it instead of w, and others ignore it. w stays the reference the ref backend reads.
+  const void* packed = nullptr;
   bool quantized() const { return !scales.empty(); }
   bool ggml_blocks() const { return ggml != GgmlType::kNone; }
 };

@@ -65,7 +65,8 @@ struct GgmlMatmulArgs {
 
 struct GgmlKernelTable {
   const char* name = "";
-  // Rows [0, rows) of x [rows, k] into the GgmlQuantizedX layout for weight type t (out's pointers at row 0).
+  // Rows [0, rows) of x [rows, k] into the GgmlQuantizedX layout for weight type t (out's pointers at row 0;
+  // out.q_stride the row stride of the codes; pair_off null: the plain layout, as for the unpaired types).
   void (*quantize_x)(const float* x, int64_t rows, int64_t k, GgmlType t, const GgmlQuantizedX& out) = nullptr;
   // Columns [n_begin, n_end) of rows [m_begin, m_end); every supported block type.
   void (*matmul)(const GgmlMatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end) = nullptr;

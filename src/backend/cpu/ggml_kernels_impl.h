@@ -300,8 +300,9 @@ inline int32_t round_even(float v) {
 
 void ggml_quantize_x_kernel(const float* x, int64_t rows, int64_t k, peregrine::GgmlType t,
                             const peregrine::cpu::GgmlQuantizedX& o) {
-  const int64_t qk = peregrine::cpu::ggml_x_block(t), nb = k / qk, q_stride = peregrine::cpu::ggml_x_q_stride(t, k);
-  const bool paired = peregrine::cpu::ggml_x_paired(t);
+  const int64_t qk = peregrine::cpu::ggml_x_block(t), nb = k / qk, q_stride = o.q_stride;
+  // pair_off null: the plain layout even for the paired types (the packed kernels, ggml_packed.h, read it).
+  const bool paired = peregrine::cpu::ggml_x_paired(t) && o.pair_off != nullptr;
   const int32_t offset = peregrine::cpu::ggml_x_offset(t);
   const int64_t pairs = peregrine::cpu::ggml_x_pairs(t, k);
   auto* q = const_cast<int8_t*>(o.q);

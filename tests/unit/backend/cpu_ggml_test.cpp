@@ -1,7 +1,8 @@
 // GGUF block weights (llama.cpp's Q4_0 ... Q6_K) on the CPU backend against the ref backend (which dequantizes
 // with the scalar oracle of core/ggml_quant) on fresh random blocks, every output element, every ISA: matmul at
 // M = 1, 3, 17, 64 with row lengths that are and are not multiples of 256, with and without bias; the row rule
-// (a row's bits do not depend on M or the thread count); and the embedding gather.
+// (a row's bits do not depend on M or the thread count), for the file's blocks and for the backend's packed copy
+// (Backend::pack_weight: Q4_0, Q8_0, Q4_K on AVX-512 VNNI); and the embedding gather.
 //
 // Tolerance: the kernels quantize each row of x to int8 per block of 32 (32-value types) or 256 (K-quants) with
 // scale amax/127, as llama.cpp's CPU matmuls do, so against the f32 reference an output may move by at most
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <vector>
 
@@ -97,51 +99,95 @@ TEST_P(CpuGgml, MatmulMatchesRefOnEveryElementAndKeepsRowsIndependent) {
   // K = 384 and 1056 are multiples of 32 but not of 256 (32-value types only).
   const Shape shapes[] = {{1, 2048, 1024, false}, {3, 384, 1024, true}, {3, 1024, 384, false}, {17, 1056, 96, true},
                           {17, 1024, 160, false}, {64, 2048, 64, true}, {64, 384, 40, false}, {1, 256, 7, true}};
+  int packed_cases = 0;
   for (GgmlType t : kGgmlBlockTypes) {
     for (const Shape& s : shapes) {
       if (s.k % act_block(t) != 0) continue;
-      const std::string what = ggml_type_name(t) + " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
+      const std::string what0 = ggml_type_name(t) + " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
                                " N=" + std::to_string(s.n) + (s.bias ? " bias" : "");
       const std::vector<uint8_t> w = random_ggml_rows(t, s.n, s.k, rng);
       const TensorView wv(const_cast<uint8_t*>(w.data()), DType::kU8,
                           {s.n, static_cast<int64_t>(ggml_row_bytes(t, s.k))});
       Buffer x = random_buffer(DType::kF32, s.m * s.k, rng);
       Buffer bias = random_buffer(DType::kF32, s.n, rng);
-      Buffer want = poisoned(DType::kF32, s.m * s.n), got = poisoned(DType::kF32, s.m * s.n);
       ops::WeightQuant q;
       q.ggml = t;
       const TensorView bv = s.bias ? bias.view({s.n}) : TensorView();
+      Buffer want = poisoned(DType::kF32, s.m * s.n);
       ref->matmul({x.view({s.m, s.k}), wv, bv, want.view({s.m, s.n}), q});
-      cpu->matmul({x.view({s.m, s.k}), wv, bv, got.view({s.m, s.n}), q});
-      const std::vector<double> act = activation_bounds(t, w, x.f32(), s.m, s.k, s.n);
-      double ss = 0;
-      for (int64_t i = 0; i < want.n; ++i) ss += double(want.get(i)) * want.get(i);
-      const double rms = std::sqrt(ss / static_cast<double>(want.n));
-      int64_t bad = 0;
-      for (int64_t i = 0; i < want.n; ++i) {
-        const double g = got.get(i), wv_ = want.get(i);
-        const double tol = act[static_cast<size_t>(i)] + 1e-4 * (std::fabs(wv_) + rms);
-        if (!(std::fabs(g - wv_) <= tol) && bad++ < 5)
-          ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << wv_ << " tol " << tol;
+      // The plain blocks, then the backend's packed copy where it makes one (Backend::pack_weight): both held to
+      // the same bounds and the same row rule.
+      ops::DeviceBuffer packed = cpu->pack_weight(wv, q);
+      packed_cases += packed.data() != nullptr;
+      for (int use_packed = 0; use_packed < 2; ++use_packed) {
+        if (use_packed && !packed.data()) continue;
+        q.packed = use_packed ? packed.data() : nullptr;
+        const std::string what = what0 + (use_packed ? " packed" : "");
+        Buffer got = poisoned(DType::kF32, s.m * s.n);
+        cpu->matmul({x.view({s.m, s.k}), wv, bv, got.view({s.m, s.n}), q});
+        const std::vector<double> act = activation_bounds(t, w, x.f32(), s.m, s.k, s.n);
+        double ss = 0;
+        for (int64_t i = 0; i < want.n; ++i) ss += double(want.get(i)) * want.get(i);
+        const double rms = std::sqrt(ss / static_cast<double>(want.n));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < want.n; ++i) {
+          const double g = got.get(i), wv_ = want.get(i);
+          const double tol = act[static_cast<size_t>(i)] + 1e-4 * (std::fabs(wv_) + rms);
+          if (!(std::fabs(g - wv_) <= tol) && bad++ < 5)
+            ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << wv_ << " tol " << tol;
+        }
+        ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements out of bounds";
+        const std::vector<double> exact =
+            quantized_x_oracle(t, w, x.f32(), s.bias ? bias.f32() : nullptr, s.m, s.k, s.n);
+        for (int64_t i = 0; i < want.n; ++i) {
+          const double e = exact[static_cast<size_t>(i)];
+          if (!(std::fabs(got.get(i) - e) <= 3e-6 * (std::fabs(e) + rms)) && bad++ < 5)
+            ADD_FAILURE() << what << ": element " << i << " got " << got.get(i) << " want (x rounded) " << e;
+        }
+        ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements off the rounded-x oracle";
+        // Row rule: each row alone (and on one thread) gives the bits it had inside the batch.
+        for (int64_t r = 0; r < s.m; r += (s.m > 8 ? 7 : 1)) {
+          Buffer one = poisoned(DType::kF32, s.n);
+          TensorView xr(x.bytes.data() + r * s.k * 4, DType::kF32, {1, s.k});
+          (r % 2 ? cpu1 : cpu)->matmul({xr, wv, bv, one.view({1, s.n}), q});
+          for (int64_t j = 0; j < s.n; ++j)
+            ASSERT_EQ(std::memcmp(&one.bytes[j * 4], &got.bytes[(r * s.n + j) * 4], 4), 0)
+                << what << " row " << r << " col " << j;
+        }
       }
-      ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements out of bounds";
-      const std::vector<double> exact =
-          quantized_x_oracle(t, w, x.f32(), s.bias ? bias.f32() : nullptr, s.m, s.k, s.n);
-      for (int64_t i = 0; i < want.n; ++i) {
-        const double e = exact[static_cast<size_t>(i)];
-        if (!(std::fabs(got.get(i) - e) <= 3e-6 * (std::fabs(e) + rms)) && bad++ < 5)
-          ADD_FAILURE() << what << ": element " << i << " got " << got.get(i) << " want (x rounded) " << e;
+    }
+  }
+  std::cout << cpu->name() << ": " << packed_cases << " shapes also checked in the packed layout\n";
+}
+
+// Several matmuls of one x (q/k/v, gate/up) through Backend::matmuls give each output the bits matmul() gives it,
+// packed or not (the packed M = 1 case runs them in one parallel region).
+TEST_P(CpuGgml, MatmulsOfOneXMatchSingleMatmulsBitForBit) {
+  auto cpu = make(2);
+  std::mt19937 rng(1709);
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const int64_t k = 512, ns[] = {96, 16, 40};
+    for (int64_t m : {int64_t{1}, int64_t{5}}) {
+      Buffer x = random_buffer(DType::kF32, m * k, rng);
+      std::vector<std::vector<uint8_t>> w;
+      std::vector<ops::DeviceBuffer> packed;
+      std::vector<Buffer> one, many;
+      std::vector<ops::MatmulParams> ps;
+      for (int64_t n : ns) {
+        w.push_back(random_ggml_rows(t, n, k, rng));
+        const TensorView wv(w.back().data(), DType::kU8, {n, static_cast<int64_t>(ggml_row_bytes(t, k))});
+        ops::WeightQuant q;
+        q.ggml = t;
+        packed.push_back(cpu->pack_weight(wv, q));
+        q.packed = packed.back().data();
+        one.push_back(poisoned(DType::kF32, m * n));
+        many.push_back(poisoned(DType::kF32, m * n));
+        cpu->matmul({x.view({m, k}), wv, {}, one.back().view({m, n}), q});
+        ps.push_back({x.view({m, k}), wv, {}, many.back().view({m, n}), q});
       }
-      ASSERT_EQ(bad, 0) << what << ": " << bad << " of " << want.n << " elements off the rounded-x oracle";
-      // Row rule: each row alone (and on one thread) gives the bits it had inside the batch.
-      for (int64_t r = 0; r < s.m; r += (s.m > 8 ? 7 : 1)) {
-        Buffer one = poisoned(DType::kF32, s.n);
-        TensorView xr(x.bytes.data() + r * s.k * 4, DType::kF32, {1, s.k});
-        (r % 2 ? cpu1 : cpu)->matmul({xr, wv, bv, one.view({1, s.n}), q});
-        for (int64_t j = 0; j < s.n; ++j)
-          ASSERT_EQ(std::memcmp(&one.bytes[j * 4], &got.bytes[(r * s.n + j) * 4], 4), 0)
-              << what << " row " << r << " col " << j;
-      }
+      cpu->matmuls(ps);
+      for (size_t i = 0; i < ps.size(); ++i)
+        EXPECT_TRUE(bits_equal(one[i], many[i])) << ggml_type_name(t) << " M=" << m << " matmul " << i;
     }
   }
 }

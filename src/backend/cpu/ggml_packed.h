@@ -1,0 +1,55 @@
+// GGUF blocks repacked once at load for the AVX-512 VNNI kernels (Backend::pack_weight): "lanes as outputs".
+//
+// The plain kernels (ggml_kernels_impl.h) give each output an 8-lane accumulator and end with a horizontal sum;
+// here one 512-bit vector holds 16 outputs, one int32 lane per weight row, so a block's integer sum, its int->f32
+// convert and its FMA with the scales cover 16 rows at once, x's codes are broadcast 4 bytes at a time from the
+// plain int8 layout (vpdpbusd {1to16}), and no horizontal sum is left. Rows are taken in groups of 16 (the last
+// group padded with zero blocks); a group's blocks are contiguous in k order, so an M = 1 kernel reads one
+// sequential stream per group. Per block b of a group (r = row in the group, 0..15):
+//   Q4_0 (288 B = 16 x 18): [d: f16 x 16][4 chunks c: 16 rows x qs[4c .. 4c+3] (64 B)]
+//        chunk c's low nibbles are values 4c..4c+3, its high nibbles values 16+4c..16+4c+3.
+//   Q8_0 (544 B = 16 x 34): [d: f16 x 16][8 chunks c: 16 rows x (qs[4c .. 4c+3] ^ 0x80)] — codes as u8 w + 128
+//        (the +128 is taken off through the x block's sum, as Q4_0's -8).
+//   Q4_K (2368 B = 16 x 148, one 256-value super-block): [d x 16][dmin x 16][scales: 8 sub-blocks x 16 rows u8]
+//        [mins: 8 x 16 u8][4 sub-block pairs j x 8 chunks c x 16 rows x qs[32j + 4c .. +3]] — the 6-bit scales
+//        unpacked at load (+4 bytes a row per super-block, 2.8 %), the nibbles as Q4_0's.
+// NOTE determinism: per output, each block's integer sum is exact (int32, any summation order), then
+// acc = fma(f32(isum), d_w * d_x, acc) block after block in k order (Q4_K: then the min term), then + bias: the
+// same whatever M, the tile, or the split over groups / rows, so a row's bits never depend on the batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/ggml_quant.h"
+
+namespace peregrine::cpu {
+
+constexpr int64_t kGgmlPackRows = 16;
+
+// The types with a packed layout (Q4_0, Q8_0, Q4_K).
+bool ggml_packable(GgmlType t);
+// Bytes of one packed group of 16 rows of k values, and of a whole packed weight of n rows.
+int64_t ggml_packed_group_bytes(GgmlType t, int64_t k);
+size_t ggml_packed_bytes(GgmlType t, int64_t n, int64_t k);
+// Groups [g0, g1) of w (n rows of row_bytes, ggml blocks of type t) into out (the whole packed buffer).
+void ggml_pack_groups(GgmlType t, const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, uint8_t* out,
+                      int64_t g0, int64_t g1);
+
+struct GgmlPackedArgs {
+  GgmlType type = GgmlType::kNone;
+  const uint8_t* w = nullptr;   // packed groups
+  int64_t group_bytes = 0;
+  const int8_t* xq = nullptr;   // [M, K] plain int8 codes (no pair layout)
+  const float* xd = nullptr;    // [M, K / qk] block scales of x
+  const int16_t* xs = nullptr;  // [M, K / 16] sums of every 16 codes
+  const float* bias = nullptr;  // [N] or null
+  float* out = nullptr;         // [M, N]
+  int64_t m = 0, k = 0, n = 0;
+};
+
+// Rows [m0, m1) of x against groups [g0, g1); null when the build has no such kernels.
+using GgmlPackedMatmulFn = void (*)(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
+GgmlPackedMatmulFn ggml_vnni_packed_matmul();
+
+}  // namespace peregrine::cpu

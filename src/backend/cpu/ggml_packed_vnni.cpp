@@ -1,0 +1,222 @@
+// The packed GGUF kernels (ggml_packed.h) on AVX-512 F/BW/VL + VNNI: 16 weight rows in the int32 lanes of one
+// vector, x's codes broadcast 4 at a time into vpdpbusd, one FMA per block for 16 outputs. A tile is MR rows of x
+// times NG groups of 16 weight rows; every weight vector is loaded and unpacked once per tile.
+// NOTE: compiled with its own ISA flags (src/backend/cpu/CMakeLists.txt); only the function pointer escapes it.
+// GCC 12 flags the undefined passthrough operand inside its own AVX-512 intrinsics (as ggml_kernels_vnni.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/ggml_packed.h"
+
+namespace {
+
+using peregrine::GgmlType;
+using peregrine::cpu::GgmlPackedArgs;
+
+inline int64_t pmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// 4 int8 codes of x as one int32, in every lane.
+inline __m512i bx(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+inline __m512 f16x16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512i load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline __m512i u8x16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int MR, int NG>
+void store(const GgmlPackedArgs& a, const __m512 (&acc)[MR][NG], int64_t i0, int64_t g0) {
+  for (int g = 0; g < NG; ++g) {
+    const int64_t j0 = (g0 + g) * 16, left = a.n - j0;
+    const __mmask16 mask = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(mask, a.bias + j0) : _mm512_setzero_ps();
+    for (int i = 0; i < MR; ++i) {
+      const __m512 r = a.bias ? _mm512_add_ps(acc[i][g], bias) : acc[i][g];
+      _mm512_mask_storeu_ps(a.out + (i0 + i) * a.n + j0, mask, r);
+    }
+  }
+}
+
+// Q4_0 and Q8_0: per block, iacc = -offset * sum(x block) + sum of u8 codes times x codes, then one FMA.
+template <bool kQ8, int MR, int NG>
+void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
+  constexpr int kChunks = kQ8 ? 8 : 4;
+  constexpr int64_t kBlock = kQ8 ? 544 : 288;
+  constexpr int32_t kOffset = kQ8 ? 128 : 8;
+  const int64_t nb = a.k / 32, k = a.k, xs_stride = a.k / 16;
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const uint8_t* wg[NG];
+  for (int g = 0; g < NG; ++g) wg[g] = a.w + (g0 + g) * a.group_bytes;
+  __m512 acc[MR][NG];
+  for (int i = 0; i < MR; ++i)
+    for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    // Two integer chains per output at M = 1 (the low and the high half of the block), one otherwise.
+    constexpr int kChains = MR == 1 ? 2 : 1;
+    __m512i iacc[MR][NG][kChains];
+    for (int i = 0; i < MR; ++i) {
+      const int16_t* s = a.xs + (i0 + i) * xs_stride + 2 * b;
+      const __m512i init = _mm512_set1_epi32(-kOffset * (static_cast<int32_t>(s[0]) + s[1]));
+      for (int g = 0; g < NG; ++g) {
+        iacc[i][g][0] = init;
+        if constexpr (kChains == 2) iacc[i][g][1] = _mm512_setzero_si512();
+      }
+    }
+    for (int c = 0; c < kChunks; ++c) {
+      for (int g = 0; g < NG; ++g) {
+        const __m512i v = load(wg[g] + b * kBlock + 32 + 64 * c);
+        if constexpr (kQ8) {
+          for (int i = 0; i < MR; ++i) {
+            const int8_t* xr = a.xq + (i0 + i) * k + 32 * b;
+            iacc[i][g][c & (kChains - 1)] = _mm512_dpbusd_epi32(iacc[i][g][c & (kChains - 1)], v, bx(xr + 4 * c));
+          }
+        } else if constexpr (MR == 1) {
+          // The high nibbles in place (16 x code, exact), their chain shifted back once per block below.
+          const int8_t* xr = a.xq + i0 * k + 32 * b;
+          iacc[0][g][0] = _mm512_dpbusd_epi32(iacc[0][g][0], _mm512_and_si512(v, m4), bx(xr + 4 * c));
+          iacc[0][g][1] = _mm512_dpbusd_epi32(iacc[0][g][1], _mm512_andnot_si512(m4, v), bx(xr + 16 + 4 * c));
+        } else {
+          const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          for (int i = 0; i < MR; ++i) {
+            const int8_t* xr = a.xq + (i0 + i) * k + 32 * b;
+            iacc[i][g][0] = _mm512_dpbusd_epi32(iacc[i][g][0], lo, bx(xr + 4 * c));
+            iacc[i][g][kChains - 1] = _mm512_dpbusd_epi32(iacc[i][g][kChains - 1], hi, bx(xr + 16 + 4 * c));
+          }
+        }
+      }
+    }
+    for (int g = 0; g < NG; ++g) {
+      const __m512 d = f16x16(wg[g] + b * kBlock);
+      for (int i = 0; i < MR; ++i) {
+        __m512i s = iacc[i][g][0];
+        if constexpr (kChains == 2) s = _mm512_add_epi32(s, kQ8 ? iacc[i][g][1] : _mm512_srai_epi32(iacc[i][g][1], 4));
+        const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(a.xd[(i0 + i) * nb + b]));
+        acc[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[i][g]);
+      }
+    }
+  }
+  store<MR, NG>(a, acc, i0, g0);
+}
+
+// Q4_K: per super-block, isum = sum over sub-blocks of scale * (codes . x), imin = sum of min * sum(x sub-block);
+// acc = fma(f32(isum), d * dx, acc), then acc = fma(f32(imin), -(dmin * dx), acc).
+template <int MR, int NG>
+void tile_q4_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
+  constexpr int64_t kBlock = 2368;
+  const int64_t nb = a.k / 256, k = a.k, xs_stride = a.k / 16;
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const uint8_t* wg[NG];
+  for (int g = 0; g < NG; ++g) wg[g] = a.w + (g0 + g) * a.group_bytes;
+  __m512 acc[MR][NG];
+  for (int i = 0; i < MR; ++i)
+    for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i isum[MR][NG];
+    for (int i = 0; i < MR; ++i)
+      for (int g = 0; g < NG; ++g) isum[i][g] = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      __m512i alo[MR][NG], ahi[MR][NG];
+      for (int i = 0; i < MR; ++i)
+        for (int g = 0; g < NG; ++g) alo[i][g] = ahi[i][g] = _mm512_setzero_si512();
+      for (int c = 0; c < 8; ++c) {
+        for (int g = 0; g < NG; ++g) {
+          const __m512i v = load(wg[g] + b * kBlock + 320 + 512 * j + 64 * c);
+          // M = 1: the high nibbles in place (16 x code), shifted back once per sub-block below.
+          const __m512i lo = _mm512_and_si512(v, m4);
+          const __m512i hi = MR == 1 ? _mm512_andnot_si512(m4, v) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          for (int i = 0; i < MR; ++i) {
+            const int8_t* xr = a.xq + (i0 + i) * k + 256 * b + 64 * j;
+            alo[i][g] = _mm512_dpbusd_epi32(alo[i][g], lo, bx(xr + 4 * c));
+            ahi[i][g] = _mm512_dpbusd_epi32(ahi[i][g], hi, bx(xr + 32 + 4 * c));
+          }
+        }
+      }
+      for (int g = 0; g < NG; ++g) {
+        const __m512i sl = u8x16(wg[g] + b * kBlock + 64 + 16 * (2 * j));
+        const __m512i sh = u8x16(wg[g] + b * kBlock + 64 + 16 * (2 * j + 1));
+        for (int i = 0; i < MR; ++i) {
+          const __m512i h = MR == 1 ? _mm512_srai_epi32(ahi[i][g], 4) : ahi[i][g];
+          isum[i][g] = _mm512_add_epi32(isum[i][g], _mm512_add_epi32(_mm512_mullo_epi32(alo[i][g], sl),
+                                                                     _mm512_mullo_epi32(h, sh)));
+        }
+      }
+    }
+    for (int g = 0; g < NG; ++g) {
+      const __m512 d = f16x16(wg[g] + b * kBlock), dmin = f16x16(wg[g] + b * kBlock + 32);
+      for (int i = 0; i < MR; ++i) {
+        const int16_t* s = a.xs + (i0 + i) * xs_stride + 16 * b;
+        __m512i imin = _mm512_setzero_si512();
+        for (int sb = 0; sb < 8; ++sb)
+          imin = _mm512_add_epi32(imin, _mm512_mullo_epi32(u8x16(wg[g] + b * kBlock + 192 + 16 * sb),
+                                                           _mm512_set1_epi32(static_cast<int32_t>(s[2 * sb]) + s[2 * sb + 1])));
+        const float dx = a.xd[(i0 + i) * nb + b];
+        acc[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][g]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[i][g]);
+        acc[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dmin, _mm512_set1_ps(-dx)), acc[i][g]);
+      }
+    }
+  }
+  store<MR, NG>(a, acc, i0, g0);
+}
+
+template <GgmlType T, int MR, int NG>
+void tile(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
+  if constexpr (T == GgmlType::kQ4_K) tile_q4_k<MR, NG>(a, i0, g0);
+  else tile_32<T == GgmlType::kQ8_0, MR, NG>(a, i0, g0);
+}
+template <GgmlType T, int MR, int NG>
+void tile_g(int ng, const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
+  if (ng == NG) return tile<T, MR, NG>(a, i0, g0);
+  if constexpr (NG > 1) return tile_g<T, MR, NG - 1>(ng, a, i0, g0);
+}
+template <GgmlType T, int MR, int NG>
+void tile_mg(int mr, int ng, const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
+  if (mr == MR) return tile_g<T, MR, NG>(ng, a, i0, g0);
+  if constexpr (MR > 1) return tile_mg<T, MR - 1, NG>(mr, ng, a, i0, g0);
+}
+
+template <GgmlType T>
+void matmul_typed(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  if (m1 - m0 == 1) {
+    constexpr int kNg = 4;  // four streams of weight rows, eight independent integer chains
+    for (int64_t g = g0; g < g1; g += kNg) tile_g<T, 1, kNg>(static_cast<int>(pmin(kNg, g1 - g)), a, m0, g);
+    return;
+  }
+  constexpr int kMr = T == GgmlType::kQ4_K ? 4 : 4, kNg = T == GgmlType::kQ4_K ? 1 : 2;
+  // Panels of groups (about 256 KiB of blocks, in L2) reused by every row tile of x.
+  const int64_t panel = std::max<int64_t>(kNg, (int64_t{256} << 10) / a.group_bytes / kNg * kNg);
+  for (int64_t gb = g0; gb < g1; gb += panel) {
+    const int64_t gb_end = pmin(g1, gb + panel);
+    for (int64_t i = m0; i < m1; i += kMr) {
+      const int mr = static_cast<int>(pmin(kMr, m1 - i));
+      for (int64_t g = gb; g < gb_end; g += kNg)
+        tile_mg<T, kMr, kNg>(mr, static_cast<int>(pmin(kNg, gb_end - g)), a, i, g);
+    }
+  }
+}
+
+void packed_matmul(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  if (m0 >= m1 || g0 >= g1) return;
+  switch (a.type) {
+    case GgmlType::kQ4_0: return matmul_typed<GgmlType::kQ4_0>(a, m0, m1, g0, g1);
+    case GgmlType::kQ8_0: return matmul_typed<GgmlType::kQ8_0>(a, m0, m1, g0, g1);
+    case GgmlType::kQ4_K: return matmul_typed<GgmlType::kQ4_K>(a, m0, m1, g0, g1);
+    default: return;  // validated by the caller
+  }
+}
+
+}  // namespace
+
+namespace peregrine::cpu {
+
+GgmlPackedMatmulFn ggml_vnni_packed_matmul() { return packed_matmul; }
+
+}  // namespace peregrine::cpu
