@@ -33,6 +33,14 @@ inline __m512i u8x16(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// A tile's start: the first byte of each of its NG groups, and zero accumulators.
+template <int MR, int NG>
+void start_tile(const GgmlPackedArgs& a, int64_t g0, const uint8_t* (&wg)[NG], __m512 (&acc)[MR][NG]) {
+  for (int g = 0; g < NG; ++g) wg[g] = a.w + (g0 + g) * a.group_bytes;
+  for (int i = 0; i < MR; ++i)
+    for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
+}
+
 template <int MR, int NG>
 void store(const GgmlPackedArgs& a, const __m512 (&acc)[MR][NG], int64_t i0, int64_t g0) {
   for (int g = 0; g < NG; ++g) {
@@ -55,10 +63,8 @@ void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
   const int64_t nb = a.k / 32, k = a.k, xs_stride = a.k / 16;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const uint8_t* wg[NG];
-  for (int g = 0; g < NG; ++g) wg[g] = a.w + (g0 + g) * a.group_bytes;
   __m512 acc[MR][NG];
-  for (int i = 0; i < MR; ++i)
-    for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
+  start_tile<MR, NG>(a, g0, wg, acc);
   for (int64_t b = 0; b < nb; ++b) {
     // Two integer chains per output at M = 1 (the low and the high half of the block), one otherwise.
     constexpr int kChains = MR == 1 ? 2 : 1;
@@ -115,10 +121,8 @@ void tile_q4_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
   const int64_t nb = a.k / 256, k = a.k, xs_stride = a.k / 16;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const uint8_t* wg[NG];
-  for (int g = 0; g < NG; ++g) wg[g] = a.w + (g0 + g) * a.group_bytes;
   __m512 acc[MR][NG];
-  for (int i = 0; i < MR; ++i)
-    for (int g = 0; g < NG; ++g) acc[i][g] = _mm512_setzero_ps();
+  start_tile<MR, NG>(a, g0, wg, acc);
   for (int64_t b = 0; b < nb; ++b) {
     __m512i isum[MR][NG];
     for (int i = 0; i < MR; ++i)
@@ -190,7 +194,7 @@ void matmul_typed(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, i
     for (int64_t g = g0; g < g1; g += kNg) tile_g<T, 1, kNg>(static_cast<int>(pmin(kNg, g1 - g)), a, m0, g);
     return;
   }
-  constexpr int kMr = T == GgmlType::kQ4_K ? 4 : 4, kNg = T == GgmlType::kQ4_K ? 1 : 2;
+  constexpr int kMr = 4, kNg = T == GgmlType::kQ4_K ? 1 : 2;
   // Panels of groups (about 256 KiB of blocks, in L2) reused by every row tile of x.
   const int64_t panel = std::max<int64_t>(kNg, (int64_t{256} << 10) / a.group_bytes / kNg * kNg);
   for (int64_t gb = g0; gb < g1; gb += panel) {
