@@ -1,6 +1,7 @@
 // Weight loading for the Llama family: name mapping, shape checks, placement on the backend.
 #include "model/llama_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -244,8 +245,19 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
     ops::DeviceBuffer buf = backend.pack_weight(l.weight, l.quant);
     if (!buf.data()) return;
     l.quant.packed = buf.data();
-    w.buffers.push_back(std::move(buf));
     src.release_pages(l.weight.data, l.weight.bytes());
+    // A backend that reads only the packed copy (CUDA) frees the uploaded blocks, so memory stays the file's size;
+    // a tied head keeps them for the embedding gather.
+    if (backend.packed_replaces_weight() && l.weight.data != w.embed_tokens.data) {
+      auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
+                              [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
+      if (own != w.buffers.end() && own->bytes() == buf.bytes()) {
+        l.weight.data = buf.data();
+        *own = std::move(buf);
+        return;
+      }
+    }
+    w.buffers.push_back(std::move(buf));
   };
   for (LayerWeights& l : w.layers)
     for (Linear* p : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) pack(*p);

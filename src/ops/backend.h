@@ -106,6 +106,9 @@ class Backend {
   // blocks of 16 rows interleaved), or an empty buffer when it has none (the default). The caller keeps the buffer
   // as long as the weight and sets WeightQuant::packed to its data; the values stay exactly w's.
   virtual DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q);
+  // True when this backend never reads w once WeightQuant::packed is set (the CUDA backend: every path reads the
+  // packed copy), so the caller may free w's own copy and point w at the packed bytes (same size and shape).
+  virtual bool packed_replaces_weight() const { return false; }
 
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void matmul(const MatmulParams& p) = 0;

@@ -77,6 +77,180 @@ TEST(CudaGgmlMatmul, RowsDoNotDependOnMWithinAPath) {
   }
 }
 
+// ---- The packed layout and the int8 tensor-core kernel (Q8_0, Q4_0, Q4_K at M <= 32) ----
+
+constexpr GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K};
+
+struct Packed {
+  DeviceTensor blocks;
+  DeviceBuffer buf;
+  ops::WeightQuant q;
+};
+
+Packed pack(const HostTensor& w, GgmlType t) {
+  Packed p{DeviceTensor(w), {}, {}};
+  p.q.ggml = t;
+  p.buf = gpu().pack_weight(p.blocks.view(), p.q);
+  p.q.packed = p.buf.data();
+  return p;
+}
+
+// The oracle of the int8 path: x rounded per row and block of 32 as the kernel's rule says (d = amax / 127, codes
+// round-half-even of x * 127 / amax, clamped to +-127), times the weights as core/ggml_quant dequantizes them,
+// summed in double. Also a magnitude per output (sum over blocks of d * sum |q| * max |w|) that bounds the
+// kernel's f32 rounding.
+void quantized_x_oracle(const HostTensor& x, const HostTensor& w, GgmlType t, const HostTensor* bias, int64_t n,
+                        int64_t k, std::vector<double>& want, std::vector<double>& mag) {
+  const int64_t m = x.shape[0];
+  std::vector<float> wf(static_cast<size_t>(n * k));
+  const size_t row_bytes = ggml_row_bytes(t, k);
+  for (int64_t r = 0; r < n; ++r) ggml_dequantize_row(t, w.bytes.data() + r * row_bytes, wf.data() + r * k, k);
+  want.assign(static_cast<size_t>(m * n), 0.0);
+  mag.assign(static_cast<size_t>(m * n), 0.0);
+  std::vector<float> d(static_cast<size_t>(k / 32));
+  std::vector<int> q(static_cast<size_t>(k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < k / 32; ++b) {
+      float amax = 0.0f;
+      for (int64_t e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(static_cast<float>(x.get(i * k + b * 32 + e))));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      d[b] = amax / 127.0f;
+      for (int64_t e = 0; e < 32; ++e) {
+        const float prod = static_cast<float>(x.get(i * k + b * 32 + e)) * inv;
+        q[b * 32 + e] = std::clamp(static_cast<int>(std::nearbyint(prod)), -127, 127);
+      }
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0, a = 0;
+      for (int64_t b = 0; b < k / 32; ++b) {
+        double part = 0, qa = 0, wmax = 0;
+        for (int64_t e = 0; e < 32; ++e) {
+          const double wv = wf[r * k + b * 32 + e];
+          part += static_cast<double>(q[b * 32 + e]) * wv;
+          qa += std::abs(q[b * 32 + e]);
+          wmax = std::max(wmax, std::fabs(wv));
+        }
+        s += part * d[b];
+        a += qa * wmax * d[b];  // bounds the block's terms, and Q4_K's d * sc * dot and dmin * m * sum q apart
+      }
+      if (bias) s += bias->get(r);
+      want[i * n + r] = s;
+      mag[i * n + r] = a;
+    }
+  }
+}
+
+TEST(CudaGgmlPacked, MatchesTheQuantizedXOracleOnEveryElement) {
+  std::mt19937 rng(2202);
+  struct Shape { int64_t n, k; };
+  const Shape shapes[] = {{40, 256}, {384, 1024}, {130, 2048}};
+  for (GgmlType t : kPackedTypes)
+    for (const Shape& s : shapes) {
+      const HostTensor w = blocks_tensor(t, s.n, s.k, rng);
+      Packed pw = pack(w, t);
+      ASSERT_NE(pw.q.packed, nullptr) << ggml_type_name(t) << " K " << s.k;
+      HostTensor bias = random_tensor(DType::kBF16, {s.n}, rng);
+      DeviceTensor d_bias(bias);
+      for (DType act : {DType::kBF16, DType::kF32})
+        for (int64_t m : {1, 3, 8, 9, 16, 17, 32}) {
+          HostTensor x = random_tensor(act, {m, s.k}, rng);
+          if (m == 3)
+            for (int64_t e = 0; e < 32; ++e) x.set(e, 0.0);  // a block of zeros: amax 0
+          const bool with_bias = m % 2 == 1;
+          std::vector<double> want, mag;
+          quantized_x_oracle(x, w, t, with_bias ? &bias : nullptr, s.n, s.k, want, mag);
+          DeviceTensor d_x(x), d_out(HostTensor(DType::kF32, {m, s.n}));
+          d_out.poison();
+          gpu().matmul({d_x.view(), pw.blocks.view(), with_bias ? d_bias.view() : TensorView(), d_out.view(), pw.q});
+          const HostTensor got = d_out.to_host();
+          int bad = 0;
+          double worst = 0;
+          for (int64_t i = 0; i < m * s.n; ++i) {
+            const double err = std::fabs(got.get(i) - want[static_cast<size_t>(i)]);
+            // f32 rounding: a few per block (scales, the block's scaled sum), one per add of K / 32 blocks and
+            // 8 warp partials.
+            const double bound = static_cast<double>(s.k / 32 + 8) * 2.4e-7 * mag[static_cast<size_t>(i)] + 1e-6;
+            if (!(err <= bound)) ++bad;
+            worst = std::max(worst, err / bound);
+          }
+          EXPECT_EQ(bad, 0) << ggml_type_name(t) << " N " << s.n << " K " << s.k << " act " << dtype_name(act)
+                            << " M " << m << " worst err/bound " << worst;
+        }
+    }
+}
+
+TEST(CudaGgmlPacked, RowsDoNotDependOnMAndLargeMEqualsTheUnpackedPath) {
+  std::mt19937 rng(2203);
+  const int64_t n = 272, k = 1024;
+  for (GgmlType t : kPackedTypes) {
+    const HostTensor w = blocks_tensor(t, n, k, rng);
+    Packed pw = pack(w, t);
+    ASSERT_NE(pw.q.packed, nullptr);
+    ops::WeightQuant plain;
+    plain.ggml = t;
+    HostTensor x = random_tensor(DType::kBF16, {64, k}, rng);
+    DeviceTensor d_x(x);
+    auto run = [&](int64_t m, const ops::WeightQuant& q) {
+      DeviceTensor d_out(HostTensor(DType::kBF16, {m, n}));
+      gpu().matmul({d_x.view().slice_rows(0, m), pw.blocks.view(), TensorView(), d_out.view(), q});
+      return d_out.to_host();
+    };
+    const HostTensor full = run(32, pw.q);
+    for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 31}) {
+      const HostTensor got = run(m, pw.q);
+      EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), full.bytes.begin())) << ggml_type_name(t) << " M " << m;
+    }
+    for (int64_t m : {33, 64}) {  // dequantized from the packed layout: the same weights as from the file's blocks
+      const HostTensor got = run(m, pw.q), want = run(m, plain);
+      EXPECT_TRUE(bitwise_equal(got, want)) << ggml_type_name(t) << " M " << m;
+    }
+  }
+}
+
+TEST(CudaGgmlPacked, GroupedMatmulsEqualSeparateOnes) {
+  std::mt19937 rng(2204);
+  const int64_t k = 512;
+  for (GgmlType t : kPackedTypes) {
+    const int64_t ns[] = {256, 64, 64};
+    std::vector<Packed> ws;
+    for (int64_t n : ns) ws.push_back(pack(blocks_tensor(t, n, k, rng), t));
+    HostTensor bias = random_tensor(DType::kBF16, {64}, rng);
+    DeviceTensor d_bias(bias);
+    for (int64_t m : {1, 12, 32}) {
+      DeviceTensor d_x(random_tensor(DType::kBF16, {m, k}, rng));
+      std::vector<DeviceTensor> one, grouped;
+      std::vector<ops::MatmulParams> ps;
+      for (size_t i = 0; i < ws.size(); ++i) {
+        one.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+        grouped.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+      }
+      for (size_t i = 0; i < ws.size(); ++i) {
+        const TensorView b = i == 2 ? d_bias.view() : TensorView();
+        gpu().matmul({d_x.view(), ws[i].blocks.view(), b, one[i].view(), ws[i].q});
+        ps.push_back({d_x.view(), ws[i].blocks.view(), b, grouped[i].view(), ws[i].q});
+      }
+      gpu().matmuls(ps);
+      for (size_t i = 0; i < ws.size(); ++i)
+        EXPECT_TRUE(bitwise_equal(grouped[i].to_host(), one[i].to_host())) << ggml_type_name(t) << " M " << m << " #" << i;
+    }
+  }
+}
+
+TEST(CudaGgmlPacked, OnlyTypesAndShapesWithALayoutArePacked) {
+  std::mt19937 rng(2205);
+  auto packs = [&](GgmlType t, int64_t k) {
+    DeviceTensor d(blocks_tensor(t, 16, k, rng));
+    ops::WeightQuant q;
+    q.ggml = t;
+    return gpu().pack_weight(d.view(), q).data() != nullptr;
+  };
+  EXPECT_TRUE(packs(GgmlType::kQ8_0, 128));
+  EXPECT_TRUE(packs(GgmlType::kQ4_K, 256));
+  EXPECT_FALSE(packs(GgmlType::kQ8_0, 96));  // K not a multiple of 128
+  EXPECT_FALSE(packs(GgmlType::kQ6_K, 256));
+  EXPECT_FALSE(packs(GgmlType::kQ5_0, 256));
+}
+
 TEST(CudaGgmlEmbedding, GathersTheReferenceRowsBitForBit) {
   std::mt19937 rng(1719);
   const int64_t vocab = 300, tokens = 33;

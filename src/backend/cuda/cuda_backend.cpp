@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -158,6 +159,27 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_embedding(l, stream_);
   }
 
+  // GGUF Q8_0 / Q4_0 / Q4_K blocks regrouped for the int8 tensor-core kernel (ggml_matmul.cuh's packed layout,
+  // the file's size); every ggml path then reads the packed copy. PEREGRINE_GGML_PACK=0 keeps the file's layout
+  // and the GEMV (comparisons only).
+  DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q) override {
+    static const bool off = [] {
+      const char* v = std::getenv("PEREGRINE_GGML_PACK");
+      return v && std::string_view(v) == "0";
+    }();
+    if (off || !q.ggml_blocks() || w.ndim != 2 || w.dtype != DType::kU8) return {};
+    const std::optional<GgmlBlockInfo> b = ggml_block_info(q.ggml);
+    if (!b || b->type_size == 0) return {};
+    const int64_t n = w.dim(0), row_bytes = w.dim(1), k = row_bytes / b->type_size * b->block_size;
+    if (n == 0 || !cuda::ggml_packable(q.ggml, k) || static_cast<int64_t>(ggml_row_bytes(q.ggml, k)) != row_bytes)
+      return {};
+    DeviceBuffer buf(*this, w.bytes());
+    cuda::launch_ggml_pack(static_cast<const uint8_t*>(w.data), q.ggml, n, k, static_cast<uint8_t*>(buf.data()), stream_);
+    sync_and_check();  // the caller may free w next
+    return buf;
+  }
+  bool packed_replaces_weight() const override { return true; }
+
   void matmul(const MatmulParams& p) override {
     check_matmul(p);
     last_matmul_skinny_ = false;
@@ -191,6 +213,7 @@ class CudaBackendImpl final : public CudaBackend {
   bool grouped_skinny(std::span<const MatmulParams> ps) {
     if (ps.size() < 2 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments) || !skinny_) return false;
     const MatmulParams& first = ps.front();
+    if (first.quant.ggml_blocks()) return ggml_skinny(ps);
     cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, first.x.dim(0),
                                              first.x.dim(1));
     const bool quantized = first.quant.quantized();
@@ -257,11 +280,60 @@ class CudaBackendImpl final : public CudaBackend {
                              p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, p.out.dtype,
                              p.x.dim(0), p.w.dim(0), p.x.dim(1)};
     if (l.m == 0 || l.n == 0) return;
+    if (p.quant.packed) {
+      if (ggml_skinny(std::span<const MatmulParams>(&p, 1))) return;
+      l.w = static_cast<const uint8_t*>(p.quant.packed);
+      void* w = scratch(static_cast<size_t>(l.n * l.k) * dtype_bytes(p.x.dtype, 1), kQuantWSlot);
+      cuda::launch_ggml_dequantize_packed(l, w, stream_);
+      dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
+                                    l.m, l.n, l.k}, false);
+      return;
+    }
     if (l.m <= cuda::kGgmlGemvMaxM) return cuda::launch_ggml_gemv(l, stream_);
     void* w = scratch(static_cast<size_t>(l.n * l.k) * dtype_bytes(p.x.dtype, 1), kQuantWSlot);
     cuda::launch_ggml_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
                                   l.m, l.n, l.k}, false);
+  }
+
+  // Packed GGUF blocks of one type over one x at M <= kSkinnyGgmlMaxM: x quantized once (ggml_matmul.cuh), then
+  // one int8 tensor-core launch for all of ps. False, having enqueued nothing, when the kernel does not take them.
+  // NOTE determinism: rows agree bit for bit for every M within this path and within the dequantize + GEMM path
+  // above it, not across the M = 32 / 33 boundary.
+  bool ggml_skinny(std::span<const MatmulParams> ps) {
+    const MatmulParams& first = ps.front();
+    const int64_t m = first.x.dim(0), k = first.x.dim(1);
+    cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, m, k);
+    l.ggml = first.quant.ggml;
+    for (const MatmulParams& p : ps) {
+      check_matmul(p);
+      if (p.quant.ggml != l.ggml || !p.quant.packed || p.x.data != first.x.data || p.x.dim(0) != m ||
+          p.out.dtype != first.out.dtype || (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
+        return false;
+      const int64_t n = p.w.dim(0);
+      const auto* codes = static_cast<const uint8_t*>(p.quant.packed);
+      const int64_t code_bytes = l.ggml == GgmlType::kQ8_0 ? n * k : n * k / 2;
+      l.seg[l.num_segments] = {codes, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, n};
+      l.seg[l.num_segments++].meta = codes + code_bytes;
+    }
+    // Checked with stand-in x pointers first: nothing is enqueued unless the kernel takes the shapes.
+    const size_t q_bytes = static_cast<size_t>(m * k + 255) / 256 * 256;
+    const size_t s_bytes = static_cast<size_t>(m * (k / 32)) * 4;
+    const size_t s_padded = (s_bytes + 255) / 256 * 256;
+    auto* probe = reinterpret_cast<const int8_t*>(uintptr_t{256});
+    l.xq = probe;
+    l.xd = l.xsum = reinterpret_cast<const float*>(probe);
+    if (!cuda::skinny_ggml_supports(l) || (reinterpret_cast<uintptr_t>(first.x.data) & 15u) != 0) return false;
+    auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded, kQuantXSlot));
+    const cuda::GgmlXq xq{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
+                          reinterpret_cast<float*>(base + q_bytes + s_padded)};
+    cuda::launch_ggml_quantize_x(first.x.data, first.x.dtype, m, k, xq, stream_);
+    l.xq = xq.q;
+    l.xd = xq.d;
+    l.xsum = xq.sum;
+    cuda::launch_skinny_ggml(l, stream_);
+    last_matmul_skinny_ = true;
+    return true;
   }
 
   // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers (the skinny

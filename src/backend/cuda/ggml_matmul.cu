@@ -323,6 +323,155 @@ __global__ void ggml_embedding_kernel(GgmlEmbeddingLaunch p) {
   }
 }
 
+// ---- The packed layout of Q8_0 / Q4_0 / Q4_K (ggml_matmul.cuh) ----
+
+template <GgmlType T> __host__ __device__ constexpr int64_t packed_code_row(int64_t k) { return T == GgmlType::kQ8_0 ? k : k / 2; }
+
+// One thread per 32-value block (Q4_K: sub-block) of a row: its codes to their lane slots, its scale (Q4_K: the
+// super-block's first 16 bytes, by the thread of sub-block 0) to the meta region.
+template <GgmlType T>
+__global__ void ggml_pack_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t row_bytes,
+                                 uint8_t* __restrict__ out) {
+  const int64_t per_row = k / 32, total = n * per_row, code_row = packed_code_row<T>(k);
+  uint8_t* meta_base = out + n * code_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, b = i % per_row, c = b / 4;
+    const int s = static_cast<int>(b % 4);
+    const uint8_t* row = w + r * row_bytes;
+    uint8_t* codes = out + r * code_row;
+    uint8_t* meta = meta_base + r * (k / 16);
+    if constexpr (T == GgmlType::kQ8_0) {
+      const uint8_t* blk = row + b * 34;
+      meta[2 * b] = blk[0];
+      meta[2 * b + 1] = blk[1];
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) {
+          codes[c * 128 + t * 32 + s * 8 + e] = blk[2 + 4 * t + e];
+          codes[c * 128 + t * 32 + s * 8 + 4 + e] = blk[2 + 16 + 4 * t + e];
+        }
+    } else if constexpr (T == GgmlType::kQ4_0) {
+      const uint8_t* blk = row + b * 18;
+      meta[2 * b] = blk[0];
+      meta[2 * b + 1] = blk[1];
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) codes[c * 64 + t * 16 + s * 4 + e] = blk[2 + 4 * t + e];
+    } else {  // Q4_K: sub-block j of super-block sb; value l is nibble j & 1 of qs[32 (j / 2) + l]
+      const int64_t sb = b / 8;
+      const int j = static_cast<int>(b % 8), shift = 4 * (j & 1);
+      const uint8_t* blk = row + sb * 144;
+      if (j == 0)
+        for (int e = 0; e < 16; ++e) meta[16 * sb + e] = blk[e];
+      const uint8_t* qs = blk + 16 + 32 * (j / 2);
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) {
+          const int v = 4 * t + e;
+          codes[c * 64 + t * 16 + s * 4 + e] =
+              static_cast<uint8_t>(((qs[v] >> shift) & 0xF) | (((qs[v + 16] >> shift) & 0xF) << 4));
+        }
+    }
+  }
+}
+
+// One thread per block: the file's block rebuilt in registers from the packed layout, then dequant32 (so the
+// values are exactly the unpacked path's).
+template <GgmlType T, typename X>
+__global__ void ggml_dequantize_packed_kernel(GgmlMatmulLaunch p, X* __restrict__ w) {
+  const int64_t k = p.k, per_row = k / 32, total = p.n * per_row, code_row = packed_code_row<T>(k);
+  const uint8_t* meta_base = p.w + p.n * code_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, b = i % per_row, c = b / 4;
+    const int s = static_cast<int>(b % 4);
+    const uint8_t* codes = p.w + r * code_row;
+    const uint8_t* meta = meta_base + r * (k / 16);
+    float v[32];
+    if constexpr (T == GgmlType::kQ8_0) {
+      __align__(4) uint8_t blk[36];
+      blk[0] = meta[2 * b];
+      blk[1] = meta[2 * b + 1];
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) {
+          blk[2 + 4 * t + e] = codes[c * 128 + t * 32 + s * 8 + e];
+          blk[2 + 16 + 4 * t + e] = codes[c * 128 + t * 32 + s * 8 + 4 + e];
+        }
+      dequant32<T>(blk, 0, v);
+    } else if constexpr (T == GgmlType::kQ4_0) {
+      __align__(4) uint8_t blk[20];
+      blk[0] = meta[2 * b];
+      blk[1] = meta[2 * b + 1];
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) blk[2 + 4 * t + e] = codes[c * 64 + t * 16 + s * 4 + e];
+      dequant32<T>(blk, 0, v);
+    } else {  // a super-block holding this sub-block's scales and its nibbles where dequant32 looks for them
+      const int64_t sb = b / 8;
+      const int j = static_cast<int>(b % 8), shift = 4 * (j & 1);
+      __align__(4) uint8_t blk[144];
+      for (int e = 0; e < 16; ++e) blk[e] = meta[16 * sb + e];
+      uint8_t* qs = blk + 16 + 32 * (j / 2);
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 4; ++e) {
+          const uint8_t q = codes[c * 64 + t * 16 + s * 4 + e];
+          qs[4 * t + e] = static_cast<uint8_t>((q & 0xF) << shift);
+          qs[4 * t + e + 16] = static_cast<uint8_t>((q >> 4) << shift);
+        }
+      dequant32<T>(blk, j, v);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float o[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) o[q] = v[8 * e + q];
+      store8(w + r * k + b * 32 + 8 * e, o);
+    }
+  }
+}
+
+// One warp per (row, 128-value chunk): lane L takes values 4 (L % 8) .. + 3 of block L / 8; the block's amax and
+// code sum meet over its 8 lanes.
+template <typename X>
+__global__ void ggml_quantize_x_kernel(const X* __restrict__ x, int64_t m, int64_t k, GgmlXq out) {
+  const int64_t chunks = k / 128;
+  const int64_t wi = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (wi >= m * chunks) return;  // whole warps
+  const int lane = threadIdx.x % 32, s = lane / 8, u = lane % 8;
+  const int64_t r = wi / chunks, c = wi % chunks;
+  float v[4];
+  load4(x + r * k + c * 128 + s * 32 + 4 * u, v);
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int o = 1; o < 8; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  uint32_t packed = 0;
+  int sum = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int q = max(-127, min(127, __float2int_rn(v[e] * inv)));
+    sum += q;
+    packed |= (static_cast<uint32_t>(q) & 0xffu) << (8 * e);
+  }
+#pragma unroll
+  for (int o = 1; o < 8; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  // Values 4t..4t+3 of block s go to lane t's bytes 8s..8s+3, values 16+4t.. to 8s+4..8s+7.
+  const int t = u % 4, hi = u / 4;
+  *reinterpret_cast<uint32_t*>(out.q + r * k + c * 128 + 32 * t + 8 * s + 4 * hi) = packed;
+  if (u == 0) {
+    out.d[r * (k / 32) + c * 4 + s] = amax / 127.0f;
+    out.sum[r * (k / 32) + c * 4 + s] = static_cast<float>(sum);
+  }
+}
+
+template <typename Fn>
+void dispatch_packable(GgmlType t, Fn&& fn) {
+  switch (t) {
+    case GgmlType::kQ8_0: fn(std::integral_constant<GgmlType, GgmlType::kQ8_0>{}); return;
+    case GgmlType::kQ4_0: fn(std::integral_constant<GgmlType, GgmlType::kQ4_0>{}); return;
+    case GgmlType::kQ4_K: fn(std::integral_constant<GgmlType, GgmlType::kQ4_K>{}); return;
+    default:
+      throw Error(ErrorCode::kUnsupported, "cuda: ggml type " + ggml_type_name(t) + " has no packed layout");
+  }
+}
+
 template <typename Fn>
 void dispatch_ggml(GgmlType t, Fn&& fn) {
   switch (t) {
@@ -396,6 +545,50 @@ void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream) {
   dispatch_ggml(l.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     ggml_embedding_kernel<T><<<static_cast<unsigned>(l.num_tokens), 128, 0, stream>>>(l);
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+bool ggml_packable(GgmlType t, int64_t k) {
+  if (t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0) return k > 0 && k % 128 == 0;
+  if (t == GgmlType::kQ4_K) return k > 0 && k % 256 == 0;
+  return false;
+}
+
+void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_t* packed, cudaStream_t stream) {
+  if (n == 0 || k == 0) return;
+  if (!ggml_packable(t, k))
+    throw Error(ErrorCode::kInvalidArgument, "cuda: no packed layout for " + ggml_type_name(t) + " rows of " +
+                                                 std::to_string(k) + " values");
+  const int64_t row_bytes = static_cast<int64_t>(ggml_row_bytes(t, k));
+  dispatch_packable(t, [&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    ggml_pack_kernel<T><<<grid_for(n * k / 32, 256), 256, 0, stream>>>(w, n, k, row_bytes, packed);
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_ggml_dequantize_packed(const GgmlMatmulLaunch& l, void* w_out, cudaStream_t stream) {
+  if (l.n == 0 || l.k == 0) return;
+  dispatch_packable(l.type, [&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    dispatch_float(l.x_dtype, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      ggml_dequantize_packed_kernel<T, X><<<grid_for(l.n * l.k / 32, 256), 256, 0, stream>>>(l, static_cast<X*>(w_out));
+    });
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_ggml_quantize_x(const void* x, DType x_dtype, int64_t m, int64_t k, const GgmlXq& out, cudaStream_t stream) {
+  if (m == 0 || k == 0) return;
+  if (k % 128 != 0 || !aligned16(x))
+    throw Error(ErrorCode::kInvalidArgument, "cuda: ggml x quantization needs K % 128 == 0 and 16-byte aligned x");
+  const int64_t threads = m * (k / 128) * 32;
+  dispatch_float(x_dtype, [&](auto tag) {
+    using X = typename decltype(tag)::type;
+    ggml_quantize_x_kernel<X><<<static_cast<unsigned>(ceil_div(threads, 256)), 256, 0, stream>>>(
+        static_cast<const X*>(x), m, k, out);
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }

@@ -46,4 +46,29 @@ struct GgmlEmbeddingLaunch {
 };
 void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream);
 
+// The packed layout of Q8_0, Q4_0 and Q4_K (Backend::pack_weight) read by the int8 tensor-core kernel
+// (skinny_gemm.cuh, M <= kSkinnyGgmlMaxM). The same bytes as the file's blocks, regrouped in two regions:
+//   codes [N, K (Q8_0) or K / 2]: each row in 128-value chunks (four 32-value blocks; Q4_K's sub-blocks), lane t
+//     (0..3) of a chunk owning 32 bytes (Q8_0) or 16 (4-bit) that hold, for each block s, the values 4t..4t+3 and
+//     16+4t..16+4t+3 — mma m16n8k32's fragment of that lane. Q8_0: 8 code bytes per block; 4-bit: 4 bytes per
+//     block, byte i holding value 4t+i in its low nibble and 16+4t+i in its high one (Q4_0's own pairing; Q4_K's
+//     sub-blocks are re-paired to it).
+//   meta [N, K / 16 bytes] after the codes: Q8_0 / Q4_0 the f16 scale of every block; Q4_K each super-block's
+//     first 16 bytes as the file has them (d, dmin, the 12 packed 6-bit scales and mins).
+// K must be a multiple of 128 (256 for Q4_K).
+bool ggml_packable(GgmlType t, int64_t k);
+void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_t* packed, cudaStream_t stream);
+// w_out [N, K] in x's dtype from the packed layout (l.w = packed), the same values launch_ggml_dequantize gives.
+void launch_ggml_dequantize_packed(const GgmlMatmulLaunch& l, void* w_out, cudaStream_t stream);
+
+// x [M, K] (bf16, f16 or f32) quantized for the packed kernel, as the CPU kernels quantize it: per row and block of
+// 32, d = amax / 127, q = round-half-even(x * 127 / amax) clamped to +-127 (0 when amax is 0). q [M, K] in the codes'
+// lane order (see above); d and the sum of each block's q (as f32) [M, K / 32]. K a multiple of 128.
+struct GgmlXq {
+  int8_t* q;
+  float* d;
+  float* sum;
+};
+void launch_ggml_quantize_x(const void* x, DType x_dtype, int64_t m, int64_t k, const GgmlXq& out, cudaStream_t stream);
+
 }  // namespace peregrine::cuda

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "core/status.h"
 
 namespace peregrine::cuda {
 namespace {
@@ -37,7 +38,7 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 
 // kInt4Fact / kUint8Fact: codes on the factored path (below), which takes 128-wide chunks (a lane's 32 codes: one
 // 16-byte load per row for int4, two for uint8) where the others take 64.
-enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact };
+enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml };
 
 template <Weights F> constexpr bool kFactored = F == Weights::kInt4Fact || F == Weights::kUint8Fact;
 template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
@@ -236,6 +237,7 @@ template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGe
           seg.groups = p.seg[s].groups;
           seg.group_size = p.seg[s].group_size;
         }
+        if constexpr (F == Weights::kGgml) seg.meta = p.seg[s].meta;
       } else {
         tile -= tiles;
       }
@@ -425,6 +427,200 @@ void launch_format(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   launch_typed<T, Weights::kDense>(l, stream);
 }
 
+// ---- GGUF blocks on int8 tensor cores (launch_skinny_ggml) ----
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+constexpr int kGgmlChunk = 128;  // K per warp pass: four 32-value blocks, one mma step each
+
+// One weight row's share of a 128-value chunk for one lane: its codes (ggml_matmul.cuh's packed layout) and meta.
+template <GgmlType G> struct GgmlPiece;
+template <> struct GgmlPiece<GgmlType::kQ8_0> { uint4 v[2]; uint2 meta; };  // 4 blocks x 8 codes; 4 f16 scales
+template <> struct GgmlPiece<GgmlType::kQ4_0> { uint4 v; uint2 meta; };     // 4 blocks x 4 nibble pairs
+template <> struct GgmlPiece<GgmlType::kQ4_K> { uint4 v; uint4 meta; };     // the super-block's d, dmin, scales
+
+template <GgmlType G> constexpr int kGgmlCodeBytes = G == GgmlType::kQ8_0 ? 128 : 64;  // per row and chunk
+
+template <GgmlType G>
+__device__ __forceinline__ void load_ggml_piece(GgmlPiece<G>& r, const uint8_t* codes, const uint8_t* meta,
+                                                int64_t c, bool in_k) {
+  const uint4 z = make_uint4(0, 0, 0, 0);
+  if constexpr (G == GgmlType::kQ8_0) {
+    r.v[0] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 128)) : z;
+    r.v[1] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 128 + 16)) : z;
+  } else {
+    r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 64)) : z;
+  }
+  if constexpr (G == GgmlType::kQ4_K)
+    r.meta = in_k ? __ldg(reinterpret_cast<const uint4*>(meta + (c / 2) * 16)) : z;
+  else
+    r.meta = in_k ? __ldg(reinterpret_cast<const uint2*>(meta + c * 8)) : make_uint2(0, 0);
+}
+
+__device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu))); }
+__device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16))); }
+__device__ __forceinline__ float comp(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The chunk's four block scales (Q4_K: d * sc and dmin * m of sub-blocks 4h .. 4h + 3, h the chunk's half of its
+// super-block, computed as core/ggml_quant does).
+template <GgmlType G>
+__device__ __forceinline__ void ggml_scales(const GgmlPiece<G>& r, int64_t c, float (&d)[4], float (&mn)[4]) {
+  if constexpr (G == GgmlType::kQ4_K) {
+    const float dd = half_lo(r.meta.x), dm = half_hi(r.meta.x);
+    const uint32_t s03 = r.meta.y, s47 = r.meta.z, s8b = r.meta.w;  // the 12 scale bytes
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t sc, m;
+      if (c % 2 == 0) {  // j = s: sc = q[j] & 63, m = q[j + 4] & 63
+        sc = byte_of(s03, s) & 63u;
+        m = byte_of(s47, s) & 63u;
+      } else {  // j = 4 + s: sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4, m = (q[j + 4] >> 4) | (q[j] >> 6) << 4
+        sc = (byte_of(s8b, s) & 15u) | ((byte_of(s03, s) >> 6) << 4);
+        m = (byte_of(s8b, s) >> 4) | ((byte_of(s47, s) >> 6) << 4);
+      }
+      d[s] = __fmul_rn(dd, static_cast<float>(sc));
+      mn[s] = __fmul_rn(dm, static_cast<float>(m));
+    }
+  } else {
+    d[0] = half_lo(r.meta.x);
+    d[1] = half_hi(r.meta.x);
+    d[2] = half_lo(r.meta.y);
+    d[3] = half_hi(r.meta.y);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) mn[s] = 0.0f;
+  }
+}
+
+// One chunk: for each of its four blocks, the integer dot products on the tensor cores, then the block's scales
+// (rows g and g + 8 in a, b8; this lane's C columns 8j + 2t and + 1 of x).
+template <GgmlType G, int NT>
+__device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<G>& a, const GgmlPiece<G>& b8,
+                                           const SkinnyGemmLaunch& p, int64_t c, int g, int t) {
+  const int64_t k = p.k, kb = k / 32;
+  float da[4], db[4], ma[4], mb[4];
+  ggml_scales<G>(a, c, da, ma);
+  ggml_scales<G>(b8, c, db, mb);
+  const uint4 z = make_uint4(0, 0, 0, 0);
+  const float4 zf = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = 8 * j + g, c0 = 8 * j + 2 * t, c1 = c0 + 1;
+    const int8_t* xr = p.xq + col * k + c * kGgmlChunk + 32 * t;
+    const uint4 x0 = col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr)) : z;
+    const uint4 x1 = col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr + 16)) : z;
+    const float4 xd0 = c0 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xd + c0 * kb + 4 * c)) : zf;
+    const float4 xd1 = c1 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xd + c1 * kb + 4 * c)) : zf;
+    float4 xs0 = zf, xs1 = zf;
+    if constexpr (G != GgmlType::kQ8_0) {
+      xs0 = c0 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xsum + c0 * kb + 4 * c)) : zf;
+      xs1 = c1 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xsum + c1 * kb + 4 * c)) : zf;
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t af[4];
+      if constexpr (G == GgmlType::kQ8_0) {
+        af[0] = word(a.v, 2 * s);
+        af[1] = word(b8.v, 2 * s);
+        af[2] = word(a.v, 2 * s + 1);
+        af[3] = word(b8.v, 2 * s + 1);
+      } else {  // low nibbles: values 4t..4t+3; high: 16+4t..16+4t+3 (codes 0..15 as s8)
+        const uint32_t wa = word_of(a.v, s), wb = word_of(b8.v, s);
+        af[0] = wa & 0x0f0f0f0fu;
+        af[1] = wb & 0x0f0f0f0fu;
+        af[2] = (wa >> 4) & 0x0f0f0f0fu;
+        af[3] = (wb >> 4) & 0x0f0f0f0fu;
+      }
+      const uint4& xh = s < 2 ? x0 : x1;
+      int ci[4];
+      mma_s8(ci, af, word_of(xh, (2 * s) % 4), word_of(xh, (2 * s + 1) % 4));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float dx = comp(e % 2 ? xd1 : xd0, s);
+        const float dw = e < 2 ? da[s] : db[s];
+        const float dot = __int2float_rn(ci[e]);
+        if constexpr (G == GgmlType::kQ8_0) {
+          acc[j][e] = fmaf(dot * dx, dw, acc[j][e]);
+        } else if constexpr (G == GgmlType::kQ4_0) {
+          const float xs = comp(e % 2 ? xs1 : xs0, s);
+          acc[j][e] = fmaf((dot - 8.0f * xs) * dx, dw, acc[j][e]);  // integers below 2^24: exact
+        } else {
+          const float xs = comp(e % 2 ? xs1 : xs0, s);
+          const float mw = e < 2 ? ma[s] : mb[s];
+          acc[j][e] = fmaf(dx, fmaf(dw, dot, -mw * xs), acc[j][e]);
+        }
+      }
+    }
+  }
+}
+
+// NT n-tiles of 8 tokens, U chunks loaded ahead per warp, MINB blocks per SM; the grouping of loads never changes
+// a sum's order.
+template <GgmlType G, int NT, int U, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGemmLaunch p) {
+  int64_t tile = blockIdx.x;
+  SkinnySegment seg{};
+  if (!find_segment<Weights::kGgml>(p, tile, seg)) return;  // whole block: uniform
+  const int64_t n = seg.n;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t k = p.k, n0 = tile * kRowsPerTile, chunks = k / kGgmlChunk;
+  const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
+  const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
+  constexpr int kCb = kGgmlCodeBytes<G>;
+  const int64_t code_row = chunks * kCb, meta_row = k / 16;
+  const uint8_t* codes = static_cast<const uint8_t*>(seg.w);
+  const uint8_t* meta = static_cast<const uint8_t*>(seg.meta);
+  const uint8_t* ca = codes + ra * code_row + t * (kCb / 4);
+  const uint8_t* cb = codes + rb * code_row + t * (kCb / 4);
+  const uint8_t* ma = meta + ra * meta_row;
+  const uint8_t* mb = meta + rb * meta_row;
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  GgmlPiece<G> a[U], b8[U];
+  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + int64_t{u} * kWarps;
+      load_ggml_piece<G>(a[u], ca, ma, c, c < chunks);
+      load_ggml_piece<G>(b8[u], cb, mb, c, c < chunks);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + int64_t{u} * kWarps;
+      if (c >= chunks) break;  // warp-uniform; depends on K alone
+      ggml_chunk<G, NT>(acc, a[u], b8[u], p, c, g, t);
+    }
+  }
+  store_tile<NT>(p, seg, n0, acc);
+}
+
+template <GgmlType G>
+void launch_ggml_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
+  int64_t tiles = 0;
+  for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
+  const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
+  // Chunks ahead: as many as 128 registers hold without spilling (Q4_0's pieces are the smallest; Q4_K's carry 16
+  // meta bytes).
+  constexpr int kU1 = G == GgmlType::kQ4_0 ? 6 : 3;
+  static_assert(kSkinnyGgmlMaxM <= 32, "up to four n-tiles of 8 tokens");
+  // Four n-tiles hold their x pieces and scales in registers: one block per SM (255 registers).
+  if (l.m <= 8)
+    skinny_ggml_kernel<G, 1, kU1, 2><<<grid, block, 0, stream>>>(l);
+  else if (l.m <= 16)
+    skinny_ggml_kernel<G, 2, 2, 2><<<grid, block, 0, stream>>>(l);
+  else
+    skinny_ggml_kernel<G, 4, 2, 1><<<grid, block, 0, stream>>>(l);
+  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 bool skinny_gemm_supports(const SkinnyGemmLaunch& l) {
@@ -446,6 +642,28 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l) {
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   if (l.dtype == DType::kBF16) return launch_format<bf16>(l, stream);
   launch_format<f16>(l, stream);
+}
+
+bool skinny_ggml_supports(const SkinnyGemmLaunch& l) {
+  if (l.ggml != GgmlType::kQ8_0 && l.ggml != GgmlType::kQ4_0 && l.ggml != GgmlType::kQ4_K) return false;
+  if (l.out_dtype != DType::kBF16 && l.out_dtype != DType::kF16 && l.out_dtype != DType::kF32) return false;
+  if (l.m < 1 || l.m > kSkinnyGgmlMaxM || l.k <= 0 || l.k % (l.ggml == GgmlType::kQ4_K ? 256 : 128) != 0) return false;
+  if (!l.xq || !l.xd || !l.xsum || !aligned16(l.xq) || !aligned16(l.xd) || !aligned16(l.xsum)) return false;
+  if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
+  for (int s = 0; s < l.num_segments; ++s) {
+    const SkinnySegment& g = l.seg[s];
+    if (g.n < 1 || !aligned16(g.w) || !aligned16(g.meta)) return false;
+  }
+  return true;
+}
+
+void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream) {
+  switch (l.ggml) {
+    case GgmlType::kQ8_0: return launch_ggml_typed<GgmlType::kQ8_0>(l, stream);
+    case GgmlType::kQ4_0: return launch_ggml_typed<GgmlType::kQ4_0>(l, stream);
+    case GgmlType::kQ4_K: return launch_ggml_typed<GgmlType::kQ4_K>(l, stream);
+    default: throw Error(ErrorCode::kUnsupported, "cuda: no int8 skinny kernel for ggml type " + ggml_type_name(l.ggml));
+  }
 }
 
 }  // namespace peregrine::cuda

@@ -15,11 +15,14 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/ggml_quant.h"
 
 namespace peregrine::cuda {
 
 constexpr int64_t kSkinnyMaxM = 16;  // ops::kSkinnyMatmulMaxM (cuda_backend.h) says the same
 constexpr int kSkinnyMaxSegments = 4;
+// GGUF blocks in the packed layout (ggml_matmul.cuh) take the int8 tensor-core kernel up to this M.
+constexpr int64_t kSkinnyGgmlMaxM = 32;
 
 struct SkinnySegment {
   const void* w;     // [n, K] in x's dtype (16-byte aligned), or codes as SkinnyGemmLaunch::codes says
@@ -35,6 +38,7 @@ struct SkinnySegment {
   const float* scales = nullptr;  // [n, groups]
   const float* zeros = nullptr;   // [n, groups] or null
   int64_t groups = 0, group_size = 0;
+  const void* meta = nullptr;  // GGUF packed blocks (SkinnyGemmLaunch::ggml): the layout's meta region; w its codes
 };
 
 struct SkinnyGemmLaunch {
@@ -48,6 +52,12 @@ struct SkinnyGemmLaunch {
   int num_segments;
   SkinnySegment seg[kSkinnyMaxSegments];
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
+  // GGUF Q8_0 / Q4_0 / Q4_K blocks in the packed layout (launch_skinny_ggml): x already quantized by
+  // launch_ggml_quantize_x into xq / xd / xsum ([M, K] codes, [M, K / 32] scales and code sums); dtype is unused.
+  GgmlType ggml = GgmlType::kNone;
+  const int8_t* xq = nullptr;
+  const float* xd = nullptr;
+  const float* xsum = nullptr;
 };
 
 // Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
@@ -55,5 +65,13 @@ struct SkinnyGemmLaunch {
 // groups * group_size == K for codes (no g_idx; an act-order perm is the caller's: it passes x gathered).
 bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
+
+// GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes
+// and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 and
+// d_x * (d * sc * dot - dmin * m * sum q) for Q4_K's sub-blocks, block by block in K order; the same split of K over
+// warps and the same warp-order sum as the kernel above, so rows are bit-identical for every M <= kSkinnyGgmlMaxM.
+// Takes: l.ggml Q8_0 / Q4_0 / Q4_K, xq / xd / xsum set, 1 <= M <= kSkinnyGgmlMaxM, ggml_packable K, f32/bf16/f16 out.
+bool skinny_ggml_supports(const SkinnyGemmLaunch& l);
+void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
 }  // namespace peregrine::cuda

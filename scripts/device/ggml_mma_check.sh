@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GGUF Q8_0 / Q4_0 / Q4_K on the int8 tensor-core kernel, on the H200 in one call (bundle from
+# scripts/device/ggml_mma_bundle.sh):
+#   tar -xJf .device/carry_m/bundle.tar.xz -C .device && source .device/carry_m/env.sh && scripts/device/ggml_mma_check.sh
+# CUDA ggml op tests, memcheck on the packed kernel, the GGUF fixtures against llama.cpp on CUDA, random 8B-shape
+# GGUFs made in /tmp, then `bench latency` with the packed kernel and with PEREGRINE_GGML_PACK=0 (the GEMV before).
+# BATCHES (default "1 8 32") and TYPES (default "q8_0 q4_0 q4_k") narrow the benchmark.
+set -uo pipefail
+out=${OUT:-/tmp/ggml_mma_check}
+mkdir -p "$out"
+bin=.device/bin
+start=$(date +%s)
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+timeout 200 "$bin/cuda_ops_tests" --gtest_filter='CudaGgml*' >"$out/ggml_tests.log" 2>&1
+echo "cuda_ops_tests CudaGgml* rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[       OK|worst" "$out/ggml_tests.log" | head -24
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_ops_tests" \
+  --gtest_filter='CudaGgmlPacked.GroupedMatmulsEqualSeparateOnes:CudaGgmlPacked.OnlyTypes*' >"$out/memcheck.log" 2>&1
+echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | head -2
+timeout 200 "$bin/model_tests" --gtest_filter='Cuda/GgufModel.*' >"$out/gguf_model.log" 2>&1
+echo "model_tests Cuda/GgufModel rc=$?"; grep -E "^\[  FAILED|^\[  PASSED|^\[       OK|agree with|SKIPPED" "$out/gguf_model.log" | head -12
+for d in q8_0 q4_0; do
+  [ -f "/tmp/8b-$d.gguf" ] || timeout 240 python3 .device/tools/make_random_gguf.py --hidden 4096 --layers 32 --heads 32 \
+    --kv-heads 8 --ffn 14336 --vocab 128256 --ctx 8192 --dtype "$d" --out "/tmp/8b-$d.gguf" >>"$out/make.log" 2>&1
+done
+[ -f /tmp/8b-q4_k.gguf ] || python3 bench/gguf_q4_0_to_q4_k.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k.gguf >>"$out/make.log" 2>&1
+echo "made: $(ls /tmp/8b-*.gguf 2>/dev/null | tr '\n' ' ') at $(( $(date +%s) - start )) s"; tail -2 "$out/make.log"
+echo "| file | batch | packed (int8 mma) tok/s | file layout (GEMV / dequant + GEMM) tok/s |"
+echo "| --- | --- | --- | --- |"
+for f in ${TYPES:-q8_0 q4_0 q4_k}; do
+  [ -f "/tmp/8b-$f.gguf" ] || continue
+  for bs in ${BATCHES:-1 8 32}; do
+    row="| $f | $bs |"
+    for pack in 1 0; do
+      PEREGRINE_GGML_PACK=$pack timeout 100 "$bin/peregrine" bench latency --model "/tmp/8b-$f.gguf" --device cuda \
+        --input-len 512 --output-len 64 --batch-size "$bs" --iterations 2 >"$out/${f}_bs${bs}_p$pack.txt" 2>&1
+      rc=$?
+      tok=$(grep -oE 'decode[^|]*' "$out/${f}_bs${bs}_p$pack.txt" | head -1)
+      row="$row rc=$rc ${tok:-$(tail -1 "$out/${f}_bs${bs}_p$pack.txt")} |"
+    done
+    echo "$row"
+  done
+done
+echo "total: $(( $(date +%s) - start )) s"
