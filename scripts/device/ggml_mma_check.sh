@@ -11,8 +11,8 @@ mkdir -p "$out"
 bin=.device/bin
 start=$(date +%s)
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-timeout 200 "$bin/cuda_ops_tests" --gtest_filter='CudaGgml*' >"$out/ggml_tests.log" 2>&1
-echo "cuda_ops_tests CudaGgml* rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|^\[       OK|worst" "$out/ggml_tests.log" | head -24
+timeout 240 "$bin/cuda_ops_tests" --gtest_filter="${TESTS:-CudaGgml*}" >"$out/ggml_tests.log" 2>&1
+echo "cuda_ops_tests ${TESTS:-CudaGgml*} rc=$?"; grep -E "^\[  FAILED|Failure|^\[  PASSED|worst" "$out/ggml_tests.log" | head -24; grep -c "^\[       OK" "$out/ggml_tests.log"
 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_ops_tests" \
   --gtest_filter='CudaGgmlPacked.GroupedMatmulsEqualSeparateOnes:CudaGgmlPacked.OnlyTypes*' >"$out/memcheck.log" 2>&1
 echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | head -2

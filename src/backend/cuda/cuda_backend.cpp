@@ -322,11 +322,12 @@ class CudaBackendImpl final : public CudaBackend {
     const size_t s_padded = (s_bytes + 255) / 256 * 256;
     auto* probe = reinterpret_cast<const int8_t*>(uintptr_t{256});
     l.xq = probe;
-    l.xd = l.xsum = reinterpret_cast<const float*>(probe);
+    l.xd = reinterpret_cast<const float*>(probe);
+    l.xsum = reinterpret_cast<const int32_t*>(probe);
     if (!cuda::skinny_ggml_supports(l) || (reinterpret_cast<uintptr_t>(first.x.data) & 15u) != 0) return false;
     auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded, kQuantXSlot));
     const cuda::GgmlXq xq{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
-                          reinterpret_cast<float*>(base + q_bytes + s_padded)};
+                          reinterpret_cast<int32_t*>(base + q_bytes + s_padded)};
     cuda::launch_ggml_quantize_x(first.x.data, first.x.dtype, m, k, xq, stream_);
     l.xq = xq.q;
     l.xd = xq.d;

@@ -457,7 +457,7 @@ __global__ void ggml_quantize_x_kernel(const X* __restrict__ x, int64_t m, int64
   *reinterpret_cast<uint32_t*>(out.q + r * k + c * 128 + 32 * t + 8 * s + 4 * hi) = packed;
   if (u == 0) {
     out.d[r * (k / 32) + c * 4 + s] = amax / 127.0f;
-    out.sum[r * (k / 32) + c * 4 + s] = static_cast<float>(sum);
+    out.sum[r * (k / 32) + c * 4 + s] = sum;
   }
 }
 

@@ -63,11 +63,11 @@ void launch_ggml_dequantize_packed(const GgmlMatmulLaunch& l, void* w_out, cudaS
 
 // x [M, K] (bf16, f16 or f32) quantized for the packed kernel, as the CPU kernels quantize it: per row and block of
 // 32, d = amax / 127, q = round-half-even(x * 127 / amax) clamped to +-127 (0 when amax is 0). q [M, K] in the codes'
-// lane order (see above); d and the sum of each block's q (as f32) [M, K / 32]. K a multiple of 128.
+// lane order (see above); d and the sum of each block's q [M, K / 32]. K a multiple of 128.
 struct GgmlXq {
   int8_t* q;
   float* d;
-  float* sum;
+  int32_t* sum;
 };
 void launch_ggml_quantize_x(const void* x, DType x_dtype, int64_t m, int64_t k, const GgmlXq& out, cudaStream_t stream);
 

@@ -429,12 +429,21 @@ void launch_format(const SkinnyGemmLaunch& l, cudaStream_t stream) {
 
 // ---- GGUF blocks on int8 tensor cores (launch_skinny_ggml) ----
 
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// d = a * b + c on int8 tensor cores (s32 accumulators).
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, const int (&c)[4]) {
   asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %10, %10, %10};\n"
-      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+      "{%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
+
+// Integers to floats without I2F (a sixteenth of the FMA rate): the tensor cores add the block's dot product to
+// kMagicI, the bits of 2^23 + 2^22, whose float minus kMagicF is the integer exactly (|value| < 2^22 here:
+// |dot| <= 32 * 127 * 127).
+constexpr int kMagicI = 0x4B400000;
+constexpr float kMagicF = 12582912.0f;
+__device__ __forceinline__ float magic_to_float(int biased) { return __int_as_float(biased) - kMagicF; }
+
 
 constexpr int kGgmlChunk = 128;  // K per warp pass: four 32-value blocks, one mma step each
 
@@ -465,6 +474,7 @@ __device__ __forceinline__ void load_ggml_piece(GgmlPiece<G>& r, const uint8_t* 
 __device__ __forceinline__ float half_lo(uint32_t w) { return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu))); }
 __device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16))); }
 __device__ __forceinline__ float comp(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ int comp(const int4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // The chunk's four block scales (Q4_K: d * sc and dmin * m of sub-blocks 4h .. 4h + 3, h the chunk's half of its
 // super-block, computed as core/ggml_quant does).
@@ -472,19 +482,19 @@ template <GgmlType G>
 __device__ __forceinline__ void ggml_scales(const GgmlPiece<G>& r, int64_t c, float (&d)[4], float (&mn)[4]) {
   if constexpr (G == GgmlType::kQ4_K) {
     const float dd = half_lo(r.meta.x), dm = half_hi(r.meta.x);
-    const uint32_t s03 = r.meta.y, s47 = r.meta.z, s8b = r.meta.w;  // the 12 scale bytes
+    const uint32_t s03 = r.meta.y, s47 = r.meta.z, s8b = r.meta.w;  // the 12 scale bytes q[0..11]
+    // The four 6-bit scales and mins of sub-blocks 4h .. 4h + 3, a byte each, by word operations:
+    //   h = 0 (j = s):     sc = q[j] & 63, m = q[j + 4] & 63
+    //   h = 1 (j = 4 + s): sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4, m = (q[j + 4] >> 4) | (q[j] >> 6) << 4
+    // (c % 2 is the warp's parity: uniform.)
+    const bool h1 = c % 2 != 0;
+    const uint32_t sc = h1 ? (s8b & 0x0f0f0f0fu) | ((s03 >> 2) & 0x30303030u) : s03 & 0x3f3f3f3fu;
+    const uint32_t mw = h1 ? ((s8b >> 4) & 0x0f0f0f0fu) | ((s47 >> 2) & 0x30303030u) : s47 & 0x3f3f3f3fu;
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t sc, m;
-      if (c % 2 == 0) {  // j = s: sc = q[j] & 63, m = q[j + 4] & 63
-        sc = byte_of(s03, s) & 63u;
-        m = byte_of(s47, s) & 63u;
-      } else {  // j = 4 + s: sc = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4, m = (q[j + 4] >> 4) | (q[j] >> 6) << 4
-        sc = (byte_of(s8b, s) & 15u) | ((byte_of(s03, s) >> 6) << 4);
-        m = (byte_of(s8b, s) >> 4) | ((byte_of(s47, s) >> 6) << 4);
-      }
-      d[s] = __fmul_rn(dd, static_cast<float>(sc));
-      mn[s] = __fmul_rn(dm, static_cast<float>(m));
+    for (int s = 0; s < 4; ++s) {  // byte s under the exponent of 2^23 (one permute), minus 2^23: exact
+      const uint32_t sel = 0x7650u + static_cast<uint32_t>(s);
+      d[s] = __fmul_rn(dd, __uint_as_float(__byte_perm(sc, 0x4B000000u, sel)) - 8388608.0f);
+      mn[s] = __fmul_rn(dm, __uint_as_float(__byte_perm(mw, 0x4B000000u, sel)) - 8388608.0f);
     }
   } else {
     d[0] = half_lo(r.meta.x);
@@ -498,7 +508,9 @@ __device__ __forceinline__ void ggml_scales(const GgmlPiece<G>& r, int64_t c, fl
 
 // One chunk: for each of its four blocks, the integer dot products on the tensor cores, then the block's scales
 // (rows g and g + 8 in a, b8; this lane's C columns 8j + 2t and + 1 of x).
-template <GgmlType G, int NT>
+// kOne: M == 1, so only C column 0 (e = 0, 2 of lanes t = 0) is ever stored: the odd columns' epilogue is skipped
+// (the same arithmetic for what is computed, so rows keep their bits).
+template <GgmlType G, int NT, bool kOne>
 __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<G>& a, const GgmlPiece<G>& b8,
                                            const SkinnyGemmLaunch& p, int64_t c, int g, int t) {
   const int64_t k = p.k, kb = k / 32;
@@ -514,11 +526,12 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
     const uint4 x0 = col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr)) : z;
     const uint4 x1 = col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr + 16)) : z;
     const float4 xd0 = c0 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xd + c0 * kb + 4 * c)) : zf;
-    const float4 xd1 = c1 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xd + c1 * kb + 4 * c)) : zf;
-    float4 xs0 = zf, xs1 = zf;
+    const float4 xd1 = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xd + c1 * kb + 4 * c)) : zf;
+    const int4 zi = make_int4(0, 0, 0, 0);
+    int4 xs0 = zi, xs1 = zi;
     if constexpr (G != GgmlType::kQ8_0) {
-      xs0 = c0 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xsum + c0 * kb + 4 * c)) : zf;
-      xs1 = c1 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xsum + c1 * kb + 4 * c)) : zf;
+      xs0 = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(p.xsum + c0 * kb + 4 * c)) : zi;
+      xs1 = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(p.xsum + c1 * kb + 4 * c)) : zi;
     }
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -536,22 +549,25 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
         af[3] = (wb >> 4) & 0x0f0f0f0fu;
       }
       const uint4& xh = s < 2 ? x0 : x1;
+      const int s0 = comp(xs0, s), s1 = comp(xs1, s);
+      // Q4_0's codes carry +8: the accumulators start at kMagicI - 8 * sum q, so they end at dot - 8 sum q, exactly.
+      const int i0 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s0 : kMagicI;
+      const int i1 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s1 : kMagicI;
+      const int init[4] = {i0, i1, i0, i1};
       int ci[4];
-      mma_s8(ci, af, word_of(xh, (2 * s) % 4), word_of(xh, (2 * s + 1) % 4));
+      mma_s8(ci, af, word_of(xh, (2 * s) % 4), word_of(xh, (2 * s + 1) % 4), init);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        if (kOne && e % 2) continue;
         const float dx = comp(e % 2 ? xd1 : xd0, s);
         const float dw = e < 2 ? da[s] : db[s];
-        const float dot = __int2float_rn(ci[e]);
-        if constexpr (G == GgmlType::kQ8_0) {
-          acc[j][e] = fmaf(dot * dx, dw, acc[j][e]);
-        } else if constexpr (G == GgmlType::kQ4_0) {
-          const float xs = comp(e % 2 ? xs1 : xs0, s);
-          acc[j][e] = fmaf((dot - 8.0f * xs) * dx, dw, acc[j][e]);  // integers below 2^24: exact
-        } else {
-          const float xs = comp(e % 2 ? xs1 : xs0, s);
+        const float dot = magic_to_float(ci[e]);
+        if constexpr (G == GgmlType::kQ4_K) {
+          const float xs = magic_to_float(kMagicI + (e % 2 ? s1 : s0));
           const float mw = e < 2 ? ma[s] : mb[s];
           acc[j][e] = fmaf(dx, fmaf(dw, dot, -mw * xs), acc[j][e]);
+        } else {
+          acc[j][e] = fmaf(dot * dx, dw, acc[j][e]);
         }
       }
     }
@@ -560,7 +576,7 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
 
 // NT n-tiles of 8 tokens, U chunks loaded ahead per warp, MINB blocks per SM; the grouping of loads never changes
 // a sum's order.
-template <GgmlType G, int NT, int U, int MINB>
+template <GgmlType G, int NT, int U, int MINB, bool kOne = false>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGemmLaunch p) {
   int64_t tile = blockIdx.x;
   SkinnySegment seg{};
@@ -596,7 +612,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGe
     for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + int64_t{u} * kWarps;
       if (c >= chunks) break;  // warp-uniform; depends on K alone
-      ggml_chunk<G, NT>(acc, a[u], b8[u], p, c, g, t);
+      ggml_chunk<G, NT, kOne>(acc, a[u], b8[u], p, c, g, t);
     }
   }
   store_tile<NT>(p, seg, n0, acc);
@@ -609,10 +625,12 @@ void launch_ggml_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
   // Chunks ahead: as many as 128 registers hold without spilling (Q4_0's pieces are the smallest; Q4_K's carry 16
   // meta bytes).
-  constexpr int kU1 = G == GgmlType::kQ4_0 ? 6 : 3;
+  constexpr int kU1 = G == GgmlType::kQ4_0 ? 4 : 3;
   static_assert(kSkinnyGgmlMaxM <= 32, "up to four n-tiles of 8 tokens");
   // Four n-tiles hold their x pieces and scales in registers: one block per SM (255 registers).
-  if (l.m <= 8)
+  if (l.m == 1)
+    skinny_ggml_kernel<G, 1, kU1, 2, true><<<grid, block, 0, stream>>>(l);
+  else if (l.m <= 8)
     skinny_ggml_kernel<G, 1, kU1, 2><<<grid, block, 0, stream>>>(l);
   else if (l.m <= 16)
     skinny_ggml_kernel<G, 2, 2, 2><<<grid, block, 0, stream>>>(l);

@@ -57,7 +57,7 @@ struct SkinnyGemmLaunch {
   GgmlType ggml = GgmlType::kNone;
   const int8_t* xq = nullptr;
   const float* xd = nullptr;
-  const float* xsum = nullptr;
+  const int32_t* xsum = nullptr;
 };
 
 // Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
