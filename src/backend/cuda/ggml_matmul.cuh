@@ -1,8 +1,10 @@
 // GGUF block weights on CUDA (llama.cpp's Q4_0 ... Q6_K, core/ggml_quant.h; ops.h WeightQuant::ggml and
 // EmbeddingParams::table_ggml): a small-M GEMV that reads every weight block once and dequantizes it in registers,
 // a larger-M path that dequantizes the weight into a dense [N, K] scratch in the activation dtype for the cuBLASLt
-// GEMM (a first version: no tiles dequantized into shared memory for mma yet), and the embedding gather.
-// Activations stay in their dtype (f32 FMAs), unlike the CPU kernels which quantize x to int8.
+// GEMM (a first version: no tiles dequantized into shared memory for mma yet), and the embedding gather; those
+// keep activations in their dtype (f32 FMAs). Q8_0 / Q4_0 / Q4_K weights repacked at load (the packed layout below)
+// take the int8 tensor-core kernel instead (skinny_gemm.cuh, x quantized to int8 as the CPU kernels do) at
+// M <= kSkinnyGgmlMaxM, and the packed layout dequantized + cuBLASLt above it.
 #pragma once
 
 #include <cuda_runtime.h>
