@@ -7,7 +7,9 @@ mkdir -p "$stage/bin" "$stage/shared/configs" "$stage/shared/models/gguf" "$stag
 cp -r .device/deps "$stage/deps"
 rm -rf "$stage/deps/usr/include"
 cp ../shared/configs/*.json "$stage/shared/configs/"
-cp ../shared/models/gguf/{pycoder-tiny-q8_0.gguf,pycoder-tiny-q4_0.gguf,reference.json} "$stage/shared/models/gguf/"
+# FIXTURES (default "q8_0 q4_0"): which GGUF fixtures travel (q4_k instead of q8_0 fits too, not all three).
+for f in ${FIXTURES:-q8_0 q4_0}; do cp "../shared/models/gguf/pycoder-tiny-$f.gguf" "$stage/shared/models/gguf/"; done
+cp ../shared/models/gguf/reference.json "$stage/shared/models/gguf/"
 cp ../shared/tools/make_random_gguf.py "$stage/tools/"
 cp "$b/tests/cuda/cuda_ops_tests" "$b/tests/unit/model_tests" "$b/peregrine" "$stage/bin/"
 strip "$stage"/bin/*

@@ -77,9 +77,9 @@ TEST(CudaGgmlMatmul, RowsDoNotDependOnMWithinAPath) {
   }
 }
 
-// ---- The packed layout and the int8 tensor-core kernel (Q8_0, Q4_0, Q4_K at M <= 32) ----
+// ---- The packed layout and the int8 tensor-core kernel (Q8_0, Q4_0, Q4_K, Q6_K at M <= 32) ----
 
-constexpr GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K};
+constexpr GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
 
 struct Packed {
   DeviceTensor blocks;
@@ -247,7 +247,7 @@ TEST(CudaGgmlPacked, OnlyTypesAndShapesWithALayoutArePacked) {
   EXPECT_TRUE(packs(GgmlType::kQ8_0, 128));
   EXPECT_TRUE(packs(GgmlType::kQ4_K, 256));
   EXPECT_FALSE(packs(GgmlType::kQ8_0, 96));  // K not a multiple of 128
-  EXPECT_FALSE(packs(GgmlType::kQ6_K, 256));
+  EXPECT_TRUE(packs(GgmlType::kQ6_K, 512));
   EXPECT_FALSE(packs(GgmlType::kQ5_0, 256));
 }
 

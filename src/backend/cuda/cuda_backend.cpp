@@ -159,7 +159,7 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_embedding(l, stream_);
   }
 
-  // GGUF Q8_0 / Q4_0 / Q4_K blocks regrouped for the int8 tensor-core kernel (ggml_matmul.cuh's packed layout,
+  // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K blocks regrouped for the int8 tensor-core kernel (ggml_matmul.cuh's packed layout,
   // the file's size); every ggml path then reads the packed copy. PEREGRINE_GGML_PACK=0 keeps the file's layout
   // and the GEMV (comparisons only).
   DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q) override {
@@ -312,7 +312,7 @@ class CudaBackendImpl final : public CudaBackend {
         return false;
       const int64_t n = p.w.dim(0);
       const auto* codes = static_cast<const uint8_t*>(p.quant.packed);
-      const int64_t code_bytes = l.ggml == GgmlType::kQ8_0 ? n * k : n * k / 2;
+      const int64_t code_bytes = l.ggml == GgmlType::kQ8_0 ? n * k : l.ggml == GgmlType::kQ6_K ? n * (k / 4 * 3) : n * k / 2;
       l.seg[l.num_segments] = {codes, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, n};
       l.seg[l.num_segments++].meta = codes + code_bytes;
     }
@@ -320,18 +320,21 @@ class CudaBackendImpl final : public CudaBackend {
     const size_t q_bytes = static_cast<size_t>(m * k + 255) / 256 * 256;
     const size_t s_bytes = static_cast<size_t>(m * (k / 32)) * 4;
     const size_t s_padded = (s_bytes + 255) / 256 * 256;
+    const size_t h_bytes = static_cast<size_t>(m * (k / 16)) * 4;
     auto* probe = reinterpret_cast<const int8_t*>(uintptr_t{256});
     l.xq = probe;
     l.xd = reinterpret_cast<const float*>(probe);
-    l.xsum = reinterpret_cast<const int32_t*>(probe);
+    l.xsum = l.xsum16 = reinterpret_cast<const int32_t*>(probe);
     if (!cuda::skinny_ggml_supports(l) || (reinterpret_cast<uintptr_t>(first.x.data) & 15u) != 0) return false;
-    auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded, kQuantXSlot));
+    auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded + h_bytes, kQuantXSlot));
     const cuda::GgmlXq xq{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
-                          reinterpret_cast<int32_t*>(base + q_bytes + s_padded)};
+                          reinterpret_cast<int32_t*>(base + q_bytes + s_padded),
+                          reinterpret_cast<int32_t*>(base + q_bytes + 2 * s_padded)};
     cuda::launch_ggml_quantize_x(first.x.data, first.x.dtype, m, k, xq, stream_);
     l.xq = xq.q;
     l.xd = xq.d;
     l.xsum = xq.sum;
+    l.xsum16 = xq.sum16;
     cuda::launch_skinny_ggml(l, stream_);
     last_matmul_skinny_ = true;
     return true;

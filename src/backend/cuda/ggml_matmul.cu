@@ -325,7 +325,82 @@ __global__ void ggml_embedding_kernel(GgmlEmbeddingLaunch p) {
 
 // ---- The packed layout of Q8_0 / Q4_0 / Q4_K (ggml_matmul.cuh) ----
 
-template <GgmlType T> __host__ __device__ constexpr int64_t packed_code_row(int64_t k) { return T == GgmlType::kQ8_0 ? k : k / 2; }
+template <GgmlType T> __host__ __device__ constexpr int64_t packed_code_row(int64_t k) {
+  return T == GgmlType::kQ8_0 ? k : T == GgmlType::kQ6_K ? k / 4 * 3 : k / 2;
+}
+
+// Q6_K: the 6-bit code (0..63) of value l of 32-value chunk j (0..7) of the super-block at b, as dequant32 reads it.
+__device__ __forceinline__ uint32_t q6_code(const uint8_t* b, int j, int l) {
+  const int half = j >> 2, t = j & 3;
+  const uint32_t lo = (b[64 * half + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 0xFu;
+  const uint32_t hi = (b[128 + 32 * half + l] >> (2 * t)) & 3u;
+  return lo | (hi << 4);
+}
+
+// Q6_K's packed chunk (ggml_matmul.cuh): one thread per row and 128-value chunk (its hi bytes mix two blocks).
+__global__ void ggml_pack_q6_k_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t row_bytes,
+                                      uint8_t* __restrict__ out) {
+  const int64_t per_row = k / 128, total = n * per_row, code_row = k / 4 * 3;
+  uint8_t* sc_base = out + n * code_row;
+  uint8_t* d_base = sc_base + n * (k / 16);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, c = i % per_row, sb = c / 2;
+    const int hc = static_cast<int>(c % 2);
+    const uint8_t* blk = w + r * row_bytes + sb * 210;
+    uint8_t* codes = out + r * code_row + c * 96;
+    for (int t = 0; t < 4; ++t)
+      for (int e = 0; e < 4; ++e) {
+        uint32_t hi[2] = {0, 0};
+        for (int s = 0; s < 4; ++s) {
+          const int j = 4 * hc + s;  // the block's chunk index in its super-block
+          const uint32_t v0 = q6_code(blk, j, 4 * t + e), v1 = q6_code(blk, j, 16 + 4 * t + e);
+          codes[16 * t + 4 * s + e] = static_cast<uint8_t>((v0 & 0xFu) | ((v1 & 0xFu) << 4));
+          hi[s / 2] |= ((v0 >> 4) | ((v1 >> 4) << 2)) << (4 * (s % 2));
+        }
+        codes[64 + 8 * t + e] = static_cast<uint8_t>(hi[0]);
+        codes[64 + 8 * t + 4 + e] = static_cast<uint8_t>(hi[1]);
+      }
+    for (int q = 0; q < 8; ++q) sc_base[r * (k / 16) + 8 * c + q] = blk[192 + 8 * hc + q];
+    if (hc == 0) {
+      d_base[r * (k / 256) * 2 + 2 * sb] = blk[208];
+      d_base[r * (k / 256) * 2 + 2 * sb + 1] = blk[209];
+    }
+  }
+}
+
+// Q6_K from the packed layout: value l of a 32-value block, d * sc * (q - 32) as dequant32 rounds it.
+template <typename X>
+__global__ void ggml_dequantize_packed_q6_k_kernel(GgmlMatmulLaunch p, X* __restrict__ w) {
+  const int64_t k = p.k, per_row = k / 32, total = p.n * per_row, code_row = k / 4 * 3;
+  const uint8_t* sc_base = p.w + p.n * code_row;
+  const uint8_t* d_base = sc_base + p.n * (k / 16);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, b = i % per_row, c = b / 4;
+    const int s = static_cast<int>(b % 4);
+    const uint8_t* codes = p.w + r * code_row + c * 96;
+    const float d = ldh(d_base + r * (k / 256) * 2 + 2 * (b / 8));
+    const float s0 = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc_base[r * (k / 16) + 2 * b])));
+    const float s1 = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc_base[r * (k / 16) + 2 * b + 1])));
+    float v[32];
+    for (int t = 0; t < 4; ++t)
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t lo = codes[16 * t + 4 * s + e], hi = codes[64 + 8 * t + 4 * (s / 2) + e] >> (4 * (s % 2));
+        const int q0 = static_cast<int>((lo & 0xFu) | ((hi & 3u) << 4));
+        const int q1 = static_cast<int>((lo >> 4) | (((hi >> 2) & 3u) << 4));
+        v[4 * t + e] = __fmul_rn(s0, static_cast<float>(q0 - 32));
+        v[16 + 4 * t + e] = __fmul_rn(s1, static_cast<float>(q1 - 32));
+      }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float o[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) o[q] = v[8 * e + q];
+      store8(w + r * k + b * 32 + 8 * e, o);
+    }
+  }
+}
 
 // One thread per 32-value block (Q4_K: sub-block) of a row: its codes to their lane slots, its scale (Q4_K: the
 // super-block's first 16 bytes, by the thread of sub-block 0) to the meta region.
@@ -450,8 +525,10 @@ __global__ void ggml_quantize_x_kernel(const X* __restrict__ x, int64_t m, int64
     sum += q;
     packed |= (static_cast<uint32_t>(q) & 0xffu) << (8 * e);
   }
+  int sum16 = sum;  // values 0..15 (lanes u < 4) and 16..31 (u >= 4) of the block
 #pragma unroll
-  for (int o = 1; o < 8; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  for (int o = 1; o < 4; o *= 2) sum16 += __shfl_xor_sync(0xffffffffu, sum16, o);
+  sum = sum16 + __shfl_xor_sync(0xffffffffu, sum16, 4);
   // Values 4t..4t+3 of block s go to lane t's bytes 8s..8s+3, values 16+4t.. to 8s+4..8s+7.
   const int t = u % 4, hi = u / 4;
   *reinterpret_cast<uint32_t*>(out.q + r * k + c * 128 + 32 * t + 8 * s + 4 * hi) = packed;
@@ -459,6 +536,7 @@ __global__ void ggml_quantize_x_kernel(const X* __restrict__ x, int64_t m, int64
     out.d[r * (k / 32) + c * 4 + s] = amax / 127.0f;
     out.sum[r * (k / 32) + c * 4 + s] = sum;
   }
+  if (u % 4 == 0) out.sum16[r * (k / 16) + c * 8 + 2 * s + u / 4] = sum16;
 }
 
 template <typename Fn>
@@ -467,6 +545,7 @@ void dispatch_packable(GgmlType t, Fn&& fn) {
     case GgmlType::kQ8_0: fn(std::integral_constant<GgmlType, GgmlType::kQ8_0>{}); return;
     case GgmlType::kQ4_0: fn(std::integral_constant<GgmlType, GgmlType::kQ4_0>{}); return;
     case GgmlType::kQ4_K: fn(std::integral_constant<GgmlType, GgmlType::kQ4_K>{}); return;
+    case GgmlType::kQ6_K: fn(std::integral_constant<GgmlType, GgmlType::kQ6_K>{}); return;
     default:
       throw Error(ErrorCode::kUnsupported, "cuda: ggml type " + ggml_type_name(t) + " has no packed layout");
   }
@@ -551,7 +630,7 @@ void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream) {
 
 bool ggml_packable(GgmlType t, int64_t k) {
   if (t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0) return k > 0 && k % 128 == 0;
-  if (t == GgmlType::kQ4_K) return k > 0 && k % 256 == 0;
+  if (t == GgmlType::kQ4_K || t == GgmlType::kQ6_K) return k > 0 && k % 256 == 0;
   return false;
 }
 
@@ -563,7 +642,10 @@ void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_
   const int64_t row_bytes = static_cast<int64_t>(ggml_row_bytes(t, k));
   dispatch_packable(t, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
-    ggml_pack_kernel<T><<<grid_for(n * k / 32, 256), 256, 0, stream>>>(w, n, k, row_bytes, packed);
+    if constexpr (T == GgmlType::kQ6_K)
+      ggml_pack_q6_k_kernel<<<grid_for(n * k / 128, 256), 256, 0, stream>>>(w, n, k, row_bytes, packed);
+    else
+      ggml_pack_kernel<T><<<grid_for(n * k / 32, 256), 256, 0, stream>>>(w, n, k, row_bytes, packed);
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
@@ -574,7 +656,10 @@ void launch_ggml_dequantize_packed(const GgmlMatmulLaunch& l, void* w_out, cudaS
     constexpr GgmlType T = decltype(type)::value;
     dispatch_float(l.x_dtype, [&](auto tag) {
       using X = typename decltype(tag)::type;
-      ggml_dequantize_packed_kernel<T, X><<<grid_for(l.n * l.k / 32, 256), 256, 0, stream>>>(l, static_cast<X*>(w_out));
+      if constexpr (T == GgmlType::kQ6_K)
+        ggml_dequantize_packed_q6_k_kernel<X><<<grid_for(l.n * l.k / 32, 256), 256, 0, stream>>>(l, static_cast<X*>(w_out));
+      else
+        ggml_dequantize_packed_kernel<T, X><<<grid_for(l.n * l.k / 32, 256), 256, 0, stream>>>(l, static_cast<X*>(w_out));
     });
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();

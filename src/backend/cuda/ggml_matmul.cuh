@@ -48,7 +48,7 @@ struct GgmlEmbeddingLaunch {
 };
 void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream);
 
-// The packed layout of Q8_0, Q4_0 and Q4_K (Backend::pack_weight) read by the int8 tensor-core kernel
+// The packed layout of Q8_0, Q4_0, Q4_K and Q6_K (Backend::pack_weight) read by the int8 tensor-core kernel
 // (skinny_gemm.cuh, M <= kSkinnyGgmlMaxM). The same bytes as the file's blocks, regrouped in two regions:
 //   codes [N, K (Q8_0) or K / 2]: each row in 128-value chunks (four 32-value blocks; Q4_K's sub-blocks), lane t
 //     (0..3) of a chunk owning 32 bytes (Q8_0) or 16 (4-bit) that hold, for each block s, the values 4t..4t+3 and
@@ -57,7 +57,12 @@ void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream);
 //     sub-blocks are re-paired to it).
 //   meta [N, K / 16 bytes] after the codes: Q8_0 / Q4_0 the f16 scale of every block; Q4_K each super-block's
 //     first 16 bytes as the file has them (d, dmin, the 12 packed 6-bit scales and mins).
-// K must be a multiple of 128 (256 for Q4_K).
+//   Q6_K: codes [N, 3K / 4] in 96-byte chunks: first the four lanes' 16 bytes of low nibbles (paired as the 4-bit
+//     types pair them), then the four lanes' 8 bytes of high bits (word h of lane t, byte e: bits 0-1 and 2-3 the
+//     high bits of values 4t+e and 16+4t+e of block 2h, bits 4-7 the same of block 2h + 1); then the int8 scale of
+//     every 16 values [N, K / 16], then each super-block's f16 d [N, K / 256]. Codes stay 0..63 (the -32 is taken
+//     through the sums of x).
+// K must be a multiple of 128 (256 for Q4_K and Q6_K).
 bool ggml_packable(GgmlType t, int64_t k);
 void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_t* packed, cudaStream_t stream);
 // w_out [N, K] in x's dtype from the packed layout (l.w = packed), the same values launch_ggml_dequantize gives.
@@ -70,6 +75,7 @@ struct GgmlXq {
   int8_t* q;
   float* d;
   int32_t* sum;
+  int32_t* sum16;  // [M, K / 16]: the sums of each half block (Q6_K's 16-value scales)
 };
 void launch_ggml_quantize_x(const void* x, DType x_dtype, int64_t m, int64_t k, const GgmlXq& out, cudaStream_t stream);
 

@@ -437,6 +437,13 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
 
+// The same with m16n8k16 (Q6_K's 16-value scales): a holds rows g and g + 8, k = 4t..4t+3 each; b k = 4t..4t+3.
+__device__ __forceinline__ void mma_s8_k16(int (&d)[4], const uint32_t (&a)[2], uint32_t b, const int (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}
+
 // Integers to floats without I2F (a sixteenth of the FMA rate): the tensor cores add the block's dot product to
 // kMagicI, the bits of 2^23 + 2^22, whose float minus kMagicF is the integer exactly (|value| < 2^22 here:
 // |dot| <= 32 * 127 * 127).
@@ -452,13 +459,25 @@ template <GgmlType G> struct GgmlPiece;
 template <> struct GgmlPiece<GgmlType::kQ8_0> { uint4 v[2]; uint2 meta; };  // 4 blocks x 8 codes; 4 f16 scales
 template <> struct GgmlPiece<GgmlType::kQ4_0> { uint4 v; uint2 meta; };     // 4 blocks x 4 nibble pairs
 template <> struct GgmlPiece<GgmlType::kQ4_K> { uint4 v; uint4 meta; };     // the super-block's d, dmin, scales
-
-template <GgmlType G> constexpr int kGgmlCodeBytes = G == GgmlType::kQ8_0 ? 128 : 64;  // per row and chunk
+// Q6_K: low nibbles as the 4-bit types, 2 words of high bits, the 8 int8 scales of 16 values, the super-block's d.
+template <> struct GgmlPiece<GgmlType::kQ6_K> { uint4 v; uint2 hi; uint2 meta; uint32_t d; };
 
 template <GgmlType G>
+constexpr int kGgmlCodeBytes = G == GgmlType::kQ8_0 ? 128 : G == GgmlType::kQ6_K ? 96 : 64;  // per row and chunk
+
+// codes: the row's codes plus this lane's offset (16t for the 4-bit types and Q6_K's low nibbles, 32t for Q8_0);
+// meta: the row's meta row; q6_d: Q6_K's d of this row (the d region).
+template <GgmlType G>
 __device__ __forceinline__ void load_ggml_piece(GgmlPiece<G>& r, const uint8_t* codes, const uint8_t* meta,
-                                                int64_t c, bool in_k) {
+                                                const uint8_t* q6_d, int t, int64_t c, bool in_k) {
   const uint4 z = make_uint4(0, 0, 0, 0);
+  if constexpr (G == GgmlType::kQ6_K) {
+    r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 96)) : z;
+    r.hi = in_k ? __ldcs(reinterpret_cast<const uint2*>(codes + c * 96 + 64 - 8 * t)) : make_uint2(0, 0);
+    r.meta = in_k ? __ldg(reinterpret_cast<const uint2*>(meta + c * 8)) : make_uint2(0, 0);
+    r.d = in_k ? __ldg(reinterpret_cast<const unsigned short*>(q6_d) + c / 2) : 0u;
+    return;
+  }
   if constexpr (G == GgmlType::kQ8_0) {
     r.v[0] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 128)) : z;
     r.v[1] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 128 + 16)) : z;
@@ -477,10 +496,20 @@ __device__ __forceinline__ float comp(const float4& v, int i) { return i == 0 ? 
 __device__ __forceinline__ int comp(const int4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // The chunk's four block scales (Q4_K: d * sc and dmin * m of sub-blocks 4h .. 4h + 3, h the chunk's half of its
-// super-block, computed as core/ggml_quant does).
+// super-block; Q6_K: d * sc of each block's values 0..15 in d, of 16..31 in mn; computed as core/ggml_quant does).
 template <GgmlType G>
 __device__ __forceinline__ void ggml_scales(const GgmlPiece<G>& r, int64_t c, float (&d)[4], float (&mn)[4]) {
-  if constexpr (G == GgmlType::kQ4_K) {
+  if constexpr (G == GgmlType::kQ6_K) {
+    const float dd = half_lo(r.d);
+    const uint32_t lo = r.meta.x ^ 0x80808080u, hi = r.meta.y ^ 0x80808080u;  // int8 + 128, under 2^23 below
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t w = s < 2 ? lo : hi;
+      const uint32_t sel0 = 0x7650u + static_cast<uint32_t>(2 * (s % 2)), sel1 = sel0 + 1;
+      d[s] = __fmul_rn(dd, __uint_as_float(__byte_perm(w, 0x4B000000u, sel0)) - 8388736.0f);
+      mn[s] = __fmul_rn(dd, __uint_as_float(__byte_perm(w, 0x4B000000u, sel1)) - 8388736.0f);
+    }
+  } else if constexpr (G == GgmlType::kQ4_K) {
     const float dd = half_lo(r.meta.x), dm = half_hi(r.meta.x);
     const uint32_t s03 = r.meta.y, s47 = r.meta.z, s8b = r.meta.w;  // the 12 scale bytes q[0..11]
     // The four 6-bit scales and mins of sub-blocks 4h .. 4h + 3, a byte each, by word operations:
@@ -529,9 +558,44 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
     const float4 xd1 = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xd + c1 * kb + 4 * c)) : zf;
     const int4 zi = make_int4(0, 0, 0, 0);
     int4 xs0 = zi, xs1 = zi;
-    if constexpr (G != GgmlType::kQ8_0) {
+    if constexpr (G == GgmlType::kQ4_0 || G == GgmlType::kQ4_K) {
       xs0 = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(p.xsum + c0 * kb + 4 * c)) : zi;
       xs1 = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(p.xsum + c1 * kb + 4 * c)) : zi;
+    }
+    if constexpr (G == GgmlType::kQ6_K) {
+      // The sums of x's 16-value halves: the mma's accumulators start at kMagicI - 32 * sum q (codes carry +32).
+      const int4 z4 = make_int4(0, 0, 0, 0);
+      const int* h0 = p.xsum16 + c0 * (k / 16) + 8 * c;
+      const int* h1 = p.xsum16 + c1 * (k / 16) + 8 * c;
+      const int4 h0a = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(h0)) : z4;
+      const int4 h0b = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(h0 + 4)) : z4;
+      const int4 h1a = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(h1)) : z4;
+      const int4 h1b = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(h1 + 4)) : z4;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t wa = word_of(a.v, s), wb = word_of(b8.v, s);
+        const uint32_t ha = (s < 2 ? a.hi.x : a.hi.y) >> (4 * (s % 2)), hb = (s < 2 ? b8.hi.x : b8.hi.y) >> (4 * (s % 2));
+        const uint32_t xw0 = word_of(s < 2 ? x0 : x1, (2 * s) % 4), xw1 = word_of(s < 2 ? x0 : x1, (2 * s + 1) % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // values 0..15 of the block, then 16..31: one k16 step and scale each
+          const uint32_t af[2] = {((wa >> (4 * h)) & 0x0f0f0f0fu) | ((((ha >> (2 * h)) & 0x03030303u)) << 4),
+                                  ((wb >> (4 * h)) & 0x0f0f0f0fu) | ((((hb >> (2 * h)) & 0x03030303u)) << 4)};
+          const int q = 2 * s + h;
+          const int i0 = kMagicI - 32 * comp(q < 4 ? h0a : h0b, q % 4);
+          const int i1 = kMagicI - 32 * comp(q < 4 ? h1a : h1b, q % 4);
+          const int init[4] = {i0, i1, i0, i1};
+          int ci[4];
+          mma_s8_k16(ci, af, h ? xw1 : xw0, init);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (kOne && e % 2) continue;
+            const float dx = comp(e % 2 ? xd1 : xd0, s);
+            const float dw = h ? (e < 2 ? ma[s] : mb[s]) : (e < 2 ? da[s] : db[s]);
+            acc[j][e] = fmaf(magic_to_float(ci[e]) * dx, dw, acc[j][e]);
+          }
+        }
+      }
+      continue;
     }
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -590,10 +654,15 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGe
   const int64_t code_row = chunks * kCb, meta_row = k / 16;
   const uint8_t* codes = static_cast<const uint8_t*>(seg.w);
   const uint8_t* meta = static_cast<const uint8_t*>(seg.meta);
-  const uint8_t* ca = codes + ra * code_row + t * (kCb / 4);
-  const uint8_t* cb = codes + rb * code_row + t * (kCb / 4);
+  constexpr int kLaneBytes = G == GgmlType::kQ8_0 ? 32 : 16;
+  const uint8_t* ca = codes + ra * code_row + t * kLaneBytes;
+  const uint8_t* cb = codes + rb * code_row + t * kLaneBytes;
   const uint8_t* ma = meta + ra * meta_row;
   const uint8_t* mb = meta + rb * meta_row;
+  // Q6_K's d region after the scales: [N, K / 256] f16.
+  const uint8_t* q6_region = meta + n * meta_row;
+  const uint8_t* da6 = q6_region + ra * (k / 256) * 2;
+  const uint8_t* db6 = q6_region + rb * (k / 256) * 2;
 
   float acc[NT][4];
 #pragma unroll
@@ -605,8 +674,8 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGe
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + int64_t{u} * kWarps;
-      load_ggml_piece<G>(a[u], ca, ma, c, c < chunks);
-      load_ggml_piece<G>(b8[u], cb, mb, c, c < chunks);
+      load_ggml_piece<G>(a[u], ca, ma, da6, t, c, c < chunks);
+      load_ggml_piece<G>(b8[u], cb, mb, db6, t, c, c < chunks);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -633,9 +702,9 @@ void launch_ggml_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   else if (l.m <= 8)
     skinny_ggml_kernel<G, 1, kU1, 2><<<grid, block, 0, stream>>>(l);
   else if (l.m <= 16)
-    skinny_ggml_kernel<G, 2, 2, 2><<<grid, block, 0, stream>>>(l);
+    skinny_ggml_kernel<G, 2, G == GgmlType::kQ6_K ? 1 : 2, 2><<<grid, block, 0, stream>>>(l);
   else
-    skinny_ggml_kernel<G, 4, 2, 1><<<grid, block, 0, stream>>>(l);
+    skinny_ggml_kernel<G, 4, G == GgmlType::kQ6_K ? 1 : 2, 1><<<grid, block, 0, stream>>>(l);
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -663,10 +732,12 @@ void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream) {
 }
 
 bool skinny_ggml_supports(const SkinnyGemmLaunch& l) {
-  if (l.ggml != GgmlType::kQ8_0 && l.ggml != GgmlType::kQ4_0 && l.ggml != GgmlType::kQ4_K) return false;
+  const bool k256 = l.ggml == GgmlType::kQ4_K || l.ggml == GgmlType::kQ6_K;
+  if (l.ggml != GgmlType::kQ8_0 && l.ggml != GgmlType::kQ4_0 && !k256) return false;
   if (l.out_dtype != DType::kBF16 && l.out_dtype != DType::kF16 && l.out_dtype != DType::kF32) return false;
-  if (l.m < 1 || l.m > kSkinnyGgmlMaxM || l.k <= 0 || l.k % (l.ggml == GgmlType::kQ4_K ? 256 : 128) != 0) return false;
+  if (l.m < 1 || l.m > kSkinnyGgmlMaxM || l.k <= 0 || l.k % (k256 ? 256 : 128) != 0) return false;
   if (!l.xq || !l.xd || !l.xsum || !aligned16(l.xq) || !aligned16(l.xd) || !aligned16(l.xsum)) return false;
+  if (l.ggml == GgmlType::kQ6_K && (!l.xsum16 || !aligned16(l.xsum16))) return false;
   if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
   for (int s = 0; s < l.num_segments; ++s) {
     const SkinnySegment& g = l.seg[s];
@@ -680,6 +751,7 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream) {
     case GgmlType::kQ8_0: return launch_ggml_typed<GgmlType::kQ8_0>(l, stream);
     case GgmlType::kQ4_0: return launch_ggml_typed<GgmlType::kQ4_0>(l, stream);
     case GgmlType::kQ4_K: return launch_ggml_typed<GgmlType::kQ4_K>(l, stream);
+    case GgmlType::kQ6_K: return launch_ggml_typed<GgmlType::kQ6_K>(l, stream);
     default: throw Error(ErrorCode::kUnsupported, "cuda: no int8 skinny kernel for ggml type " + ggml_type_name(l.ggml));
   }
 }

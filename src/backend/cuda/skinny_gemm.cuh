@@ -52,12 +52,13 @@ struct SkinnyGemmLaunch {
   int num_segments;
   SkinnySegment seg[kSkinnyMaxSegments];
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
-  // GGUF Q8_0 / Q4_0 / Q4_K blocks in the packed layout (launch_skinny_ggml): x already quantized by
+  // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K blocks in the packed layout (launch_skinny_ggml): x already quantized by
   // launch_ggml_quantize_x into xq / xd / xsum ([M, K] codes, [M, K / 32] scales and code sums); dtype is unused.
   GgmlType ggml = GgmlType::kNone;
   const int8_t* xq = nullptr;
   const float* xd = nullptr;
   const int32_t* xsum = nullptr;
+  const int32_t* xsum16 = nullptr;  // [M, K / 16] (Q6_K)
 };
 
 // Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
@@ -68,9 +69,10 @@ void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
 // GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes
 // and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 and
-// d_x * (d * sc * dot - dmin * m * sum q) for Q4_K's sub-blocks, block by block in K order; the same split of K over
+// d_x * (d * sc * dot - dmin * m * sum q) for Q4_K's sub-blocks, d_x * d * sc * (dot - 32 sum q) for each 16
+// values of Q6_K (one m16n8k16 step each), block by block in K order; the same split of K over
 // warps and the same warp-order sum as the kernel above, so rows are bit-identical for every M <= kSkinnyGgmlMaxM.
-// Takes: l.ggml Q8_0 / Q4_0 / Q4_K, xq / xd / xsum set, 1 <= M <= kSkinnyGgmlMaxM, ggml_packable K, f32/bf16/f16 out.
+// Takes: l.ggml Q8_0 / Q4_0 / Q4_K / Q6_K, xq / xd / xsum (and xsum16 for Q6_K) set, 1 <= M <= kSkinnyGgmlMaxM, ggml_packable K, f32/bf16/f16 out.
 bool skinny_ggml_supports(const SkinnyGemmLaunch& l);
 void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
