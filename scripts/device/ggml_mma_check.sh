@@ -4,7 +4,8 @@
 #   tar -xJf .device/carry_m/bundle.tar.xz -C .device && source .device/carry_m/env.sh && scripts/device/ggml_mma_check.sh
 # CUDA ggml op tests, memcheck on the packed kernel, the GGUF fixtures against llama.cpp on CUDA, random 8B-shape
 # GGUFs made in /tmp, then `bench latency` with the packed kernel and with PEREGRINE_GGML_PACK=0 (the GEMV before).
-# BATCHES (default "1 8 32") and TYPES (default "q8_0 q4_0 q4_k") narrow the benchmark.
+# BATCHES (default "1 8 32") and TYPES (default "q8_0 q4_0 q4_k") narrow the benchmark; TESTS picks the op tests;
+# NCU and MIX below add a profile and a Q4_K_M-like file.
 set -uo pipefail
 out=${OUT:-/tmp/ggml_mma_check}
 mkdir -p "$out"
@@ -40,4 +41,28 @@ for f in ${TYPES:-q8_0 q4_0 q4_k}; do
     echo "$row"
   done
 done
+# NCU="q4_k q4_0": ncu's kernel times of one bs=1 decode step on those files.
+for f in ${NCU:-}; do
+  timeout 150 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+    --log-file "$out/ncu_$f.csv" "$bin/peregrine" bench latency --model "/tmp/8b-$f.gguf" --device cuda \
+    --input-len 128 --output-len 3 --batch-size 1 --iterations 1 >"$out/ncu_${f}_run.txt" 2>&1
+  echo "ncu $f rc=$?"
+  python3 scripts/device/ncu_step.py "$out/ncu_$f.csv" "one $f decode step (bs=1, ctx ~130)" --by-grid | head -24 || true
+done
+# MIX=1: a Q4_K_M-like 8B file (bench/gguf_mix_q4_k_m.py: Q4_K with Q6_K attn_v / ffn_down / output) at BATCHES.
+if [ -n "${MIX:-}" ] && [ -f .device/tools/gguf_mix_q4_k_m.py ]; then
+  [ -f /tmp/8b-q4_k_m.gguf ] || timeout 200 python3 .device/tools/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k_m.gguf >>"$out/make.log" 2>&1
+  echo "mix made rc=$? $(ls -la /tmp/8b-q4_k_m.gguf 2>/dev/null | awk '{print $5}') bytes; at $(( $(date +%s) - start )) s"
+  for bs in ${BATCHES:-1 8 32}; do
+    row="| q4_k_m mix | $bs |"
+    for pack in 1 0; do
+      PEREGRINE_GGML_PACK=$pack timeout 100 "$bin/peregrine" bench latency --model /tmp/8b-q4_k_m.gguf --device cuda \
+        --input-len 512 --output-len 64 --batch-size "$bs" --iterations 2 >"$out/mix_bs${bs}_p$pack.txt" 2>&1
+      rc=$?
+      tok=$(grep -oE 'decode[^|]*' "$out/mix_bs${bs}_p$pack.txt" | head -1)
+      row="$row rc=$rc ${tok:-$(tail -1 "$out/mix_bs${bs}_p$pack.txt")} |"
+    done
+    echo "$row"
+  done
+fi
 echo "total: $(( $(date +%s) - start )) s"
