@@ -2,7 +2,7 @@
 // with the scalar oracle of core/ggml_quant) on fresh random blocks, every output element, every ISA: matmul at
 // M = 1, 3, 17, 64 with row lengths that are and are not multiples of 256, with and without bias; the row rule
 // (a row's bits do not depend on M or the thread count), for the file's blocks and for the backend's packed copy
-// (Backend::pack_weight: Q4_0, Q8_0, Q4_K on AVX-512 VNNI); and the embedding gather.
+// (Backend::pack_weight: every block type on AVX-512 VNNI); and the embedding gather.
 //
 // Tolerance: the kernels quantize each row of x to int8 per block of 32 (32-value types) or 256 (K-quants) with
 // scale amax/127, as llama.cpp's CPU matmuls do, so against the f32 reference an output may move by at most
@@ -165,7 +165,7 @@ TEST_P(CpuGgml, MatmulMatchesRefOnEveryElementAndKeepsRowsIndependent) {
 TEST_P(CpuGgml, MatmulsOfOneXMatchSingleMatmulsBitForBit) {
   auto cpu = make(2);
   std::mt19937 rng(1709);
-  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType t : kGgmlBlockTypes) {
     const int64_t k = 512, ns[] = {96, 16, 40};
     for (int64_t m : {int64_t{1}, int64_t{5}}) {
       Buffer x = random_buffer(DType::kF32, m * k, rng);
