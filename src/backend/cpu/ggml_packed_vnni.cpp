@@ -281,7 +281,7 @@ void matmul_typed(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, i
     return;
   }
   constexpr bool kSuper = T == GgmlType::kQ4_K || T == GgmlType::kQ5_K || T == GgmlType::kQ6_K;
-  constexpr int kMr = T == GgmlType::kQ6_K ? 8 : 4, kNg = kSuper ? 1 : 2;
+  constexpr int kMr = T == GgmlType::kQ6_K ? 8 : 4, kNg = kSuper ? 1 : 2;  // Q6_K: 8 rows share each unpacked code vector
   // Panels of groups (about 256 KiB of blocks, in L2) reused by every row tile of x.
   const int64_t panel = std::max<int64_t>(kNg, (int64_t{256} << 10) / a.group_bytes / kNg * kNg);
   for (int64_t gb = g0; gb < g1; gb += panel) {
