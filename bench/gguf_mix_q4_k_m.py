@@ -7,7 +7,7 @@ elsewhere, every other matrix Q4_K; 1-D tensors (norms) copied. The blocks are r
 Q4_K random codes, 6-bit scales and mins with d, dmin ~ 0.002, 0.001 (as bench/gguf_q4_0_to_q4_k.py); Q6_K random
 ql/qh, int8 sub-block scales uniform in [-32, 32], d = 6.2e-5 (the smallest normal f16 is 6.1e-5), so weights
 have an rms of about 0.02. general.file_type is set to 15 (MOSTLY_Q4_K_M).
-Usage: /usr/bin/python3 bench/gguf_mix_q4_k_m.py IN.gguf OUT.gguf   (needs numpy)"""
+Usage: /usr/bin/python3 bench/gguf_mix_q4_k_m.py IN.gguf OUT.gguf [q6_k]   (needs numpy; q6_k: every matrix Q6_K)"""
 import re
 import struct
 import sys
@@ -34,7 +34,7 @@ def block_pool(typ, rng, n=1 << 16):
     return b
 
 
-def main(src, dst):
+def main(src, dst, only=None):
     buf = open(src, "rb").read()
     pos = 4
     version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, pos)
@@ -90,7 +90,9 @@ def main(src, dst):
         new = typ
         if len(ne) == 2 and ne[0] % 256 == 0:
             m = re.match(r"blk\.(\d+)\.(attn_v|ffn_down)\.weight$", name)
-            if name == "output.weight" or (name == "token_embd.weight" and not has_output):
+            if only == "q6_k":
+                new = Q6_K
+            elif name == "output.weight" or (name == "token_embd.weight" and not has_output):
                 new = Q6_K
             elif m and use_more_bits(int(m.group(1)), n_layers):
                 new = Q6_K
@@ -131,4 +133,4 @@ def main(src, dst):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

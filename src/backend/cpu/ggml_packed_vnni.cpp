@@ -201,13 +201,12 @@ void tile_k45(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
 
 // Q6_K: per 16-value sub-block, sa = -32 * sum(x sub-block) + codes . x (the codes as u8 0..63), times the
 // sub-block's int8 scale into isum; acc = fma(f32(isum), d * dx, acc) per super-block. Step (h, c) holds values
-// 128h + 32t + 4c .. +3 for t = 0..3: t = 0/1 the low nibbles of ql vector A/B, t = 2/3 their high nibbles, and
-// the two high bits of each from the qh vector at bits 2t.
+// 128h + 32t + 4c .. +3 for t = 0..3: q_t = S_t & 63 for t < 3, and q_3 from the top two bits of S0, S1, S2.
 template <int MR, int NG>
 void tile_q6_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
   constexpr int64_t kBlock = 3360;
   const int64_t nb = a.k / 256, k = a.k, xs_stride = a.k / 16;
-  const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m3f = _mm512_set1_epi8(0x3f), m03 = _mm512_set1_epi8(0x03);
   const uint8_t* wg[NG];
   __m512 acc[MR][NG];
   start_tile<MR, NG>(a, g0, wg, acc);
@@ -228,11 +227,15 @@ void tile_q6_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
             const int c = 4 * cc + c4;
             for (int g = 0; g < NG; ++g) {
               const uint8_t* step = wg[g] + b * kBlock + 288 + 192 * (8 * h + c);
-              const __m512i src = load(step + 64 * (t & 1)), qh = load(step + 128);
-              const __m512i nib = t < 2 ? _mm512_and_si512(src, m4) : _mm512_and_si512(_mm512_srli_epi16(src, 4), m4);
-              const __m512i hb = t == 0 ? _mm512_slli_epi16(qh, 4) : t == 1 ? _mm512_slli_epi16(qh, 2)
-                                 : t == 2 ? qh : _mm512_srli_epi16(qh, 2);
-              const __m512i code = _mm512_ternarylogic_epi32(nib, hb, m30, 0xf8);  // nib | (hb & 0x30)
+              __m512i code;
+              if (t < 3) {
+                code = _mm512_and_si512(load(step + 64 * t), m3f);
+              } else {  // bits 0-1 from S0 >> 6, 2-3 from S1 >> 4, 4-5 from S2 >> 2 ((a & c) | (b & ~c) = 0xe4)
+                const __m512i u = _mm512_ternarylogic_epi32(_mm512_srli_epi16(load(step), 6),
+                                                            _mm512_srli_epi16(load(step + 64), 4), m03, 0xe4);
+                code = _mm512_and_si512(
+                    _mm512_ternarylogic_epi32(u, _mm512_srli_epi16(load(step + 128), 2), m4, 0xe4), m3f);
+              }
               for (int i = 0; i < MR; ++i) {
                 const int8_t* xr = a.xq + (i0 + i) * k + 256 * b + 128 * h + 32 * t + 4 * c;
                 sa[i][g] = _mm512_dpbusd_epi32(sa[i][g], code, bx(xr));
