@@ -237,13 +237,15 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Several matmuls of one x on packed blocks of one type (q/k/v, gate/up): x quantized once and every
-  // matmul's groups in one parallel region (one wake-up of the threads instead of one per matmul); each output
-  // is computed exactly as matmul() computes it.
+  // Several matmuls of one x on packed blocks whose x is quantized alike (q/k/v, gate/up; one type, or types of one
+  // x block size: a Q4_K_M file's Q4_K q/k with a Q6_K v): x quantized once and every matmul's groups in one
+  // parallel region (one wake-up of the threads instead of one per matmul); each output is computed exactly as
+  // matmul() computes it.
   void matmuls(std::span<const MatmulParams> ps) override {
     bool fused = ps.size() > 1;
     for (const MatmulParams& p : ps)
-      fused = fused && p.quant.packed && p.quant.ggml == ps[0].quant.ggml && p.x.data == ps[0].x.data &&
+      fused = fused && p.quant.packed && p.quant.ggml_blocks() &&
+              cpu::ggml_x_block(p.quant.ggml) == cpu::ggml_x_block(ps[0].quant.ggml) && p.x.data == ps[0].x.data &&
               p.x.ndim == 2 && ps[0].x.ndim == 2 && p.x.dim(0) == ps[0].x.dim(0) && p.x.dim(1) == ps[0].x.dim(1) &&
               p.x.dtype == ps[0].x.dtype;
     if (!fused || ps[0].x.dim(0) != 1) {
