@@ -410,7 +410,7 @@ BENCHMARK(BM_Gemm)
     ->ArgsProduct({{1, 2, 4, 5, 8, 9, 16}, {32000}, {384}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
-// GGUF types at the 1B shape (Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14; also Q5_0 = 6): decode and prefill, on
+// GGUF types at the 1B shape (Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14; also Q5_0 = 6, Q4_1 = 3, Q5_1 = 7, Q5_K = 13): decode and prefill, on
 // the file's blocks (packed:0) and on the backend's packed copy (packed:1; the same as 0 for types it does not pack).
 BENCHMARK(BM_GgmlMatmul)
     ->ArgNames({"type", "M", "N", "K", "packed"})
@@ -419,6 +419,7 @@ BENCHMARK(BM_GgmlMatmul)
     ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {8192}, {0, 1}})
     ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {128256}, {2048}, {0, 1}})
     ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {512}, {2048}, {0, 1}})  // 0.3-0.6 MB: with --hot, from L2 (compute-bound)
+    ->ArgsProduct({{3, 7, 13}, {1, 128}, {512, 2048}, {2048}, {0, 1}})  // Q4_1, Q5_1, Q5_K (rare in files)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GgmlDecodeStep)

@@ -74,9 +74,10 @@ void pack_row_k45(GgmlType t, const uint8_t* row, int64_t r, int64_t k, uint8_t*
   }
 }
 
-// Q6_K: [d x 16][scales: 16 sub-blocks x 16 rows][16 steps (h, c) x 3 vectors S0, S1, S2]. Step (h, c) holds the
-// 6-bit codes q_t of values 128h + 32t + 4c + i (t = 0..3) as S_t = q_t | (2 bits of q_3) << 6 for t < 3: S0 takes
-// q_3's bits 0-1, S1 bits 2-3, S2 bits 4-5 — the file's 210 bytes a row per super-block, regrouped.
+// Q6_K: [d x 16][scales: 16 sub-blocks x 16 rows][4 segments (h, cc) x [S0 x 4 steps][S1 x 4][S2 x 4]]. Step
+// (h, c = 4cc + c4) holds the 6-bit codes q_t of values 128h + 32t + 4c + i (t = 0..3) as S_t = q_t | (2 bits of
+// q_3) << 6 for t < 3: S0 takes q_3's bits 0-1, S1 bits 2-3, S2 bits 4-5 — the file's 210 bytes a row per
+// super-block, regrouped so the kernel reads each segment front to back (t = 0, 1, 2; t = 3 from L1).
 void pack_row_q6_k(const uint8_t* row, int64_t r, int64_t k, uint8_t* dst) {
   for (int64_t b = 0; b < k / 256; ++b) {
     const uint8_t* s = row + b * 210;
@@ -90,10 +91,10 @@ void pack_row_q6_k(const uint8_t* row, int64_t r, int64_t k, uint8_t* dst) {
           const uint8_t qa = s[64 * h + l], qb = s[64 * h + 32 + l], qh = s[128 + 32 * h + l];
           const int q0 = (qa & 0x0f) | ((qh & 3) << 4), q1 = (qb & 0x0f) | (((qh >> 2) & 3) << 4);
           const int q2 = (qa >> 4) | (((qh >> 4) & 3) << 4), q3 = (qb >> 4) | (((qh >> 6) & 3) << 4);
-          uint8_t* v = d + 288 + 192 * (8 * h + c) + 4 * r + i;
+          uint8_t* v = d + 288 + 768 * (2 * h + c / 4) + 64 * (c % 4) + 4 * r + i;
           v[0] = static_cast<uint8_t>(q0 | ((q3 & 3) << 6));
-          v[64] = static_cast<uint8_t>(q1 | (((q3 >> 2) & 3) << 6));
-          v[128] = static_cast<uint8_t>(q2 | (((q3 >> 4) & 3) << 6));
+          v[256] = static_cast<uint8_t>(q1 | (((q3 >> 2) & 3) << 6));
+          v[512] = static_cast<uint8_t>(q2 | (((q3 >> 4) & 3) << 6));
         }
   }
 }

@@ -17,9 +17,10 @@
 //        unpacked at load (+4 bytes a row per super-block, 2.8 %), the nibbles as Q4_0's.
 //   Q5_K (2880 B = 16 x 180): Q4_K's layout, then per (j, c) two 64-bit masks of the high bits (values
 //        64j + 4c + i and 64j + 32 + 4c + i), as Q5_0's.
-//   Q6_K (3360 B = 16 x 210): [d x 16][scales: 16 sub-blocks x 16 rows int8][16 steps (h, c): 3 vectors S0..S2
-//        of 16 rows x 4 bytes] — step (h, c) holds the 6-bit codes q_t of values 128h + 32t + 4c + i, t = 0..3, as
-//        S_t = q_t | (two bits of q_3) << 6 (S0: q_3's bits 0-1, S1: 2-3, S2: 4-5), so q_0..q_2 are one AND each.
+//   Q6_K (3360 B = 16 x 210): [d x 16][scales: 16 sub-blocks x 16 rows int8][4 segments (h, cc): S0 of steps
+//        c = 4cc .. 4cc+3, then S1 of them, then S2 (vectors of 16 rows x 4 bytes)] — step (h, c) holds the 6-bit
+//        codes q_t of values 128h + 32t + 4c + i, t = 0..3, as S_t = q_t | (two bits of q_3) << 6 (S0: q_3's
+//        bits 0-1, S1: 2-3, S2: 4-5), so q_0..q_2 are one AND each and a segment is read front to back.
 // NOTE determinism: per output, each block's integer sum is exact (int32, any summation order), then
 // acc = fma(f32(isum), d_w * d_x, acc) block after block in k order (Q4_K: then the min term), then + bias: the
 // same whatever M, the tile, or the split over groups / rows, so a row's bits never depend on the batch.

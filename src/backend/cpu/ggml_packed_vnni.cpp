@@ -226,15 +226,15 @@ void tile_q6_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
           for (int c4 = 0; c4 < 4; ++c4) {
             const int c = 4 * cc + c4;
             for (int g = 0; g < NG; ++g) {
-              const uint8_t* step = wg[g] + b * kBlock + 288 + 192 * (8 * h + c);
+              const uint8_t* step = wg[g] + b * kBlock + 288 + 768 * (2 * h + cc) + 64 * c4;
               __m512i code;
               if (t < 3) {
-                code = _mm512_and_si512(load(step + 64 * t), m3f);
+                code = _mm512_and_si512(load(step + 256 * t), m3f);
               } else {  // bits 0-1 from S0 >> 6, 2-3 from S1 >> 4, 4-5 from S2 >> 2 ((a & c) | (b & ~c) = 0xe4)
                 const __m512i u = _mm512_ternarylogic_epi32(_mm512_srli_epi16(load(step), 6),
-                                                            _mm512_srli_epi16(load(step + 64), 4), m03, 0xe4);
+                                                            _mm512_srli_epi16(load(step + 256), 4), m03, 0xe4);
                 code = _mm512_and_si512(
-                    _mm512_ternarylogic_epi32(u, _mm512_srli_epi16(load(step + 128), 2), m4, 0xe4), m3f);
+                    _mm512_ternarylogic_epi32(u, _mm512_srli_epi16(load(step + 512), 2), m4, 0xe4), m3f);
               }
               for (int i = 0; i < MR; ++i) {
                 const int8_t* xr = a.xq + (i0 + i) * k + 256 * b + 128 * h + 32 * t + 4 * c;
