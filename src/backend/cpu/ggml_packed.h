@@ -22,8 +22,9 @@
 //        codes q_t of values 128h + 32t + 4c + i, t = 0..3, as S_t = q_t | (two bits of q_3) << 6 (S0: q_3's
 //        bits 0-1, S1: 2-3, S2: 4-5), so q_0..q_2 are one AND each and a segment is read front to back.
 // NOTE determinism: per output, each block's integer sum is exact (int32, any summation order), then
-// acc = fma(f32(isum), d_w * d_x, acc) block after block in k order (Q4_K: then the min term), then + bias: the
-// same whatever M, the tile, or the split over groups / rows, so a row's bits never depend on the batch.
+// acc = fma(f32(isum), d_w * d_x, acc) block after block in k order (the types with a min: then the min term),
+// then + bias: the same whatever M, the tile, or the split over groups / rows, so a row's bits never depend on
+// the batch.
 #pragma once
 
 #include <cstddef>
