@@ -4,9 +4,10 @@
 #   /usr/bin/python3 ../shared/tools/make_random_gguf.py --hidden 2048 --layers 16 --heads 32 --kv-heads 8 --ffn 8192 \
 #       --vocab 128256 --ctx 4096 --dtype q8_0|q4_0 --tied --out /tmp/1b-TYPE.gguf
 #   /usr/bin/python3 bench/gguf_q4_0_to_q4_k.py /tmp/1b-q4_0.gguf /tmp/1b-q4_k.gguf
+#   /usr/bin/python3 bench/gguf_mix_q4_k_m.py /tmp/1b-q4_0.gguf /tmp/1b-q4_k_m.gguf   (a Q4_K_M-like mix: Q4_K + Q6_K)
 # and the peer once in a scratch folder (PEER_DIR, default /tmp/llamacpp_peer): npm install node-llama-cpp@3.22.1,
 # with ../shared/tools/llama_cpp_bench.mjs copied there.
-# Usage: bench/gguf_cpu_pair.sh [ROUNDS=2] [TYPES="q8_0 q4_0 q4_k"]
+# Usage: bench/gguf_cpu_pair.sh [ROUNDS=2] [TYPES="q8_0 q4_0 q4_k"]   (also q4_k_m)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${PEREGRINE_BIN:-$root/build/current/peregrine}"

@@ -325,8 +325,12 @@ void BM_GgmlMatmul(benchmark::State& state) {
 
 // One bs=1 decode step's matmuls of Llama-3.2-1B with every weight in one ggml type (range 0), the lm_head
 // included (as make_random_gguf.py writes a pure file), on the blocks or (range 1) packed: tok/s this alone allows.
+// Type 0: the Q4_K_M mix llama.cpp's quantizer writes for this shape (bench/gguf_mix_q4_k_m.py): Q6_K for the
+// lm_head and for v_proj / down_proj in the layers use_more_bits picks (0, 1, 4, 7, 10, 13, 14, 15), Q4_K elsewhere.
 void BM_GgmlDecodeStep(benchmark::State& state) {
-  const auto type = static_cast<GgmlType>(state.range(0));
+  const bool mix = state.range(0) == 0;
+  const auto type = mix ? GgmlType::kQ4_K : static_cast<GgmlType>(state.range(0));
+  auto more_bits = [](int i) { return i < 2 || i >= 14 || (i - 2) % 3 == 2; };
   struct Linear {
     int64_t n, k;
   };
@@ -334,8 +338,11 @@ void BM_GgmlDecodeStep(benchmark::State& state) {
                           {8192, 2048}, {8192, 2048}, {2048, 8192}};
   std::vector<std::unique_ptr<GgmlWeights>> w;
   for (int l = 0; l < 16; ++l)
-    for (const Linear& s : layer) w.push_back(std::make_unique<GgmlWeights>(type, s.n, s.k, w.size() + 1));
-  w.push_back(std::make_unique<GgmlWeights>(type, 128256, 2048, 999));
+    for (int p = 0; p < 7; ++p) {
+      const bool q6 = mix && (p == 2 || p == 6) && more_bits(l);
+      w.push_back(std::make_unique<GgmlWeights>(q6 ? GgmlType::kQ6_K : type, layer[p].n, layer[p].k, w.size() + 1));
+    }
+  w.push_back(std::make_unique<GgmlWeights>(mix ? GgmlType::kQ6_K : type, 128256, 2048, 999));
   double bytes = 0;
   for (const auto& x : w) bytes += static_cast<double>(x->bytes());
   std::vector<float> x = random_f32(8192, 5), out(128256);
@@ -348,7 +355,7 @@ void BM_GgmlDecodeStep(benchmark::State& state) {
                         TensorView(out.data(), DType::kF32, {1, w[i]->n}), q[i]});
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(ggml_type_name(type));
+  state.SetLabel(mix ? std::string("Q4_K_M mix") : ggml_type_name(type));
   report_bandwidth(state, bytes, timer);
   state.counters["tok/s"] = static_cast<double>(state.iterations()) / timer.seconds();
 }
@@ -403,7 +410,7 @@ BENCHMARK(BM_Gemm)
     ->ArgsProduct({{1, 2, 4, 5, 8, 9, 16}, {32000}, {384}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
-// GGUF types at the 1B shape (Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14; also Q5_0 = 6): decode and prefill, on
+// GGUF types at the 1B shape (Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q6_K = 14; also Q5_0 = 6, Q4_1 = 3, Q5_1 = 7, Q5_K = 13): decode and prefill, on
 // the file's blocks (packed:0) and on the backend's packed copy (packed:1; the same as 0 for types it does not pack).
 BENCHMARK(BM_GgmlMatmul)
     ->ArgNames({"type", "M", "N", "K", "packed"})
@@ -412,11 +419,12 @@ BENCHMARK(BM_GgmlMatmul)
     ->ArgsProduct({{2, 8, 12, 14, 6}, {1, 128}, {2048}, {8192}, {0, 1}})
     ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {128256}, {2048}, {0, 1}})
     ->ArgsProduct({{2, 8, 12, 14, 6}, {1}, {512}, {2048}, {0, 1}})  // 0.3-0.6 MB: with --hot, from L2 (compute-bound)
+    ->ArgsProduct({{3, 7, 13}, {1, 128}, {512, 2048}, {2048}, {0, 1}})  // Q4_1, Q5_1, Q5_K (rare in files)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GgmlDecodeStep)
     ->ArgNames({"type", "packed"})
-    ->ArgsProduct({{2, 8, 12}, {0, 1}})
+    ->ArgsProduct({{2, 8, 12, 14, 6, 0}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionDecode)

@@ -259,9 +259,12 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
     }
     w.buffers.push_back(std::move(buf));
   };
+  // The LM head (the largest tensor) first: the file's pages come in as a tensor is packed and go once it is, so
+  // the peak is the packed copies so far plus one tensor's pages; packed last, the head's pages (the embedding's,
+  // when tied) came on top of every other packed copy.
+  pack(w.lm_head);
   for (LayerWeights& l : w.layers)
     for (Linear* p : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) pack(*p);
-  pack(w.lm_head);
   return w;
 }
 

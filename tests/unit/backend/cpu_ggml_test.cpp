@@ -2,7 +2,7 @@
 // with the scalar oracle of core/ggml_quant) on fresh random blocks, every output element, every ISA: matmul at
 // M = 1, 3, 17, 64 with row lengths that are and are not multiples of 256, with and without bias; the row rule
 // (a row's bits do not depend on M or the thread count), for the file's blocks and for the backend's packed copy
-// (Backend::pack_weight: Q4_0, Q8_0, Q4_K on AVX-512 VNNI); and the embedding gather.
+// (Backend::pack_weight: every block type on AVX-512 VNNI); and the embedding gather.
 //
 // Tolerance: the kernels quantize each row of x to int8 per block of 32 (32-value types) or 256 (K-quants) with
 // scale amax/127, as llama.cpp's CPU matmuls do, so against the f32 reference an output may move by at most
@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -161,11 +162,17 @@ TEST_P(CpuGgml, MatmulMatchesRefOnEveryElementAndKeepsRowsIndependent) {
 }
 
 // Several matmuls of one x (q/k/v, gate/up) through Backend::matmuls give each output the bits matmul() gives it,
-// packed or not (the packed M = 1 case runs them in one parallel region).
+// packed or not (the packed M = 1 case runs them in one parallel region), of one type or mixed as a Q4_K_M file
+// mixes them (Q4_K q/k with a Q6_K v; Q8_0 beside Q5_0: one x block size; Q4_K beside Q8_0: two).
 TEST_P(CpuGgml, MatmulsOfOneXMatchSingleMatmulsBitForBit) {
   auto cpu = make(2);
   std::mt19937 rng(1709);
-  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  std::vector<std::array<GgmlType, 3>> mixes;
+  for (GgmlType t : kGgmlBlockTypes) mixes.push_back({t, t, t});
+  mixes.push_back({GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K});
+  mixes.push_back({GgmlType::kQ5_0, GgmlType::kQ8_0, GgmlType::kQ4_1});
+  mixes.push_back({GgmlType::kQ4_K, GgmlType::kQ8_0, GgmlType::kQ5_K});
+  for (const auto& types : mixes) {
     const int64_t k = 512, ns[] = {96, 16, 40};
     for (int64_t m : {int64_t{1}, int64_t{5}}) {
       Buffer x = random_buffer(DType::kF32, m * k, rng);
@@ -173,7 +180,9 @@ TEST_P(CpuGgml, MatmulsOfOneXMatchSingleMatmulsBitForBit) {
       std::vector<ops::DeviceBuffer> packed;
       std::vector<Buffer> one, many;
       std::vector<ops::MatmulParams> ps;
-      for (int64_t n : ns) {
+      for (size_t mi = 0; mi < 3; ++mi) {
+        const int64_t n = ns[mi];
+        const GgmlType t = types[mi];
         w.push_back(random_ggml_rows(t, n, k, rng));
         const TensorView wv(w.back().data(), DType::kU8, {n, static_cast<int64_t>(ggml_row_bytes(t, k))});
         ops::WeightQuant q;
@@ -187,7 +196,7 @@ TEST_P(CpuGgml, MatmulsOfOneXMatchSingleMatmulsBitForBit) {
       }
       cpu->matmuls(ps);
       for (size_t i = 0; i < ps.size(); ++i)
-        EXPECT_TRUE(bits_equal(one[i], many[i])) << ggml_type_name(t) << " M=" << m << " matmul " << i;
+        EXPECT_TRUE(bits_equal(one[i], many[i])) << ggml_type_name(types[i]) << " M=" << m << " matmul " << i;
     }
   }
 }
