@@ -236,6 +236,32 @@ TEST(CudaGgmlPacked, GroupedMatmulsEqualSeparateOnes) {
   }
 }
 
+// q/k/v of a Q4_K_M layer: Q4_K q and k with a Q6_K v, one x quantization and a launch per type.
+TEST(CudaGgmlPacked, GroupedMatmulsOfMixedTypesEqualSeparateOnes) {
+  std::mt19937 rng(2206);
+  const int64_t k = 512;
+  const GgmlType types[] = {GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K};
+  const int64_t ns[] = {256, 64, 64};
+  std::vector<Packed> ws;
+  for (int i = 0; i < 3; ++i) ws.push_back(pack(blocks_tensor(types[i], ns[i], k, rng), types[i]));
+  for (int64_t m : {1, 7, 32}) {
+    DeviceTensor d_x(random_tensor(DType::kBF16, {m, k}, rng));
+    std::vector<DeviceTensor> one, grouped;
+    std::vector<ops::MatmulParams> ps;
+    for (int i = 0; i < 3; ++i) {
+      one.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+      grouped.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+    }
+    for (int i = 0; i < 3; ++i) {
+      gpu().matmul({d_x.view(), ws[i].blocks.view(), TensorView(), one[i].view(), ws[i].q});
+      ps.push_back({d_x.view(), ws[i].blocks.view(), TensorView(), grouped[i].view(), ws[i].q});
+    }
+    gpu().matmuls(ps);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(bitwise_equal(grouped[i].to_host(), one[i].to_host())) << "M " << m << " #" << i;
+  }
+}
+
 TEST(CudaGgmlPacked, OnlyTypesAndShapesWithALayoutArePacked) {
   std::mt19937 rng(2205);
   auto packs = [&](GgmlType t, int64_t k) {

@@ -296,46 +296,58 @@ class CudaBackendImpl final : public CudaBackend {
                                   l.m, l.n, l.k}, false);
   }
 
-  // Packed GGUF blocks of one type over one x at M <= kSkinnyGgmlMaxM: x quantized once (ggml_matmul.cuh), then
-  // one int8 tensor-core launch for all of ps. False, having enqueued nothing, when the kernel does not take them.
+  // Packed GGUF blocks over one x at M <= kSkinnyGgmlMaxM: x quantized once (ggml_matmul.cuh), then one int8
+  // tensor-core launch per block type among ps (a Q4_K_M layer's Q4_K q/k and Q6_K v: two). False, having enqueued
+  // nothing, when the kernel does not take them all.
   // NOTE determinism: rows agree bit for bit for every M within this path and within the dequantize + GEMM path
   // above it, not across the M = 32 / 33 boundary.
   bool ggml_skinny(std::span<const MatmulParams> ps) {
     const MatmulParams& first = ps.front();
     const int64_t m = first.x.dim(0), k = first.x.dim(1);
-    cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, m, k);
-    l.ggml = first.quant.ggml;
+    if ((reinterpret_cast<uintptr_t>(first.x.data) & 15u) != 0) return false;
+    cuda::SkinnyGemmLaunch ls[cuda::kSkinnyMaxSegments];
+    int launches = 0;
     for (const MatmulParams& p : ps) {
       check_matmul(p);
-      if (p.quant.ggml != l.ggml || !p.quant.packed || p.x.data != first.x.data || p.x.dim(0) != m ||
-          p.out.dtype != first.out.dtype || (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
+      if (!p.quant.packed || p.x.data != first.x.data || p.x.dim(0) != m || p.out.dtype != first.out.dtype ||
+          (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
         return false;
+      int li = 0;
+      while (li < launches && ls[li].ggml != p.quant.ggml) ++li;
+      if (li == launches) {
+        ls[launches] = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, m, k);
+        ls[launches++].ggml = p.quant.ggml;
+      }
+      cuda::SkinnyGemmLaunch& l = ls[li];
+      if (l.num_segments == cuda::kSkinnyMaxSegments) return false;
       const int64_t n = p.w.dim(0);
       const auto* codes = static_cast<const uint8_t*>(p.quant.packed);
-      const int64_t code_bytes = l.ggml == GgmlType::kQ8_0 ? n * k : l.ggml == GgmlType::kQ6_K ? n * (k / 4 * 3) : n * k / 2;
       l.seg[l.num_segments] = {codes, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, n};
-      l.seg[l.num_segments++].meta = codes + code_bytes;
+      l.seg[l.num_segments++].meta = codes + cuda::ggml_packed_code_bytes(l.ggml, n, k);
     }
-    // Checked with stand-in x pointers first: nothing is enqueued unless the kernel takes the shapes.
+    // Checked with stand-in x pointers first: nothing is enqueued unless the kernel takes every launch.
     const size_t q_bytes = static_cast<size_t>(m * k + 255) / 256 * 256;
-    const size_t s_bytes = static_cast<size_t>(m * (k / 32)) * 4;
-    const size_t s_padded = (s_bytes + 255) / 256 * 256;
+    const size_t s_padded = (static_cast<size_t>(m * (k / 32)) * 4 + 255) / 256 * 256;
     const size_t h_bytes = static_cast<size_t>(m * (k / 16)) * 4;
-    auto* probe = reinterpret_cast<const int8_t*>(uintptr_t{256});
-    l.xq = probe;
-    l.xd = reinterpret_cast<const float*>(probe);
-    l.xsum = l.xsum16 = reinterpret_cast<const int32_t*>(probe);
-    if (!cuda::skinny_ggml_supports(l) || (reinterpret_cast<uintptr_t>(first.x.data) & 15u) != 0) return false;
+    const auto* probe = reinterpret_cast<const int8_t*>(uintptr_t{256});
+    for (int i = 0; i < launches; ++i) {
+      ls[i].xq = probe;
+      ls[i].xd = reinterpret_cast<const float*>(probe);
+      ls[i].xsum = ls[i].xsum16 = reinterpret_cast<const int32_t*>(probe);
+      if (!cuda::skinny_ggml_supports(ls[i])) return false;
+    }
     auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded + h_bytes, kQuantXSlot));
     const cuda::GgmlXq xq{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
                           reinterpret_cast<int32_t*>(base + q_bytes + s_padded),
                           reinterpret_cast<int32_t*>(base + q_bytes + 2 * s_padded)};
     cuda::launch_ggml_quantize_x(first.x.data, first.x.dtype, m, k, xq, stream_);
-    l.xq = xq.q;
-    l.xd = xq.d;
-    l.xsum = xq.sum;
-    l.xsum16 = xq.sum16;
-    cuda::launch_skinny_ggml(l, stream_);
+    for (int i = 0; i < launches; ++i) {
+      ls[i].xq = xq.q;
+      ls[i].xd = xq.d;
+      ls[i].xsum = xq.sum;
+      ls[i].xsum16 = xq.sum16;
+      cuda::launch_skinny_ggml(ls[i], stream_);
+    }
     last_matmul_skinny_ = true;
     return true;
   }

@@ -326,7 +326,7 @@ __global__ void ggml_embedding_kernel(GgmlEmbeddingLaunch p) {
 // ---- The packed layout of Q8_0 / Q4_0 / Q4_K (ggml_matmul.cuh) ----
 
 template <GgmlType T> __host__ __device__ constexpr int64_t packed_code_row(int64_t k) {
-  return T == GgmlType::kQ8_0 ? k : T == GgmlType::kQ6_K ? k / 4 * 3 : k / 2;
+  return ggml_packed_code_bytes(T, 1, k);
 }
 
 // Q6_K: the 6-bit code (0..63) of value l of 32-value chunk j (0..7) of the super-block at b, as dequant32 reads it.

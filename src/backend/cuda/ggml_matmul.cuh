@@ -64,6 +64,10 @@ void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream);
 //     through the sums of x).
 // K must be a multiple of 128 (256 for Q4_K and Q6_K).
 bool ggml_packable(GgmlType t, int64_t k);
+// Bytes of the codes region of n packed rows (the meta region starts there).
+__host__ __device__ constexpr int64_t ggml_packed_code_bytes(GgmlType t, int64_t n, int64_t k) {
+  return t == GgmlType::kQ8_0 ? n * k : t == GgmlType::kQ6_K ? n * (k / 4 * 3) : n * (k / 2);
+}
 void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_t* packed, cudaStream_t stream);
 // w_out [N, K] in x's dtype from the packed layout (l.w = packed), the same values launch_ggml_dequantize gives.
 void launch_ggml_dequantize_packed(const GgmlMatmulLaunch& l, void* w_out, cudaStream_t stream);
