@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+from gguf_header import read_header
+
 Q4_K, Q6_K = 12, 14
 BLOCK = {Q4_K: 144, Q6_K: 210}
 TYPE_SIZE = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 12: (256, 144), 14: (256, 210)}
@@ -36,53 +38,18 @@ def block_pool(typ, rng, n=1 << 16):
 
 def main(src, dst, only=None):
     buf = open(src, "rb").read()
-    pos = 4
-    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, pos)
-    pos += 20
-    alignment = 32
-
-    def string(p):
-        n = struct.unpack_from("<Q", buf, p)[0]
-        return buf[p + 8:p + 8 + n].decode(), p + 8 + n
-
-    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-    def skip(t, p):
-        if t == 8:
-            return string(p)[1]
-        if t == 9:
-            et, n = struct.unpack_from("<IQ", buf, p)
-            p += 12
-            for _ in range(n):
-                p = skip(et, p)
-            return p
-        return p + sizes[t]
-
-    kv = bytearray(buf[:pos])
+    h = read_header(buf)
+    alignment, data = h.alignment, h.data
+    kv = bytearray(buf[:24])
     n_layers = 0
-    for _ in range(n_kv):
-        start = pos
-        key, pos = string(pos)
-        t = struct.unpack_from("<I", buf, pos)[0]
-        if key == "general.alignment":
-            alignment = struct.unpack_from("<I", buf, pos + 4)[0]
-        if key.endswith(".block_count"):
-            n_layers = struct.unpack_from("<I", buf, pos + 4)[0]
-        end = skip(t, pos + 4)
-        entry = bytearray(buf[start:end])
-        if key == "general.file_type" and t in (4, 5):
+    for e in h.entries:
+        if e.key.endswith(".block_count"):
+            n_layers = struct.unpack_from("<I", buf, e.value)[0]
+        entry = bytearray(buf[e.start:e.end])
+        if e.key == "general.file_type" and e.type in (4, 5):
             entry[-4:] = struct.pack("<I", 15)
         kv += entry
-        pos = end
-    infos = []
-    for _ in range(n_tensors):
-        name, pos = string(pos)
-        nd = struct.unpack_from("<I", buf, pos)[0]
-        ne = struct.unpack_from(f"<{nd}Q", buf, pos + 4)
-        typ, off = struct.unpack_from("<IQ", buf, pos + 4 + 8 * nd)
-        infos.append((name, ne, typ, off))
-        pos += 4 + 8 * nd + 12
-    data = pos + (alignment - pos % alignment) % alignment
+    infos = [(t.name, t.ne, t.type, t.offset) for t in h.infos]
     has_output = any(n == "output.weight" for n, *_ in infos)
     out_infos, placed, offset = [], [], 0
     counts = {}

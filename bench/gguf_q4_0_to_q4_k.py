@@ -10,53 +10,19 @@ import sys
 
 import numpy as np
 
+from gguf_header import read_header
+
 
 def main(src, dst):
     shutil.copyfile(src, dst)
     with open(dst, "r+b") as f:
         buf = f.read()
         mm = np.memmap(dst, dtype=np.uint8, mode="r+")
-        pos = 4
-        version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, pos)
-        pos += 20
-        alignment = 32
-
-        def string(p):
-            n = struct.unpack_from("<Q", buf, p)[0]
-            return buf[p + 8:p + 8 + n].decode(), p + 8 + n
-
-        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-        def skip(t, p):
-            if t == 8:
-                return string(p)[1]
-            if t == 9:
-                et, n = struct.unpack_from("<IQ", buf, p)
-                p += 12
-                for _ in range(n):
-                    p = skip(et, p)
-                return p
-            return p + sizes[t]
-
-        for _ in range(n_kv):
-            key, pos = string(pos)
-            t = struct.unpack_from("<I", buf, pos)[0]
-            if key == "general.alignment":
-                alignment = struct.unpack_from("<I", buf, pos + 4)[0]
-            pos = skip(t, pos + 4)
-        infos = []
-        for _ in range(n_tensors):
-            name, pos = string(pos)
-            nd = struct.unpack_from("<I", buf, pos)[0]
-            ne = struct.unpack_from(f"<{nd}Q", buf, pos + 4)
-            type_at = pos + 4 + 8 * nd
-            typ, off = struct.unpack_from("<IQ", buf, type_at)
-            infos.append((name, ne, typ, off, type_at))
-            pos = type_at + 12
-        data = pos + (alignment - pos % alignment) % alignment
+        h = read_header(buf)
+        data = h.data
         changed = 0
         rng = np.random.default_rng(0)
-        for name, ne, typ, off, type_at in infos:
+        for name, ne, typ, off, type_at in h.infos:
             if typ != 2 or ne[0] % 256:
                 continue
             mm[type_at:type_at + 4] = np.frombuffer(struct.pack("<I", 12), np.uint8)

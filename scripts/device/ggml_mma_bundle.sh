@@ -11,7 +11,6 @@ cp ../shared/configs/*.json "$stage/shared/configs/"
 for f in ${FIXTURES:-q8_0 q4_0}; do cp "../shared/models/gguf/pycoder-tiny-$f.gguf" "$stage/shared/models/gguf/"; done
 cp ../shared/models/gguf/reference.json "$stage/shared/models/gguf/"
 cp ../shared/tools/make_random_gguf.py "$stage/tools/"
-[ -f bench/gguf_mix_q4_k_m.py ] && cp bench/gguf_mix_q4_k_m.py "$stage/tools/"
 cp "$b/tests/cuda/cuda_ops_tests" "$b/tests/unit/model_tests" "$b/peregrine" "$stage/bin/"
 strip "$stage"/bin/*
 pack .device/carry_m deps shared tools bin

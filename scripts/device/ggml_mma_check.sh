@@ -25,21 +25,23 @@ for d in q8_0 q4_0; do
 done
 [ -f /tmp/8b-q4_k.gguf ] || python3 bench/gguf_q4_0_to_q4_k.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k.gguf >>"$out/make.log" 2>&1
 echo "made: $(ls /tmp/8b-*.gguf 2>/dev/null | tr '\n' ' ') at $(( $(date +%s) - start )) s"; tail -2 "$out/make.log"
+# One table row: the file (label F, /tmp/8b-F.gguf) at batch size BS, packed and in the file layout.
+bench_row() {
+  local f=$1 bs=$2 row="| $1 | $2 |" pack rc tok
+  for pack in 1 0; do
+    PEREGRINE_GGML_PACK=$pack timeout 100 "$bin/peregrine" bench latency --model "/tmp/8b-$f.gguf" --device cuda \
+      --input-len 512 --output-len 64 --batch-size "$bs" --iterations 2 >"$out/${f}_bs${bs}_p$pack.txt" 2>&1
+    rc=$?
+    tok=$(grep -oE 'decode[^|]*' "$out/${f}_bs${bs}_p$pack.txt" | head -1)
+    row="$row rc=$rc ${tok:-$(tail -1 "$out/${f}_bs${bs}_p$pack.txt")} |"
+  done
+  echo "$row"
+}
 echo "| file | batch | packed (int8 mma) tok/s | file layout (GEMV / dequant + GEMM) tok/s |"
 echo "| --- | --- | --- | --- |"
 for f in ${TYPES:-q8_0 q4_0 q4_k}; do
   [ -f "/tmp/8b-$f.gguf" ] || continue
-  for bs in ${BATCHES:-1 8 32}; do
-    row="| $f | $bs |"
-    for pack in 1 0; do
-      PEREGRINE_GGML_PACK=$pack timeout 100 "$bin/peregrine" bench latency --model "/tmp/8b-$f.gguf" --device cuda \
-        --input-len 512 --output-len 64 --batch-size "$bs" --iterations 2 >"$out/${f}_bs${bs}_p$pack.txt" 2>&1
-      rc=$?
-      tok=$(grep -oE 'decode[^|]*' "$out/${f}_bs${bs}_p$pack.txt" | head -1)
-      row="$row rc=$rc ${tok:-$(tail -1 "$out/${f}_bs${bs}_p$pack.txt")} |"
-    done
-    echo "$row"
-  done
+  for bs in ${BATCHES:-1 8 32}; do bench_row "$f" "$bs"; done
 done
 # NCU="q4_k q4_0": ncu's kernel times of one bs=1 decode step on those files.
 for f in ${NCU:-}; do
@@ -50,19 +52,9 @@ for f in ${NCU:-}; do
   python3 scripts/device/ncu_step.py "$out/ncu_$f.csv" "one $f decode step (bs=1, ctx ~130)" --by-grid | head -24 || true
 done
 # MIX=1: a Q4_K_M-like 8B file (bench/gguf_mix_q4_k_m.py: Q4_K with Q6_K attn_v / ffn_down / output) at BATCHES.
-if [ -n "${MIX:-}" ] && [ -f .device/tools/gguf_mix_q4_k_m.py ]; then
-  [ -f /tmp/8b-q4_k_m.gguf ] || timeout 200 python3 .device/tools/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k_m.gguf >>"$out/make.log" 2>&1
+if [ -n "${MIX:-}" ]; then
+  [ -f /tmp/8b-q4_k_m.gguf ] || timeout 200 python3 bench/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k_m.gguf >>"$out/make.log" 2>&1
   echo "mix made rc=$? $(ls -la /tmp/8b-q4_k_m.gguf 2>/dev/null | awk '{print $5}') bytes; at $(( $(date +%s) - start )) s"
-  for bs in ${BATCHES:-1 8 32}; do
-    row="| q4_k_m mix | $bs |"
-    for pack in 1 0; do
-      PEREGRINE_GGML_PACK=$pack timeout 100 "$bin/peregrine" bench latency --model /tmp/8b-q4_k_m.gguf --device cuda \
-        --input-len 512 --output-len 64 --batch-size "$bs" --iterations 2 >"$out/mix_bs${bs}_p$pack.txt" 2>&1
-      rc=$?
-      tok=$(grep -oE 'decode[^|]*' "$out/mix_bs${bs}_p$pack.txt" | head -1)
-      row="$row rc=$rc ${tok:-$(tail -1 "$out/mix_bs${bs}_p$pack.txt")} |"
-    done
-    echo "$row"
-  done
+  for bs in ${BATCHES:-1 8 32}; do bench_row q4_k_m "$bs"; done
 fi
 echo "total: $(( $(date +%s) - start )) s"

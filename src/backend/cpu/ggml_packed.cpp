@@ -112,15 +112,7 @@ GgmlPacked32 ggml_packed_32(GgmlType t) {
   }
 }
 
-bool ggml_packable(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1: case GgmlType::kQ8_0:
-    case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+bool ggml_packable(GgmlType t) { return ggml_is_supported_block_type(t); }  // every block type the loader takes
 
 int64_t ggml_packed_group_bytes(GgmlType t, int64_t k) {
   switch (t) {

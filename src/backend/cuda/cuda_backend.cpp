@@ -213,7 +213,10 @@ class CudaBackendImpl final : public CudaBackend {
   bool grouped_skinny(std::span<const MatmulParams> ps) {
     if (ps.size() < 2 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments) || !skinny_) return false;
     const MatmulParams& first = ps.front();
-    if (first.quant.ggml_blocks()) return ggml_skinny(ps);
+    if (first.quant.ggml_blocks()) {
+      for (const MatmulParams& p : ps) check_matmul(p);
+      return ggml_skinny(ps);
+    }
     cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, first.x.dim(0),
                                              first.x.dim(1));
     const bool quantized = first.quant.quantized();
@@ -308,7 +311,6 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::SkinnyGemmLaunch ls[cuda::kSkinnyMaxSegments];
     int launches = 0;
     for (const MatmulParams& p : ps) {
-      check_matmul(p);
       if (!p.quant.packed || p.x.data != first.x.data || p.x.dim(0) != m || p.out.dtype != first.out.dtype ||
           (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
         return false;
@@ -325,17 +327,12 @@ class CudaBackendImpl final : public CudaBackend {
       l.seg[l.num_segments] = {codes, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, n};
       l.seg[l.num_segments++].meta = codes + cuda::ggml_packed_code_bytes(l.ggml, n, k);
     }
-    // Checked with stand-in x pointers first: nothing is enqueued unless the kernel takes every launch.
+    // Nothing is enqueued unless the kernel takes every launch.
+    for (int i = 0; i < launches; ++i)
+      if (!cuda::skinny_ggml_takes(ls[i])) return false;
     const size_t q_bytes = static_cast<size_t>(m * k + 255) / 256 * 256;
     const size_t s_padded = (static_cast<size_t>(m * (k / 32)) * 4 + 255) / 256 * 256;
     const size_t h_bytes = static_cast<size_t>(m * (k / 16)) * 4;
-    const auto* probe = reinterpret_cast<const int8_t*>(uintptr_t{256});
-    for (int i = 0; i < launches; ++i) {
-      ls[i].xq = probe;
-      ls[i].xd = reinterpret_cast<const float*>(probe);
-      ls[i].xsum = ls[i].xsum16 = reinterpret_cast<const int32_t*>(probe);
-      if (!cuda::skinny_ggml_supports(ls[i])) return false;
-    }
     auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded + h_bytes, kQuantXSlot));
     const cuda::GgmlXq xq{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
                           reinterpret_cast<int32_t*>(base + q_bytes + s_padded),

@@ -45,6 +45,12 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, float* sc,
   }
 }
 
+// Q6_K's 6-bit code (0..63) from its low-nibble byte ql and high-bit byte qh, for chunk t (0..3) of a half
+// super-block: the nibble at 4 (t / 2), the two high bits at 2t.
+__device__ __forceinline__ int q6_of(uint32_t ql, uint32_t qh, int t) {
+  return static_cast<int>(((ql >> (4 * (t >> 1))) & 0xFu) | (((qh >> (2 * t)) & 3u) << 4));
+}
+
 template <GgmlType T>
 __device__ __forceinline__ void dequant32(const uint8_t* row, int64_t c, float (&v)[32]) {
   if constexpr (T == GgmlType::kQ4_0 || T == GgmlType::kQ4_1) {
@@ -125,12 +131,8 @@ __device__ __forceinline__ void dequant32(const uint8_t* row, int64_t c, float (
     ld_bytes<2>(b + 192 + 2 * s, sc2);
     const float s0 = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc2[0])));
     const float s1 = __fmul_rn(d, static_cast<float>(static_cast<int8_t>(sc2[1])));
-    const int shift = 4 * (t >> 1);
 #pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      const int q = ((ql[l] >> shift) & 0xF) | (((qh[l] >> (2 * t)) & 3) << 4);
-      v[l] = __fmul_rn(l < 16 ? s0 : s1, static_cast<float>(q - 32));
-    }
+    for (int l = 0; l < 32; ++l) v[l] = __fmul_rn(l < 16 ? s0 : s1, static_cast<float>(q6_of(ql[l], qh[l], t) - 32));
   }
 }
 
@@ -285,6 +287,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32) ggml_gemv_q4_0_kernel(GgmlMat
   store_gemv_rows<MT>(p, n, lane, acc);
 }
 
+// 32 consecutive values as four store8 (dst aligned as store8 needs).
+template <typename X>
+__device__ __forceinline__ void store32(X* dst, const float (&v)[32]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float o[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) o[q] = v[8 * e + q];
+    store8(dst + 8 * e, o);
+  }
+}
+
 // One thread per chunk of 32 values of the weight.
 template <GgmlType T, typename X>
 __global__ void ggml_dequantize_kernel(GgmlMatmulLaunch p, X* __restrict__ w) {
@@ -294,13 +308,7 @@ __global__ void ggml_dequantize_kernel(GgmlMatmulLaunch p, X* __restrict__ w) {
     const int64_t n = t / per_row, c = t % per_row;
     float v[32];
     dequant32<T>(p.w + n * p.row_bytes, c, v);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float o[8];
-#pragma unroll
-      for (int q = 0; q < 8; ++q) o[q] = v[8 * e + q];
-      store8(w + n * p.k + c * 32 + 8 * e, o);
-    }
+    store32(w + n * p.k + c * 32, v);
   }
 }
 
@@ -332,9 +340,7 @@ template <GgmlType T> __host__ __device__ constexpr int64_t packed_code_row(int6
 // Q6_K: the 6-bit code (0..63) of value l of 32-value chunk j (0..7) of the super-block at b, as dequant32 reads it.
 __device__ __forceinline__ uint32_t q6_code(const uint8_t* b, int j, int l) {
   const int half = j >> 2, t = j & 3;
-  const uint32_t lo = (b[64 * half + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 0xFu;
-  const uint32_t hi = (b[128 + 32 * half + l] >> (2 * t)) & 3u;
-  return lo | (hi << 4);
+  return static_cast<uint32_t>(q6_of(b[64 * half + 32 * (t & 1) + l], b[128 + 32 * half + l], t));
 }
 
 // Q6_K's packed chunk (ggml_matmul.cuh): one thread per row and 128-value chunk (its hi bytes mix two blocks).
@@ -392,13 +398,7 @@ __global__ void ggml_dequantize_packed_q6_k_kernel(GgmlMatmulLaunch p, X* __rest
         v[4 * t + e] = __fmul_rn(s0, static_cast<float>(q0 - 32));
         v[16 + 4 * t + e] = __fmul_rn(s1, static_cast<float>(q1 - 32));
       }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float o[8];
-#pragma unroll
-      for (int q = 0; q < 8; ++q) o[q] = v[8 * e + q];
-      store8(w + r * k + b * 32 + 8 * e, o);
-    }
+    store32(w + r * k + b * 32, v);
   }
 }
 
@@ -492,13 +492,7 @@ __global__ void ggml_dequantize_packed_kernel(GgmlMatmulLaunch p, X* __restrict_
         }
       dequant32<T>(blk, j, v);
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float o[8];
-#pragma unroll
-      for (int q = 0; q < 8; ++q) o[q] = v[8 * e + q];
-      store8(w + r * k + b * 32 + 8 * e, o);
-    }
+    store32(w + r * k + b * 32, v);
   }
 }
 

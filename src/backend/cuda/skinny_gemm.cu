@@ -5,6 +5,7 @@
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/ggml_matmul.cuh"
 #include "core/status.h"
 
 namespace peregrine::cuda {
@@ -462,9 +463,6 @@ template <> struct GgmlPiece<GgmlType::kQ4_K> { uint4 v; uint4 meta; };     // t
 // Q6_K: low nibbles as the 4-bit types, 2 words of high bits, the 8 int8 scales of 16 values, the super-block's d.
 template <> struct GgmlPiece<GgmlType::kQ6_K> { uint4 v; uint2 hi; uint2 meta; uint32_t d; };
 
-template <GgmlType G>
-constexpr int kGgmlCodeBytes = G == GgmlType::kQ8_0 ? 128 : G == GgmlType::kQ6_K ? 96 : 64;  // per row and chunk
-
 // codes: the row's codes plus this lane's offset (16t for the 4-bit types and Q6_K's low nibbles, 32t for Q8_0);
 // meta: the row's meta row; q6_d: Q6_K's d of this row (the d region).
 template <GgmlType G>
@@ -564,13 +562,12 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
     }
     if constexpr (G == GgmlType::kQ6_K) {
       // The sums of x's 16-value halves: the mma's accumulators start at kMagicI - 32 * sum q (codes carry +32).
-      const int4 z4 = make_int4(0, 0, 0, 0);
       const int* h0 = p.xsum16 + c0 * (k / 16) + 8 * c;
       const int* h1 = p.xsum16 + c1 * (k / 16) + 8 * c;
-      const int4 h0a = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(h0)) : z4;
-      const int4 h0b = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(h0 + 4)) : z4;
-      const int4 h1a = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(h1)) : z4;
-      const int4 h1b = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(h1 + 4)) : z4;
+      const int4 h0a = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(h0)) : zi;
+      const int4 h0b = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(h0 + 4)) : zi;
+      const int4 h1a = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(h1)) : zi;
+      const int4 h1b = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(h1 + 4)) : zi;
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         const uint32_t wa = word_of(a.v, s), wb = word_of(b8.v, s);
@@ -595,43 +592,43 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
           }
         }
       }
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t af[4];
-      if constexpr (G == GgmlType::kQ8_0) {
-        af[0] = word(a.v, 2 * s);
-        af[1] = word(b8.v, 2 * s);
-        af[2] = word(a.v, 2 * s + 1);
-        af[3] = word(b8.v, 2 * s + 1);
-      } else {  // low nibbles: values 4t..4t+3; high: 16+4t..16+4t+3 (codes 0..15 as s8)
-        const uint32_t wa = word_of(a.v, s), wb = word_of(b8.v, s);
-        af[0] = wa & 0x0f0f0f0fu;
-        af[1] = wb & 0x0f0f0f0fu;
-        af[2] = (wa >> 4) & 0x0f0f0f0fu;
-        af[3] = (wb >> 4) & 0x0f0f0f0fu;
-      }
-      const uint4& xh = s < 2 ? x0 : x1;
-      const int s0 = comp(xs0, s), s1 = comp(xs1, s);
-      // Q4_0's codes carry +8: the accumulators start at kMagicI - 8 * sum q, so they end at dot - 8 sum q, exactly.
-      const int i0 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s0 : kMagicI;
-      const int i1 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s1 : kMagicI;
-      const int init[4] = {i0, i1, i0, i1};
-      int ci[4];
-      mma_s8(ci, af, word_of(xh, (2 * s) % 4), word_of(xh, (2 * s + 1) % 4), init);
+      for (int s = 0; s < 4; ++s) {
+        uint32_t af[4];
+        if constexpr (G == GgmlType::kQ8_0) {
+          af[0] = word(a.v, 2 * s);
+          af[1] = word(b8.v, 2 * s);
+          af[2] = word(a.v, 2 * s + 1);
+          af[3] = word(b8.v, 2 * s + 1);
+        } else {  // low nibbles: values 4t..4t+3; high: 16+4t..16+4t+3 (codes 0..15 as s8)
+          const uint32_t wa = word_of(a.v, s), wb = word_of(b8.v, s);
+          af[0] = wa & 0x0f0f0f0fu;
+          af[1] = wb & 0x0f0f0f0fu;
+          af[2] = (wa >> 4) & 0x0f0f0f0fu;
+          af[3] = (wb >> 4) & 0x0f0f0f0fu;
+        }
+        const uint4& xh = s < 2 ? x0 : x1;
+        const int s0 = comp(xs0, s), s1 = comp(xs1, s);
+        // Q4_0's codes carry +8: the accumulators start at kMagicI - 8 * sum q, so they end at dot - 8 sum q, exactly.
+        const int i0 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s0 : kMagicI;
+        const int i1 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s1 : kMagicI;
+        const int init[4] = {i0, i1, i0, i1};
+        int ci[4];
+        mma_s8(ci, af, word_of(xh, (2 * s) % 4), word_of(xh, (2 * s + 1) % 4), init);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (kOne && e % 2) continue;
-        const float dx = comp(e % 2 ? xd1 : xd0, s);
-        const float dw = e < 2 ? da[s] : db[s];
-        const float dot = magic_to_float(ci[e]);
-        if constexpr (G == GgmlType::kQ4_K) {
-          const float xs = magic_to_float(kMagicI + (e % 2 ? s1 : s0));
-          const float mw = e < 2 ? ma[s] : mb[s];
-          acc[j][e] = fmaf(dx, fmaf(dw, dot, -mw * xs), acc[j][e]);
-        } else {
-          acc[j][e] = fmaf(dot * dx, dw, acc[j][e]);
+        for (int e = 0; e < 4; ++e) {
+          if (kOne && e % 2) continue;
+          const float dx = comp(e % 2 ? xd1 : xd0, s);
+          const float dw = e < 2 ? da[s] : db[s];
+          const float dot = magic_to_float(ci[e]);
+          if constexpr (G == GgmlType::kQ4_K) {
+            const float xs = magic_to_float(kMagicI + (e % 2 ? s1 : s0));
+            const float mw = e < 2 ? ma[s] : mb[s];
+            acc[j][e] = fmaf(dx, fmaf(dw, dot, -mw * xs), acc[j][e]);
+          } else {
+            acc[j][e] = fmaf(dot * dx, dw, acc[j][e]);
+          }
         }
       }
     }
@@ -650,8 +647,8 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGe
   const int64_t k = p.k, n0 = tile * kRowsPerTile, chunks = k / kGgmlChunk;
   const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
   const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
-  constexpr int kCb = kGgmlCodeBytes<G>;
-  const int64_t code_row = chunks * kCb, meta_row = k / 16;
+  constexpr int64_t kChunkCodeBytes = ggml_packed_code_bytes(G, 1, kGgmlChunk);  // per row and chunk
+  const int64_t code_row = chunks * kChunkCodeBytes, meta_row = k / 16;
   const uint8_t* codes = static_cast<const uint8_t*>(seg.w);
   const uint8_t* meta = static_cast<const uint8_t*>(seg.meta);
   constexpr int kLaneBytes = G == GgmlType::kQ8_0 ? 32 : 16;
@@ -731,19 +728,23 @@ void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   launch_format<f16>(l, stream);
 }
 
-bool skinny_ggml_supports(const SkinnyGemmLaunch& l) {
-  const bool k256 = l.ggml == GgmlType::kQ4_K || l.ggml == GgmlType::kQ6_K;
-  if (l.ggml != GgmlType::kQ8_0 && l.ggml != GgmlType::kQ4_0 && !k256) return false;
+bool skinny_ggml_takes(const SkinnyGemmLaunch& l) {
+  if (l.ggml != GgmlType::kQ8_0 && l.ggml != GgmlType::kQ4_0 && l.ggml != GgmlType::kQ4_K && l.ggml != GgmlType::kQ6_K)
+    return false;
   if (l.out_dtype != DType::kBF16 && l.out_dtype != DType::kF16 && l.out_dtype != DType::kF32) return false;
-  if (l.m < 1 || l.m > kSkinnyGgmlMaxM || l.k <= 0 || l.k % (k256 ? 256 : 128) != 0) return false;
-  if (!l.xq || !l.xd || !l.xsum || !aligned16(l.xq) || !aligned16(l.xd) || !aligned16(l.xsum)) return false;
-  if (l.ggml == GgmlType::kQ6_K && (!l.xsum16 || !aligned16(l.xsum16))) return false;
+  if (l.m < 1 || l.m > kSkinnyGgmlMaxM || !ggml_packable(l.ggml, l.k)) return false;
   if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
   for (int s = 0; s < l.num_segments; ++s) {
     const SkinnySegment& g = l.seg[s];
     if (g.n < 1 || !aligned16(g.w) || !aligned16(g.meta)) return false;
   }
   return true;
+}
+
+bool skinny_ggml_supports(const SkinnyGemmLaunch& l) {
+  if (!skinny_ggml_takes(l)) return false;
+  if (!l.xq || !l.xd || !l.xsum || !aligned16(l.xq) || !aligned16(l.xd) || !aligned16(l.xsum)) return false;
+  return l.ggml != GgmlType::kQ6_K || (l.xsum16 && aligned16(l.xsum16));
 }
 
 void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream) {

@@ -74,6 +74,8 @@ void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // warps and the same warp-order sum as the kernel above, so rows are bit-identical for every M <= kSkinnyGgmlMaxM.
 // Takes: l.ggml Q8_0 / Q4_0 / Q4_K / Q6_K, xq / xd / xsum (and xsum16 for Q6_K) set, 1 <= M <= kSkinnyGgmlMaxM, ggml_packable K, f32/bf16/f16 out.
 bool skinny_ggml_supports(const SkinnyGemmLaunch& l);
+// The same without the x buffers (xq / xd / xsum / xsum16 may still be null): whether to quantize x for it.
+bool skinny_ggml_takes(const SkinnyGemmLaunch& l);
 void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
 }  // namespace peregrine::cuda
