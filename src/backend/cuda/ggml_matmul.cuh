@@ -3,7 +3,7 @@
 // a larger-M path that dequantizes the weight into a dense [N, K] scratch in the activation dtype for the cuBLASLt
 // GEMM (a first version: no tiles dequantized into shared memory for mma yet), and the embedding gather; those
 // keep activations in their dtype (f32 FMAs). Q8_0 / Q4_0 / Q4_K weights repacked at load (the packed layout below)
-// take the int8 tensor-core kernel instead (skinny_gemm.cuh, x quantized to int8 as the CPU kernels do) at
+// take the int8 tensor-core kernel instead (skinny_gemm.cuh, x quantized to int8 per 32 values) at
 // M <= kSkinnyGgmlMaxM, and the packed layout dequantized + cuBLASLt above it.
 #pragma once
 
@@ -72,9 +72,10 @@ void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_
 // w_out [N, K] in x's dtype from the packed layout (l.w = packed), the same values launch_ggml_dequantize gives.
 void launch_ggml_dequantize_packed(const GgmlMatmulLaunch& l, void* w_out, cudaStream_t stream);
 
-// x [M, K] (bf16, f16 or f32) quantized for the packed kernel, as the CPU kernels quantize it: per row and block of
-// 32, d = amax / 127, q = round-half-even(x * 127 / amax) clamped to +-127 (0 when amax is 0). q [M, K] in the codes'
-// lane order (see above); d and the sum of each block's q [M, K / 32]. K a multiple of 128.
+// x [M, K] (bf16, f16 or f32) quantized for the packed kernel by the CPU kernels' rule, in blocks of 32 for every
+// type (the CPU takes 256 for the K-quants): per row and block of 32, d = amax / 127, q = round-half-even(x * 127 /
+// amax) clamped to +-127 (0 when amax is 0). q [M, K] in the codes' lane order (see above); d and the sum of each
+// block's q [M, K / 32], and of each 16 values [M, K / 16]. K a multiple of 128.
 struct GgmlXq {
   int8_t* q;
   float* d;
