@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# GGUF Q8_0 / Q4_0 / Q4_K on the int8 tensor-core kernel, on the H200 in one call (bundle from
+# GGUF Q8_0 / Q4_0 / Q4_K (and the Q4_K_M / Q5_K_M mixes) on the int8 tensor-core kernel, on the H200 in one call (bundle from
 # scripts/device/ggml_mma_bundle.sh):
 #   tar -xJf .device/carry_m/bundle.tar.xz -C .device && source .device/carry_m/env.sh && scripts/device/ggml_mma_check.sh
 # CUDA ggml op tests, memcheck on the packed kernel, the GGUF fixtures against llama.cpp on CUDA, random 8B-shape
 # GGUFs made in /tmp, then `bench latency` with the packed kernel and with PEREGRINE_GGML_PACK=0 (the GEMV before).
 # BATCHES (default "1 8 32") and TYPES (default "q8_0 q4_0 q4_k") narrow the benchmark; TESTS picks the op tests;
-# NCU and MIX below add a profile and a Q4_K_M-like file.
+# NCU and MIX below add a profile and Q4_K_M- / Q5_K_M-like files.
 set -uo pipefail
 out=${OUT:-/tmp/ggml_mma_check}
 mkdir -p "$out"
@@ -51,10 +51,13 @@ for f in ${NCU:-}; do
   echo "ncu $f rc=$?"
   python3 scripts/device/ncu_step.py "$out/ncu_$f.csv" "one $f decode step (bs=1, ctx ~130)" --by-grid | head -24 || true
 done
-# MIX=1: a Q4_K_M-like 8B file (bench/gguf_mix_q4_k_m.py: Q4_K with Q6_K attn_v / ffn_down / output) at BATCHES.
-if [ -n "${MIX:-}" ]; then
-  [ -f /tmp/8b-q4_k_m.gguf ] || timeout 200 python3 bench/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k_m.gguf >>"$out/make.log" 2>&1
-  echo "mix made rc=$? $(ls -la /tmp/8b-q4_k_m.gguf 2>/dev/null | awk '{print $5}') bytes; at $(( $(date +%s) - start )) s"
-  for bs in ${BATCHES:-1 8 32}; do bench_row q4_k_m "$bs"; done
-fi
+# MIX="q4_k_m q5_k_m": Q4_K_M- / Q5_K_M-like 8B files (bench/gguf_mix_q4_k_m.py: Q4_K or Q5_K with Q6_K attn_v /
+# ffn_down / output) at BATCHES (MIX=1 is q4_k_m).
+for mx in ${MIX:-}; do
+  [ "$mx" = 1 ] && mx=q4_k_m
+  mode=""; [ "$mx" = q5_k_m ] && mode=q5_k_m
+  [ -f "/tmp/8b-$mx.gguf" ] || timeout 200 python3 bench/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf "/tmp/8b-$mx.gguf" $mode >>"$out/make.log" 2>&1
+  echo "$mx made rc=$? $(ls -la "/tmp/8b-$mx.gguf" 2>/dev/null | awk '{print $5}') bytes; at $(( $(date +%s) - start )) s"
+  for bs in ${BATCHES:-1 8 32}; do bench_row "$mx" "$bs"; done
+done
 echo "total: $(( $(date +%s) - start )) s"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <random>
 
 #include "cuda_test_util.h"
@@ -77,9 +78,10 @@ TEST(CudaGgmlMatmul, RowsDoNotDependOnMWithinAPath) {
   }
 }
 
-// ---- The packed layout and the int8 tensor-core kernel (Q8_0, Q4_0, Q4_K, Q6_K at M <= 32) ----
+// ---- The packed layout and the int8 tensor-core kernel (Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K at M <= 32) ----
 
-constexpr GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+constexpr GgmlType kPackedTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0,
+                                     GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 struct Packed {
   DeviceTensor blocks;
@@ -236,29 +238,33 @@ TEST(CudaGgmlPacked, GroupedMatmulsEqualSeparateOnes) {
   }
 }
 
-// q/k/v of a Q4_K_M layer: Q4_K q and k with a Q6_K v, one x quantization and a launch per type.
+// q/k/v of a Q4_K_M layer (Q4_K q and k with a Q6_K v) and of a Q5_K_M-like one with a Q5_0 k: one x quantization
+// and a launch per type.
 TEST(CudaGgmlPacked, GroupedMatmulsOfMixedTypesEqualSeparateOnes) {
   std::mt19937 rng(2206);
   const int64_t k = 512;
-  const GgmlType types[] = {GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K};
   const int64_t ns[] = {256, 64, 64};
-  std::vector<Packed> ws;
-  for (int i = 0; i < 3; ++i) ws.push_back(pack(blocks_tensor(types[i], ns[i], k, rng), types[i]));
-  for (int64_t m : {1, 7, 32}) {
-    DeviceTensor d_x(random_tensor(DType::kBF16, {m, k}, rng));
-    std::vector<DeviceTensor> one, grouped;
-    std::vector<ops::MatmulParams> ps;
-    for (int i = 0; i < 3; ++i) {
-      one.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
-      grouped.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+  for (const auto& types : {std::array{GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K},
+                            std::array{GgmlType::kQ5_K, GgmlType::kQ5_0, GgmlType::kQ6_K}}) {
+    std::vector<Packed> ws;
+    for (int i = 0; i < 3; ++i) ws.push_back(pack(blocks_tensor(types[i], ns[i], k, rng), types[i]));
+    for (int64_t m : {1, 7, 32}) {
+      DeviceTensor d_x(random_tensor(DType::kBF16, {m, k}, rng));
+      std::vector<DeviceTensor> one, grouped;
+      std::vector<ops::MatmulParams> ps;
+      for (int i = 0; i < 3; ++i) {
+        one.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+        grouped.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+      }
+      for (int i = 0; i < 3; ++i) {
+        gpu().matmul({d_x.view(), ws[i].blocks.view(), TensorView(), one[i].view(), ws[i].q});
+        ps.push_back({d_x.view(), ws[i].blocks.view(), TensorView(), grouped[i].view(), ws[i].q});
+      }
+      gpu().matmuls(ps);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_TRUE(bitwise_equal(grouped[i].to_host(), one[i].to_host()))
+            << ggml_type_name(types[0]) << " M " << m << " #" << i;
     }
-    for (int i = 0; i < 3; ++i) {
-      gpu().matmul({d_x.view(), ws[i].blocks.view(), TensorView(), one[i].view(), ws[i].q});
-      ps.push_back({d_x.view(), ws[i].blocks.view(), TensorView(), grouped[i].view(), ws[i].q});
-    }
-    gpu().matmuls(ps);
-    for (int i = 0; i < 3; ++i)
-      EXPECT_TRUE(bitwise_equal(grouped[i].to_host(), one[i].to_host())) << "M " << m << " #" << i;
   }
 }
 
@@ -274,7 +280,11 @@ TEST(CudaGgmlPacked, OnlyTypesAndShapesWithALayoutArePacked) {
   EXPECT_TRUE(packs(GgmlType::kQ4_K, 256));
   EXPECT_FALSE(packs(GgmlType::kQ8_0, 96));  // K not a multiple of 128
   EXPECT_TRUE(packs(GgmlType::kQ6_K, 512));
-  EXPECT_FALSE(packs(GgmlType::kQ5_0, 256));
+  EXPECT_TRUE(packs(GgmlType::kQ5_0, 128));
+  EXPECT_TRUE(packs(GgmlType::kQ5_K, 256));
+  EXPECT_FALSE(packs(GgmlType::kQ5_K, 128));  // K not a multiple of 256
+  EXPECT_FALSE(packs(GgmlType::kQ4_1, 256));  // no packed layout: the GEMV reads the file's blocks
+  EXPECT_FALSE(packs(GgmlType::kQ5_1, 256));
 }
 
 TEST(CudaGgmlEmbedding, GathersTheReferenceRowsBitForBit) {

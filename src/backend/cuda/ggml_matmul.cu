@@ -331,7 +331,7 @@ __global__ void ggml_embedding_kernel(GgmlEmbeddingLaunch p) {
   }
 }
 
-// ---- The packed layout of Q8_0 / Q4_0 / Q4_K (ggml_matmul.cuh) ----
+// ---- The packed layout (ggml_matmul.cuh) ----
 
 template <GgmlType T> __host__ __device__ constexpr int64_t packed_code_row(int64_t k) {
   return ggml_packed_code_bytes(T, 1, k);
@@ -399,6 +399,55 @@ __global__ void ggml_dequantize_packed_q6_k_kernel(GgmlMatmulLaunch p, X* __rest
         v[16 + 4 * t + e] = __fmul_rn(s1, static_cast<float>(q1 - 32));
       }
     store32(w + r * k + b * 32, v);
+  }
+}
+
+// Q5_0 / Q5_K: the 5-bit code (0..31) of value l of block b of a row (Q5_K: sub-block b), as dequant32 reads it.
+template <GgmlType T>
+__device__ __forceinline__ uint32_t q5_code(const uint8_t* row, int64_t b, int l) {
+  if constexpr (T == GgmlType::kQ5_0) {
+    const uint8_t* blk = row + b * 22;
+    const uint32_t nib = l < 16 ? blk[6 + l] & 0xFu : static_cast<uint32_t>(blk[6 + l - 16] >> 4);
+    return nib | ((static_cast<uint32_t>(blk[2 + l / 8]) >> (l % 8)) & 1u) << 4;
+  } else {
+    const int j = static_cast<int>(b % 8);
+    const uint8_t* blk = row + (b / 8) * 176;
+    const uint32_t nib = (static_cast<uint32_t>(blk[48 + 32 * (j / 2) + l]) >> (4 * (j & 1))) & 0xFu;
+    return nib | ((static_cast<uint32_t>(blk[16 + l]) >> j) & 1u) << 4;
+  }
+}
+
+// Q5_0 / Q5_K's packed chunk (ggml_matmul.cuh): one thread per row and 128-value chunk (a lane's word of fifth
+// bits mixes the chunk's four blocks).
+template <GgmlType T>
+__global__ void ggml_pack_q5_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t row_bytes,
+                                    uint8_t* __restrict__ out) {
+  const int64_t per_row = k / 128, total = n * per_row, code_row = packed_code_row<T>(k);
+  uint8_t* meta_base = out + n * code_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / per_row, c = i % per_row;
+    const uint8_t* row = w + r * row_bytes;
+    uint8_t* codes = out + r * code_row + c * 80;
+    uint8_t* meta = meta_base + r * (k / 16);
+    for (int t = 0; t < 4; ++t) {
+      uint32_t hw = 0;
+      for (int s = 0; s < 4; ++s)
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t v0 = q5_code<T>(row, 4 * c + s, 4 * t + e), v1 = q5_code<T>(row, 4 * c + s, 16 + 4 * t + e);
+          codes[16 * t + 4 * s + e] = static_cast<uint8_t>((v0 & 0xFu) | ((v1 & 0xFu) << 4));
+          hw |= ((v0 >> 4) << (8 * e + s)) | ((v1 >> 4) << (8 * e + 4 + s));
+        }
+      for (int e = 0; e < 4; ++e) codes[64 + 4 * t + e] = static_cast<uint8_t>(hw >> (8 * e));
+    }
+    if constexpr (T == GgmlType::kQ5_0) {
+      for (int s = 0; s < 4; ++s) {
+        meta[2 * (4 * c + s)] = row[(4 * c + s) * 22];
+        meta[2 * (4 * c + s) + 1] = row[(4 * c + s) * 22 + 1];
+      }
+    } else if (c % 2 == 0) {
+      for (int e = 0; e < 16; ++e) meta[8 * c + e] = row[(c / 2) * 176 + e];
+    }
   }
 }
 
@@ -478,6 +527,32 @@ __global__ void ggml_dequantize_packed_kernel(GgmlMatmulLaunch p, X* __restrict_
       for (int t = 0; t < 4; ++t)
         for (int e = 0; e < 4; ++e) blk[2 + 4 * t + e] = codes[c * 64 + t * 16 + s * 4 + e];
       dequant32<T>(blk, 0, v);
+    } else if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_K) {
+      // The file's block (Q5_K: a super-block holding this sub-block's scales, nibbles and fifth bits where
+      // dequant32 looks for them), the rest zeros.
+      constexpr bool k5k = T == GgmlType::kQ5_K;
+      const int j = k5k ? static_cast<int>(b % 8) : 0, shift = 4 * (j & 1);
+      __align__(4) uint8_t blk[k5k ? 176 : 24] = {};
+      const uint8_t* ch = codes + c * 80;
+      if constexpr (k5k) {
+        for (int e = 0; e < 16; ++e) blk[e] = meta[16 * (b / 8) + e];
+      } else {
+        blk[0] = meta[2 * b];
+        blk[1] = meta[2 * b + 1];
+      }
+      for (int l = 0; l < 32; ++l) {
+        const int t = (l % 16) / 4, e = l % 4, hi = l / 16;
+        const uint32_t nib = (static_cast<uint32_t>(ch[16 * t + 4 * s + e]) >> (4 * hi)) & 0xFu;
+        const uint32_t bit = (static_cast<uint32_t>(ch[64 + 4 * t + e]) >> (s + 4 * hi)) & 1u;
+        if constexpr (k5k) {
+          blk[48 + 32 * (j / 2) + l] |= static_cast<uint8_t>(nib << shift);
+          blk[16 + l] |= static_cast<uint8_t>(bit << j);
+        } else {
+          blk[6 + l % 16] |= static_cast<uint8_t>(nib << (4 * hi));
+          blk[2 + l / 8] |= static_cast<uint8_t>(bit << (l % 8));
+        }
+      }
+      dequant32<T>(blk, j, v);
     } else {  // a super-block holding this sub-block's scales and its nibbles where dequant32 looks for them
       const int64_t sb = b / 8;
       const int j = static_cast<int>(b % 8), shift = 4 * (j & 1);
@@ -538,7 +613,9 @@ void dispatch_packable(GgmlType t, Fn&& fn) {
   switch (t) {
     case GgmlType::kQ8_0: fn(std::integral_constant<GgmlType, GgmlType::kQ8_0>{}); return;
     case GgmlType::kQ4_0: fn(std::integral_constant<GgmlType, GgmlType::kQ4_0>{}); return;
+    case GgmlType::kQ5_0: fn(std::integral_constant<GgmlType, GgmlType::kQ5_0>{}); return;
     case GgmlType::kQ4_K: fn(std::integral_constant<GgmlType, GgmlType::kQ4_K>{}); return;
+    case GgmlType::kQ5_K: fn(std::integral_constant<GgmlType, GgmlType::kQ5_K>{}); return;
     case GgmlType::kQ6_K: fn(std::integral_constant<GgmlType, GgmlType::kQ6_K>{}); return;
     default:
       throw Error(ErrorCode::kUnsupported, "cuda: ggml type " + ggml_type_name(t) + " has no packed layout");
@@ -623,8 +700,8 @@ void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream) {
 }
 
 bool ggml_packable(GgmlType t, int64_t k) {
-  if (t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0) return k > 0 && k % 128 == 0;
-  if (t == GgmlType::kQ4_K || t == GgmlType::kQ6_K) return k > 0 && k % 256 == 0;
+  if (t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0 || t == GgmlType::kQ5_0) return k > 0 && k % 128 == 0;
+  if (t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K) return k > 0 && k % 256 == 0;
   return false;
 }
 
@@ -638,6 +715,8 @@ void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_
     constexpr GgmlType T = decltype(type)::value;
     if constexpr (T == GgmlType::kQ6_K)
       ggml_pack_q6_k_kernel<<<grid_for(n * k / 128, 256), 256, 0, stream>>>(w, n, k, row_bytes, packed);
+    else if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_K)
+      ggml_pack_q5_kernel<T><<<grid_for(n * k / 128, 256), 256, 0, stream>>>(w, n, k, row_bytes, packed);
     else
       ggml_pack_kernel<T><<<grid_for(n * k / 32, 256), 256, 0, stream>>>(w, n, k, row_bytes, packed);
   });

@@ -2,9 +2,9 @@
 // EmbeddingParams::table_ggml): a small-M GEMV that reads every weight block once and dequantizes it in registers,
 // a larger-M path that dequantizes the weight into a dense [N, K] scratch in the activation dtype for the cuBLASLt
 // GEMM (a first version: no tiles dequantized into shared memory for mma yet), and the embedding gather; those
-// keep activations in their dtype (f32 FMAs). Q8_0 / Q4_0 / Q4_K weights repacked at load (the packed layout below)
-// take the int8 tensor-core kernel instead (skinny_gemm.cuh, x quantized to int8 per 32 values) at
-// M <= kSkinnyGgmlMaxM, and the packed layout dequantized + cuBLASLt above it.
+// keep activations in their dtype (f32 FMAs). Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K weights repacked at load (the
+// packed layout below) take the int8 tensor-core kernel instead (skinny_gemm.cuh, x quantized to int8 per 32 values)
+// at M <= kSkinnyGgmlMaxM, and the packed layout dequantized + cuBLASLt above it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,25 +48,31 @@ struct GgmlEmbeddingLaunch {
 };
 void launch_ggml_embedding(const GgmlEmbeddingLaunch& l, cudaStream_t stream);
 
-// The packed layout of Q8_0, Q4_0, Q4_K and Q6_K (Backend::pack_weight) read by the int8 tensor-core kernel
-// (skinny_gemm.cuh, M <= kSkinnyGgmlMaxM). The same bytes as the file's blocks, regrouped in two regions:
+// The packed layout of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K (Backend::pack_weight) read by the int8 tensor-core
+// kernel (skinny_gemm.cuh, M <= kSkinnyGgmlMaxM). The same bytes as the file's blocks, regrouped in two regions:
 //   codes [N, K (Q8_0) or K / 2]: each row in 128-value chunks (four 32-value blocks; Q4_K's sub-blocks), lane t
 //     (0..3) of a chunk owning 32 bytes (Q8_0) or 16 (4-bit) that hold, for each block s, the values 4t..4t+3 and
 //     16+4t..16+4t+3 — mma m16n8k32's fragment of that lane. Q8_0: 8 code bytes per block; 4-bit: 4 bytes per
 //     block, byte i holding value 4t+i in its low nibble and 16+4t+i in its high one (Q4_0's own pairing; Q4_K's
 //     sub-blocks are re-paired to it).
-//   meta [N, K / 16 bytes] after the codes: Q8_0 / Q4_0 the f16 scale of every block; Q4_K each super-block's
-//     first 16 bytes as the file has them (d, dmin, the 12 packed 6-bit scales and mins).
+//   meta [N, K / 16 bytes] after the codes: Q8_0 / Q4_0 / Q5_0 the f16 scale of every block; Q4_K / Q5_K each
+//     super-block's first 16 bytes as the file has them (d, dmin, the 12 packed 6-bit scales and mins).
+//   Q5_0 / Q5_K: codes [N, 5K / 8] in 80-byte chunks: the four lanes' 16 bytes of low nibbles as the 4-bit types
+//     pair them, then the four lanes' 4-byte words of fifth bits (lane t's word, byte i: bit s the fifth bit of
+//     value 4t+i of block s, bit 4 + s that of value 16+4t+i); the meta region as above.
 //   Q6_K: codes [N, 3K / 4] in 96-byte chunks: first the four lanes' 16 bytes of low nibbles (paired as the 4-bit
 //     types pair them), then the four lanes' 8 bytes of high bits (word h of lane t, byte e: bits 0-1 and 2-3 the
 //     high bits of values 4t+e and 16+4t+e of block 2h, bits 4-7 the same of block 2h + 1); then the int8 scale of
 //     every 16 values [N, K / 16], then each super-block's f16 d [N, K / 256]. Codes stay 0..63 (the -32 is taken
 //     through the sums of x).
-// K must be a multiple of 128 (256 for Q4_K and Q6_K).
+// K must be a multiple of 128 (256 for the K-quants).
 bool ggml_packable(GgmlType t, int64_t k);
 // Bytes of the codes region of n packed rows (the meta region starts there).
 __host__ __device__ constexpr int64_t ggml_packed_code_bytes(GgmlType t, int64_t n, int64_t k) {
-  return t == GgmlType::kQ8_0 ? n * k : t == GgmlType::kQ6_K ? n * (k / 4 * 3) : n * (k / 2);
+  return t == GgmlType::kQ8_0                             ? n * k
+         : t == GgmlType::kQ6_K                           ? n * (k / 4 * 3)
+         : t == GgmlType::kQ5_0 || t == GgmlType::kQ5_K ? n * (k / 128 * 80)
+                                                          : n * (k / 2);
 }
 void launch_ggml_pack(const uint8_t* w, GgmlType t, int64_t n, int64_t k, uint8_t* packed, cudaStream_t stream);
 // w_out [N, K] in x's dtype from the packed layout (l.w = packed), the same values launch_ggml_dequantize gives.
