@@ -1,11 +1,15 @@
 // CUDA 8-bit matmuls vs the ref backend on fresh random inputs, every output element: int8 W8A8 per channel, FP8
 // W8A8 per channel and in 128x128 blocks with per-token-group activations, weight-only int8 / fp8 codes, bias,
 // bf16 and f32 activations, M from 1 to 64; rows bit-identical for every M within a path (FP8 per channel at
-// M = 64 runs cuBLASLt's FP8 GEMM: f32 outputs within 1e-3 of max|y| there, tensor-core accumulation).
+// M = 64 runs cuBLASLt's FP8 GEMM: f32 outputs within 1e-3 of max|y| there, tensor-core accumulation); per channel
+// W8A8 at small M on the 8-bit tensor-core kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "cuda_test_util.h"
 
@@ -73,6 +77,98 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
         if (m == 5) five = om;
         const HostTensor& base = lt_path ? five : got;
         EXPECT_EQ(std::memcmp(om.bytes.data(), base.bytes.data(), om.bytes.size()), 0) << what << " M " << m;
+      }
+    }
+  }
+}
+
+// Random 8-bit codes [n, k] (no e4m3 NaN) and per-row f32 scales, on the host and the device.
+struct W8Weight {
+  HostTensor codes, scales;
+  DeviceTensor d_codes, d_scales;
+  ops::WeightQuant hq, dq;
+};
+W8Weight make_w8(DType codes_t, int64_t n, int64_t k, std::mt19937& rng) {
+  HostTensor codes(codes_t, {n, k});
+  for (auto& b : codes.bytes) {
+    b = static_cast<uint8_t>(rng());
+    if (codes_t == DType::kF8E4M3 && (b & 0x7f) == 0x7f) b ^= 1;
+  }
+  HostTensor scales(DType::kF32, {n, 1});
+  std::uniform_real_distribution<double> u(0.2, 1.0);
+  for (int64_t i = 0; i < n; ++i)
+    scales.set(i, u(rng) / std::sqrt(static_cast<double>(k)) / (codes_t == DType::kI8 ? 64 : 200));
+  W8Weight w{codes, scales, DeviceTensor(codes), DeviceTensor(scales), {}, {}};
+  w.hq.scales = w.scales.view();
+  w.hq.group_size = k;
+  w.hq.act = codes_t == DType::kI8 ? ops::ActQuant::kInt8 : ops::ActQuant::kFp8;
+  w.dq = w.hq;
+  w.dq.scales = w.d_scales.view();
+  return w;
+}
+
+// W8A8 per channel at small M takes the 8-bit tensor-core kernel (skinny_gemm.cuh): int8 rows are the warp
+// kernel's (M = 40) bit for bit at every M up to 32; FP8 rows (M <= 16) are within 1e-3 of max|y| of the ref (the
+// tensor cores sum 32 products at a time) and the same bits for every M <= 16; grouped launches (q/k/v) give the
+// bits of separate ones.
+TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
+  std::mt19937 rng(32);
+  const int64_t k = 4096;
+  const int64_t ns[] = {1040, 136, 200};  // 65 tiles of 16 rows; rows that do not fill a tile
+  for (DType codes_t : {DType::kI8, DType::kF8E4M3}) {
+    const bool fp8 = codes_t == DType::kF8E4M3;
+    std::vector<W8Weight> ws;
+    for (int64_t n : ns) ws.push_back(make_w8(codes_t, n, k, rng));
+    HostTensor bias = random_tensor(DType::kBF16, {ns[2]}, rng);
+    DeviceTensor d_bias(bias);
+    for (DType act : {DType::kBF16, DType::kF32}) {
+      const int64_t big = fp8 ? 16 : 40;  // int8: M = 40 is the warp kernel's
+      HostTensor x = random_tensor(act, {big, k}, rng);
+      DeviceTensor d_x(x);
+      const std::string what = std::string(dtype_name(codes_t)) + " x " + std::string(dtype_name(act));
+      auto run = [&](int64_t m, size_t i) {
+        DeviceTensor d_out(HostTensor(act, {m, ns[i]}));
+        d_out.poison();
+        gpu().matmul({d_x.view().slice_rows(0, m), ws[i].d_codes.view(), i == 2 ? d_bias.view() : TensorView(),
+                      d_out.view(), ws[i].dq});
+        return d_out.to_host();
+      };
+      std::vector<HostTensor> full;
+      for (size_t i = 0; i < ws.size(); ++i) full.push_back(run(big, i));
+      // Against the ref (FP8 at M = 16: the kernel itself; int8 at 40 is the warp kernel, checked by the test above).
+      if (fp8) {
+        for (size_t i = 0; i < ws.size(); ++i) {
+          HostTensor want(act, {big, ns[i]});
+          ref().matmul({x.view(), ws[i].codes.view(), i == 2 ? bias.view() : TensorView(), want.view(), ws[i].hq});
+          double ymax = 0;
+          for (int64_t e = 0; e < want.numel(); ++e) ymax = std::max(ymax, std::fabs(want.get(e)));
+          const double tol = (act == DType::kF32 ? 1e-3 : 1e-2) * ymax;
+          int bad = 0;
+          for (int64_t e = 0; e < want.numel(); ++e) bad += !(std::fabs(full[i].get(e) - want.get(e)) <= tol);
+          EXPECT_EQ(bad, 0) << what << " #" << i;
+        }
+      }
+      for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 31, 32}) {
+        if (m > big) continue;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const HostTensor got = run(m, i);
+          EXPECT_EQ(std::memcmp(got.bytes.data(), full[i].bytes.data(), got.bytes.size()), 0)
+              << what << " M " << m << " #" << i;
+        }
+      }
+      for (int64_t m : {int64_t{1}, int64_t{12}, fp8 ? int64_t{16} : int64_t{32}}) {  // q/k/v as one launch
+        std::vector<DeviceTensor> grouped;
+        std::vector<ops::MatmulParams> ps;
+        for (size_t i = 0; i < ws.size(); ++i) grouped.emplace_back(HostTensor(act, {m, ns[i]}));
+        for (size_t i = 0; i < ws.size(); ++i)
+          ps.push_back({d_x.view().slice_rows(0, m), ws[i].d_codes.view(), i == 2 ? d_bias.view() : TensorView(),
+                        grouped[i].view(), ws[i].dq});
+        gpu().matmuls(ps);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const HostTensor got = grouped[i].to_host();
+          EXPECT_EQ(std::memcmp(got.bytes.data(), full[i].bytes.data(), got.bytes.size()), 0)
+              << what << " grouped M " << m << " #" << i;
+        }
       }
     }
   }

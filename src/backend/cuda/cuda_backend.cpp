@@ -159,8 +159,8 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_embedding(l, stream_);
   }
 
-  // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K blocks regrouped for the int8 tensor-core kernel (ggml_matmul.cuh's packed layout,
-  // the file's size); every ggml path then reads the packed copy. PEREGRINE_GGML_PACK=0 keeps the file's layout
+  // GGUF Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K blocks regrouped for the int8 tensor-core kernel (ggml_matmul.cuh's
+  // packed layout, the file's size); every ggml path then reads the packed copy. PEREGRINE_GGML_PACK=0 keeps the file's layout
   // and the GEMV (comparisons only).
   DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q) override {
     static const bool off = [] {
@@ -216,6 +216,10 @@ class CudaBackendImpl final : public CudaBackend {
     if (first.quant.ggml_blocks()) {
       for (const MatmulParams& p : ps) check_matmul(p);
       return ggml_skinny(ps);
+    }
+    if (first.quant.act != ActQuant::kNone) {
+      for (const MatmulParams& p : ps) check_matmul(p);
+      return w8a8_skinny(ps);
     }
     cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, first.x.dim(0),
                                              first.x.dim(1));
@@ -466,8 +470,52 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_w4a8_epilogue(l, c32, xs, per_channel ? l.scales : nullptr, stream_);
   }
 
-  // 8-bit codes and W8A8 (w8_matmul.cuh): activations quantized once per matmul, then a warp per output.
+  // W8A8 per channel (int8 or FP8 codes, one scale per row or per block_rows rows, x per token) over one x at small
+  // M: x quantized once (launch_act_quant), then one 8-bit tensor-core launch (skinny_gemm.cuh) for all of ps
+  // (q/k/v, gate/up). False, having enqueued nothing, when the kernel does not take them all.
+  // NOTE determinism: int8 rows equal the warp kernel's bit for bit, so int8 rows agree for every M; FP8 rows agree
+  // within M <= 16 and within cuBLASLt's M > 16, not across.
+  bool w8a8_skinny(std::span<const MatmulParams> ps) {
+    static const bool off = [] {
+      const char* v = std::getenv("PEREGRINE_W8_SKINNY");
+      return v && std::string_view(v) == "0";
+    }();
+    const MatmulParams& first = ps.front();
+    const int64_t m = first.x.dim(0), k = first.x.dim(1);
+    if (off || !skinny_ || m == 0 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments)) return false;
+    cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, m, k);
+    l.codes = first.w.dtype;
+    for (const MatmulParams& p : ps) {
+      const WeightQuant& q = p.quant;
+      const bool kinds = (p.w.dtype == DType::kI8 && q.act == ActQuant::kInt8) ||
+                         (p.w.dtype == DType::kF8E4M3 && q.act == ActQuant::kFp8);
+      if (!kinds || p.w.dtype != l.codes || !q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() ||
+          q.scales.dtype != DType::kF32 || q.scales.ndim != 2 || q.scales.dim(1) != 1 ||
+          !(q.act_group == 0 || q.act_group == k) || p.x.data != first.x.data || p.x.dim(0) != m ||
+          p.out.dtype != first.out.dtype || (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
+        return false;
+      cuda::SkinnySegment& g = l.seg[l.num_segments++];
+      g = {p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, p.w.dim(0)};
+      g.scales = q.scales.as<const float>();
+      g.block_rows = q.block_rows;
+    }
+    const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
+    auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m) * 4, kQuantXSlot));
+    l.xq = reinterpret_cast<const int8_t*>(base);
+    l.xs = reinterpret_cast<const float*>(base + codes);
+    if (!cuda::skinny_w8a8_takes(l)) return false;
+    const cuda::W8MatmulLaunch aq{first.x.data, first.x.dtype, nullptr, l.codes, nullptr, 1, 1, k,
+                                  l.codes == DType::kI8 ? 1 : 2, k, nullptr, DType::kF32, nullptr, DType::kF32, m, 1, k};
+    cuda::launch_act_quant(aq, base, reinterpret_cast<float*>(base + codes), stream_);
+    cuda::launch_skinny_w8a8(l, stream_);
+    last_matmul_skinny_ = true;
+    return true;
+  }
+
+  // 8-bit codes and W8A8 (w8_matmul.cuh): activations quantized once per matmul, then a warp per output (per
+  // channel W8A8 at small M: w8a8_skinny instead).
   void w8_matmul(const MatmulParams& p) {
+    if (p.quant.act != ActQuant::kNone && w8a8_skinny(std::span<const MatmulParams>(&p, 1))) return;
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;
     const bool ok_codes = (c == DType::kI8 && q.act != ActQuant::kFp8) || (c == DType::kF8E4M3 && q.act != ActQuant::kInt8);

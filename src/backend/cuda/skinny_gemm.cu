@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -39,7 +40,7 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 
 // kInt4Fact / kUint8Fact: codes on the factored path (below), which takes 128-wide chunks (a lane's 32 codes: one
 // 16-byte load per row for int4, two for uint8) where the others take 64.
-enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml };
+enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8 };
 
 template <Weights F> constexpr bool kFactored = F == Weights::kInt4Fact || F == Weights::kUint8Fact;
 template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
@@ -239,6 +240,7 @@ template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGe
           seg.group_size = p.seg[s].group_size;
         }
         if constexpr (F == Weights::kGgml) seg.meta = p.seg[s].meta;
+        if constexpr (F == Weights::kW8) seg.block_rows = p.seg[s].block_rows;
       } else {
         tile -= tiles;
       }
@@ -455,15 +457,22 @@ __device__ __forceinline__ float magic_to_float(int biased) { return __int_as_fl
 
 constexpr int kGgmlChunk = 128;  // K per warp pass: four 32-value blocks, one mma step each
 
+// Q5_0 / Q5_K: 4-bit codes plus a word of fifth bits; Q4_K / Q5_K: scales and mins of a 256-value super-block.
+template <GgmlType G> constexpr bool kFiveBit = G == GgmlType::kQ5_0 || G == GgmlType::kQ5_K;
+template <GgmlType G> constexpr bool kSuperMins = G == GgmlType::kQ4_K || G == GgmlType::kQ5_K;
+
 // One weight row's share of a 128-value chunk for one lane: its codes (ggml_matmul.cuh's packed layout) and meta.
 template <GgmlType G> struct GgmlPiece;
 template <> struct GgmlPiece<GgmlType::kQ8_0> { uint4 v[2]; uint2 meta; };  // 4 blocks x 8 codes; 4 f16 scales
 template <> struct GgmlPiece<GgmlType::kQ4_0> { uint4 v; uint2 meta; };     // 4 blocks x 4 nibble pairs
 template <> struct GgmlPiece<GgmlType::kQ4_K> { uint4 v; uint4 meta; };     // the super-block's d, dmin, scales
+template <> struct GgmlPiece<GgmlType::kQ5_0> { uint4 v; uint32_t h; uint2 meta; };  // Q4_0's, the fifth bits
+template <> struct GgmlPiece<GgmlType::kQ5_K> { uint4 v; uint32_t h; uint4 meta; };  // Q4_K's, the fifth bits
 // Q6_K: low nibbles as the 4-bit types, 2 words of high bits, the 8 int8 scales of 16 values, the super-block's d.
 template <> struct GgmlPiece<GgmlType::kQ6_K> { uint4 v; uint2 hi; uint2 meta; uint32_t d; };
 
-// codes: the row's codes plus this lane's offset (16t for the 4-bit types and Q6_K's low nibbles, 32t for Q8_0);
+// codes: the row's codes plus this lane's offset (16t for the 4- and 5-bit types and Q6_K's low nibbles, 32t for
+// Q8_0);
 // meta: the row's meta row; q6_d: Q6_K's d of this row (the d region).
 template <GgmlType G>
 __device__ __forceinline__ void load_ggml_piece(GgmlPiece<G>& r, const uint8_t* codes, const uint8_t* meta,
@@ -479,10 +488,13 @@ __device__ __forceinline__ void load_ggml_piece(GgmlPiece<G>& r, const uint8_t* 
   if constexpr (G == GgmlType::kQ8_0) {
     r.v[0] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 128)) : z;
     r.v[1] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 128 + 16)) : z;
+  } else if constexpr (kFiveBit<G>) {
+    r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 80)) : z;
+    r.h = in_k ? __ldcs(reinterpret_cast<const unsigned int*>(codes + c * 80 + 64 - 12 * t)) : 0u;
   } else {
     r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + c * 64)) : z;
   }
-  if constexpr (G == GgmlType::kQ4_K)
+  if constexpr (kSuperMins<G>)
     r.meta = in_k ? __ldg(reinterpret_cast<const uint4*>(meta + (c / 2) * 16)) : z;
   else
     r.meta = in_k ? __ldg(reinterpret_cast<const uint2*>(meta + c * 8)) : make_uint2(0, 0);
@@ -493,8 +505,9 @@ __device__ __forceinline__ float half_hi(uint32_t w) { return __half2float(__ush
 __device__ __forceinline__ float comp(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 __device__ __forceinline__ int comp(const int4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// The chunk's four block scales (Q4_K: d * sc and dmin * m of sub-blocks 4h .. 4h + 3, h the chunk's half of its
-// super-block; Q6_K: d * sc of each block's values 0..15 in d, of 16..31 in mn; computed as core/ggml_quant does).
+// The chunk's four block scales (Q4_K / Q5_K: d * sc and dmin * m of sub-blocks 4h .. 4h + 3, h the chunk's half
+// of its super-block; Q6_K: d * sc of each block's values 0..15 in d, of 16..31 in mn; computed as core/ggml_quant
+// does).
 template <GgmlType G>
 __device__ __forceinline__ void ggml_scales(const GgmlPiece<G>& r, int64_t c, float (&d)[4], float (&mn)[4]) {
   if constexpr (G == GgmlType::kQ6_K) {
@@ -507,7 +520,7 @@ __device__ __forceinline__ void ggml_scales(const GgmlPiece<G>& r, int64_t c, fl
       d[s] = __fmul_rn(dd, __uint_as_float(__byte_perm(w, 0x4B000000u, sel0)) - 8388736.0f);
       mn[s] = __fmul_rn(dd, __uint_as_float(__byte_perm(w, 0x4B000000u, sel1)) - 8388736.0f);
     }
-  } else if constexpr (G == GgmlType::kQ4_K) {
+  } else if constexpr (kSuperMins<G>) {
     const float dd = half_lo(r.meta.x), dm = half_hi(r.meta.x);
     const uint32_t s03 = r.meta.y, s47 = r.meta.z, s8b = r.meta.w;  // the 12 scale bytes q[0..11]
     // The four 6-bit scales and mins of sub-blocks 4h .. 4h + 3, a byte each, by word operations:
@@ -556,7 +569,7 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
     const float4 xd1 = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const float4*>(p.xd + c1 * kb + 4 * c)) : zf;
     const int4 zi = make_int4(0, 0, 0, 0);
     int4 xs0 = zi, xs1 = zi;
-    if constexpr (G == GgmlType::kQ4_0 || G == GgmlType::kQ4_K) {
+    if constexpr (G == GgmlType::kQ4_0 || kFiveBit<G> || kSuperMins<G>) {
       xs0 = c0 < p.m ? __ldg(reinterpret_cast<const int4*>(p.xsum + c0 * kb + 4 * c)) : zi;
       xs1 = !kOne && c1 < p.m ? __ldg(reinterpret_cast<const int4*>(p.xsum + c1 * kb + 4 * c)) : zi;
     }
@@ -607,12 +620,19 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
           af[1] = wb & 0x0f0f0f0fu;
           af[2] = (wa >> 4) & 0x0f0f0f0fu;
           af[3] = (wb >> 4) & 0x0f0f0f0fu;
+          if constexpr (kFiveBit<G>) {  // bit s (low values) and 4 + s (high values) of each byte to bit 4: 0..31
+            af[0] |= (a.h << (4 - s)) & 0x10101010u;
+            af[1] |= (b8.h << (4 - s)) & 0x10101010u;
+            af[2] |= (a.h >> s) & 0x10101010u;
+            af[3] |= (b8.h >> s) & 0x10101010u;
+          }
         }
         const uint4& xh = s < 2 ? x0 : x1;
         const int s0 = comp(xs0, s), s1 = comp(xs1, s);
-        // Q4_0's codes carry +8: the accumulators start at kMagicI - 8 * sum q, so they end at dot - 8 sum q, exactly.
-        const int i0 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s0 : kMagicI;
-        const int i1 = G == GgmlType::kQ4_0 ? kMagicI - 8 * s1 : kMagicI;
+        // Q4_0's codes carry +8 (Q5_0's +16): the accumulators start at kMagicI - 8 * sum q, so they end at
+        // dot - 8 sum q, exactly.
+        constexpr int kOff = G == GgmlType::kQ4_0 ? 8 : G == GgmlType::kQ5_0 ? 16 : 0;
+        const int i0 = kMagicI - kOff * s0, i1 = kMagicI - kOff * s1;
         const int init[4] = {i0, i1, i0, i1};
         int ci[4];
         mma_s8(ci, af, word_of(xh, (2 * s) % 4), word_of(xh, (2 * s + 1) % 4), init);
@@ -622,7 +642,7 @@ __device__ __forceinline__ void ggml_chunk(float (&acc)[NT][4], const GgmlPiece<
           const float dx = comp(e % 2 ? xd1 : xd0, s);
           const float dw = e < 2 ? da[s] : db[s];
           const float dot = magic_to_float(ci[e]);
-          if constexpr (G == GgmlType::kQ4_K) {
+          if constexpr (kSuperMins<G>) {
             const float xs = magic_to_float(kMagicI + (e % 2 ? s1 : s0));
             const float mw = e < 2 ? ma[s] : mb[s];
             acc[j][e] = fmaf(dx, fmaf(dw, dot, -mw * xs), acc[j][e]);
@@ -691,7 +711,7 @@ void launch_ggml_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
   // Chunks ahead: as many as 128 registers hold without spilling (Q4_0's pieces are the smallest; Q4_K's carry 16
   // meta bytes).
-  constexpr int kU1 = G == GgmlType::kQ4_0 ? 4 : 3;
+  constexpr int kU1 = G == GgmlType::kQ4_0 || G == GgmlType::kQ5_0 ? 4 : 3;
   static_assert(kSkinnyGgmlMaxM <= 32, "up to four n-tiles of 8 tokens");
   // Four n-tiles hold their x pieces and scales in registers: one block per SM (255 registers).
   if (l.m == 1)
@@ -702,6 +722,134 @@ void launch_ggml_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
     skinny_ggml_kernel<G, 2, G == GgmlType::kQ6_K ? 1 : 2, 2><<<grid, block, 0, stream>>>(l);
   else
     skinny_ggml_kernel<G, 4, G == GgmlType::kQ6_K ? 1 : 2, 1><<<grid, block, 0, stream>>>(l);
+  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- W8A8 on 8-bit tensor cores (launch_skinny_w8a8) ----
+
+// d = a * b + c on FP8 tensor cores (e4m3 x e4m3, f32 accumulators).
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f), "f"(0.0f), "f"(0.0f), "f"(0.0f));
+}
+
+// Accumulators of one lane: int32 (exact) for int8, f32 for FP8.
+template <bool kFp8> using W8Acc = std::conditional_t<kFp8, float, int>;
+
+// A lane's 32 consecutive bytes of a row's 128-wide chunk (bytes 32t .. 32t + 31): mma step i takes bytes
+// 8i .. 8i + 3 as the fragment's k = 4t .. 4t + 3 and 8i + 4 .. 8i + 7 as k = 16 + 4t .. 16 + 4t + 3, for the weight
+// rows (A) and the token's x codes (B) alike.
+template <bool kFp8, int NT>
+__device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint4 (&a)[2], const uint4 (&b8)[2],
+                                           const SkinnyGemmLaunch& p, int64_t c, int g, int t) {
+  const uint4 z = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = 8 * j + g;
+    const int8_t* xr = p.xq + col * p.k + c * 128 + 32 * t;
+    const uint4 xv[2] = {col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr)) : z,
+                         col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr + 16)) : z};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t af[4] = {word(a, 2 * i), word(b8, 2 * i), word(a, 2 * i + 1), word(b8, 2 * i + 1)};
+      if constexpr (kFp8) {
+        float d[4];
+        mma_e4m3(d, af, word(xv, 2 * i), word(xv, 2 * i + 1));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
+      } else {
+        mma_s8(acc[j], af, word(xv, 2 * i), word(xv, 2 * i + 1), acc[j]);
+      }
+    }
+  }
+}
+
+// The block's end for W8A8: the warps' partials added in warp order (int8: as integers, exactly), then
+// fmaf(sum * xs[token], w_scale, 0) + bias, as w8_matmul's warp kernel computes it.
+template <bool kFp8, int NT>
+__device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
+                                                const W8Acc<kFp8> (&acc)[NT][4]) {
+  using A = W8Acc<kFp8>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ A partial[kWarps][NT][32][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[warp][j][lane][e] = acc[j][e];
+  __syncthreads();
+  const int64_t n = seg.n;
+  constexpr int kOutputs = kRowsPerTile * 8 * NT;
+  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
+    const int r = o % kRowsPerTile, col = o / kRowsPerTile;
+    const int j = col / 8, c = col % 8;
+    const int src_lane = (r % 8) * 4 + c / 2, e = (r / 8) * 2 + c % 2;
+    A s = partial[0][j][src_lane][e];
+#pragma unroll
+    for (int ww = 1; ww < kWarps; ++ww) s += partial[ww][j][src_lane][e];
+    const int64_t row = n0 + r;
+    if (col < p.m && row < n) {
+      const float part = static_cast<float>(s) * __ldg(p.xs + col);
+      float v = fmaf(part, __ldg(seg.scales + row / seg.block_rows), 0.0f);
+      if (seg.bias) v += load_any(seg.bias, seg.bias_dtype, row);
+      store_any(seg.out, p.out_dtype, col * n + row, v);
+    }
+  }
+}
+
+template <bool kFp8, int NT, int U, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGemmLaunch p) {
+  int64_t tile = blockIdx.x;
+  SkinnySegment seg{};
+  if (!find_segment<Weights::kW8>(p, tile, seg)) return;  // whole block: uniform
+  const int64_t n = seg.n;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t k = p.k, n0 = tile * kRowsPerTile, chunks = k / 128;
+  const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
+  const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
+  const uint8_t* w = static_cast<const uint8_t*>(seg.w);
+  const uint8_t* wa = w + ra * k + 32 * t;
+  const uint8_t* wb = w + rb * k + 32 * t;
+  W8Acc<kFp8> acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0;
+  const uint4 z = make_uint4(0, 0, 0, 0);
+  uint4 a[U][2], b8[U][2];
+  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + int64_t{u} * kWarps;
+      const bool in_k = c < chunks;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        a[u][h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wa + c * 128 + 16 * h)) : z;
+        b8[u][h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wb + c * 128 + 16 * h)) : z;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + int64_t{u} * kWarps;
+      if (c >= chunks) break;  // warp-uniform; depends on K alone
+      w8a8_chunk<kFp8, NT>(acc, a[u], b8[u], p, c, g, t);
+    }
+  }
+  store_w8a8_tile<kFp8, NT>(p, seg, n0, acc);
+}
+
+template <bool kFp8>
+void launch_w8a8_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
+  int64_t tiles = 0;
+  for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
+  const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
+  if (l.m <= 8)
+    skinny_w8a8_kernel<kFp8, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+  else if (l.m <= 16)
+    skinny_w8a8_kernel<kFp8, 2, 2, 2><<<grid, block, 0, stream>>>(l);
+  else
+    skinny_w8a8_kernel<kFp8, 4, 2, 1><<<grid, block, 0, stream>>>(l);
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -729,8 +877,6 @@ void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream) {
 }
 
 bool skinny_ggml_takes(const SkinnyGemmLaunch& l) {
-  if (l.ggml != GgmlType::kQ8_0 && l.ggml != GgmlType::kQ4_0 && l.ggml != GgmlType::kQ4_K && l.ggml != GgmlType::kQ6_K)
-    return false;
   if (l.out_dtype != DType::kBF16 && l.out_dtype != DType::kF16 && l.out_dtype != DType::kF32) return false;
   if (l.m < 1 || l.m > kSkinnyGgmlMaxM || !ggml_packable(l.ggml, l.k)) return false;
   if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
@@ -751,10 +897,31 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   switch (l.ggml) {
     case GgmlType::kQ8_0: return launch_ggml_typed<GgmlType::kQ8_0>(l, stream);
     case GgmlType::kQ4_0: return launch_ggml_typed<GgmlType::kQ4_0>(l, stream);
+    case GgmlType::kQ5_0: return launch_ggml_typed<GgmlType::kQ5_0>(l, stream);
     case GgmlType::kQ4_K: return launch_ggml_typed<GgmlType::kQ4_K>(l, stream);
+    case GgmlType::kQ5_K: return launch_ggml_typed<GgmlType::kQ5_K>(l, stream);
     case GgmlType::kQ6_K: return launch_ggml_typed<GgmlType::kQ6_K>(l, stream);
     default: throw Error(ErrorCode::kUnsupported, "cuda: no int8 skinny kernel for ggml type " + ggml_type_name(l.ggml));
   }
+}
+
+bool skinny_w8a8_takes(const SkinnyGemmLaunch& l) {
+  const bool fp8 = l.codes == DType::kF8E4M3;
+  if (!fp8 && l.codes != DType::kI8) return false;
+  if (l.out_dtype != DType::kBF16 && l.out_dtype != DType::kF16 && l.out_dtype != DType::kF32) return false;
+  if (l.m < 1 || l.m > (fp8 ? kSkinnyW8F8MaxM : kSkinnyW8I8MaxM) || l.k < 128 || l.k % 128 != 0) return false;
+  if (!l.xq || !l.xs || !aligned16(l.xq)) return false;
+  if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
+  for (int s = 0; s < l.num_segments; ++s) {
+    const SkinnySegment& g = l.seg[s];
+    if (g.n < 1 || !aligned16(g.w) || !g.scales || g.block_rows < 1) return false;
+  }
+  return true;
+}
+
+void launch_skinny_w8a8(const SkinnyGemmLaunch& l, cudaStream_t stream) {
+  if (l.codes == DType::kF8E4M3) return launch_w8a8_typed<true>(l, stream);
+  launch_w8a8_typed<false>(l, stream);
 }
 
 }  // namespace peregrine::cuda

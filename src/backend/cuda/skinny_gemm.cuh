@@ -23,6 +23,11 @@ constexpr int64_t kSkinnyMaxM = 16;  // ops::kSkinnyMatmulMaxM (cuda_backend.h) 
 constexpr int kSkinnyMaxSegments = 4;
 // GGUF blocks in the packed layout (ggml_matmul.cuh) take the int8 tensor-core kernel up to this M.
 constexpr int64_t kSkinnyGgmlMaxM = 32;
+// W8A8 (int8 or FP8 codes, x quantized per token) take the 8-bit tensor-core kernel up to these M: int8's rows
+// equal w8_matmul's warp kernel bit for bit (exact integer sums, the same epilogue), so int8 may run it to 32;
+// FP8 hands M > 16 to cuBLASLt's FP8 GEMM.
+constexpr int64_t kSkinnyW8I8MaxM = 32;
+constexpr int64_t kSkinnyW8F8MaxM = 16;
 
 struct SkinnySegment {
   const void* w;     // [n, K] in x's dtype (16-byte aligned), or codes as SkinnyGemmLaunch::codes says
@@ -39,6 +44,7 @@ struct SkinnySegment {
   const float* zeros = nullptr;   // [n, groups] or null
   int64_t groups = 0, group_size = 0;
   const void* meta = nullptr;  // GGUF packed blocks (SkinnyGemmLaunch::ggml): the layout's meta region; w its codes
+  int64_t block_rows = 1;      // W8A8: output rows sharing one scale (scales [ceil(n / block_rows)])
 };
 
 struct SkinnyGemmLaunch {
@@ -52,13 +58,16 @@ struct SkinnyGemmLaunch {
   int num_segments;
   SkinnySegment seg[kSkinnyMaxSegments];
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
-  // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K blocks in the packed layout (launch_skinny_ggml): x already quantized by
+  // GGUF Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K blocks in the packed layout (launch_skinny_ggml): x already quantized by
   // launch_ggml_quantize_x into xq / xd / xsum ([M, K] codes, [M, K / 32] scales and code sums); dtype is unused.
   GgmlType ggml = GgmlType::kNone;
   const int8_t* xq = nullptr;
   const float* xd = nullptr;
   const int32_t* xsum = nullptr;
   const int32_t* xsum16 = nullptr;  // [M, K / 16] (Q6_K)
+  // W8A8 (codes kI8 or kF8E4M3, launch_skinny_w8a8): x's codes [M, K] in xq (e4m3 bytes for FP8) and its scales
+  // per token [M], as w8_matmul.cuh's launch_act_quant writes them (act_group K).
+  const float* xs = nullptr;
 };
 
 // Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
@@ -68,14 +77,27 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
 // GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes
-// and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 and
-// d_x * (d * sc * dot - dmin * m * sum q) for Q4_K's sub-blocks, d_x * d * sc * (dot - 32 sum q) for each 16
-// values of Q6_K (one m16n8k16 step each), block by block in K order; the same split of K over
+// and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 (- 16 sum q for Q5_0)
+// and d_x * (d * sc * dot - dmin * m * sum q) for Q4_K's and Q5_K's sub-blocks, d_x * d * sc * (dot - 32 sum q)
+// for each 16 values of Q6_K (one m16n8k16 step each), block by block in K order; the same split of K over
 // warps and the same warp-order sum as the kernel above, so rows are bit-identical for every M <= kSkinnyGgmlMaxM.
-// Takes: l.ggml Q8_0 / Q4_0 / Q4_K / Q6_K, xq / xd / xsum (and xsum16 for Q6_K) set, 1 <= M <= kSkinnyGgmlMaxM, ggml_packable K, f32/bf16/f16 out.
+// Takes: l.ggml one of ggml_packable's types, xq / xd / xsum (and xsum16 for Q6_K) set, 1 <= M <=
+// kSkinnyGgmlMaxM, ggml_packable K, f32/bf16/f16 out.
 bool skinny_ggml_supports(const SkinnyGemmLaunch& l);
 // The same without the x buffers (xq / xd / xsum / xsum16 may still be null): whether to quantize x for it.
 bool skinny_ggml_takes(const SkinnyGemmLaunch& l);
 void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
+
+// W8A8 on 8-bit tensor cores (mma m16n8k32, s8 or e4m3), weights as stored ([n, K] codes, one f32 scale per
+// block_rows rows) and x's codes as launch_act_quant writes them: a lane's 32 consecutive bytes of a 128-wide chunk
+// feed four mma steps with the same K permutation in both operands, so neither is repacked. int8: the products
+// summed exactly in int32 (the warps' partials added as integers), then out = fmaf(float(sum) * xs[token],
+// w_scale, 0) (+ bias), which is w8_matmul's warp kernel's arithmetic, so rows are the same bits at every M. FP8:
+// each mma step starts from zero and is added to f32 accumulators (the tensor cores' own accumulation is not
+// exact), in an order fixed by K alone; then (sum * xs) * w_scale as the warp kernel. Takes: codes kI8 or kF8E4M3,
+// xq / xs set (16-byte aligned codes, x and w), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM / kSkinnyW8F8MaxM,
+// scales set, f32/bf16/f16 out.
+bool skinny_w8a8_takes(const SkinnyGemmLaunch& l);
+void launch_skinny_w8a8(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
 }  // namespace peregrine::cuda
