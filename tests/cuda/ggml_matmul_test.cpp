@@ -282,7 +282,7 @@ TEST(CudaGgmlPacked, OnlyTypesAndShapesWithALayoutArePacked) {
   EXPECT_TRUE(packs(GgmlType::kQ6_K, 512));
   EXPECT_TRUE(packs(GgmlType::kQ5_0, 128));
   EXPECT_TRUE(packs(GgmlType::kQ5_K, 256));
-  EXPECT_FALSE(packs(GgmlType::kQ5_K, 128));  // K not a multiple of 256
+  EXPECT_FALSE(packs(GgmlType::kQ5_0, 96));  // K not a multiple of 128 (K-quants' K is one of 256: their block)
   EXPECT_FALSE(packs(GgmlType::kQ4_1, 256));  // no packed layout: the GEMV reads the file's blocks
   EXPECT_FALSE(packs(GgmlType::kQ5_1, 256));
 }

@@ -108,8 +108,8 @@ W8Weight make_w8(DType codes_t, int64_t n, int64_t k, std::mt19937& rng) {
 }
 
 // W8A8 per channel at small M takes the 8-bit tensor-core kernel (skinny_gemm.cuh): int8 rows are the warp
-// kernel's (M = 40) bit for bit at every M up to 32; FP8 rows (M <= 16) are within 1e-3 of max|y| of the ref (the
-// tensor cores sum 32 products at a time) and the same bits for every M <= 16; grouped launches (q/k/v) give the
+// kernel's (M = 40) bit for bit at every M up to 32; FP8 rows (M <= 32) are within 1e-3 of max|y| of the ref (the
+// tensor cores sum 32 products at a time) and the same bits for every M <= 32; grouped launches (q/k/v) give the
 // bits of separate ones.
 TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
   std::mt19937 rng(32);
@@ -122,7 +122,7 @@ TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
     HostTensor bias = random_tensor(DType::kBF16, {ns[2]}, rng);
     DeviceTensor d_bias(bias);
     for (DType act : {DType::kBF16, DType::kF32}) {
-      const int64_t big = fp8 ? 16 : 40;  // int8: M = 40 is the warp kernel's
+      const int64_t big = fp8 ? 32 : 40;  // int8: M = 40 is cuBLASLt's int8 GEMM (or the warp kernel), the same bits
       HostTensor x = random_tensor(act, {big, k}, rng);
       DeviceTensor d_x(x);
       const std::string what = std::string(dtype_name(codes_t)) + " x " + std::string(dtype_name(act));
@@ -135,7 +135,7 @@ TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
       };
       std::vector<HostTensor> full;
       for (size_t i = 0; i < ws.size(); ++i) full.push_back(run(big, i));
-      // Against the ref (FP8 at M = 16: the kernel itself; int8 at 40 is the warp kernel, checked by the test above).
+      // Against the ref (FP8 at M = 32: the kernel itself; int8 at 40 is checked by the test below).
       if (fp8) {
         for (size_t i = 0; i < ws.size(); ++i) {
           HostTensor want(act, {big, ns[i]});
@@ -156,7 +156,7 @@ TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
               << what << " M " << m << " #" << i;
         }
       }
-      for (int64_t m : {int64_t{1}, int64_t{12}, fp8 ? int64_t{16} : int64_t{32}}) {  // q/k/v as one launch
+      for (int64_t m : {int64_t{1}, int64_t{12}, int64_t{32}}) {  // q/k/v as one launch
         std::vector<DeviceTensor> grouped;
         std::vector<ops::MatmulParams> ps;
         for (size_t i = 0; i < ws.size(); ++i) grouped.emplace_back(HostTensor(act, {m, ns[i]}));
@@ -169,6 +169,51 @@ TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
           EXPECT_EQ(std::memcmp(got.bytes.data(), full[i].bytes.data(), got.bytes.size()), 0)
               << what << " grouped M " << m << " #" << i;
         }
+      }
+    }
+  }
+}
+
+// int8 W8A8 per channel beyond the skinny kernel's M: cuBLASLt's int8 GEMM (N % 16 == 0) or the warp kernel (other
+// N), then the warp kernel's epilogue: every element within the ref's tolerance, and every row the same bits as the
+// same x row at M <= 32 (the skinny kernel) and as at any other M.
+TEST(CudaW8Matmul, LargeMInt8RowsAreTheSmallMBits) {
+  std::mt19937 rng(33);
+  const int64_t k = 1024, m = 300;
+  const int64_t ns[] = {1040, 200};
+  HostTensor bias = random_tensor(DType::kBF16, {ns[0]}, rng);
+  DeviceTensor d_bias(bias);
+  for (DType act : {DType::kBF16, DType::kF32}) {
+    HostTensor x = random_tensor(act, {m, k}, rng);
+    DeviceTensor d_x(x);
+    for (size_t i = 0; i < 2; ++i) {
+      const W8Weight w = make_w8(DType::kI8, ns[i], k, rng);
+      const int64_t n = ns[i];
+      const std::string what = std::string(dtype_name(act)) + " N " + std::to_string(n);
+      auto run = [&](int64_t r0, int64_t rows) {
+        DeviceTensor d_out(HostTensor(act, {rows, n}));
+        d_out.poison();
+        gpu().matmul({d_x.view().slice_rows(r0, rows), w.d_codes.view(), i == 0 ? d_bias.view() : TensorView(),
+                      d_out.view(), w.dq});
+        return d_out.to_host();
+      };
+      const HostTensor full = run(0, m);
+      HostTensor want(act, {m, n});
+      ref().matmul({x.view(), w.codes.view(), i == 0 ? bias.view() : TensorView(), want.view(), w.hq});
+      double ymax = 0;
+      for (int64_t e = 0; e < want.numel(); ++e) ymax = std::max(ymax, std::fabs(want.get(e)));
+      const double tol = (act == DType::kF32 ? 1e-4 : 1e-2) * ymax;
+      int bad = 0;
+      for (int64_t e = 0; e < want.numel(); ++e) bad += !(std::fabs(full.get(e) - want.get(e)) <= tol);
+      EXPECT_EQ(bad, 0) << what;
+      const size_t row_bytes = full.bytes.size() / static_cast<size_t>(m);
+      struct Slice { int64_t r0, rows; };
+      for (Slice sl : {Slice{0, 32}, Slice{268, 32}, Slice{5, 1}, Slice{100, 17}, Slice{1, 160}}) {
+        const HostTensor got = run(sl.r0, sl.rows);
+        EXPECT_EQ(std::memcmp(got.bytes.data(), full.bytes.data() + static_cast<size_t>(sl.r0) * row_bytes,
+                              got.bytes.size()),
+                  0)
+            << what << " rows " << sl.r0 << "+" << sl.rows;
       }
     }
   }

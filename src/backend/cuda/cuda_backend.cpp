@@ -473,8 +473,8 @@ class CudaBackendImpl final : public CudaBackend {
   // W8A8 per channel (int8 or FP8 codes, one scale per row or per block_rows rows, x per token) over one x at small
   // M: x quantized once (launch_act_quant), then one 8-bit tensor-core launch (skinny_gemm.cuh) for all of ps
   // (q/k/v, gate/up). False, having enqueued nothing, when the kernel does not take them all.
-  // NOTE determinism: int8 rows equal the warp kernel's bit for bit, so int8 rows agree for every M; FP8 rows agree
-  // within M <= 16 and within cuBLASLt's M > 16, not across.
+  // NOTE determinism: int8 rows equal the warp kernel's bit for bit (and cuBLASLt's int8 path's), so int8 rows
+  // agree for every M; FP8 rows agree within M <= 32 and within cuBLASLt's M > 32, not across.
   bool w8a8_skinny(std::span<const MatmulParams> ps) {
     static const bool off = [] {
       const char* v = std::getenv("PEREGRINE_W8_SKINNY");
@@ -540,7 +540,8 @@ class CudaBackendImpl final : public CudaBackend {
       xs = reinterpret_cast<float*>(base + codes);
       cuda::launch_act_quant(l, xq, xs, stream_);
     }
-    // FP8 per channel x per token at M > 16: cuBLASLt's FP8 GEMM with both scale vectors (rows agree for every M
+    // FP8 per channel x per token beyond the skinny kernel's M (or its shapes): cuBLASLt's FP8 GEMM with both
+    // scale vectors (rows agree for every M
     // within each path, not across M = 16 / 17, as for W4A16).
     if (l.act == 2 && c == DType::kF8E4M3 && l.block_rows == 1 && l.groups == 1 && l.act_group == k &&
         l.m > cuda::kQuantGemvMaxM && (p.out.dtype == p.x.dtype || p.out.dtype == DType::kF32)) {
@@ -556,7 +557,40 @@ class CudaBackendImpl final : public CudaBackend {
         return;
       }
     }
+    // int8 per channel x per token beyond the skinny kernel's M: cuBLASLt's int8 GEMM (exact int32 sums) in row
+    // chunks that bound the int32 scratch, then the warp kernel's epilogue, so rows are its bits at every M.
+    if (l.act == 1 && c == DType::kI8 && l.groups == 1 && l.act_group == k && int8_gemm_on()) {
+      if (!fp8_gemm_) fp8_gemm_ = std::make_unique<cuda::Fp8LtGemm>();
+      constexpr size_t kWorkspace = size_t{8} << 20, kC32Bytes = size_t{256} << 20;
+      const int64_t chunk = std::max<int64_t>(16, static_cast<int64_t>(kC32Bytes / (static_cast<size_t>(l.n) * 4)) / 16 * 16);
+      const int64_t rows0 = std::min(m, chunk);
+      void* ws = scratch(kWorkspace, kQuantWSlot);
+      auto* c32 = static_cast<int32_t*>(scratch(static_cast<size_t>(rows0 * l.n) * 4, kW4A8CSlot));
+      int64_t r0 = 0;
+      for (; r0 < m; r0 += chunk) {
+        const int64_t rows = std::min(chunk, m - r0);
+        const cuda::Int8GemmLaunch g{reinterpret_cast<const int8_t*>(l.codes),
+                                     reinterpret_cast<const int8_t*>(xq + r0 * k), c32, rows, l.n, k};
+        if (!fp8_gemm_->run_int8(g, ws, kWorkspace, stream_)) break;
+        cuda::launch_w8_int32_epilogue(l, c32, xs + r0, r0, rows, stream_);
+      }
+      if (r0 >= m) return;
+      // Rows cuBLASLt refused (no algorithm for the shape): the warp kernel, the same bits.
+      l.m = m - r0;
+      l.out = static_cast<uint8_t*>(l.out) + static_cast<size_t>(r0 * l.n) * dtype_bytes(p.out.dtype, 1);
+      xq += r0 * k;
+      xs += r0;
+    }
     cuda::launch_w8_matmul(l, xq, xs, stream_);
+  }
+
+  // PEREGRINE_W8_INT8_GEMM=0: int8 W8A8 at large M on the warp kernel (comparisons only).
+  static bool int8_gemm_on() {
+    static const bool on = [] {
+      const char* v = std::getenv("PEREGRINE_W8_INT8_GEMM");
+      return !(v && std::string_view(v) == "0");
+    }();
+    return on;
   }
 
   void rms_norm(const RmsNormParams& p) override {
@@ -969,7 +1003,7 @@ class CudaBackendImpl final : public CudaBackend {
   int* error_host_ = nullptr;
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;
-  std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 W8A8 at M > 16 (created at first use)
+  std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 and int8 W8A8 at M > 32 (created at first use)
   cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;  // for M past the skinny kernel's range
   bool skinny_ = !batch_invariant_requested();                       // MatmulPolicy::kSkinnySmallM
   bool last_matmul_skinny_ = false;

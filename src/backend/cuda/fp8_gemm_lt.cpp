@@ -63,6 +63,11 @@ Fp8LtGemm::Plan& Fp8LtGemm::plan_for(const Fp8GemmLaunch& p, size_t workspace_by
   cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof(dummy));
   dummy = p.x_scale;
   cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof(dummy));
+  pick_algo(plan, workspace_bytes);
+  return plan;
+}
+
+void Fp8LtGemm::pick_algo(Plan& plan, size_t workspace_bytes) {
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
   const uint64_t ws = workspace_bytes;
@@ -77,7 +82,48 @@ Fp8LtGemm::Plan& Fp8LtGemm::plan_for(const Fp8GemmLaunch& p, size_t workspace_by
     plan.workspace = result.workspaceSize;
     plan.usable = true;
   }
+}
+
+Fp8LtGemm::Plan& Fp8LtGemm::plan_int8(const Int8GemmLaunch& p, size_t workspace_bytes) {
+  const auto key = std::make_tuple(p.m, p.n, p.k, -1, workspace_bytes);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan& plan = plans_[key];
+  check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32I, CUDA_R_32I), "MatmulDescCreate (int8)");
+  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)), "TRANSB");
+  // The same TN layout as FP8: D[N, M] column-major (= out [M, N] row-major) = op(W)[N, K] * X[K, M].
+  check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8I, p.k, p.n, p.k), "LayoutA");
+  check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8I, p.k, p.m, p.k), "LayoutB");
+  check(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32I, p.n, p.m, p.n), "LayoutD");
+  pick_algo(plan, workspace_bytes);
   return plan;
+}
+
+bool Fp8LtGemm::matmul(Plan& plan, const void* alpha, const void* w, const void* x, void* out, void* workspace,
+                       cudaStream_t stream) {
+  const int32_t zero[2] = {0, 0};  // beta: int32 or f32 zero, the same bits
+  const cublasStatus_t st = cublasLtMatmul(handle_, plan.desc, alpha, w, plan.a, x, plan.b, zero, out, plan.d, out,
+                                           plan.d, &plan.algo, workspace, plan.workspace, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
+    plan.usable = false;
+    return false;
+  }
+  check(st, "Matmul");
+  return true;
+}
+
+bool Fp8LtGemm::supports_int8(const Int8GemmLaunch& p) {
+  return p.k % 16 == 0 && p.n % 16 == 0 && aligned16(p.w) && aligned16(p.x) && aligned16(p.out);
+}
+
+bool Fp8LtGemm::run_int8(const Int8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (!supports_int8(p) || p.m == 0) return false;
+  Plan& plan = plan_int8(p, workspace_bytes);
+  if (!plan.usable) return false;
+  const int32_t one = 1;
+  return matmul(plan, &one, p.w, p.x, p.out, workspace, stream);
 }
 
 bool Fp8LtGemm::run(const Fp8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
@@ -88,15 +134,8 @@ bool Fp8LtGemm::run(const Fp8GemmLaunch& p, void* workspace, size_t workspace_by
         "A_SCALE_POINTER");
   check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.x_scale, sizeof(p.x_scale)),
         "B_SCALE_POINTER");
-  const float one = 1.0f, zero = 0.0f;
-  const cublasStatus_t st = cublasLtMatmul(handle_, plan.desc, &one, p.w, plan.a, p.x, plan.b, &zero, p.out, plan.d,
-                                           p.out, plan.d, &plan.algo, workspace, plan.workspace, stream);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
-    plan.usable = false;
-    return false;
-  }
-  check(st, "Matmul");
-  return true;
+  const float one = 1.0f;
+  return matmul(plan, &one, p.w, p.x, p.out, workspace, stream);
 }
 
 }  // namespace peregrine::cuda

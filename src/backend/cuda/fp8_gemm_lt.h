@@ -3,6 +3,8 @@
 // itself (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on both operands). D[N, M] column-major = op(W)[N, K] * X[K, M]
 // (the TN layout FP8 needs). Plans are cached per shape and output dtype; run() returns false, having enqueued
 // nothing, when cuBLASLt has no algorithm (older libraries, misaligned pointers), so the caller falls back.
+// The same class runs int8 W8A8's GEMM (run_int8): s8 x s8 with exact int32 accumulation into an int32 [M, N], the
+// scales applied after (w8_matmul.cuh's launch_w8_int32_epilogue, the warp kernel's arithmetic).
 #pragma once
 
 #include <cublasLt.h>
@@ -27,6 +29,13 @@ struct Fp8GemmLaunch {
   int64_t m, n, k;
 };
 
+struct Int8GemmLaunch {
+  const int8_t* w;  // [N, K]
+  const int8_t* x;  // [M, K]
+  int32_t* out;     // [M, N]: the exact integer dot products
+  int64_t m, n, k;
+};
+
 class Fp8LtGemm {
  public:
   Fp8LtGemm();
@@ -36,6 +45,9 @@ class Fp8LtGemm {
   // K a multiple of 16, pointers 16-byte aligned.
   static bool supports(const Fp8GemmLaunch& p);
   bool run(const Fp8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+  // K and N multiples of 16, pointers 16-byte aligned.
+  static bool supports_int8(const Int8GemmLaunch& p);
+  bool run_int8(const Int8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
  private:
   struct Plan {
@@ -46,7 +58,12 @@ class Fp8LtGemm {
     bool usable = false;
   };
   Plan& plan_for(const Fp8GemmLaunch& p, size_t workspace_bytes);
+  Plan& plan_int8(const Int8GemmLaunch& p, size_t workspace_bytes);
+  void pick_algo(Plan& plan, size_t workspace_bytes);
+  bool matmul(Plan& plan, const void* alpha, const void* w, const void* x, void* out, void* workspace,
+              cudaStream_t stream);
   cublasLtHandle_t handle_ = nullptr;
+  // Keyed by (M, N, K, output dtype or -1 for int8, workspace bytes).
   std::map<std::tuple<int64_t, int64_t, int64_t, int, size_t>, Plan> plans_;
 };
 

@@ -23,11 +23,12 @@ constexpr int64_t kSkinnyMaxM = 16;  // ops::kSkinnyMatmulMaxM (cuda_backend.h) 
 constexpr int kSkinnyMaxSegments = 4;
 // GGUF blocks in the packed layout (ggml_matmul.cuh) take the int8 tensor-core kernel up to this M.
 constexpr int64_t kSkinnyGgmlMaxM = 32;
-// W8A8 (int8 or FP8 codes, x quantized per token) take the 8-bit tensor-core kernel up to these M: int8's rows
-// equal w8_matmul's warp kernel bit for bit (exact integer sums, the same epilogue), so int8 may run it to 32;
-// FP8 hands M > 16 to cuBLASLt's FP8 GEMM.
+// W8A8 (int8 or FP8 codes, x quantized per token) take the 8-bit tensor-core kernel up to these M (beyond them
+// cuBLASLt's int8 or FP8 GEMM). int8's rows equal w8_matmul's warp kernel bit for bit (exact integer sums, the same
+// epilogue), and so cuBLASLt's int8 rows too: int8 rows agree for every M. FP8 rows agree within M <= 32 and within
+// cuBLASLt's M > 32, not across.
 constexpr int64_t kSkinnyW8I8MaxM = 32;
-constexpr int64_t kSkinnyW8F8MaxM = 16;
+constexpr int64_t kSkinnyW8F8MaxM = 32;
 
 struct SkinnySegment {
   const void* w;     // [n, K] in x's dtype (16-byte aligned), or codes as SkinnyGemmLaunch::codes says
@@ -95,7 +96,7 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // w_scale, 0) (+ bias), which is w8_matmul's warp kernel's arithmetic, so rows are the same bits at every M. FP8:
 // each mma step starts from zero and is added to f32 accumulators (the tensor cores' own accumulation is not
 // exact), in an order fixed by K alone; then (sum * xs) * w_scale as the warp kernel. Takes: codes kI8 or kF8E4M3,
-// xq / xs set (16-byte aligned codes, x and w), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM / kSkinnyW8F8MaxM,
+// xq / xs set (16-byte aligned codes, x and w), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8),
 // scales set, f32/bf16/f16 out.
 bool skinny_w8a8_takes(const SkinnyGemmLaunch& l);
 void launch_skinny_w8a8(const SkinnyGemmLaunch& l, cudaStream_t stream);

@@ -91,6 +91,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) w8_matmul_kernel(W8Matmul
   }
 }
 
+__global__ void w8_int32_epilogue_kernel(W8MatmulLaunch p, const int32_t* __restrict__ c,
+                                         const float* __restrict__ xs, int64_t row0, int64_t rows) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * p.n) return;
+  const int64_t r = i / p.n, n = i % p.n;
+  const float part = static_cast<float>(c[i]) * xs[r];
+  float acc = fmaf(part, p.scales[n / p.block_rows], 0.0f);
+  if (p.bias) acc += load_any(p.bias, p.bias_dtype, n);
+  store_any(p.out, p.out_dtype, (row0 + r) * p.n + n, acc);
+}
+
 }  // namespace
 
 bool w8_matmul_supports(const W8MatmulLaunch& l) {
@@ -119,6 +130,16 @@ void launch_w8_matmul(const W8MatmulLaunch& l, const uint8_t* xq, const float* x
     else if (fp8w) w8_matmul_kernel<T, 0, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(l, xq, xs);
     else w8_matmul_kernel<T, 0, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(l, xq, xs);
   });
+  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_w8_int32_epilogue(const W8MatmulLaunch& l, const int32_t* c, const float* xs, int64_t row0, int64_t rows,
+                              cudaStream_t stream) {
+  const int64_t total = rows * l.n;
+  if (total == 0) return;
+  constexpr int kThreads = 256;
+  w8_int32_epilogue_kernel<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      l, c, xs, row0, rows);
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 

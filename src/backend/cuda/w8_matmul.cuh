@@ -38,5 +38,10 @@ bool w8_matmul_supports(const W8MatmulLaunch& l);
 void launch_act_quant(const W8MatmulLaunch& l, uint8_t* xq, float* xs, cudaStream_t stream);
 // xq / xs from launch_act_quant (ignored when l.act is 0: x is read as floats).
 void launch_w8_matmul(const W8MatmulLaunch& l, const uint8_t* xq, const float* xs, cudaStream_t stream);
+// int8 W8A8 per channel (groups 1, act_group K) from the exact int32 products c [M, N] (a cuBLASLt int8 GEMM): out =
+// fmaf(float(c) * xs[row], w_scale[n / block_rows], 0) (+ bias), the warp kernel's arithmetic, so the rows are its
+// bits. M rows from row0 (c and xs start at row0; out is the whole [M, N]).
+void launch_w8_int32_epilogue(const W8MatmulLaunch& l, const int32_t* c, const float* xs, int64_t row0, int64_t rows,
+                              cudaStream_t stream);
 
 }  // namespace peregrine::cuda
