@@ -3,7 +3,8 @@
 # packed kernels, on the H200 (bundle from `FIXTURES= scripts/device/ggml_mma_bundle.sh`):
 #   tar -xJf .device/carry_m/bundle.tar.xz -C .device && source .device/carry_m/env.sh && scripts/device/int8_gemm_check.sh
 # Llama-3-8B shape, random weights: prefill 8,190 tokens and decode at bs 1 and 32 for bf16, FP8 and int8 W8A8, and
-# int8 with PEREGRINE_W8_INT8_GEMM=0 (the warp kernel at every M) at a 1K prefill.
+# int8 with PEREGRINE_W8_INT8_GEMM=0 (the warp kernel at every M) at a 1K prefill. QUANTS narrows the weights
+# (default "none fp8 w8a8-int8"), BATCHES the decode batches (default "1 32"), SHORT=1 skips the prefill runs.
 set -uo pipefail
 out=${OUT:-/tmp/int8_gemm_check}
 mkdir -p "$out"
@@ -16,22 +17,27 @@ timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_ops_
 echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | head -2
 cfg=.device/shared/configs/llama-3-8b.json
 field() { grep -E "^$2" "$1" | grep -oE "[0-9.]+ tokens/s" | grep -oE "[0-9.]+" | head -1; }
-echo "| weights | prefill 8190 tok/s | bs 1 decode | bs 32 decode |"
-echo "| --- | --- | --- | --- |"
-for q in none fp8 w8a8-int8; do
+echo "| weights | prefill 8190 tok/s |$(for bs in ${BATCHES:-1 32}; do printf ' bs %s decode |' "$bs"; done)"
+echo "| --- | --- |$(for bs in ${BATCHES:-1 32}; do printf ' --- |'; done)"
+for q in ${QUANTS:-none fp8 w8a8-int8}; do
   flags=(); [ "$q" != none ] && flags=(--quantization "$q")
-  timeout 100 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 8190 \
-    --output-len 2 --batch-size 1 --iterations 2 "${flags[@]}" >"$out/${q}_pp.txt" 2>&1
-  r1=$?
-  for bs in 1 32; do
+  r1=skipped
+  if [ -z "${SHORT:-}" ]; then
+    timeout 100 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 8190 \
+      --output-len 2 --batch-size 1 --iterations 2 "${flags[@]}" >"$out/${q}_pp.txt" 2>&1
+    r1=$?
+  fi
+  row="| $q | $( [ "$r1" = 0 ] && field "$out/${q}_pp.txt" prefill || echo "$r1") |"
+  for bs in ${BATCHES:-1 32}; do
     timeout 100 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 1024 \
       --output-len 32 --batch-size "$bs" --iterations 2 "${flags[@]}" >"$out/${q}_bs$bs.txt" 2>&1 ||
       echo "$q bs $bs rc=$?"
+    row="$row $(field "$out/${q}_bs$bs.txt" decode) |"
   done
-  echo "| $q | $( [ $r1 = 0 ] && field "$out/${q}_pp.txt" prefill || echo "rc=$r1") | $(field "$out/${q}_bs1.txt" decode) | $(field "$out/${q}_bs32.txt" decode) |"
+  echo "$row"
 done
-PEREGRINE_W8_INT8_GEMM=0 timeout 100 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
+[ -n "${SHORT:-}" ] || PEREGRINE_W8_INT8_GEMM=0 timeout 100 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
   --input-len 1024 --output-len 2 --batch-size 1 --iterations 1 --quantization w8a8-int8 >"$out/int8_warp_pp.txt" 2>&1
-echo "int8 warp kernel (before), prefill 1024: $(field "$out/int8_warp_pp.txt" prefill) tok/s"
-grep -hE "^memory bandwidth" "$out/none_bs1.txt"
+[ -n "${SHORT:-}" ] || echo "int8 warp kernel (before), prefill 1024: $(field "$out/int8_warp_pp.txt" prefill) tok/s"
+grep -shE "^memory bandwidth" "$out/none_bs1.txt"
 echo "total: $(( $(date +%s) - start )) s"
