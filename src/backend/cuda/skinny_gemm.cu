@@ -728,11 +728,12 @@ void launch_ggml_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
 // ---- W8A8 on 8-bit tensor cores (launch_skinny_w8a8) ----
 
 // d = a * b + c on FP8 tensor cores (e4m3 x e4m3, f32 accumulators).
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                         const float (&c)[4]) {
   asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%10, %11, %12, %13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f), "f"(0.0f), "f"(0.0f), "f"(0.0f));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
 // Accumulators of one lane: int32 (exact) for int8, f32 for FP8.
@@ -751,17 +752,20 @@ __device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint
     const int8_t* xr = p.xq + col * p.k + c * 128 + 32 * t;
     const uint4 xv[2] = {col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr)) : z,
                          col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr + 16)) : z};
+    // FP8: the chunk's four steps accumulate on the tensor cores from zero (their sum is not exact f32), then go
+    // to the f32 accumulators once per 128 values.
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t af[4] = {word(a, 2 * i), word(b8, 2 * i), word(a, 2 * i + 1), word(b8, 2 * i + 1)};
-      if constexpr (kFp8) {
-        float d[4];
-        mma_e4m3(d, af, word(xv, 2 * i), word(xv, 2 * i + 1));
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
-      } else {
+      if constexpr (kFp8)
+        mma_e4m3(d, af, word(xv, 2 * i), word(xv, 2 * i + 1), d);
+      else
         mma_s8(acc[j], af, word(xv, 2 * i), word(xv, 2 * i + 1), acc[j]);
-      }
+    }
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
     }
   }
 }

@@ -94,8 +94,8 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // feed four mma steps with the same K permutation in both operands, so neither is repacked. int8: the products
 // summed exactly in int32 (the warps' partials added as integers), then out = fmaf(float(sum) * xs[token],
 // w_scale, 0) (+ bias), which is w8_matmul's warp kernel's arithmetic, so rows are the same bits at every M. FP8:
-// each mma step starts from zero and is added to f32 accumulators (the tensor cores' own accumulation is not
-// exact), in an order fixed by K alone; then (sum * xs) * w_scale as the warp kernel. Takes: codes kI8 or kF8E4M3,
+// each 128-value chunk's four mma steps accumulate from zero on the tensor cores (whose accumulation is not exact
+// f32) and are added to f32 accumulators once per chunk, in an order fixed by K alone; then (sum * xs) * w_scale as the warp kernel. Takes: codes kI8 or kF8E4M3,
 // xq / xs set (16-byte aligned codes, x and w), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8),
 // scales set, f32/bf16/f16 out.
 bool skinny_w8a8_takes(const SkinnyGemmLaunch& l);
