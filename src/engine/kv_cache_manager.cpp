@@ -127,7 +127,9 @@ std::vector<int> KvCacheManager::find_cached_prefix(Sequence& seq) {
 }
 
 bool KvCacheManager::hits_ready(std::span<const int> hits) {
-  poll_loads();
+  // No poll here: a load that ended short between the lookup and this answer would uncache and free some of
+  // `hits`, and the request would then take blocks that hold nothing (a stale hit). Loads are seen finished by the
+  // next schedule's poll_loads, before its lookups.
   for (const Loading& l : loading_) {
     if (std::find(hits.begin(), hits.end(), l.block) != hits.end()) return false;
   }

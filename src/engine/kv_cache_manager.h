@@ -65,12 +65,14 @@ class KvCacheManager {
   std::vector<int> find_cached_prefix(Sequence& seq);
   // Whether every hit block is on the device (no lower-tier load into it still in flight). A sequence whose hits
   // are not ready is not admitted yet, so other requests' steps never wait for its copies; the manager holds the
-  // blocks in flight (they cannot be evicted) and hands them to the cache when their transfer finishes.
+  // blocks in flight (they cannot be evicted) and hands them to the cache when their transfer finishes. Answers
+  // for the state find_cached_prefix left (it polls nothing), so `hits` stay valid until they are taken.
   bool hits_ready(std::span<const int> hits);
   // For when nothing else would run: makes the device wait for the hits' loads instead of the host (so the step is
   // enqueued while they copy). False when a load cannot be ordered yet (reads from below still running).
   bool order_hits_on_device(std::span<const int> hits);
-  // Releases the blocks whose loads finished (called once per schedule).
+  // Releases the blocks whose loads finished (called once per schedule, before its lookups, and by the engine while
+  // it has no request to run, so an aborted request's loads never leave blocks held).
   void poll_loads();
   int num_blocks_loading() const { return static_cast<int>(loading_.size()); }
   bool is_loading(int block) const {

@@ -303,7 +303,13 @@ class SlowTier final : public LowerKvTier {
     count = static_cast<int>(std::min(keys.size(), blocks.size()));
     return count;
   }
-  int loaded(uint64_t) override { return ready ? std::min(count, arrives) : -1; }
+  int ready_after = -1;  // with ready false: the load finishes at this many loaded() calls (-1: never)
+  int loaded_calls = 0;
+  int loaded(uint64_t) override {
+    ++loaded_calls;
+    if (ready_after >= 0 && loaded_calls > ready_after) ready = true;
+    return ready ? std::min(count, arrives) : -1;
+  }
   bool orderable = false;  // whether the device can be made to wait for a load
   int ordered = 0;
   bool order_on_device(uint64_t) override {
@@ -374,6 +380,30 @@ TEST(Scheduler, BlocksThatNeverArriveAreRecomputed) {
   tier.ready = true;
   tier.holds_all = false;
   SchedulerOutput out = h.step();
+  ASSERT_EQ(out.seqs.size(), 1u);
+  EXPECT_EQ(out.seqs[0].seq, a);
+  EXPECT_EQ(out.seqs[0].num_new_tokens, 17 - 8);
+  EXPECT_EQ(h.sched.kv().num_lower_tier_hit_blocks(), 2u);
+  EXPECT_EQ(h.sched.kv().num_blocks_loading(), 0);
+  h.run_to_completion();
+  EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
+}
+
+// A load that ends short between the lookup and the admission (its first loaded() answer was "still running", the
+// next says only 2 of 4 blocks arrived): the request must not take the 2 that hold nothing. It waits, and the next
+// lookup finds the 2 that arrived; it computes the rest.
+TEST(Scheduler, ALoadEndingShortRightAfterTheLookupServesNoStaleBlocks) {
+  Harness h(config(16));
+  SlowTier tier;
+  h.sched.kv().set_lower_tier(&tier);
+  tier.holds_all = true;
+  tier.arrives = 2;
+  tier.ready_after = 1;  // the lookup's own call answers -1; any later one answers 2
+  Sequence* a = h.add(tokens(17), 3);
+  SchedulerOutput first = h.step();
+  for (const ScheduledSeq& s : first.seqs) EXPECT_NE(s.num_new_tokens, 1) << "admitted on blocks that never arrived";
+  tier.holds_all = false;
+  SchedulerOutput out = first.seqs.empty() ? h.step() : first;
   ASSERT_EQ(out.seqs.size(), 1u);
   EXPECT_EQ(out.seqs[0].seq, a);
   EXPECT_EQ(out.seqs[0].num_new_tokens, 17 - 8);
