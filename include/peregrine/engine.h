@@ -118,6 +118,11 @@ struct EngineStats {
   uint64_t kv_disk_blocks = 0, kv_disk_blocks_at_start = 0;
   uint64_t kv_disk_blocks_past_host = 0, kv_disk_dropped_writes = 0;
   double kv_disk_wait_seconds = 0.0;
+  // Tier work in flight: device blocks held while a load fills them, host slots pinned by loads, disk writes queued
+  // (findable, readable from memory); and how often the disk under the tier was found full (ENOSPC: the tier then
+  // shrinks to what fits, kv_disk_bound_bytes).
+  int kv_blocks_loading = 0, host_kv_blocks_pinned = 0;
+  uint64_t kv_disk_blocks_queued = 0, kv_disk_full = 0, kv_disk_bound_bytes = 0;
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t num_preemptions = 0;

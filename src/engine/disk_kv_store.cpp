@@ -62,6 +62,7 @@ bool write_all(int fd, const void* src, size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = EIO;
     if (w <= 0) return false;
     p += w;
     n -= static_cast<size_t>(w);
@@ -74,6 +75,7 @@ bool write_all(int fd, const void* src, size_t n) {
 DiskKvStore::DiskKvStore(Config config) : config_(std::move(config)) {
   if (config_.payload_bytes == 0 || config_.block_size <= 0)
     throw Error(ErrorCode::kInvalidArgument, "kv_cache_dir: the disk tier needs a KV layout");
+  bound_ = config_.max_bytes;
   path_ = (fs::path(config_.dir) / hex16(config_.identity)).string();
   std::error_code ec;
   fs::create_directories(path_, ec);
@@ -201,7 +203,7 @@ void DiskKvStore::index_existing() {
     index_.emplace(f.key, std::move(f.entry));
   }
   stats_.found_at_start = index_.size();
-  while (stats_.held_bytes > config_.max_bytes && !lru_.empty()) {
+  while (stats_.held_bytes > bound_ && !lru_.empty()) {
     drop_locked(lru_.front(), false);
     ++stats_.evicted;
   }
@@ -263,8 +265,30 @@ void DiskKvStore::writer_loop() {
     std::shared_ptr<const Job> job = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
+    const auto now = std::chrono::steady_clock::now();
+    if (bound_ < config_.max_bytes && now - bound_lowered_ > std::chrono::seconds(60)) bound_ = config_.max_bytes;
     lock.unlock();
-    const bool ok = write_one(*job);
+    int err = write_one(*job);
+    if (err == ENOSPC || err == EDQUOT) {
+      // The disk is full below the bound: make room among the store's own files, lower the bound to it, try again.
+      lock.lock();
+      const uint64_t before = stats_.held_bytes;
+      bound_ = std::min(bound_, before / 8 * 7);
+      bound_lowered_ = std::chrono::steady_clock::now();
+      while (stats_.held_bytes > bound_ && !lru_.empty()) {
+        drop_locked(lru_.front(), false);
+        ++stats_.evicted;
+      }
+      if (stats_.disk_full++ == 0)
+        std::fprintf(stderr, "peregrine: KV disk tier: the disk under %s is full (%s) at %.3f MB of KV files; the "
+                     "tier now keeps at most %.3f MB there (of %.1f MB allowed), dropping its oldest files\n",
+                     path_.c_str(), std::strerror(err), static_cast<double>(before) / 1e6,
+                     static_cast<double>(bound_) / 1e6, static_cast<double>(config_.max_bytes) / 1e6);
+      lock.unlock();
+      err = write_one(*job);
+    }
+    if (err != 0) note_write_failure(file_of(job->key), err);
+    const bool ok = err == 0;
     lock.lock();
     writing_ = false;
     // The block leaves the queue and enters the index in one step, so a lookup always finds it in one of them.
@@ -278,8 +302,8 @@ void DiskKvStore::writer_loop() {
       stats_.held_bytes += bytes;
       ++stats_.blocks_written;
       stats_.bytes_written += bytes;
-      // A full disk drops its least recently used files (never the one just written).
-      while (stats_.held_bytes > config_.max_bytes && lru_.size() > 1) {
+      // A full store drops its least recently used files (never the one just written).
+      while (stats_.held_bytes > bound_ && lru_.size() > 1) {
         drop_locked(lru_.front(), false);
         ++stats_.evicted;
       }
@@ -290,7 +314,14 @@ void DiskKvStore::writer_loop() {
   }
 }
 
-bool DiskKvStore::write_one(const Job& job) {
+void DiskKvStore::note_write_failure(const std::string& file, int err) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stats_.dropped_full++ == 0)
+    std::fprintf(stderr, "peregrine: KV disk tier: cannot write %s (%s); blocks that do not fit are not kept\n",
+                 file.c_str(), std::strerror(err));
+}
+
+int DiskKvStore::write_one(const Job& job) {
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.identity = config_.identity;
@@ -312,14 +343,10 @@ bool DiskKvStore::write_one(const Job& job) {
     ok = false;
     err = errno;
   }
-  if (ok) return true;
+  if (ok) return 0;
   std::error_code ec;
   fs::remove(tmp, ec);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (stats_.dropped_full++ == 0)
-    std::fprintf(stderr, "peregrine: KV disk tier: cannot write %s (%s); blocks that do not fit are not kept\n",
-                 tmp.c_str(), std::strerror(err));
-  return false;
+  return err != 0 ? err : EIO;
 }
 
 bool DiskKvStore::contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {
@@ -403,7 +430,9 @@ void DiskKvStore::flush() {
 
 DiskKvStore::Stats DiskKvStore::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  Stats s = stats_;
+  s.bound_bytes = bound_;
+  return s;
 }
 
 }  // namespace peregrine::engine

@@ -9,8 +9,13 @@
 // copy in memory, so a block handed over a moment ago is never missed. The queue is bounded in bytes; a put() that
 // finds it full waits for the writer (back-pressure) instead of dropping the block, and only drops it (logged) when
 // the writer has made no room for max_put_wait_seconds (a disk that has stopped answering).
+// A disk that fills before the bound does (other files on it, a smaller filesystem than --kv-cache-disk-gb) is met
+// by shrinking: the write that found no space drops the least recently used files down to 7/8 of what the store
+// held, lowers the bound to that, and is tried once more; the store goes on within what the disk has, logging once.
+// The lowered bound is lifted again a minute later (a new ENOSPC lowers it again).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +53,8 @@ class DiskKvStore {
     uint64_t blocks_read_queued = 0;  // reads served from a queued write's memory (part of blocks_read)
     uint64_t put_waits = 0;        // put() calls that found the queue full and waited for the writer
     double put_wait_seconds = 0;   // the time they waited
+    uint64_t disk_full = 0;        // writes the disk refused for want of space (ENOSPC, EDQUOT)
+    uint64_t bound_bytes = 0;      // the bound in force: max_bytes, or lower while the disk is full (see put)
   };
 
   // Opens (creating) the directory and indexes the files already there. Throws Error(kInvalidArgument) naming the
@@ -78,6 +85,10 @@ class DiskKvStore {
   void flush();
 
   Stats stats() const;
+  size_t num_queued() const {  // writes not yet in files
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queued_.size();
+  }
   const std::string& path() const { return path_; }
 
  private:
@@ -102,7 +113,9 @@ class DiskKvStore {
   void reader_loop();
   std::string file_of(uint64_t key) const;
   void writer_loop();
-  bool write_one(const Job& job);  // the file, renamed into place; false (nothing left behind) when it failed
+  // The file, renamed into place; on failure nothing is left behind and the errno is returned (0: written).
+  int write_one(const Job& job);
+  void note_write_failure(const std::string& file, int err);  // logs the first failure
   void drop_locked(uint64_t key, bool bad);  // removes the file and the entry (mutex_ held)
   void index_existing();
 
@@ -115,6 +128,8 @@ class DiskKvStore {
   std::deque<std::shared_ptr<const Job>> queue_;
   std::unordered_map<uint64_t, std::shared_ptr<const Job>> queued_;  // by key, until its file is in the index
   size_t queued_bytes_ = 0;
+  uint64_t bound_ = 0;  // bytes the files may take now (config_.max_bytes unless the disk was found full)
+  std::chrono::steady_clock::time_point bound_lowered_{};
   bool writing_ = false;
   bool stopping_ = false;
   Stats stats_;

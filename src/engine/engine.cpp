@@ -75,7 +75,13 @@ void Engine::Impl::run_loop() {
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mutex);
-      wake.wait(lock, [&] { return !commands.empty() || stopping || core->has_unfinished(); });
+      auto ready = [&] { return !commands.empty() || stopping || core->has_unfinished(); };
+      // With tier work in flight and no request to run, wake now and then to finish it (see has_background_work).
+      if (core->has_background_work()) {
+        wake.wait_for(lock, std::chrono::milliseconds(2), ready);
+      } else {
+        wake.wait(lock, ready);
+      }
       batch.swap(commands);
       stop = stopping;
     }
@@ -125,6 +131,8 @@ void Engine::Impl::run_loop() {
         // keeps serving new ones.
         core->abort_all(std::string("engine error: ") + e.what());
       }
+    } else if (core->has_background_work()) {
+      core->poll_background();
     }
     publish_stats();
   }

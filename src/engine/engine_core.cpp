@@ -430,6 +430,15 @@ void EngineCore::propose_drafts() {
   proposer_->propose(propose_seqs_, propose_limits_);
 }
 
+bool EngineCore::has_background_work() const {
+  return scheduler_.kv().num_blocks_loading() > 0 || (host_tier_ && host_tier_->busy());
+}
+
+void EngineCore::poll_background() {
+  if (host_tier_) host_tier_->poll();
+  scheduler_.kv().poll_loads();
+}
+
 void EngineCore::step() {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -666,6 +675,7 @@ EngineStats EngineCore::stats() const {
     s.kv_offload_seconds_from_host = t.seconds[static_cast<int>(ops::Backend::CopyDirection::kHostToDevice)];
     s.host_kv_blocks = host_tier_->num_slots();
     s.host_kv_blocks_used = host_tier_->num_held();
+    s.host_kv_blocks_pinned = host_tier_->num_pinned();
     if (const DiskKvStore* disk = host_tier_->disk()) {
       const DiskKvStore::Stats d = disk->stats();
       s.prefix_cache_disk_hits =
@@ -678,8 +688,12 @@ EngineStats EngineCore::stats() const {
       s.kv_disk_dropped_bad = d.dropped_bad;
       s.kv_disk_blocks = d.held_blocks;
       s.kv_disk_blocks_at_start = d.found_at_start;
+      s.kv_disk_blocks_queued = d.queued_blocks;
+      s.kv_disk_full = d.disk_full;
+      s.kv_disk_bound_bytes = d.bound_bytes;
     }
   }
+  s.kv_blocks_loading = scheduler_.kv().num_blocks_loading();
   s.num_preemptions = scheduler_.num_preemptions();
   return s;
 }

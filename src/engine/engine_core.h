@@ -84,6 +84,11 @@ class EngineCore {
   size_t num_requests() const { return requests_.size(); }
   // Runs one step. Throws only on internal errors (the caller then fails every request with abort_all).
   void step();
+  // Whether the prefix cache's tiers have work in flight that only polling finishes: loads whose blocks the manager
+  // holds (an aborted request's too), copy-downs still to hand to the disk tier. The loop polls it while no request
+  // runs, so nothing stays held, and no evicted block stays off the disk, while the engine is idle.
+  bool has_background_work() const;
+  void poll_background();
 
   EngineStats stats() const;
   const Scheduler& scheduler() const { return scheduler_; }

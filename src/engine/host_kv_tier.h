@@ -57,8 +57,12 @@ class HostKvTier final : public LowerKvTier {
   int loaded(uint64_t ticket) override;
   bool order_on_device(uint64_t ticket) override;
 
-  // Hands blocks whose copy-down finished to the disk tier (called once per engine step).
+  // Hands blocks whose copy-down finished to the disk tier (called once per engine step, and while the engine is
+  // idle as long as busy()).
   void poll();
+  // Copy-downs still to hand to the disk tier, loads not yet answered, or disk writes still queued.
+  bool busy() const { return !to_disk_.empty() || !loads_.empty() || (disk_ && disk_->num_queued() > 0); }
+  int num_pinned() const { return num_pinned_; }  // slots loads (or a transfer being built) hold where they are
   const DiskKvStore* disk() const { return disk_.get(); }
   DiskKvStore* disk() { return disk_.get(); }
 

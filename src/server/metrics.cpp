@@ -116,6 +116,16 @@ std::string OpenAiServer::metrics_text() const {
                "direction", {{"to_host", s.kv_offload_seconds_to_host}, {"from_host", s.kv_offload_seconds_from_host}});
   w.gauge("peregrine:host_kv_blocks", "Blocks the prefix cache's host tier can hold.", s.host_kv_blocks);
   w.gauge("peregrine:host_kv_blocks_used", "Blocks the prefix cache's host tier holds.", s.host_kv_blocks_used);
+  w.gauge("peregrine:host_kv_blocks_pinned", "Host-tier blocks held in place by loads in flight.",
+          s.host_kv_blocks_pinned);
+  w.gauge("peregrine:kv_blocks_loading", "Device KV blocks held while a lower tier loads them.", s.kv_blocks_loading);
+  w.gauge("peregrine:kv_disk_blocks_queued", "Blocks queued for writing to the disk tier (findable meanwhile).",
+          static_cast<double>(s.kv_disk_blocks_queued));
+  w.counter("peregrine:kv_disk_full_total",
+            "Writes the disk tier's filesystem refused for want of space (the tier then shrinks to what fits).",
+            static_cast<double>(s.kv_disk_full));
+  w.gauge("peregrine:kv_disk_bound_bytes", "Bytes the disk tier may hold now (its bound, lower after a full disk).",
+          static_cast<double>(s.kv_disk_bound_bytes));
   w.gauge("peregrine:prefix_cache_hit_rate", "Prefix cache hits over queries since start.",
           s.prefix_cache_queries ? static_cast<double>(s.prefix_cache_hits) / static_cast<double>(s.prefix_cache_queries)
                                  : 0.0);

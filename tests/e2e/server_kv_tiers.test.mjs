@@ -53,6 +53,17 @@ test('prompts evicted from the device are served from the lower tiers with uncha
   assert.ok(m('peregrine:kv_offload_bytes_total', 'direction="to_host"') > 0);
   assert.ok(m('peregrine:kv_offload_seconds_total', 'direction="to_host"') > 0, 'the copies are timed');
   assert.ok(m('peregrine:kv_disk_bytes_total', 'direction="written"') > 0);
+  // Idle again: nothing is left loading or pinned, and every queued write reaches the disk without a new request.
+  let idle = m;
+  for (let i = 0; i < 400 && idle('peregrine:kv_disk_blocks_queued') !== 0; ++i) {
+    await sleep(25);
+    idle = await metricsOf(tiered);
+  }
+  assert.equal(idle('peregrine:kv_disk_blocks_queued'), 0);
+  assert.equal(idle('peregrine:kv_blocks_loading'), 0);
+  assert.equal(idle('peregrine:host_kv_blocks_pinned'), 0);
+  assert.equal(idle('peregrine:kv_disk_full_total'), 0);
+  assert.ok(idle('peregrine:kv_disk_bound_bytes') === 1e9, 'the bound is --kv-cache-disk-gb while the disk has room');
 });
 
 test('a restarted server finds the disk tier', async () => {

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <regex>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -568,6 +571,86 @@ TEST_F(EngineModelTest, RequestsSharingAPrefixWhileItComesBackFromTheDiskAreExac
   }
   const EngineStats after = engine->stats();
   EXPECT_EQ(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits, 40u * 16) << "the prefix is read once";
+}
+
+// Waits (up to `seconds`) until done() holds, polling the engine's published stats.
+bool wait_until(const std::function<bool()>& done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A request aborted while its prefix is being read back from the disk tier: its device blocks and host slots are
+// held only until the reads end (here they fail: every block file was swapped for a FIFO, so each read waits until
+// the test opens its writer end and then finds it empty), with no further request to drive the engine; nothing
+// stays held, the failed blocks are dropped as bad and never served, and the prefix then computes exactly.
+TEST_F(EngineModelTest, AnAbortWhileItsBlocksComeBackFromTheDiskLeavesNothingHeld) {
+  const TempKvDir dir("peregrine_kv_abort");
+  EngineConfig config = big_prefix_config(dir.path, 1.0);
+  constexpr int kTokens = 8;
+  const std::vector<int32_t> prefix = made_up_prompt(1, 44 * 16 + 5);
+  const std::vector<int32_t> want = cold_runs(config, {prefix}, kTokens)[0];
+  auto engine = Engine::create(config);
+  EXPECT_EQ(run_alone(*engine, prefix, kTokens), want);
+  for (int f = 0; f < 3; ++f) run_alone(*engine, made_up_prompt(2 + f, 44 * 16 + 5), kTokens);
+  // Idle, the engine still hands every evicted block to the disk: the queue drains without another request.
+  ASSERT_TRUE(wait_until([&] { return engine->stats().kv_disk_blocks_queued == 0; }, 30));
+  std::vector<std::filesystem::path> fifos;
+  for (const auto& sub : std::filesystem::directory_iterator(dir.path))
+    for (const auto& f : std::filesystem::directory_iterator(sub.path())) {
+      if (f.path().extension() != ".kv") continue;
+      std::filesystem::remove(f.path());
+      ASSERT_EQ(::mkfifo(f.path().c_str(), 0644), 0) << f.path();
+      fifos.push_back(f.path());
+    }
+  ASSERT_GT(fifos.size(), 30u);
+  // Opens the writer end of every FIFO a read is waiting on (and closes it: the read finds it empty).
+  auto unblock_reads = [&] {
+    for (const auto& p : fifos) {
+      const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false;
+  engine->add_request("victim", prefix, greedy(kTokens), [&](RequestOutput&& out) {
+    std::lock_guard<std::mutex> lock(m);
+    if (out.finished) finished = true;
+    cv.notify_all();
+  });
+  const bool loading = wait_until([&] { return engine->stats().kv_blocks_loading > 0; }, 30);
+  EXPECT_TRUE(loading) << "the prefix's blocks should be loading from the disk tier";
+  EXPECT_GT(engine->stats().host_kv_blocks_pinned, 0);
+  engine->abort_request("victim");
+  {
+    std::unique_lock<std::mutex> lock(m);
+    EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return finished; }));
+  }
+  EXPECT_GT(engine->stats().kv_blocks_loading, 0) << "the reads are still waiting on their FIFOs";
+  const bool released = wait_until(
+      [&] {
+        unblock_reads();
+        const EngineStats s = engine->stats();
+        return s.kv_blocks_loading == 0 && s.host_kv_blocks_pinned == 0;
+      },
+      30);
+  EXPECT_TRUE(released) << "blocks held after the abort with no request running";
+  const EngineStats s = engine->stats();
+  EXPECT_EQ(s.num_used_kv_blocks, 0);
+  EXPECT_EQ(s.num_free_kv_blocks, s.num_kv_blocks);
+  EXPECT_GE(s.kv_disk_dropped_bad, 1u);
+  for (const auto& p : fifos) std::filesystem::remove(p);  // reads of the rest now fail at once (absent files)
+  int cached = 0;
+  EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want) << "the prefix after the failed reads";
+  EXPECT_LT(cached, 44 * 16) << "blocks whose reads failed must be recomputed, not served";
+  wait_until([&] {
+    unblock_reads();
+    return engine->stats().kv_blocks_loading == 0;
+  }, 10);
 }
 
 // A disk tier bounded far below what goes through it (a full disk): it drops its oldest files and goes on; every
