@@ -7,13 +7,14 @@
 namespace peregrine::cli {
 
 void register_bench(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (latency, throughput, serve)");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (latency, throughput, serve, prefix-cache, multi-turn, speculative)");
   bench->require_subcommand(1);
   register_bench_latency(*bench);
   register_bench_throughput(*bench);
   register_bench_serve(*bench);
   register_bench_prefix_cache(*bench);
   register_bench_speculative(*bench);
+  register_bench_multi_turn(*bench);
 }
 
 }  // namespace peregrine::cli
