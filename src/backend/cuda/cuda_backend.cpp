@@ -766,39 +766,14 @@ class CudaBackendImpl final : public CudaBackend {
     const cudaMemcpyKind kind = direction == CopyDirection::kDeviceToHost   ? cudaMemcpyDeviceToHost
                                 : direction == CopyDirection::kHostToDevice ? cudaMemcpyHostToDevice
                                                                             : cudaMemcpyDeviceToDevice;
-    // Many regions (a KV block is 2 per layer) go as one batch: one call instead of one per region, which costs
-    // more than the copy for small blocks. Where the driver lacks batches, region by region.
-    bool batched = false;
-    if (regions.size() > 1 && batch_copies_) {
-      batch_dst_.clear();
-      batch_src_.clear();
-      batch_bytes_.clear();
-      for (const CopyRegion& r : regions) {
-        if (!r.bytes) continue;
-        batch_dst_.push_back(r.dst);
-        batch_src_.push_back(r.src);
-        batch_bytes_.push_back(r.bytes);
-      }
-      cudaMemcpyAttributes attr{};
-      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-      size_t attr_index = 0;
-      const cudaError_t err = batch_dst_.empty() ? cudaSuccess
-                                                 : cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(),
-                                                                        batch_bytes_.data(), batch_dst_.size(), &attr,
-                                                                        &attr_index, 1, copy_stream_);
-      if (err == cudaSuccess) {
-        batched = true;
-      } else if (err == cudaErrorNotSupported || err == cudaErrorInvalidValue) {
-        (void)cudaGetLastError();
-        batch_copies_ = false;
-      } else {
-        PEREGRINE_CUDA_CHECK(err);
-      }
-    }
-    if (!batched) {
-      for (const CopyRegion& r : regions) {
-        if (r.bytes) PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(r.dst, r.src, r.bytes, kind, copy_stream_));
-      }
+    // Many small regions between the device and the host (a KV block is 2 per layer, 32-64 KB each) move at half
+    // the pinned bandwidth as DMA copies of their own; gathered on the device into contiguous runs first (or
+    // scattered after), the DMA moves runs of whole blocks.
+    if (kind != cudaMemcpyDeviceToDevice && regions.size() >= 8 && bytes / regions.size() < kStageBelowBytes &&
+        staging()) {
+      staged_copies(kind, regions);
+    } else {
+      enqueue_copies(kind, regions);
     }
     PEREGRINE_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
     free_events_.push_back(start);  // reusable once recorded work is enqueued: later records replace it
@@ -907,6 +882,119 @@ class CudaBackendImpl final : public CudaBackend {
     PEREGRINE_CUDA_CHECK(cudaEventCreate(&e));
     return e;
   }
+  // DMA copies of the regions on the copy stream: one batch where the driver has batches, else region by region.
+  void enqueue_copies(cudaMemcpyKind kind, std::span<const CopyRegion> regions) {
+    bool batched = false;
+    if (regions.size() > 1 && batch_copies_) {
+      batch_dst_.clear();
+      batch_src_.clear();
+      batch_bytes_.clear();
+      for (const CopyRegion& r : regions) {
+        if (!r.bytes) continue;
+        batch_dst_.push_back(r.dst);
+        batch_src_.push_back(r.src);
+        batch_bytes_.push_back(r.bytes);
+      }
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      size_t attr_index = 0;
+      const cudaError_t err = batch_dst_.empty() ? cudaSuccess
+                                                 : cudaMemcpyBatchAsync(batch_dst_.data(), batch_src_.data(),
+                                                                        batch_bytes_.data(), batch_dst_.size(), &attr,
+                                                                        &attr_index, 1, copy_stream_);
+      if (err == cudaSuccess) {
+        batched = true;
+      } else if (err == cudaErrorNotSupported || err == cudaErrorInvalidValue) {
+        (void)cudaGetLastError();
+        batch_copies_ = false;
+      } else {
+        PEREGRINE_CUDA_CHECK(err);
+      }
+    }
+    if (!batched) {
+      for (const CopyRegion& r : regions) {
+        if (r.bytes) PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(r.dst, r.src, r.bytes, kind, copy_stream_));
+      }
+    }
+  }
+
+  // The staging buffer of staged_copies, made at first use (false: none could be made, or PEREGRINE_COPY_STAGING=0).
+  bool staging() {
+    if (staging_buf_) return true;
+    if (staging_failed_) return false;
+    const char* off = std::getenv("PEREGRINE_COPY_STAGING");
+    if (off && std::string_view(off) == "0") {
+      staging_failed_ = true;
+      return false;
+    }
+    if (cudaMalloc(&staging_buf_, kStagingBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      staging_buf_ = nullptr;
+      staging_failed_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // Device-to-host: the regions are gathered (a kernel on the copy stream) into the staging buffer, in order, then
+  // runs that are contiguous on the host side go down as one DMA copy each; host-to-device the other way round. In
+  // rounds of at most kStagingBytes; the copy stream orders each round's staging use after the previous round's.
+  // A region larger than the buffer goes as a DMA copy of its own (it is large enough to run at full rate).
+  void staged_copies(cudaMemcpyKind kind, std::span<const CopyRegion> regions) {
+    const bool down = kind == cudaMemcpyDeviceToHost;
+    auto* stage = static_cast<std::byte*>(staging_buf_);
+    std::vector<cuda::CopyRegionDesc> device_side;
+    std::vector<CopyRegion> dma;
+    size_t i = 0;
+    while (i < regions.size()) {
+      device_side.clear();
+      dma.clear();
+      size_t used = 0;
+      for (; i < regions.size(); ++i) {
+        const CopyRegion& r = regions[i];
+        if (r.bytes == 0) continue;
+        if (r.bytes > kStagingBytes) {
+          if (used == 0) {  // alone in its round
+            dma.push_back(r);
+            ++i;
+          }
+          break;
+        }
+        if (used + r.bytes > kStagingBytes) break;
+        std::byte* at = stage + used;
+        used += (r.bytes + 15) & ~size_t{15};  // keeps every staged region 16-byte aligned
+        if (used > kStagingBytes) used = kStagingBytes;
+        // The host side's run: joins the previous one when both sides continue it.
+        const void* host = down ? r.dst : r.src;
+        if (!dma.empty()) {
+          CopyRegion& last = dma.back();
+          const void* last_host = down ? last.dst : last.src;
+          const void* last_stage = down ? last.src : last.dst;
+          if (static_cast<const std::byte*>(last_host) + last.bytes == host &&
+              static_cast<const std::byte*>(last_stage) + last.bytes == at) {
+            last.bytes += r.bytes;
+            device_side.push_back(down ? cuda::CopyRegionDesc{at, r.src, r.bytes}
+                                       : cuda::CopyRegionDesc{r.dst, at, r.bytes});
+            continue;
+          }
+        }
+        dma.push_back(down ? CopyRegion{r.dst, at, r.bytes} : CopyRegion{at, r.src, r.bytes});
+        device_side.push_back(down ? cuda::CopyRegionDesc{at, r.src, r.bytes} : cuda::CopyRegionDesc{r.dst, at, r.bytes});
+      }
+      if (device_side.empty()) {
+        enqueue_copies(kind, dma);  // a region larger than the buffer, copied directly
+        continue;
+      }
+      if (down) {
+        cuda::launch_copy_regions(device_side.data(), static_cast<int>(device_side.size()), copy_stream_);
+        enqueue_copies(kind, dma);
+      } else {
+        enqueue_copies(kind, dma);
+        cuda::launch_copy_regions(device_side.data(), static_cast<int>(device_side.size()), copy_stream_);
+      }
+    }
+  }
+
   struct Transfer {
     cudaEvent_t begun, done;  // timing events on the copy stream around the copies
     int direction;
@@ -975,6 +1063,8 @@ class CudaBackendImpl final : public CudaBackend {
     pinned_.clear();
     if (gemm_workspace_) cudaFree(gemm_workspace_);
     gemm_workspace_ = nullptr;
+    if (staging_buf_) cudaFree(staging_buf_);
+    staging_buf_ = nullptr;
     if (error_word_) cudaFree(error_word_);
     error_word_ = nullptr;
     if (error_host_) cudaFreeHost(error_host_);
@@ -991,6 +1081,10 @@ class CudaBackendImpl final : public CudaBackend {
   int sm_count_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;  // transfers (copy_async)
+  static constexpr size_t kStagingBytes = size_t{64} << 20;  // staged_copies' device buffer
+  static constexpr size_t kStageBelowBytes = size_t{1} << 20;  // regions smaller than this on average are staged
+  void* staging_buf_ = nullptr;
+  bool staging_failed_ = false;
   bool batch_copies_ = true;             // cudaMemcpyBatchAsync works here (until it says otherwise)
   std::vector<void*> batch_dst_;
   std::vector<const void*> batch_src_;

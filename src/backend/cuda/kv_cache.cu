@@ -1,6 +1,8 @@
 // kv_write kernel: one block per token; 16-byte copies when the dtypes match, converting loads otherwise.
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kv_cache.cuh"
 
@@ -73,7 +75,42 @@ __global__ void kv_write_quant_kernel(KvWriteLaunch p) {
   }
 }
 
+struct CopyRegionBatch {
+  int count;
+  CopyRegionDesc regions[kMaxCopyRegions];
+};
+static_assert(sizeof(CopyRegionBatch) < 32764, "kernel parameters are limited to 32,764 bytes");
+
+// One block per region (grid-stride over the regions), its threads over the region's bytes.
+__global__ void __launch_bounds__(256) copy_regions_kernel(const __grid_constant__ CopyRegionBatch b) {
+  for (int i = blockIdx.x; i < b.count; i += gridDim.x) {
+    const CopyRegionDesc r = b.regions[i];
+    auto* dst = static_cast<unsigned char*>(r.dst);
+    const auto* src = static_cast<const unsigned char*>(r.src);
+    uint64_t done = 0;
+    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+      const uint64_t vecs = r.bytes / 16;
+      auto* d16 = reinterpret_cast<uint4*>(dst);
+      const auto* s16 = reinterpret_cast<const uint4*>(src);
+      for (uint64_t k = threadIdx.x; k < vecs; k += blockDim.x) d16[k] = s16[k];
+      done = vecs * 16;
+    }
+    for (uint64_t k = done + threadIdx.x; k < r.bytes; k += blockDim.x) dst[k] = src[k];
+  }
+}
+
 }  // namespace
+
+void launch_copy_regions(const CopyRegionDesc* regions, int count, cudaStream_t stream) {
+  for (int first = 0; first < count; first += kMaxCopyRegions) {
+    CopyRegionBatch b;
+    b.count = std::min(kMaxCopyRegions, count - first);
+    for (int i = 0; i < b.count; ++i) b.regions[i] = regions[first + i];
+    const unsigned grid = static_cast<unsigned>(std::min(b.count, 528));
+    copy_regions_kernel<<<grid, 256, 0, stream>>>(b);
+    PEREGRINE_CUDA_CHECK_LAUNCH();
+  }
+}
 
 void launch_kv_write(const KvWriteLaunch& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;

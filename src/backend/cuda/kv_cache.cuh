@@ -26,4 +26,16 @@ struct KvWriteLaunch {
 };
 void launch_kv_write(const KvWriteLaunch& p, cudaStream_t stream);
 
+// Gathers or scatters many small regions in one launch (the KV tiers' staging: a block's 2 x layers pages copied
+// into one contiguous run, so the DMA to or from pinned host memory moves large runs). The descriptors travel as the
+// kernel's parameter (at most kMaxCopyRegions per launch: no device buffer, nothing to keep alive). Any pointers
+// and sizes; 16-byte aligned regions are copied 16 bytes at a time. Device memory only (device pointers).
+struct CopyRegionDesc {
+  void* dst;
+  const void* src;
+  uint64_t bytes;
+};
+inline constexpr int kMaxCopyRegions = 1024;
+void launch_copy_regions(const CopyRegionDesc* regions, int count, cudaStream_t stream);
+
 }  // namespace peregrine::cuda
