@@ -107,6 +107,8 @@ struct EngineStats {
   uint64_t kv_offload_blocks_to_host = 0, kv_offload_blocks_from_host = 0;
   uint64_t kv_offload_bytes_to_host = 0, kv_offload_bytes_from_host = 0;
   double kv_offload_seconds_to_host = 0.0, kv_offload_seconds_from_host = 0.0;  // the copies' own time
+  // The bytes of the copies those seconds time (transfers seen finished): the copy rate is these over the seconds.
+  uint64_t kv_offload_timed_bytes_to_host = 0, kv_offload_timed_bytes_from_host = 0;
   int host_kv_blocks = 0, host_kv_blocks_used = 0;
   // The disk tier (kv_cache_dir): hits read back from disk (prompt tokens, part of prefix_cache_host_hits), bytes
   // written and read, files dropped as bad, blocks held now and found at start; evicted blocks that went to disk

@@ -319,13 +319,14 @@ void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats
                 static_cast<double>(s.kv_offload_bytes_from_host) / 1e6);
     const MemoryBandwidth bw = engine->measure_memory_bandwidth();
     auto rate = [](uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; };
-    std::printf("copy rate to host %.1f GB/s, back %.1f GB/s (the copies' own time)", rate(s.kv_offload_bytes_to_host,
-                s.kv_offload_seconds_to_host), rate(s.kv_offload_bytes_from_host, s.kv_offload_seconds_from_host));
+    std::printf("copy rate to host %.1f GB/s, back %.1f GB/s (the copies' own time)",
+                rate(s.kv_offload_timed_bytes_to_host, s.kv_offload_seconds_to_host),
+                rate(s.kv_offload_timed_bytes_from_host, s.kv_offload_seconds_from_host));
     if (bw.host_to_device_gbs > 0) {
       std::printf("; pinned memory in this run: %.1f GB/s up, %.1f GB/s down (%.0f%% / %.0f%%)",
                   bw.host_to_device_gbs, bw.device_to_host_gbs,
-                  100 * rate(s.kv_offload_bytes_from_host, s.kv_offload_seconds_from_host) / bw.host_to_device_gbs,
-                  100 * rate(s.kv_offload_bytes_to_host, s.kv_offload_seconds_to_host) / bw.device_to_host_gbs);
+                  100 * rate(s.kv_offload_timed_bytes_from_host, s.kv_offload_seconds_from_host) / bw.host_to_device_gbs,
+                  100 * rate(s.kv_offload_timed_bytes_to_host, s.kv_offload_seconds_to_host) / bw.device_to_host_gbs);
     }
     std::printf("\n");
   }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -82,8 +83,8 @@ DiskKvStore::DiskKvStore(Config config) : config_(std::move(config)) {
   if (ec || !fs::is_directory(path_))
     throw Error(ErrorCode::kInvalidArgument, "kv_cache_dir: cannot create " + path_ + ": " + ec.message());
   index_existing();
-  writer_ = std::thread([this] { writer_loop(); });
-  reader_ = std::thread([this] { reader_loop(); });
+  for (int i = 0; i < std::max(1, config_.writer_threads); ++i) writers_.emplace_back([this] { writer_loop(); });
+  for (int i = 0; i < std::max(1, config_.reader_threads); ++i) readers_.emplace_back([this] { reader_loop(); });
 }
 
 DiskKvStore::~DiskKvStore() {
@@ -94,8 +95,8 @@ DiskKvStore::~DiskKvStore() {
   wake_.notify_all();
   read_wake_.notify_all();
   room_.notify_all();
-  if (writer_.joinable()) writer_.join();
-  if (reader_.joinable()) reader_.join();
+  for (std::thread& t : writers_) t.join();
+  for (std::thread& t : readers_) t.join();
 }
 
 uint64_t DiskKvStore::read_async(uint64_t key, std::byte* dst) {
@@ -199,6 +200,7 @@ void DiskKvStore::index_existing() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Found& f : found) {
     f.entry.lru = lru_.insert(lru_.end(), f.key);
+    f.entry.order = ++next_order_;
     stats_.held_bytes += f.entry.bytes;
     index_.emplace(f.key, std::move(f.entry));
   }
@@ -245,7 +247,7 @@ void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t
     }
     if (stopping_ || index_.count(key) || queued_.count(key)) return;
   }
-  auto job = std::make_shared<Job>(Job{key, parent_key, std::vector<int32_t>(tokens.begin(), tokens.end()),
+  auto job = std::make_shared<Job>(Job{key, parent_key, ++next_order_, std::vector<int32_t>(tokens.begin(), tokens.end()),
                                        std::vector<std::byte>(payload, payload + config_.payload_bytes)});
   queued_bytes_ += config_.payload_bytes;
   queued_.emplace(key, job);
@@ -264,7 +266,7 @@ void DiskKvStore::writer_loop() {
     }
     std::shared_ptr<const Job> job = std::move(queue_.front());
     queue_.pop_front();
-    writing_ = true;
+    ++writing_;
     const auto now = std::chrono::steady_clock::now();
     if (bound_ < config_.max_bytes && now - bound_lowered_ > std::chrono::seconds(60)) bound_ = config_.max_bytes;
     lock.unlock();
@@ -290,14 +292,18 @@ void DiskKvStore::writer_loop() {
     if (err != 0) note_write_failure(file_of(job->key), err);
     const bool ok = err == 0;
     lock.lock();
-    writing_ = false;
+    --writing_;
     // The block leaves the queue and enters the index in one step, so a lookup always finds it in one of them.
     queued_.erase(job->key);
     queued_bytes_ -= config_.payload_bytes;
     stats_.queued_blocks = queued_.size();
     if (ok) {
       const uint64_t bytes = sizeof(Header) + job->tokens.size() * sizeof(int32_t) + job->payload.size();
-      Entry e{job->parent_key, job->tokens, bytes, lru_.insert(lru_.end(), job->key)};
+      // In queue order among the entries used since it was queued, so the disk's LRU drops blocks in the order they
+      // were handed over (a chain's later blocks first), whichever writer finished first.
+      auto at = lru_.end();
+      while (at != lru_.begin() && index_.at(*std::prev(at)).order > job->order) --at;
+      Entry e{job->parent_key, job->tokens, bytes, lru_.insert(at, job->key), job->order};
       index_.emplace(job->key, std::move(e));
       stats_.held_bytes += bytes;
       ++stats_.blocks_written;
@@ -310,7 +316,7 @@ void DiskKvStore::writer_loop() {
       stats_.held_blocks = index_.size();
     }
     room_.notify_all();
-    if (queue_.empty()) idle_.notify_all();
+    if (queue_.empty() && writing_ == 0) idle_.notify_all();
   }
 }
 
@@ -357,14 +363,14 @@ bool DiskKvStore::contains(uint64_t key, uint64_t parent_key, std::span<const in
   if (auto q = queued_.find(key); q != queued_.end()) return same(q->second->parent_key, q->second->tokens);
   auto it = index_.find(key);
   if (it == index_.end() || !same(it->second.parent_key, it->second.tokens)) return false;
-  lru_.splice(lru_.end(), lru_, it->second.lru);
+  make_recent(it->second);
   return true;
 }
 
 void DiskKvStore::touch(uint64_t key) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = index_.find(key);
-  if (it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.lru);
+  if (it != index_.end()) make_recent(it->second);
 }
 
 bool DiskKvStore::read(uint64_t key, std::byte* dst, uint64_t& parent_key_out, std::vector<int32_t>& tokens_out) {
@@ -423,9 +429,14 @@ bool DiskKvStore::read(uint64_t key, std::byte* dst, uint64_t& parent_key_out, s
   return true;
 }
 
+void DiskKvStore::make_recent(Entry& e) {
+  lru_.splice(lru_.end(), lru_, e.lru);
+  e.order = ++next_order_;
+}
+
 void DiskKvStore::flush() {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  idle_.wait(lock, [&] { return queue_.empty() && writing_ == 0; });
 }
 
 DiskKvStore::Stats DiskKvStore::stats() const {

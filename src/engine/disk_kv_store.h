@@ -1,6 +1,6 @@
 // DiskKvStore: the prefix cache's disk tier. One file per KV block under DIR/<identity>/ (the identity hashes the
 // model, dtype and KV layout, so a restart with the same model finds its blocks and another model never sees
-// them), written by a background thread to a temporary name and renamed when complete (a process killed mid-write
+// them), written by a pool of background threads to a temporary name and renamed when complete (a process killed mid-write
 // leaves a .tmp file, removed at the next start, never a torn block). A file holds a header (magic, identity, the
 // block's prefix-cache key, parent key and tokens, payload size, an XXH3 checksum of tokens and payload) and the
 // block's bytes as a host-tier slot holds them. The store is bounded in bytes, dropping the least recently used
@@ -41,6 +41,8 @@ class DiskKvStore {
     size_t payload_bytes = 0;    // bytes of one block (a host slot)
     size_t max_queued_bytes = size_t{1} << 30;  // bytes of queued writes; a put() beyond them waits
     double max_put_wait_seconds = 10.0;            // a put() waiting this long for room is dropped
+    int writer_threads = 4;  // files written at once (an NVMe disk takes several writes in parallel)
+    int reader_threads = 4;  // reads at once (a load reads many blocks; the page cache serves them in parallel)
   };
   struct Stats {
     uint64_t blocks_written = 0, bytes_written = 0, blocks_read = 0, bytes_read = 0;
@@ -97,9 +99,11 @@ class DiskKvStore {
     std::vector<int32_t> tokens;
     uint64_t bytes;
     std::list<uint64_t>::iterator lru;
+    uint64_t order = 0;  // when it was queued or last used: lru_ is sorted by it
   };
   struct Job {  // a queued write; shared with reads served from it while it is written
     uint64_t key, parent_key;
+    uint64_t order = 0;  // its place in the queue: the writers finish in any order, the LRU keeps this one
     std::vector<int32_t> tokens;
     std::vector<std::byte> payload;
   };
@@ -125,19 +129,21 @@ class DiskKvStore {
   std::condition_variable wake_, idle_, room_;
   std::unordered_map<uint64_t, Entry> index_;
   std::list<uint64_t> lru_;  // least recently used first
+  uint64_t next_order_ = 0;  // Entry::order and Job::order
+  void make_recent(Entry& e);  // marks it used now (mutex_ held)
   std::deque<std::shared_ptr<const Job>> queue_;
   std::unordered_map<uint64_t, std::shared_ptr<const Job>> queued_;  // by key, until its file is in the index
   size_t queued_bytes_ = 0;
   uint64_t bound_ = 0;  // bytes the files may take now (config_.max_bytes unless the disk was found full)
   std::chrono::steady_clock::time_point bound_lowered_{};
-  bool writing_ = false;
+  int writing_ = 0;  // writers inside write_one
   bool stopping_ = false;
   Stats stats_;
   std::deque<uint64_t> read_queue_;              // ids of reads not started
   std::unordered_map<uint64_t, Read> reads_;      // by id, until read_result returns their result
   uint64_t next_read_ = 0;
   std::condition_variable read_wake_;
-  std::thread writer_, reader_;
+  std::vector<std::thread> writers_, readers_;
 };
 
 }  // namespace peregrine::engine

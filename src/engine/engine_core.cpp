@@ -673,6 +673,8 @@ EngineStats EngineCore::stats() const {
     const ops::Backend::TransferTotals t = runner_->backend().transfer_totals();  // the tiers make every transfer
     s.kv_offload_seconds_to_host = t.seconds[static_cast<int>(ops::Backend::CopyDirection::kDeviceToHost)];
     s.kv_offload_seconds_from_host = t.seconds[static_cast<int>(ops::Backend::CopyDirection::kHostToDevice)];
+    s.kv_offload_timed_bytes_to_host = t.bytes[static_cast<int>(ops::Backend::CopyDirection::kDeviceToHost)];
+    s.kv_offload_timed_bytes_from_host = t.bytes[static_cast<int>(ops::Backend::CopyDirection::kHostToDevice)];
     s.host_kv_blocks = host_tier_->num_slots();
     s.host_kv_blocks_used = host_tier_->num_held();
     s.host_kv_blocks_pinned = host_tier_->num_pinned();

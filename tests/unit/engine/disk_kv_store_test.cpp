@@ -330,7 +330,9 @@ struct StuckWriter {
 // is read from its file.
 TEST(DiskKvStore, QueuedWritesAreFoundAndReadFromMemory) {
   TempDir dir;
-  DiskKvStore store(config_for(dir.path));
+  DiskKvStore::Config c = config_for(dir.path);
+  c.writer_threads = 1;  // one writer, held by the FIFO: the other blocks stay queued
+  DiskKvStore store(c);
   {
     StuckWriter stuck(store, 1);
     const auto p1 = payload_of(1), p2 = payload_of(2), p3 = payload_of(3);
@@ -379,6 +381,7 @@ TEST(DiskKvStore, AFullQueueWaitsForTheWriterAndDropsOnlyWhenItIsStuck) {
   DiskKvStore::Config c = config_for(dir.path);
   c.max_queued_bytes = 2000;  // two blocks
   c.max_put_wait_seconds = 0.3;
+  c.writer_threads = 1;
   DiskKvStore store(c);
   StuckWriter stuck(store, 1);
   const auto p1 = payload_of(1), p2 = payload_of(2), p3 = payload_of(3), p4 = payload_of(4);
