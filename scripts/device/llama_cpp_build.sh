@@ -20,7 +20,7 @@ echo "llama.cpp from node-llama-cpp $ver: $(cat "$work/package/llama/llama.cpp.i
 cmake -S "$work/llama.cpp" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90-real -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-nice -n 10 ninja -C "$work/build" -j"$(nproc)" llama-bench llama-batched-bench
+nice -n ${LLAMA_NICE:-10} ninja -C "$work/build" -j"$(nproc)" llama-bench llama-batched-bench
 mkdir -p .device/llama.cpp/bin
 cp "$work/build/bin/llama-bench" "$work/build/bin/llama-batched-bench" .device/llama.cpp/bin/
 strip .device/llama.cpp/bin/*
