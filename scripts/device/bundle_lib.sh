@@ -8,11 +8,12 @@ b=${BUILD:-build/cuda}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 
-# pack DIR PATH...: DIR/bundle.tar.xz of the PATHs under $stage (xz -9e) and DIR/env.sh; prints the size.
+# pack DIR PATH...: DIR/bundle.tar.xz of the PATHs under $stage (xz -9e, or XZ_LEVEL) and DIR/env.sh, which
+# unpacks that bundle; prints the size.
 pack() {
   local dir=$1; shift
   rm -rf "$dir" && mkdir -p "$dir"
-  tar -C "$stage" -cf - "$@" | xz -T"$(nproc)" -9e >"$dir/bundle.tar.xz"
-  cp .device/env.sh "$dir/env.sh"
+  tar -C "$stage" -cf - "$@" | xz -T"$(nproc)" "-${XZ_LEVEL:-9e}" >"$dir/bundle.tar.xz"
+  sed "s#\.device/carry/bundle#$dir/bundle#g" .device/env.sh >"$dir/env.sh"
   echo "$dir: $(du -sh "$dir" | cut -f1) ($(stat -c %s "$dir/bundle.tar.xz") bytes)"
 }
