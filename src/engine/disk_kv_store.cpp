@@ -231,10 +231,26 @@ void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t
     ++stats_.dropped_full;
     return;
   }
-  // Back-pressure: a full queue waits for the writer (which never waits for the caller). Only a writer that makes
-  // no room for max_put_wait_seconds (a disk that stopped answering) gets the block dropped.
+  // A full queue: its oldest writes make room (never waiting), or, without drop_oldest_when_full, back-pressure: the
+  // caller waits for the writer, and only a writer that makes no room for max_put_wait_seconds (a disk that stopped
+  // answering) gets the block dropped.
   auto has_room = [&] { return stopping_ || queued_bytes_ == 0 || queued_bytes_ + config_.payload_bytes <= config_.max_queued_bytes; };
-  if (!has_room()) {
+  if (!has_room() && config_.drop_oldest_when_full) {
+    // Writes not started yet go, oldest first (those being written stay: the bound may be exceeded by them).
+    uint64_t dropped = 0;
+    while (!has_room() && !queue_.empty()) {
+      queued_.erase(queue_.front()->key);
+      queue_.pop_front();
+      queued_bytes_ -= config_.payload_bytes;
+      ++dropped;
+    }
+    if (dropped > 0 && stats_.dropped_full == 0)
+      std::fprintf(stderr, "peregrine: KV disk tier: the write queue is full (%.0f MB; the disk writes slower than "
+                   "blocks are evicted): its oldest blocks are dropped (%s)\n",
+                   static_cast<double>(config_.max_queued_bytes) / 1e6, path_.c_str());
+    stats_.dropped_full += dropped;
+    stats_.queued_blocks = queued_.size();
+  } else if (!has_room()) {
     const auto t0 = std::chrono::steady_clock::now();
     const bool room = room_.wait_for(lock, std::chrono::duration<double>(config_.max_put_wait_seconds), has_room);
     ++stats_.put_waits;

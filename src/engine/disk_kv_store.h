@@ -6,9 +6,11 @@
 // block's bytes as a host-tier slot holds them. The store is bounded in bytes, dropping the least recently used
 // files. Every read checks the header and the checksum; a truncated, corrupted or foreign file is dropped and logged.
 // A block queued for writing is already part of the store: contains() finds it and a read is served from the queued
-// copy in memory, so a block handed over a moment ago is never missed. The queue is bounded in bytes; a put() that
-// finds it full waits for the writer (back-pressure) instead of dropping the block, and only drops it (logged) when
-// the writer has made no room for max_put_wait_seconds (a disk that has stopped answering).
+// copy in memory, so a block handed over a moment ago is never missed. The queue is bounded in bytes. A put() that
+// finds it full never waits (the engine thread, and so decode, must not wait for a disk slower than the evictions):
+// the oldest queued writes are dropped to make room (logged once, counted in dropped_full), so what reaches the disk
+// is the most recently used of what was evicted. With drop_oldest_when_full off, put() waits for the writer instead
+// (back-pressure) and drops the block only when the writer has made no room for max_put_wait_seconds.
 // A disk that fills before the bound does (other files on it, a smaller filesystem than --kv-cache-disk-gb) is met
 // by shrinking: the write that found no space drops the least recently used files down to 7/8 of what the store
 // held, lowers the bound to that, and is tried once more; the store goes on within what the disk has, logging once.
@@ -39,8 +41,9 @@ class DiskKvStore {
     uint64_t identity = 0;       // model + dtype + KV layout
     int block_size = 16;         // tokens per block
     size_t payload_bytes = 0;    // bytes of one block (a host slot)
-    size_t max_queued_bytes = size_t{1} << 30;  // bytes of queued writes; a put() beyond them waits
-    double max_put_wait_seconds = 10.0;            // a put() waiting this long for room is dropped
+    size_t max_queued_bytes = size_t{1} << 30;  // bytes of queued writes; a put() beyond them makes room
+    bool drop_oldest_when_full = true;             // room by dropping the oldest queued writes (else: wait)
+    double max_put_wait_seconds = 10.0;            // when waiting: a put() waiting this long for room is dropped
     int writer_threads = 4;  // files written at once (an NVMe disk takes several writes in parallel)
     int reader_threads = 4;  // reads at once (a load reads many blocks; the page cache serves them in parallel)
   };

@@ -9,8 +9,8 @@
 //
 // With a disk tier (disk_kv_store.h) every evicted block reaches the disk: the blocks in slots are written through
 // once their copy is done, and the blocks the slots do not take go straight from the device to the disk through a
-// small pinned staging buffer (in rounds when there are more of them; the engine thread waits for those copies and,
-// when the disk's write queue is full, for the writer: back-pressure, not dropping). A lookup the host misses
+// small pinned staging buffer (in rounds when there are more of them; the engine thread waits for those copies; a
+// full write queue drops its oldest writes rather than make it wait). A lookup the host misses
 // continues on the disk (queued writes included); those blocks are read into host slots on the disk tier's reader
 // thread and copied up from there, in rounds through the slots when a load is larger than the slots that are free.
 #pragma once

@@ -381,6 +381,7 @@ TEST(DiskKvStore, AFullQueueWaitsForTheWriterAndDropsOnlyWhenItIsStuck) {
   DiskKvStore::Config c = config_for(dir.path);
   c.max_queued_bytes = 2000;  // two blocks
   c.max_put_wait_seconds = 0.3;
+  c.drop_oldest_when_full = false;  // back-pressure
   c.writer_threads = 1;
   DiskKvStore store(c);
   StuckWriter stuck(store, 1);
@@ -412,6 +413,41 @@ TEST(DiskKvStore, AFullQueueWaitsForTheWriterAndDropsOnlyWhenItIsStuck) {
   std::vector<int32_t> toks;
   ASSERT_TRUE(store.read(4, got.data(), parent, toks));
   EXPECT_EQ(got, p4);
+}
+
+// The default for a full queue: put() never waits; the oldest queued writes make room (not the one being written),
+// so the newest blocks reach the disk, and the dropped ones are no longer found.
+TEST(DiskKvStore, AFullQueueDropsItsOldestWritesAndNeverWaits) {
+  TempDir dir;
+  DiskKvStore::Config c = config_for(dir.path);
+  c.max_queued_bytes = 3000;  // three blocks
+  c.writer_threads = 1;
+  DiskKvStore store(c);
+  StuckWriter stuck(store, 1);
+  const auto p1 = payload_of(1);
+  store.put(1, 0, tokens_of(1), p1.data());  // the writer takes it and blocks on the FIFO
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int k = 2; k <= 6; ++k) {
+    const auto p = payload_of(static_cast<uint32_t>(k));
+    store.put(static_cast<uint64_t>(k), static_cast<uint64_t>(k - 1), tokens_of(static_cast<uint64_t>(k)), p.data());
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.2) << "put() waited";
+  DiskKvStore::Stats s = store.stats();
+  EXPECT_EQ(s.put_waits, 0u);
+  EXPECT_EQ(s.dropped_full, 3u);  // 2, 3 and 4 made room for 4, 5 and 6 in turn
+  EXPECT_TRUE(store.contains(1, 0, tokens_of(1)));  // being written
+  for (uint64_t k = 2; k <= 4; ++k) EXPECT_FALSE(store.contains(k, k - 1, tokens_of(k))) << k;
+  for (uint64_t k = 5; k <= 6; ++k) EXPECT_TRUE(store.contains(k, k - 1, tokens_of(k))) << k;
+  stuck.release();
+  store.flush();
+  s = store.stats();
+  EXPECT_EQ(s.blocks_written, 3u);
+  std::vector<std::byte> got(1000);
+  uint64_t parent = 0;
+  std::vector<int32_t> toks;
+  ASSERT_TRUE(store.read(6, got.data(), parent, toks));
+  EXPECT_EQ(got, payload_of(6));
 }
 
 }  // namespace
