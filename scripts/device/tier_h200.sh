@@ -15,6 +15,7 @@ cfg=.device/shared/configs/llama-3-8b.json
 tok=models/pycoder-tiny
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 t() { echo "[$(( $(date +%s) - start )) s] $*"; }
+if [ -x "$bin/cuda_ops_tests" ]; then  # the checks (a bundle with only peregrine measures)
 timeout 120 "$bin/cuda_ops_tests" --gtest_filter='CudaCopies.*' >"$out/copies.txt" 2>&1
 t "CudaCopies rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$out/copies.txt" | tr '\n' ' ')"
 timeout 120 "$bin/engine_model_tests" --gtest_filter='*KvCacheOps*cuda*' >"$out/kvops.txt" 2>&1
@@ -22,6 +23,7 @@ t "KvCacheOps on CUDA rc=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/kvo
 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/engine_model_tests" \
   --gtest_filter='*KvCacheOps*cuda*' >"$out/memcheck.txt" 2>&1
 t "memcheck KvCacheOps rc=$?: $(grep -E 'ERROR SUMMARY|PASSED' "$out/memcheck.txt" | tr '\n' ' ')"
+fi
 for staging in 1 0; do
   PEREGRINE_COPY_STAGING=$staging timeout 200 "$bin/peregrine" bench prefix-cache --model "$tok" --random-weights \
     --config "$cfg" --device cuda --prompt-len 8000 --cached-len 7200 --repeats 3 --kv-offloading-size 16 \
@@ -46,11 +48,18 @@ timeout 240 "$bin/peregrine" bench multi-turn --model "$tok" --random-weights --
   --conversations 32 --turns 4 --system-len 1024 --user-len 256 --output-len 64 \
   --kv-cache-memory-bytes 4294967296 --kv-offloading-size 16 >"$out/multi.txt" 2>&1
 t "multi-turn rc=$?"
+rm -rf /tmp/peregrine_kvdisk
+timeout 240 "$bin/peregrine" bench multi-turn --model "$tok" --random-weights --config "$cfg" --device cuda \
+  --conversations 32 --turns 4 --system-len 1024 --user-len 256 --output-len 64 \
+  --kv-cache-memory-bytes 4294967296 --kv-offloading-size 1 --kv-cache-dir /tmp/peregrine_kvdisk \
+  --kv-cache-disk-gb 40 >"$out/multi_disk.txt" 2>&1
+t "multi-turn, host 1 GiB + disk rc=$?"
 lines='^(prompt|TTFT|ratio|host|tiers|disk|copies|copy rate) '
 for staging in 1 0; do echo "== 8B shape, host tier 16 GiB, staging $staging"; grep -E "$lines" "$out/8b_host_$staging.txt"; done
 echo "== 8B shape, host tier 0.25 GiB + disk tier"; grep -E "$lines" "$out/8b_disk.txt"
 du -sh /tmp/peregrine_kvdisk 2>/dev/null
 for tier in 0 8; do echo "== throughput c=64, device KV 4 GiB, host tier $tier GiB"; grep -E "^ +64|host tier" "$out/tp_$tier.txt"; done
 echo "== multi-turn"; tail -9 "$out/multi.txt"
+echo "== multi-turn, host tier 1 GiB + disk tier"; tail -6 "$out/multi_disk.txt"
 for f in "$out"/*.txt; do grep -lE "Failure|error:|terminate" "$f" >/dev/null 2>&1 && { echo "== problems in $f"; grep -E "Failure|error:|terminate" "$f" | head -5; }; done
 t "total"
