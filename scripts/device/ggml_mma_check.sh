@@ -19,11 +19,8 @@ timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_ops_
 echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | head -2
 timeout 200 "$bin/model_tests" --gtest_filter='Cuda/GgufModel.*' >"$out/gguf_model.log" 2>&1
 echo "model_tests Cuda/GgufModel rc=$?"; grep -E "^\[  FAILED|^\[  PASSED|^\[       OK|agree with|SKIPPED" "$out/gguf_model.log" | head -12
-for d in q8_0 q4_0; do
-  [ -f "/tmp/8b-$d.gguf" ] || timeout 240 python3 .device/tools/make_random_gguf.py --hidden 4096 --layers 32 --heads 32 \
-    --kv-heads 8 --ffn 14336 --vocab 128256 --ctx 8192 --dtype "$d" --out "/tmp/8b-$d.gguf" >>"$out/make.log" 2>&1
-done
-[ -f /tmp/8b-q4_k.gguf ] || python3 bench/gguf_q4_0_to_q4_k.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k.gguf >>"$out/make.log" 2>&1
+source "$(dirname "$0")/make_8b_ggufs.sh"
+make_8b_ggufs "$out/make.log" q8_0 q4_0 q4_k
 echo "made: $(ls /tmp/8b-*.gguf 2>/dev/null | tr '\n' ' ') at $(( $(date +%s) - start )) s"; tail -2 "$out/make.log"
 # One table row: the file (label F, /tmp/8b-F.gguf) at batch size BS, packed and in the file layout.
 bench_row() {
@@ -55,8 +52,7 @@ done
 # ffn_down / output) at BATCHES (MIX=1 is q4_k_m).
 for mx in ${MIX:-}; do
   [ "$mx" = 1 ] && mx=q4_k_m
-  mode=""; [ "$mx" = q5_k_m ] && mode=q5_k_m
-  [ -f "/tmp/8b-$mx.gguf" ] || timeout 200 python3 bench/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf "/tmp/8b-$mx.gguf" $mode >>"$out/make.log" 2>&1
+  make_8b_ggufs "$out/make.log" "$mx"
   echo "$mx made rc=$? $(ls -la "/tmp/8b-$mx.gguf" 2>/dev/null | awk '{print $5}') bytes; at $(( $(date +%s) - start )) s"
   for bs in ${BATCHES:-1 8 32}; do bench_row "$mx" "$bs"; done
 done

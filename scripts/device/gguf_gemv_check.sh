@@ -21,11 +21,8 @@ case "$part" in
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | head -2
   timeout 120 "$bin/cuda_ops_bench" --ggml-only "$out/ggml_bench.md" >"$out/ggml_bench.txt" 2>&1
   echo "cuda_ops_bench rc=$?"
-  for d in q8_0 q4_0; do
-    [ -f "/tmp/8b-$d.gguf" ] || timeout 200 python3 .device/tools/make_random_gguf.py --hidden 4096 --layers 32 --heads 32 \
-      --kv-heads 8 --ffn 14336 --vocab 128256 --ctx 8192 --dtype "$d" --out "/tmp/8b-$d.gguf" >>"$out/make.log" 2>&1
-  done
-  [ -f /tmp/8b-q4_k.gguf ] || python3 bench/gguf_q4_0_to_q4_k.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k.gguf >>"$out/make.log" 2>&1
+  source "$(dirname "$0")/make_8b_ggufs.sh"
+  make_8b_ggufs "$out/make.log" q8_0 q4_0 q4_k
   echo "made: $(ls /tmp/8b-*.gguf 2>/dev/null | tr '\n' ' ')"; tail -2 "$out/make.log"
   grep -E "^\| (Q|q|copy|read|HBM)|ggml type" "$out/ggml_bench.txt" | head -40
   ;;

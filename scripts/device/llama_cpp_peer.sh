@@ -15,13 +15,8 @@ start=$(date +%s)
 B=${BATCH:-32}
 nvidia-smi --query-gpu=name,memory.used,clocks.max.sm --format=csv,noheader
 echo "llama.cpp commit $(cat .device/llama.cpp.commit 2>/dev/null)"
-for d in q8_0 q4_0; do
-  [ -f "/tmp/8b-$d.gguf" ] || timeout 240 python3 .device/tools/make_random_gguf.py --hidden 4096 --layers 32 --heads 32 \
-    --kv-heads 8 --ffn 14336 --vocab 128256 --ctx 8192 --dtype "$d" --out "/tmp/8b-$d.gguf" >>"$out/make.log" 2>&1
-done
-[ -f /tmp/8b-q4_k.gguf ] || python3 bench/gguf_q4_0_to_q4_k.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k.gguf >>"$out/make.log" 2>&1
-[ -f /tmp/8b-q4_k_m.gguf ] || python3 bench/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf /tmp/8b-q4_k_m.gguf >>"$out/make.log" 2>&1
-[ -f /tmp/8b-q5_k_m.gguf ] || python3 bench/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf /tmp/8b-q5_k_m.gguf q5_k_m >>"$out/make.log" 2>&1
+source "$(dirname "$0")/make_8b_ggufs.sh"
+make_8b_ggufs "$out/make.log" ${TYPES:-q8_0 q4_0 q4_k q4_k_m q5_k_m}
 echo "made at $(( $(date +%s) - start )) s: $(cd /tmp && ls -s 8b-*.gguf | tr '\n' ' ')"
 rows=()
 for f in ${TYPES:-q8_0 q4_0 q4_k q4_k_m q5_k_m}; do

@@ -45,9 +45,8 @@ printf '%s\n' "${rows[@]}"
 grep -hE "^(weights|memory bandwidth)" "$out/none_bs1.txt" "$out/fp8_bs1.txt" 2>/dev/null
 echo "at $(( $(date +%s) - start )) s"
 if [ -n "${Q5:-1}" ]; then
-  [ -f /tmp/8b-q4_0.gguf ] || timeout 240 python3 .device/tools/make_random_gguf.py --hidden 4096 --layers 32 --heads 32 \
-    --kv-heads 8 --ffn 14336 --vocab 128256 --ctx 8192 --dtype q4_0 --out /tmp/8b-q4_0.gguf >>"$out/make.log" 2>&1
-  [ -f /tmp/8b-q5_k_m.gguf ] || timeout 200 python3 bench/gguf_mix_q4_k_m.py /tmp/8b-q4_0.gguf /tmp/8b-q5_k_m.gguf q5_k_m >>"$out/make.log" 2>&1
+  source "$(dirname "$0")/make_8b_ggufs.sh"
+  make_8b_ggufs "$out/make.log" q5_k_m
   echo "q5_k_m made at $(( $(date +%s) - start )) s: $(tail -1 "$out/make.log")"
   echo "| file | batch | packed (int8 mma) tok/s | file layout tok/s |"
   echo "| --- | --- | --- | --- |"
