@@ -59,6 +59,12 @@ static_assert(cuda::kSkinnyMaxM == kSkinnyMatmulMaxM, "skinny_gemm.cuh and cuda_
 
 // vLLM's switch for batch-invariant kernels: VLLM_BATCH_INVARIANT=1 keeps every dense matmul on the split-K
 // policy, whose rows never depend on M.
+// Whether the environment switch `name` is set to "0" (the comparison switches: PEREGRINE_GGML_PACK=0, ...).
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string_view(v) == "0";
+}
+
 bool batch_invariant_requested() {
   const char* v = std::getenv("VLLM_BATCH_INVARIANT");
   return v && std::string_view(v) != "0" && *v != '\0';
@@ -163,10 +169,7 @@ class CudaBackendImpl final : public CudaBackend {
   // packed layout, the file's size); every ggml path then reads the packed copy. PEREGRINE_GGML_PACK=0 keeps the file's layout
   // and the GEMV (comparisons only).
   DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q) override {
-    static const bool off = [] {
-      const char* v = std::getenv("PEREGRINE_GGML_PACK");
-      return v && std::string_view(v) == "0";
-    }();
+    static const bool off = env_off("PEREGRINE_GGML_PACK");
     if (off || !q.ggml_blocks() || w.ndim != 2 || w.dtype != DType::kU8) return {};
     const std::optional<GgmlBlockInfo> b = ggml_block_info(q.ggml);
     if (!b || b->type_size == 0) return {};
@@ -476,10 +479,7 @@ class CudaBackendImpl final : public CudaBackend {
   // NOTE determinism: int8 rows equal the warp kernel's bit for bit (and cuBLASLt's int8 path's), so int8 rows
   // agree for every M; FP8 rows agree within M <= 32 and within cuBLASLt's M > 32, not across.
   bool w8a8_skinny(std::span<const MatmulParams> ps) {
-    static const bool off = [] {
-      const char* v = std::getenv("PEREGRINE_W8_SKINNY");
-      return v && std::string_view(v) == "0";
-    }();
+    static const bool off = env_off("PEREGRINE_W8_SKINNY");
     const MatmulParams& first = ps.front();
     const int64_t m = first.x.dim(0), k = first.x.dim(1);
     if (off || !skinny_ || m == 0 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments)) return false;
@@ -586,10 +586,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   // PEREGRINE_W8_INT8_GEMM=0: int8 W8A8 at large M on the warp kernel (comparisons only).
   static bool int8_gemm_on() {
-    static const bool on = [] {
-      const char* v = std::getenv("PEREGRINE_W8_INT8_GEMM");
-      return !(v && std::string_view(v) == "0");
-    }();
+    static const bool on = !env_off("PEREGRINE_W8_INT8_GEMM");
     return on;
   }
 
@@ -922,8 +919,7 @@ class CudaBackendImpl final : public CudaBackend {
   bool staging() {
     if (staging_buf_) return true;
     if (staging_failed_) return false;
-    const char* off = std::getenv("PEREGRINE_COPY_STAGING");
-    if (off && std::string_view(off) == "0") {
+    if (env_off("PEREGRINE_COPY_STAGING")) {
       staging_failed_ = true;
       return false;
     }

@@ -43,10 +43,7 @@ Fp8LtGemm::Plan& Fp8LtGemm::plan_for(const Fp8GemmLaunch& p, size_t workspace_by
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& plan = plans_[key];
-  check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
-  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "TRANSA");
-  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)), "TRANSB");
+  make_desc(plan, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
   // Libraries without outer-vector scaling refuse the attribute: no plan, the caller falls back.
   if (cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)) !=
@@ -54,10 +51,7 @@ Fp8LtGemm::Plan& Fp8LtGemm::plan_for(const Fp8GemmLaunch& p, size_t workspace_by
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)) !=
           CUBLAS_STATUS_SUCCESS)
     return plan;
-  // A = W stored [N, K] row-major = [K, N] column-major, used transposed; B = X [M, K] row-major = [K, M].
-  check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3, p.k, p.n, p.k), "LayoutA");
-  check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8F_E4M3, p.k, p.m, p.k), "LayoutB");
-  check(cublasLtMatrixLayoutCreate(&plan.d, out_type(p.out_dtype), p.n, p.m, p.n), "LayoutD");
+  make_layouts(plan, CUDA_R_8F_E4M3, out_type(p.out_dtype), p.m, p.n, p.k);
   // Scale pointers must be set for the heuristic to see the scaled variant; the real ones are set per run.
   const void* dummy = p.w_scale;
   cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof(dummy));
@@ -65,6 +59,21 @@ Fp8LtGemm::Plan& Fp8LtGemm::plan_for(const Fp8GemmLaunch& p, size_t workspace_by
   cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof(dummy));
   pick_algo(plan, workspace_bytes);
   return plan;
+}
+
+void Fp8LtGemm::make_desc(Plan& plan, cublasComputeType_t compute, cudaDataType_t scale) {
+  check(cublasLtMatmulDescCreate(&plan.desc, compute, scale), "MatmulDescCreate");
+  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)), "TRANSB");
+}
+
+void Fp8LtGemm::make_layouts(Plan& plan, cudaDataType_t in, cudaDataType_t out, int64_t m, int64_t n, int64_t k) {
+  // The TN layout: A = W stored [N, K] row-major = [K, N] column-major, used transposed; B = X [M, K] row-major =
+  // [K, M]; D [N, M] column-major = out [M, N] row-major.
+  check(cublasLtMatrixLayoutCreate(&plan.a, in, k, n, k), "LayoutA");
+  check(cublasLtMatrixLayoutCreate(&plan.b, in, k, m, k), "LayoutB");
+  check(cublasLtMatrixLayoutCreate(&plan.d, out, n, m, n), "LayoutD");
 }
 
 void Fp8LtGemm::pick_algo(Plan& plan, size_t workspace_bytes) {
@@ -89,14 +98,8 @@ Fp8LtGemm::Plan& Fp8LtGemm::plan_int8(const Int8GemmLaunch& p, size_t workspace_
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& plan = plans_[key];
-  check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32I, CUDA_R_32I), "MatmulDescCreate (int8)");
-  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "TRANSA");
-  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)), "TRANSB");
-  // The same TN layout as FP8: D[N, M] column-major (= out [M, N] row-major) = op(W)[N, K] * X[K, M].
-  check(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8I, p.k, p.n, p.k), "LayoutA");
-  check(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8I, p.k, p.m, p.k), "LayoutB");
-  check(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32I, p.n, p.m, p.n), "LayoutD");
+  make_desc(plan, CUBLAS_COMPUTE_32I, CUDA_R_32I);
+  make_layouts(plan, CUDA_R_8I, CUDA_R_32I, p.m, p.n, p.k);  // the same TN layout as FP8, int32 out
   pick_algo(plan, workspace_bytes);
   return plan;
 }

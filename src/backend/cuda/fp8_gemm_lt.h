@@ -59,6 +59,8 @@ class Fp8LtGemm {
   };
   Plan& plan_for(const Fp8GemmLaunch& p, size_t workspace_bytes);
   Plan& plan_int8(const Int8GemmLaunch& p, size_t workspace_bytes);
+  void make_desc(Plan& plan, cublasComputeType_t compute, cudaDataType_t scale);  // with the TN transposes
+  void make_layouts(Plan& plan, cudaDataType_t in, cudaDataType_t out, int64_t m, int64_t n, int64_t k);
   void pick_algo(Plan& plan, size_t workspace_bytes);
   bool matmul(Plan& plan, const void* alpha, const void* w, const void* x, void* out, void* workspace,
               cudaStream_t stream);
