@@ -34,7 +34,11 @@ if [ ! -f "$dev/deps/.done" ]; then
 fi
 cat >"$dev/env.sh" <<'ENV'
 # Sourced on the device from the repository root. The bundle travels compressed (the call's 64 MiB limit).
-[ -f .device/carry/bundle.tar.xz ] && [ ! -d .device/deps ] && tar -xJf .device/carry/bundle.tar.xz -C .device
+# Unpacked once per bundle (a warm machine keeps .device/ between calls, perhaps from another bundle).
+if [ -f .device/carry/bundle.tar.xz ]; then
+  stamp=.device/.unpacked_$(stat -c %s .device/carry/bundle.tar.xz)
+  [ -f "$stamp" ] || { tar -xJf .device/carry/bundle.tar.xz -C .device && touch "$stamp"; }
+fi
 export PEREGRINE_DEPS="$PWD/.device/deps"
 export PKG_CONFIG_SYSROOT_DIR="$PEREGRINE_DEPS"
 export PKG_CONFIG_PATH="$PEREGRINE_DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$PEREGRINE_DEPS/usr/share/pkgconfig"
