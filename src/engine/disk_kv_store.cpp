@@ -205,11 +205,32 @@ void DiskKvStore::index_existing() {
     index_.emplace(f.key, std::move(f.entry));
   }
   stats_.found_at_start = index_.size();
-  while (stats_.held_bytes > bound_ && !lru_.empty()) {
-    drop_locked(lru_.front(), false);
-    ++stats_.evicted;
+  while (stats_.held_bytes > bound_ && drop_oldest_locked()) {
   }
   stats_.held_blocks = index_.size();
+}
+
+bool DiskKvStore::drop_oldest_locked() {
+  for (uint64_t key : lru_) {
+    if (protected_.count(key)) continue;
+    drop_locked(key, false);
+    ++stats_.evicted;
+    return true;
+  }
+  return false;
+}
+
+void DiskKvStore::protect(std::span<const uint64_t> keys) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint64_t k : keys) ++protected_[k];
+}
+
+void DiskKvStore::unprotect(std::span<const uint64_t> keys) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint64_t k : keys) {
+    auto it = protected_.find(k);
+    if (it != protected_.end() && --it->second == 0) protected_.erase(it);
+  }
 }
 
 void DiskKvStore::drop_locked(uint64_t key, bool bad) {
@@ -238,9 +259,14 @@ void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t
   if (!has_room() && config_.drop_oldest_when_full) {
     // Writes not started yet go, oldest first (those being written stay: the bound may be exceeded by them).
     uint64_t dropped = 0;
-    while (!has_room() && !queue_.empty()) {
-      queued_.erase(queue_.front()->key);
-      queue_.pop_front();
+    // Writes a load is about to read stay.
+    for (auto it = queue_.begin(); it != queue_.end() && !has_room();) {
+      if (protected_.count((*it)->key)) {
+        ++it;
+        continue;
+      }
+      queued_.erase((*it)->key);
+      it = queue_.erase(it);
       queued_bytes_ -= config_.payload_bytes;
       ++dropped;
     }
@@ -293,9 +319,7 @@ void DiskKvStore::writer_loop() {
       const uint64_t before = stats_.held_bytes;
       bound_ = std::min(bound_, before / 8 * 7);
       bound_lowered_ = std::chrono::steady_clock::now();
-      while (stats_.held_bytes > bound_ && !lru_.empty()) {
-        drop_locked(lru_.front(), false);
-        ++stats_.evicted;
+      while (stats_.held_bytes > bound_ && drop_oldest_locked()) {
       }
       if (stats_.disk_full++ == 0)
         std::fprintf(stderr, "peregrine: KV disk tier: the disk under %s is full (%s) at %.3f MB of KV files; the "
@@ -324,10 +348,9 @@ void DiskKvStore::writer_loop() {
       stats_.held_bytes += bytes;
       ++stats_.blocks_written;
       stats_.bytes_written += bytes;
-      // A full store drops its least recently used files (never the one just written).
-      while (stats_.held_bytes > bound_ && lru_.size() > 1) {
-        drop_locked(lru_.front(), false);
-        ++stats_.evicted;
+      // A full store drops its least recently used files (the one just written too, when the writers finished out
+      // of order and it is the oldest).
+      while (stats_.held_bytes > bound_ && drop_oldest_locked()) {
       }
       stats_.held_blocks = index_.size();
     }

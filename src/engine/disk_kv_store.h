@@ -88,6 +88,10 @@ class DiskKvStore {
   bool read_finished(uint64_t id) const;  // whether read_result would return 0 or 1 now
   // Waits until every queued write is done (tests, shutdown).
   void flush();
+  // Blocks a load is about to read (counted: as many unprotects as protects). A full queue drops other writes
+  // first, and the bound drops other files first, so a hit's own evictions never push out what it is loading.
+  void protect(std::span<const uint64_t> keys);
+  void unprotect(std::span<const uint64_t> keys);
 
   Stats stats() const;
   size_t num_queued() const {  // writes not yet in files
@@ -124,6 +128,9 @@ class DiskKvStore {
   int write_one(const Job& job);
   void note_write_failure(const std::string& file, int err);  // logs the first failure
   void drop_locked(uint64_t key, bool bad);  // removes the file and the entry (mutex_ held)
+  // Drops the least recently used unprotected file (mutex_ held); false when there is none.
+  bool drop_oldest_locked();
+  std::unordered_map<uint64_t, int> protected_;  // keys loads are reading, with their counts
   void index_existing();
 
   Config config_;

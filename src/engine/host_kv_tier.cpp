@@ -19,9 +19,18 @@ HostKvTier::HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::u
   }
 }
 
+void HostKvTier::release_disk(const Load& load) {
+  if (!disk_) return;
+  std::vector<uint64_t> keys;
+  for (const Part& p : load.parts) keys.push_back(p.key);
+  disk_->unprotect(keys);
+}
+
 HostKvTier::~HostKvTier() {
-  for (auto& [ticket, load] : loads_)
+  for (auto& [ticket, load] : loads_) {
     for (uint64_t t : load.transfers) kv_.wait(t);  // nothing may still read the slots once they are freed
+    release_disk(load);
+  }
   for (int s : to_disk_) write_through(s);
 }
 
@@ -240,6 +249,9 @@ int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks
   if (n == 0) return 0;
   load.blocks.assign(blocks.begin(), blocks.begin() + n);
   load.end = n;
+  // The disk keeps the run while it loads: the evictions that making room for it causes must not push its queued
+  // writes or its files out.
+  if (disk_) disk_->protect(std::span<const uint64_t>(keys).first(static_cast<size_t>(n)));
   advance(load, /*issue=*/false);  // holds the run's first blocks and starts reads; copies wait for loaded()
   *ticket_out = ++next_load_;
   loads_.emplace(*ticket_out, std::move(load));
@@ -357,6 +369,7 @@ int HostKvTier::loaded(uint64_t ticket) {
   advance(load);
   if (!finished(load)) return -1;
   const int count = load.end;
+  release_disk(load);
   loads_.erase(it);
   return count;
 }

@@ -111,6 +111,7 @@ class HostKvTier final : public LowerKvTier {
     std::vector<uint64_t> transfers;  // its copies up
   };
   void advance(Load& load, bool issue = true);  // never blocks; without issue, enqueues no copy up
+  void release_disk(const Load& load);          // the disk may drop the load's blocks again
   bool finished(Load& load);
 
   KvCache& kv_;

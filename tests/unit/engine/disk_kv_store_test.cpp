@@ -450,5 +450,54 @@ TEST(DiskKvStore, AFullQueueDropsItsOldestWritesAndNeverWaits) {
   EXPECT_EQ(got, payload_of(6));
 }
 
+// Blocks a load is reading are protected: a full queue drops other writes (even newer ones would not push them out),
+// and the bound drops other files; once unprotected they are ordinary again.
+TEST(DiskKvStore, ProtectedBlocksStayWhileTheQueueOrTheBoundMakesRoom) {
+  TempDir dir;
+  DiskKvStore::Config c = config_for(dir.path);
+  c.max_queued_bytes = 3000;
+  c.writer_threads = 1;
+  {
+    DiskKvStore store(c);
+    StuckWriter stuck(store, 1);
+    const auto p1 = payload_of(1);
+    store.put(1, 0, tokens_of(1), p1.data());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<uint64_t> wanted = {2};
+    for (int k = 2; k <= 3; ++k) {
+      const auto p = payload_of(static_cast<uint32_t>(k));
+      store.put(static_cast<uint64_t>(k), static_cast<uint64_t>(k - 1), tokens_of(static_cast<uint64_t>(k)), p.data());
+    }
+    store.protect(wanted);
+    const auto p4 = payload_of(4);
+    store.put(4, 3, tokens_of(4), p4.data());  // full: 3 goes, not the older 2
+    EXPECT_TRUE(store.contains(2, 1, tokens_of(2)));
+    EXPECT_FALSE(store.contains(3, 2, tokens_of(3)));
+    EXPECT_TRUE(store.contains(4, 3, tokens_of(4)));
+    store.unprotect(wanted);
+    const auto p5 = payload_of(5);
+    store.put(5, 4, tokens_of(5), p5.data());  // now 2 is the oldest again
+    EXPECT_FALSE(store.contains(2, 1, tokens_of(2)));
+    EXPECT_EQ(store.stats().dropped_full, 2u);
+    stuck.release();
+    store.flush();
+  }
+  // The bound: 3 files allowed; the protected oldest file survives a fourth write, another goes instead.
+  TempDir dir2;
+  DiskKvStore::Config b = config_for(dir2.path);
+  b.max_bytes = 3 * (56 + 16 + 1000);
+  DiskKvStore store(b);
+  put_blocks(store, 3);
+  const std::vector<uint64_t> oldest = {1};
+  store.protect(oldest);
+  const auto p4 = payload_of(4);
+  store.put(4, 3, tokens_of(4), p4.data());
+  store.flush();
+  EXPECT_TRUE(store.contains(1, 0, tokens_of(1)));
+  EXPECT_FALSE(store.contains(2, 1, tokens_of(2)));
+  EXPECT_TRUE(store.contains(4, 3, tokens_of(4)));
+  store.unprotect(oldest);
+}
+
 }  // namespace
 }  // namespace peregrine::engine
