@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <deque>
@@ -70,6 +71,7 @@ Engine::~Engine() {
 }
 
 void Engine::Impl::run_loop() {
+  bool idle_failure_logged = false;
   for (;;) {
     std::deque<Command> batch;
     bool stop = false;
@@ -132,7 +134,14 @@ void Engine::Impl::run_loop() {
         core->abort_all(std::string("engine error: ") + e.what());
       }
     } else if (core->has_background_work()) {
-      core->poll_background();
+      try {
+        core->poll_background();
+      } catch (const std::exception& e) {
+        // A failed copy or read of the tiers while idle: logged once; the loop goes on (a later step meets it again).
+        if (!idle_failure_logged)
+          std::fprintf(stderr, "peregrine: engine: KV tier work failed while idle: %s\n", e.what());
+        idle_failure_logged = true;
+      }
     }
     publish_stats();
   }
