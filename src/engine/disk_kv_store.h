@@ -44,8 +44,10 @@ class DiskKvStore {
     size_t max_queued_bytes = size_t{1} << 30;  // bytes of queued writes; a put() beyond them makes room
     bool drop_oldest_when_full = true;             // room by dropping the oldest queued writes (else: wait)
     double max_put_wait_seconds = 10.0;            // when waiting: a put() waiting this long for room is dropped
-    int writer_threads = 4;  // files written at once (an NVMe disk takes several writes in parallel)
-    int reader_threads = 4;  // reads at once (a load reads many blocks; the page cache serves them in parallel)
+    // Files written and read at once: a disk takes several in parallel, and a load reads many blocks. On the H200
+    // host's disk, 16 each against 4 dropped 0 writes instead of 231 and cut a disk hit from 376 to 337 ms.
+    int writer_threads = 16;
+    int reader_threads = 16;
   };
   struct Stats {
     uint64_t blocks_written = 0, bytes_written = 0, blocks_read = 0, bytes_read = 0;

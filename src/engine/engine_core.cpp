@@ -3,6 +3,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <exception>
 #include <future>
@@ -87,6 +88,9 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
       d.identity = config.kv_identity;
       d.block_size = config.block_size;
       d.payload_bytes = runner_->kv_cache().config().bytes_per_block();
+      // PEREGRINE_KV_DISK_THREADS=N: N readers and N writers (measurements; the default is DiskKvStore's).
+      if (const char* t = std::getenv("PEREGRINE_KV_DISK_THREADS"); t && std::atoi(t) > 0)
+        d.reader_threads = d.writer_threads = std::min(64, std::atoi(t));
       disk = std::make_unique<DiskKvStore>(d);
     }
     host_tier_ = std::make_unique<HostKvTier>(runner_->backend(), runner_->kv_cache(), config.host_kv_blocks,
