@@ -34,7 +34,7 @@ struct RunResult {
   std::vector<double> first_turn_ttft, later_ttft;  // seconds
   uint64_t device_hits = 0, host_hits = 0, disk_hits = 0;  // prompt tokens by tier
   uint64_t bytes_down = 0, bytes_up = 0, disk_written = 0;
-  int device_blocks = 0, host_blocks = 0;
+  int host_blocks = 0;
   int64_t peak_history_tokens = 0;
   std::vector<std::vector<int32_t>> answers;  // conversation-major, turn by turn
   ModelInfo info;
@@ -100,7 +100,6 @@ RunResult run_workload(EngineConfig config, const MultiTurnArgs& a) {
   r.bytes_down = s.kv_offload_bytes_to_host - before.kv_offload_bytes_to_host;
   r.bytes_up = s.kv_offload_bytes_from_host - before.kv_offload_bytes_from_host;
   r.disk_written = s.kv_disk_bytes_written - before.kv_disk_bytes_written;
-  r.device_blocks = s.num_kv_blocks;
   r.host_blocks = s.host_kv_blocks;
   r.info = info;
   return r;

@@ -959,7 +959,6 @@ class CudaBackendImpl final : public CudaBackend {
         if (used + r.bytes > kStagingBytes) break;
         std::byte* at = stage + used;
         used += (r.bytes + 15) & ~size_t{15};  // keeps every staged region 16-byte aligned
-        if (used > kStagingBytes) used = kStagingBytes;
         // The host side's run: joins the previous one when both sides continue it.
         const void* host = down ? r.dst : r.src;
         if (!dma.empty()) {

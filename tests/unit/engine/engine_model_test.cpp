@@ -482,21 +482,34 @@ EngineConfig big_prefix_config(const std::filesystem::path& dir, double disk_gb)
   return config;
 }
 
+// An engine of big_prefix_config that ran a 44-block prefix once, then three filler prompts of the same length: the
+// first two push the prefix off the device, the third pushes the blocks the first filler left in the host tier, so
+// the prefix's blocks can only be on disk (or queued for it). With the prefix's cold output.
+struct PrefixOnDisk {
+  std::unique_ptr<Engine> engine;
+  std::vector<int32_t> prefix, want;
+};
+PrefixOnDisk prefix_pushed_to_disk(const EngineConfig& config, int max_tokens) {
+  PrefixOnDisk p;
+  p.prefix = made_up_prompt(1, 44 * 16 + 5);
+  p.want = cold_runs(config, {p.prefix}, max_tokens)[0];
+  p.engine = Engine::create(config);
+  EXPECT_EQ(run_alone(*p.engine, p.prefix, max_tokens), p.want);
+  for (int f = 0; f < 3; ++f) run_alone(*p.engine, made_up_prompt(2 + f, 44 * 16 + 5), max_tokens);
+  return p;
+}
+
 // The disk tier behind a host tier much smaller than the prefix (the H200 tier bench's failure, here on the CPU):
 // a 44-block prefix is pushed off a 64-block device cache by filler prompts, past an 8-block host tier; asked again,
 // every one of its full blocks comes back from the tiers, and the greedy output is the cold run's.
 TEST_F(EngineModelTest, APrefixLargerThanTheHostTierComesBackWholeFromTheDisk) {
   const TempKvDir dir("peregrine_kv_big");
-  EngineConfig config = big_prefix_config(dir.path, 1.0);
   constexpr int kTokens = 8;
-  const std::vector<int32_t> prefix = made_up_prompt(1, 44 * 16 + 5);
-  const std::vector<int32_t> want = cold_runs(config, {prefix}, kTokens)[0];
-  auto engine = Engine::create(config);
+  const PrefixOnDisk p = prefix_pushed_to_disk(big_prefix_config(dir.path, 1.0), kTokens);
+  Engine* engine = p.engine.get();
+  const std::vector<int32_t>& prefix = p.prefix;
+  const std::vector<int32_t>& want = p.want;
   ASSERT_EQ(engine->stats().host_kv_blocks, 8);
-  EXPECT_EQ(run_alone(*engine, prefix, kTokens), want);
-  // Three fillers of the same length: the first two push the prefix off the device, the third pushes the blocks
-  // the first filler left in the host tier, so the prefix's blocks can only be on disk (or queued for it).
-  for (int f = 0; f < 3; ++f) run_alone(*engine, made_up_prompt(2 + f, 44 * 16 + 5), kTokens);
   const EngineStats before = engine->stats();
   int cached = 0;
   EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want);
@@ -589,13 +602,11 @@ bool wait_until(const std::function<bool()>& done, double seconds) {
 // stays held, the failed blocks are dropped as bad and never served, and the prefix then computes exactly.
 TEST_F(EngineModelTest, AnAbortWhileItsBlocksComeBackFromTheDiskLeavesNothingHeld) {
   const TempKvDir dir("peregrine_kv_abort");
-  EngineConfig config = big_prefix_config(dir.path, 1.0);
   constexpr int kTokens = 8;
-  const std::vector<int32_t> prefix = made_up_prompt(1, 44 * 16 + 5);
-  const std::vector<int32_t> want = cold_runs(config, {prefix}, kTokens)[0];
-  auto engine = Engine::create(config);
-  EXPECT_EQ(run_alone(*engine, prefix, kTokens), want);
-  for (int f = 0; f < 3; ++f) run_alone(*engine, made_up_prompt(2 + f, 44 * 16 + 5), kTokens);
+  const PrefixOnDisk p = prefix_pushed_to_disk(big_prefix_config(dir.path, 1.0), kTokens);
+  Engine* engine = p.engine.get();
+  const std::vector<int32_t>& prefix = p.prefix;
+  const std::vector<int32_t>& want = p.want;
   // Idle, the engine still hands every evicted block to the disk: the queue drains without another request.
   ASSERT_TRUE(wait_until([&] { return engine->stats().kv_disk_blocks_queued == 0; }, 30));
   std::vector<std::filesystem::path> fifos;
