@@ -12,7 +12,7 @@
 // small pinned staging buffer (in rounds when there are more of them; the engine thread waits for those copies; a
 // full write queue drops its oldest writes rather than make it wait). A lookup the host misses
 // continues on the disk (queued writes included); those blocks are read into host slots on the disk tier's reader
-// thread and copied up from there, in rounds through the slots when a load is larger than the slots that are free.
+// threads and copied up from there, in rounds through the slots when a load is larger than the slots that are free.
 #pragma once
 
 #include <cstdint>
