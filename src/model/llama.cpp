@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "core/status.h"
 #include "io/gguf.h"
@@ -47,6 +48,22 @@ class LlamaModel final : public Model {
  private:
   void allocate_workspace();
   void upload_rope(const RopeTables& tables);
+  // The two matmul groups of a layer that follow a norm (q/k/v; gate/up, with SiLU·mul) and the two that end in
+  // the residual stream (o_proj; down_proj), as the fused path runs them (ops.h MatmulFusion).
+  struct FusedGroups {
+    std::array<ops::MatmulParams, 3> qkv;
+    ops::MatmulFusion qkv_f;
+    ops::MatmulParams o;
+    ops::MatmulFusion o_f;
+    std::array<ops::MatmulParams, 2> gate_up;
+    ops::MatmulFusion gate_up_f;
+    ops::MatmulParams down;
+    ops::MatmulFusion down_f;
+  };
+  FusedGroups fused_groups(const LayerWeights& w, int64_t t) const;
+  // Whether a step of t tokens runs every layer fused (the backend has kernels for all of its groups); the same
+  // answer for every layer of a step, remembered per t.
+  bool fused_step(int64_t t);
   TensorView act(const ops::DeviceBuffer& buf, int64_t rows, int64_t cols) const {
     return TensorView(buf.data(), options_.activation_dtype, {rows, cols});
   }
@@ -69,6 +86,7 @@ class LlamaModel final : public Model {
   ops::DeviceBuffer gate_, up_; // [T, intermediate]
   ops::DeviceBuffer selected_;  // [R_max, hidden]
   ops::DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
+  std::vector<int8_t> fused_;   // per t: -1 not asked yet, 0 / 1 fused_step's answer
 };
 
 void LlamaModel::allocate_workspace() {
@@ -93,8 +111,48 @@ void LlamaModel::upload_rope(const RopeTables& tables) {
   backend_.copy_from_host(inv_freq_.data(), tables.inv_freq.data(), tables.inv_freq.size() * sizeof(float));
 }
 
+LlamaModel::FusedGroups LlamaModel::fused_groups(const LayerWeights& w, int64_t t) const {
+  const auto& c = config_;
+  const int64_t h = c.hidden_size, hd = c.head_dim, nq = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const TensorView residual = act(residual_, t, h);
+  const TensorView q = act(q_, t, nq * hd), k = act(k_, t, nkv * hd), v = act(v_, t, nkv * hd);
+  const TensorView attn = act(attn_, t, nq * hd);
+  const TensorView gate = act(gate_, t, c.intermediate_size), up = act(up_, t, c.intermediate_size);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  FusedGroups g;
+  g.qkv = {w.q_proj(residual, q), w.k_proj(residual, k), w.v_proj(residual, v)};
+  g.qkv_f.norm_weight = w.input_norm;
+  g.qkv_f.eps = eps;
+  g.o = w.o_proj(attn, residual);
+  g.o_f.residual = residual;
+  g.gate_up = {w.gate_proj(residual, gate), w.up_proj(residual, up)};
+  g.gate_up_f.norm_weight = w.post_norm;
+  g.gate_up_f.eps = eps;
+  g.gate_up_f.silu_mul = true;
+  g.down = w.down_proj(gate, residual);
+  g.down_f.residual = residual;
+  return g;
+}
+
+bool LlamaModel::fused_step(int64_t t) {
+  if (fused_.size() <= static_cast<size_t>(t)) fused_.resize(static_cast<size_t>(t) + 1, -1);
+  int8_t& known = fused_[static_cast<size_t>(t)];
+  if (known < 0) {
+    bool all = !weights_.layers.empty();
+    for (const LayerWeights& w : weights_.layers) {
+      if (!all) break;
+      const FusedGroups g = fused_groups(w, t);
+      all = backend_.fuses_matmuls(g.qkv, g.qkv_f) && backend_.fuses_matmuls({&g.o, 1}, g.o_f) &&
+            backend_.fuses_matmuls(g.gate_up, g.gate_up_f) && backend_.fuses_matmuls({&g.down, 1}, g.down_f);
+    }
+    known = all ? 1 : 0;
+  }
+  return known == 1;
+}
+
 // Every layer on the inputs already on the device. Enqueues ops only (no host synchronisation), so it can be
-// captured into a graph.
+// captured into a graph. Decode-sized steps on a backend with fused kernels run each layer's norms, SiLU·mul and
+// residual adds inside its matmuls (fused_step); otherwise every op runs on its own.
 void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
   const auto& c = config_;
   const int64_t t = in.token_ids.dim(0);
@@ -109,13 +167,23 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
   const TensorView inv_freq(inv_freq_.data(), DType::kF32, {c.rotary_dim() / 2});
   const float eps = static_cast<float>(c.rms_norm_eps);
 
-  backend_.embedding({in.token_ids, weights_.embed_tokens, hidden, weights_.embed_ggml});
-  backend_.fill_zero(residual.data, residual.bytes());
+  const bool fused = fused_step(t);
+  if (fused) {
+    backend_.embedding({in.token_ids, weights_.embed_tokens, residual, weights_.embed_ggml});
+  } else {
+    backend_.embedding({in.token_ids, weights_.embed_tokens, hidden, weights_.embed_ggml});
+    backend_.fill_zero(residual.data, residual.bytes());
+  }
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const LayerWeights& w = weights_.layers[l];
-    // residual += hidden; normed = rmsnorm(residual)
-    backend_.rms_norm({hidden, residual, w.input_norm, normed, eps});
-    backend_.matmuls(std::array{w.q_proj(normed, q), w.k_proj(normed, k), w.v_proj(normed, v)});
+    const FusedGroups g = fused ? fused_groups(w, t) : FusedGroups{};
+    if (fused) {
+      backend_.matmuls_fused(g.qkv, g.qkv_f);
+    } else {
+      // residual += hidden; normed = rmsnorm(residual)
+      backend_.rms_norm({hidden, residual, w.input_norm, normed, eps});
+      backend_.matmuls(std::array{w.q_proj(normed, q), w.k_proj(normed, k), w.v_proj(normed, v)});
+    }
     if (c.qk_norm) {
       TensorView qh = q.reshaped({t * nq, hd}), kh = k.reshaped({t * nkv, hd});
       backend_.rms_norm({qh, {}, w.q_norm, qh, eps});
@@ -144,13 +212,22 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     ap.key_tail_offset = in.key_tail_offset;
     ap.key_tail = in.key_tail;
     backend_.attention(ap);
+    if (fused) {
+      backend_.matmuls_fused({&g.o, 1}, g.o_f);                 // residual += o_proj(attn)
+      backend_.matmuls_fused(g.gate_up, g.gate_up_f);           // gate = silu(gate(n)) * up(n), n = norm(residual)
+      backend_.matmuls_fused({&g.down, 1}, g.down_f);           // residual += down_proj(gate)
+      continue;
+    }
     backend_.matmul(w.o_proj(attn, hidden));
     backend_.rms_norm({hidden, residual, w.post_norm, normed, eps});
     backend_.matmuls(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)});
     backend_.silu_mul({gate, up, gate});
     backend_.matmul(w.down_proj(gate, hidden));
   }
-  backend_.rms_norm({hidden, residual, weights_.final_norm, normed, eps});
+  if (fused)
+    backend_.rms_norm({residual, {}, weights_.final_norm, normed, eps});
+  else
+    backend_.rms_norm({hidden, residual, weights_.final_norm, normed, eps});
 }
 
 void LlamaModel::compute_logits(const TensorView& rows, const TensorView& out) {

@@ -23,6 +23,11 @@ void Backend::sample(const SampleParams&) {
   throw Error(ErrorCode::kUnsupported, name() + ": sampling on the backend is not supported");
 }
 
+bool Backend::fuses_matmuls(std::span<const MatmulParams>, const MatmulFusion&) const { return false; }
+void Backend::matmuls_fused(std::span<const MatmulParams>, const MatmulFusion&) {
+  throw Error(ErrorCode::kUnsupported, name() + ": fused matmuls are not supported");
+}
+
 uint64_t Backend::copy_async(CopyDirection direction, std::span<const CopyRegion> regions) {
   // Host memory on both sides: ordered after prior work by finishing it first.
   synchronize();

@@ -116,6 +116,12 @@ class Backend {
   virtual void matmuls(std::span<const MatmulParams> ps) {
     for (const MatmulParams& p : ps) matmul(p);
   }
+  // Fused matmul groups (ops.h MatmulFusion). fuses_matmuls: whether the model should run these params fused (a
+  // backend without fusion kernels says no, and the model runs the ops one by one). matmuls_fused computes them;
+  // it throws Error(kUnsupported) where it has no kernel (the ref backend takes every valid group: it is the
+  // definition the other backends' kernels are tested against, while its own model path stays unfused).
+  virtual bool fuses_matmuls(std::span<const MatmulParams> ps, const MatmulFusion& f) const;
+  virtual void matmuls_fused(std::span<const MatmulParams> ps, const MatmulFusion& f);
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void rope(const RopeParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;

@@ -129,6 +129,32 @@ void check_matmul(const MatmulParams& p) {
   }
 }
 
+void check_matmul_fusion(std::span<const MatmulParams> ps, const MatmulFusion& f) {
+  const char* op = "matmuls_fused";
+  require(!ps.empty(), op, "needs at least one matmul");
+  for (const MatmulParams& p : ps) check_matmul(p);
+  const MatmulParams& first = ps.front();
+  for (const MatmulParams& p : ps)
+    require(p.x.data == first.x.data && p.x.dtype == first.x.dtype && p.x.dim(0) == first.x.dim(0) &&
+                p.x.dim(1) == first.x.dim(1),
+            op, "every matmul of a group must read the same x");
+  if (!f.norm_weight.empty()) {
+    require(f.norm_weight.numel() == first.x.dim(1), op, "norm_weight must have K elements");
+    require(f.norm_weight.dtype == first.x.dtype, op, "norm_weight dtype must equal x dtype");
+  }
+  if (!f.residual.empty()) {
+    require(ps.size() == 1, op, "a residual add takes one matmul");
+    require(f.residual.numel() == first.out.numel() && f.residual.dtype == first.out.dtype, op,
+            "residual must have out's shape and dtype");
+  }
+  if (f.silu_mul) {
+    require(ps.size() == 2, op, "silu_mul takes two matmuls (gate, up)");
+    require(ps[1].out.dim(1) == first.out.dim(1) && ps[1].out.dtype == first.out.dtype, op,
+            "silu_mul: gate and up must have one out shape and dtype");
+    require(f.residual.empty(), op, "silu_mul and a residual add do not combine");
+  }
+}
+
 void check_rms_norm(const RmsNormParams& p) {
   const char* op = "rms_norm";
   require_dims(p.x, 2, op, "x");

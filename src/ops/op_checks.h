@@ -2,6 +2,8 @@
 // with the same message. Each check throws Error(kInvalidArgument) naming the op and the field.
 #pragma once
 
+#include <span>
+
 #include "ops/ops.h"
 
 namespace peregrine::ops {
@@ -9,6 +11,8 @@ namespace peregrine::ops {
 void check_embedding(const EmbeddingParams& p);
 void check_matmul(const MatmulParams& p);
 void check_rms_norm(const RmsNormParams& p);
+// Each matmul as check_matmul, and the fusion's fields (ops.h MatmulFusion) against them.
+void check_matmul_fusion(std::span<const MatmulParams> ps, const MatmulFusion& f);
 void check_rope(const RopeParams& p);
 void check_silu_mul(const SiluMulParams& p);
 // True for the quantized KV cache dtypes (int8, float8_e4m3fn: codes with per-token-head scales, ops.h).

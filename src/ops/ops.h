@@ -77,6 +77,23 @@ struct MatmulParams {
       : x(x_), w(w_), bias(bias_), out(out_), quant(quant_) {}
 };
 
+// A decode-sized matmul group fused with the ops around it (Backend::matmuls_fused, where
+// Backend::fuses_matmuls takes it): the RMSNorm before q/k/v and gate/up, the residual add after o_proj and
+// down_proj, SiLU·mul after gate/up, so a layer's decode runs without those launches. Rounding to a dtype is
+// written round(); "its dtype" is x's for x̂ and each out's for results.
+//   norm_weight set (norm before): each matmul's x is the un-normalised residual stream [M, K]; per row,
+//     x̂ = round(x ⊙ norm_weight) in x's dtype, inv = 1 / sqrt(mean(x²) + eps) (f32 or wider), and the product is
+//     inv · (x̂ · Wᵀ) + bias. (The unfused rms_norm rounds x · inv · weight instead: the two differ in the last bits.)
+//   residual set (one matmul; [M, N] in out's dtype): out = round(residual + round(product)); out may alias it.
+//   silu_mul (two matmuls, gate then up, of one shape and out dtype): gate.out = round(silu(round(gate)) ·
+//     round(up)), the unfused silu_mul of the two rounded products; up.out is not written.
+struct MatmulFusion {
+  TensorView norm_weight;  // [K] in x's dtype, optional
+  float eps = 1e-6f;
+  TensorView residual;     // optional
+  bool silu_mul = false;
+};
+
 // When residual is set: residual += x (in place), then out = rmsnorm(residual) * weight.
 // Otherwise out = rmsnorm(x) * weight (out may alias x). Statistics are computed in f32 or wider.
 // Per-head q/k norm uses x viewed as [T * heads, head_dim].

@@ -224,15 +224,27 @@ class CudaBackendImpl final : public CudaBackend {
       for (const MatmulParams& p : ps) check_matmul(p);
       return w8a8_skinny(ps);
     }
-    cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, first.x.dim(0),
-                                             first.x.dim(1));
+    for (const MatmulParams& p : ps) check_matmul(p);
+    cuda::SkinnyGemmLaunch l;
+    if (!skinny_segments(ps, l) || !cuda::skinny_gemm_supports(l)) return false;  // also M == 0 or M > 16
+    cuda::launch_skinny_gemm(l, stream_);
+    last_matmul_skinny_ = true;
+    return true;
+  }
+
+  // The skinny launch of ps over one x (checked already): all dense, or all W4A16 / W8A16 of one code type
+  // without act-order; false when they are not.
+  bool skinny_segments(std::span<const MatmulParams> ps, cuda::SkinnyGemmLaunch& l) const {
+    if (ps.empty() || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments) || !skinny_) return false;
+    const MatmulParams& first = ps.front();
+    if (first.quant.ggml_blocks() || first.quant.act != ActQuant::kNone) return false;
+    l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, first.x.dim(0), first.x.dim(1));
     const bool quantized = first.quant.quantized();
     if (quantized) {
       l.codes = first.w.dtype;
       if ((l.codes != DType::kI4 && l.codes != DType::kU8) || !quant_skinny_enabled(l.codes)) return false;
     }
     for (const MatmulParams& p : ps) {
-      check_matmul(p);
       if (p.quant.ggml_blocks() || p.quant.quantized() != quantized || p.x.data != first.x.data ||
           p.out.dtype != first.out.dtype || p.x.dim(0) != first.x.dim(0))
         return false;
@@ -250,10 +262,42 @@ class CudaBackendImpl final : public CudaBackend {
                                  p.w.dim(0), q.scales.as<const float>(),
                                  q.zeros.empty() ? nullptr : q.zeros.as<const float>(), q.scales.dim(1), q.group_size};
     }
-    if (!cuda::skinny_gemm_supports(l)) return false;  // also M == 0 or M > 16
+    return true;
+  }
+
+  // Fused decode matmuls (ops.h MatmulFusion) on the skinny kernel: the norm read on the fly, the residual add
+  // and SiLU-mul in its epilogue. Off unless PEREGRINE_FUSE=1 (measured on the H200, 8B shape, 2026-12-02: bs 1
+  // +1.7%, bs 8 and 16 -1% to -3%, W4A16 -6% to -7%: the norm in the inner loop costs more than the launches it
+  // saves; docs/BENCHMARKS.md). fuses_matmuls says no while it is off, so the model runs the ops one by one.
+  static bool fusion_requested() {
+    static const bool on = [] {
+      const char* v = std::getenv("PEREGRINE_FUSE");
+      return v && std::string_view(v) == "1";
+    }();
+    return on;
+  }
+  bool fused_launch(std::span<const MatmulParams> ps, const MatmulFusion& f, cuda::SkinnyGemmLaunch& l) const {
+    if (!skinny_segments(ps, l)) return false;
+    if (!f.norm_weight.empty()) {
+      if (f.norm_weight.dtype != l.dtype) return false;
+      l.norm_w = f.norm_weight.data;
+      l.norm_eps = f.eps;
+    }
+    if (!f.residual.empty()) l.residual = f.residual.data;
+    l.silu_pair = f.silu_mul;
+    return cuda::skinny_gemm_fuses(l);
+  }
+  bool fuses_matmuls(std::span<const MatmulParams> ps, const MatmulFusion& f) const override {
+    cuda::SkinnyGemmLaunch l;
+    return fusion_requested() && fused_launch(ps, f, l);
+  }
+  void matmuls_fused(std::span<const MatmulParams> ps, const MatmulFusion& f) override {
+    check_matmul_fusion(ps, f);
+    cuda::SkinnyGemmLaunch l;
+    if (!fused_launch(ps, f, l))
+      throw Error(ErrorCode::kUnsupported, "cuda backend: these matmuls have no fused kernel (fuses_matmuls says which do)");
     cuda::launch_skinny_gemm(l, stream_);
     last_matmul_skinny_ = true;
-    return true;
   }
 
   // allow_skinny false: the large-M paths of quantized weights over a dequantized scratch stay on cuBLASLt, so

@@ -250,46 +250,129 @@ template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGe
 }
 
 // The block's end: the warps' partials (acc, this lane's C fragments of NT n-tiles) meet in shared memory and are
-// added in warp order; bias, then the store.
-template <int NT>
+// added in warp order; then the fusions' scale (norm: ss holds this lane's sums of squares of x, column 8j + g),
+// bias, the residual add or SiLU-mul, and the store. pair: the tile's rows 0..7 are gate rows n0.., 8..15 the up
+// rows of the same outputs.
+template <typename T, int NT, bool kNorm, bool kPair>
 __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
-                                           const float (&acc)[NT][4]) {
+                                           const float (&acc)[NT][4], const float (&ss)[NT]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ float4 partial[kWarps][NT][32];
+  __shared__ float ss_part[kNorm ? kWarps : 1][NT * 8];
 #pragma unroll
   for (int j = 0; j < NT; ++j) partial[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float v = ss[j];  // the four lanes of one g hold k ranges of the same row: added in a fixed order
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (lane % 4 == 0) ss_part[warp][8 * j + lane / 4] = v;
+    }
+  }
   __syncthreads();
   const int64_t n = seg.n;
-  constexpr int kOutputs = kRowsPerTile * 8 * NT;
-  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
-    const int r = o % kRowsPerTile, col = o / kRowsPerTile;  // consecutive threads: consecutive output columns
+  auto sum_of = [&](int r, int col) {
     const int j = col / 8, c = col % 8;
     const int src_lane = (r % 8) * 4 + c / 2, e = (r / 8) * 2 + c % 2;
     const float* part = reinterpret_cast<const float*>(&partial[0][j][src_lane]) + e;
     float s = part[0];
 #pragma unroll
     for (int ww = 1; ww < kWarps; ++ww) s += part[ww * NT * 32 * 4];
+    return s;
+  };
+  auto inv_of = [&](int col) {
+    if constexpr (!kNorm) {
+      return 1.0f;
+    } else {
+      float t = ss_part[0][col];
+#pragma unroll
+      for (int ww = 1; ww < kWarps; ++ww) t += ss_part[ww][col];
+      return 1.0f / sqrtf(t / static_cast<float>(p.k) + p.norm_eps);
+    }
+  };
+  if constexpr (kPair) {
+    constexpr int kOutputs = 8 * 8 * NT;
+    for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
+      const int r = o % 8, col = o / 8;
+      const int64_t row = n0 + r;
+      if (col < p.m && row < n) {
+        const float inv = inv_of(col);
+        float gs = sum_of(r, col), us = sum_of(r + 8, col);
+        if constexpr (kNorm) gs *= inv, us *= inv;
+        if (seg.bias) gs += load_any(seg.bias, seg.bias_dtype, row);
+        if (p.seg[1].bias) us += load_any(p.seg[1].bias, seg.bias_dtype, row);
+        const float gv = to_f32(from_f32<T>(gs)), uv = to_f32(from_f32<T>(us));
+        store_any(seg.out, p.out_dtype, col * n + row, gv / (1.0f + expf(-gv)) * uv);  // activation.cu's silu
+      }
+    }
+    return;
+  }
+  constexpr int kOutputs = kRowsPerTile * 8 * NT;
+  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
+    const int r = o % kRowsPerTile, col = o / kRowsPerTile;  // consecutive threads: consecutive output columns
     const int64_t row = n0 + r;
     if (col < p.m && row < n) {
+      float s = sum_of(r, col);
+      if constexpr (kNorm) s *= inv_of(col);
       if (seg.bias) s += load_any(seg.bias, seg.bias_dtype, row);
+      if (p.residual) s = to_f32(from_f32<T>(s)) + load_any(p.residual, p.out_dtype, col * n + row);
       store_any(seg.out, p.out_dtype, col * n + row, s);
     }
   }
 }
 
+// Norm fusion: x's 8 values of one 16-byte piece (in T) add their squares to ss (in order) and become
+// round(x * gamma) in T.
+template <typename T>
+__device__ __forceinline__ uint4 norm_piece(const uint4& xv, const uint4& gv, float& ss) {
+  const T* xe = reinterpret_cast<const T*>(&xv);
+  const T* ge = reinterpret_cast<const T*>(&gv);
+  uint4 r;
+  T* re = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const float v = to_f32(xe[e]);
+    ss = fmaf(v, v, ss);
+    re[e] = from_f32<T>(v * to_f32(ge[e]));
+  }
+  return r;
+}
+
 // NT n-tiles of 8 tokens; U chunks loaded ahead per warp; MINB blocks per SM (the register budget). U and MINB
 // change how the loads are grouped, never the order of any output's sum.
-template <typename T, Weights F, int NT, int U, int MINB>
+// Fusions (SkinnyGemmLaunch): kFuseNone; kFuseNorm, x the residual stream normalised on the fly; kFusePair, the
+// same with a silu pair, whose tiles take rows g of gate (a) and of up (b8) for 8 outputs each. The residual add
+// is the epilogue's alone (p.residual), so it needs no variant.
+enum Fuse : int { kFuseNone, kFuseNorm, kFusePair };
+
+template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
+  constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
   int64_t tile = blockIdx.x;
   SkinnySegment seg{};
-  if (!find_segment<F>(p, tile, seg)) return;  // whole block: uniform
+  if constexpr (pair) {
+    if (tile >= (p.seg[0].n + 7) / 8) return;
+    seg.w = p.seg[0].w;
+    seg.bias = p.seg[0].bias;
+    seg.bias_dtype = p.seg[0].bias_dtype;
+    seg.out = p.seg[0].out;
+    seg.n = p.seg[0].n;
+    if constexpr (F != Weights::kDense) {
+      seg.scales = p.seg[0].scales;
+      seg.zeros = p.seg[0].zeros;
+      seg.groups = p.seg[0].groups;
+      seg.group_size = p.seg[0].group_size;
+    }
+  } else if (!find_segment<F>(p, tile, seg)) {
+    return;  // whole block: uniform
+  }
   const int64_t n = seg.n;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t k = p.k, n0 = tile * kRowsPerTile;
+  const int64_t k = p.k, n0 = tile * (pair ? 8 : kRowsPerTile);
   const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
-  const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
+  const int64_t rb = pair ? ra : n0 + g + 8 < n ? n0 + g + 8 : n - 1;
   // A row's bytes: K elements of T (dense), K / 2 (int4) or K (uint8).
   constexpr bool kFact = kFactored<F>;
   constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;  // K per chunk and per lane
@@ -297,27 +380,39 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
                             : F == Weights::kUint8 || F == Weights::kUint8Fact ? k
                                                                                 : k / 2;
   const uint8_t* w = static_cast<const uint8_t*>(seg.w);
+  const uint8_t* w_b = w;
+  const float* scales_b = seg.scales;
+  const float* zeros_b = seg.zeros;
+  if constexpr (pair) {
+    w_b = static_cast<const uint8_t*>(p.seg[1].w);
+    scales_b = p.seg[1].scales;
+    zeros_b = p.seg[1].zeros;
+  }
   const void* wa = w + ra * row_bytes;
-  const void* wb = w + rb * row_bytes;
+  const void* wb = w_b + rb * row_bytes;
   const float* sa = seg.scales ? seg.scales + ra * seg.groups : nullptr;
-  const float* sb = seg.scales ? seg.scales + rb * seg.groups : nullptr;
+  const float* sb = scales_b ? scales_b + rb * seg.groups : nullptr;
   const float* za = seg.zeros ? seg.zeros + ra * seg.groups : nullptr;
-  const float* zb = seg.zeros ? seg.zeros + rb * seg.groups : nullptr;
+  const float* zb = zeros_b ? zeros_b + rb * seg.groups : nullptr;
   const int64_t gs = seg.group_size;
   const T* x0 = static_cast<const T*>(p.x) + g * k;  // n-tile j's row for this lane: x0 + 8j * k, read when 8j + g < M
 
-  float acc[NT][4];
+  float acc[NT][4], ss[NT];
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
+  for (int j = 0; j < NT; ++j) {
+    ss[j] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  }
 
   const int64_t chunks = (k + kCk - 1) / kCk;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   RowPiece<F> a[U], b8[U];  // rows g and g + 8 of w
   // x rows of each n-tile: loaded with the weights for dense weights; for codes (a quarter or half the bytes per
   // chunk, so twice or four times the chunks ahead) just before their use, to keep registers for the codes.
-  constexpr int UX = F == Weights::kDense ? U : 1;
+  // With the norm fusion x is loaded at its use for dense weights too (the registers go to its norm weight).
+  constexpr bool kXAhead = F == Weights::kDense && !kNorm;
+  constexpr int UX = kXAhead ? U : 1;
   constexpr int XH = kLaneK / 8;  // 16-byte loads of x per lane and n-tile
   uint4 bx[UX][NT][XH];
   auto load_x = [&](int64_t c0, int u, uint4 (&dst)[NT][XH]) {
@@ -331,6 +426,21 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
                         ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
                         : zero;
   };
+  // The norm fusion on a chunk's x as it is used: the squares summed, x times the norm weight rounded in T.
+  const T* gamma = static_cast<const T*>(p.norm_w);
+  auto norm_x = [&](int64_t c0, int u, uint4 (&v)[NT][XH]) {
+    if constexpr (kNorm) {
+      const int64_t c = c0 + int64_t{u} * kWarps;
+      const int64_t kk = c * kCk + kLaneK * t;
+#pragma unroll
+      for (int h = 0; h < XH; ++h) {
+        const bool in = c < chunks && kk + 8 * h < k;
+        const uint4 gv = in ? __ldg(reinterpret_cast<const uint4*>(gamma + kk + 8 * h)) : zero;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) v[j][h] = norm_piece<T>(v[j][h], gv, ss[j]);
+      }
+    }
+  };
   auto load_round = [&](int64_t c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -339,7 +449,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
       const bool in_k = c < chunks && kk < k;
       load_piece<T, F>(a[u], wa, kk, k, in_k, sa, za, gs);
       load_piece<T, F>(b8[u], wb, kk, k, in_k, sb, zb, gs);
-      if constexpr (F == Weights::kDense) load_x(c0, u, bx[u]);
+      if constexpr (kXAhead) load_x(c0, u, bx[u]);
     }
   };
   for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
@@ -349,14 +459,16 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
       for (int u = 0; u < U; ++u) {
         if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
         load_x(c0, u, bx[0]);
+        norm_x(c0, u, bx[0]);
         factored_chunk<T, F, NT>(acc, a[u], b8[u], bx[0]);
       }
     } else {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
-        if constexpr (F != Weights::kDense) load_x(c0, u, bx[0]);
-        const int ux = F == Weights::kDense ? u : 0;
+        if constexpr (!kXAhead) load_x(c0, u, bx[0]);
+        const int ux = kXAhead ? u : 0;
+        norm_x(c0, u, bx[ux]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const uint32_t frag[4] = {piece_word<T, F>(a[u], 2 * i), piece_word<T, F>(b8[u], 2 * i),
@@ -369,23 +481,54 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
     }
   }
 
-  store_tile<NT>(p, seg, n0, acc);
+  store_tile<T, NT, kNorm, pair>(p, seg, n0, acc, ss);
+}
+
+// One kernel of the set, with the norm fusion where l asks for it (dense weights and the factored path only).
+template <typename T, Weights F, int NT, int U, int MINB>
+void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
+  if constexpr (F == Weights::kDense || kFactored<F>) {
+    if (l.silu_pair) {
+      skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair><<<grid, block, 0, stream>>>(l);
+      return;
+    }
+    if (l.norm_w) {
+      skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNorm><<<grid, block, 0, stream>>>(l);
+      return;
+    }
+  }
+  skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone><<<grid, block, 0, stream>>>(l);
+}
+
+// Blocks of a launch: 16-row tiles of every segment, or 8 rows of each of a silu pair's two.
+int64_t launch_tiles(const SkinnyGemmLaunch& l) {
+  if (l.silu_pair) return (l.seg[0].n + 7) / 8;
+  int64_t tiles = 0;
+  for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
+  return tiles;
 }
 
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
-  if (l.m <= 8)
-    skinny_gemm_kernel<T, F, 1, kU1, 2><<<grid, block, 0, stream>>>(l);
-  else
-    skinny_gemm_kernel<T, F, 2, kFactU2, 2><<<grid, block, 0, stream>>>(l);
+  if (l.m <= 8) {
+    launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
+  } else if constexpr (F == Weights::kUint8Fact) {  // the fused kernels' registers: one chunk ahead
+    if (l.silu_pair)
+      skinny_gemm_kernel<T, F, 2, 1, 2, kFusePair><<<grid, block, 0, stream>>>(l);
+    else if (l.norm_w)
+      skinny_gemm_kernel<T, F, 2, 1, 2, kFuseNorm><<<grid, block, 0, stream>>>(l);
+    else
+      skinny_gemm_kernel<T, F, 2, kFactU2, 2, kFuseNone><<<grid, block, 0, stream>>>(l);
+  } else {
+    launch_kernel<T, F, 2, kFactU2, 2>(grid, block, stream, l);
+  }
 }
 
 template <typename T, Weights F>
 void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
-  int64_t tiles = 0;
-  for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
+  const int64_t tiles = launch_tiles(l);
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
   static_assert(kSkinnyMaxM <= 16, "one or two n-tiles of 8 tokens");
   if constexpr (F == Weights::kInt4 || F == Weights::kUint8) {
@@ -409,16 +552,16 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
     };
     if constexpr (F == Weights::kInt4) {
       // Codes are a quarter of bf16's bytes per chunk: more chunks ahead for as many bytes.
-      skinny_gemm_kernel<T, F, 1, 8, 2><<<grid, block, 0, stream>>>(l);
+      launch_kernel<T, F, 1, 8, 2>(grid, block, stream, l);
     } else if constexpr (F != Weights::kDense) {
-      skinny_gemm_kernel<T, F, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+      launch_kernel<T, F, 1, 4, 2>(grid, block, stream, l);
     } else if (wave_fill(3) > wave_fill(2) + 0.05) {
-      skinny_gemm_kernel<T, F, 1, 2, 3><<<grid, block, 0, stream>>>(l);
+      launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
     } else {
-      skinny_gemm_kernel<T, F, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+      launch_kernel<T, F, 1, 4, 2>(grid, block, stream, l);
     }
   } else {
-    skinny_gemm_kernel<T, F, 2, F == Weights::kDense ? 2 : 4, 2><<<grid, block, 0, stream>>>(l);
+    launch_kernel<T, F, 2, F == Weights::kDense ? 2 : 4, 2>(grid, block, stream, l);
   }
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
@@ -701,7 +844,8 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGe
       ggml_chunk<G, NT, kOne>(acc, a[u], b8[u], p, c, g, t);
     }
   }
-  store_tile<NT>(p, seg, n0, acc);
+  const float no_ss[NT] = {};
+  store_tile<bf16, NT, false, false>(p, seg, n0, acc, no_ss);  // no fusions: T unused
 }
 
 template <GgmlType G>
@@ -875,7 +1019,31 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l) {
   return true;
 }
 
+bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
+  if (!skinny_gemm_supports(l)) return false;
+  const bool fused = l.norm_w || l.residual || l.silu_pair;
+  if (!fused) return true;
+  if (l.codes == DType::kI4 || l.codes == DType::kU8) {
+    if (std::getenv("PEREGRINE_SKINNY_PLAIN") != nullptr) return false;
+    for (int s = 0; s < l.num_segments; ++s)
+      if (l.seg[s].group_size % 128 != 0) return false;  // the plain code path has no fusions
+  }
+  if (l.norm_w && !aligned16(l.norm_w)) return false;
+  if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
+  if (l.residual && l.num_segments != 1) return false;
+  if (l.silu_pair) {
+    const SkinnySegment &a = l.seg[0], &b = l.seg[1];
+    if (!l.norm_w || l.residual || l.num_segments != 2 || a.n != b.n || a.groups != b.groups || a.group_size != b.group_size ||
+        (a.scales == nullptr) != (b.scales == nullptr) || (a.zeros == nullptr) != (b.zeros == nullptr) ||
+        (b.bias && a.bias && a.bias_dtype != b.bias_dtype) || (b.bias && !a.bias))
+      return false;
+  }
+  return true;
+}
+
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream) {
+  if (l.norm_w || l.residual || l.silu_pair)
+    PEREGRINE_CHECK(skinny_gemm_fuses(l), "skinny matmul: fusions asked of a launch that does not take them");
   if (l.dtype == DType::kBF16) return launch_format<bf16>(l, stream);
   launch_format<f16>(l, stream);
 }

@@ -59,6 +59,16 @@ struct SkinnyGemmLaunch {
   int num_segments;
   SkinnySegment seg[kSkinnyMaxSegments];
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
+  // Fusions (ops.h MatmulFusion; dense weights and the factored code path only, skinny_gemm_fuses says which):
+  // norm_w [K] in x's dtype: x is the residual stream, each product inv * (round(x * norm_w) . W^T) + bias with
+  // inv = 1 / sqrt(mean(x^2) + norm_eps), the sum of squares taken in the same K order as the product's;
+  // residual [M, n] in out_dtype (one segment): out = round(residual + round(product)), out may alias it;
+  // silu_pair (segments 0 = gate and 1 = up of one n, groups and bias dtype; with norm_w): a block takes 8 rows of
+  // each, and seg[0].out = round(silu(round(gate)) * round(up)).
+  const void* norm_w = nullptr;
+  float norm_eps = 0.0f;
+  const void* residual = nullptr;
+  bool silu_pair = false;
   // GGUF Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K blocks in the packed layout (launch_skinny_ggml): x already quantized by
   // launch_ggml_quantize_x into xq / xd / xsum ([M, K] codes, [M, K / 32] scales and code sums); dtype is unused.
   GgmlType ggml = GgmlType::kNone;
@@ -75,6 +85,10 @@ struct SkinnyGemmLaunch {
 // and w, 1 <= M <= kSkinnyMaxM; K % 8 == 0 for dense weights; K and group_size multiples of 16 with
 // groups * group_size == K for codes (no g_idx; an act-order perm is the caller's: it passes x gathered).
 bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
+// Whether launch_skinny_gemm takes l's fusion fields too: skinny_gemm_supports, and for any fusion set dense
+// weights or codes on the factored path (groups multiples of 128), x-dtype outputs for a residual or a pair, and a
+// pair's two segments alike.
+bool skinny_gemm_fuses(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
 // GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes

@@ -198,6 +198,68 @@ class RefBackend final : public Backend {
     return (code - zero) * load(q.scales, (n / q.block_rows) * groups + g);
   }
 
+  // MatmulFusion as ops.h defines it: the plain matmuls on x̂ (rounded in x's dtype) into f32 scratch, then
+  // inv, bias, the roundings and the residual / SiLU·mul, in double.
+  void matmuls_fused(std::span<const MatmulParams> ps, const MatmulFusion& f) override {
+    check_matmul_fusion(ps, f);
+    const MatmulParams& first = ps.front();
+    const int64_t m = first.x.dim(0), k = first.x.dim(1);
+    const bool norm = !f.norm_weight.empty();
+    std::vector<uint8_t> xhat_bytes(norm ? dtype_bytes(first.x.dtype, static_cast<size_t>(m * k)) : 0);
+    TensorView xhat = first.x;
+    std::vector<double> inv(static_cast<size_t>(m), 1.0);
+    if (norm) {
+      xhat = TensorView(xhat_bytes.data(), first.x.dtype, {m, k});
+      for (int64_t i = 0; i < m; ++i) {
+        double ss = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double v = load(first.x, i * k + c);
+          ss += v * v;
+          store(xhat, i * k + c, v * load(f.norm_weight, c));
+        }
+        inv[static_cast<size_t>(i)] = 1.0 / std::sqrt(ss / static_cast<double>(k) + f.eps);
+      }
+    }
+    // Each product, rounded to its out dtype (kept in double).
+    std::vector<std::vector<double>> prod;
+    for (const MatmulParams& p : ps) {
+      const int64_t n = p.w.dim(0);
+      std::vector<float> acc(static_cast<size_t>(m * n));
+      MatmulParams q = p;
+      q.x = xhat;
+      q.bias = TensorView();
+      q.out = TensorView(acc.data(), DType::kF32, {m, n});
+      matmul(q);
+      std::vector<uint8_t> one(dtype_bytes(p.out.dtype, 1));
+      const TensorView cell(one.data(), p.out.dtype, {1});
+      std::vector<double> r(static_cast<size_t>(m * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double v = inv[static_cast<size_t>(i)] * acc[static_cast<size_t>(i * n + j)];
+          if (!p.bias.empty()) v += load(p.bias, j);
+          store(cell, 0, v);
+          r[static_cast<size_t>(i * n + j)] = load(cell, 0);
+        }
+      prod.push_back(std::move(r));
+    }
+    if (f.silu_mul) {
+      const TensorView& out = ps[0].out;
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        const double g = prod[0][static_cast<size_t>(i)], u = prod[1][static_cast<size_t>(i)];
+        store(out, i, g / (1.0 + std::exp(-g)) * u);
+      }
+      return;
+    }
+    for (size_t s = 0; s < ps.size(); ++s) {
+      const TensorView& out = ps[s].out;
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        double v = prod[s][static_cast<size_t>(i)];
+        if (!f.residual.empty()) v += load(f.residual, i);
+        store(out, i, v);
+      }
+    }
+  }
+
   void rms_norm(const RmsNormParams& p) override {
     check_rms_norm(p);
     int64_t rows = p.x.dim(0), h = p.x.dim(1);
