@@ -4,10 +4,11 @@
 #   1: tar -xJf .device/carry_f1/bundle.tar.xz -C .device && source .device/carry_f1/env.sh &&
 #      scripts/device/fused_check.sh 1
 #     the CUDA fused / skinny / quant / graph tests, memcheck on the fused tests, and 8B-shape decode at bs 1/8/16
-#     (bf16 and W4A16) fused and with PEREGRINE_FUSE=0 in the same call
+#     (bf16 and W4A16) fused (PEREGRINE_FUSE=1) and by default (unfused) in the same call
 #   2 (scripts/device/carry_light.sh on): tar -xJf .device/carry_f2/bundle.tar.xz -C .device &&
 #      source .device/carry_f2/env.sh && scripts/device/fused_check.sh 2
-#     the model tests on CUDA (fidelity against transformers, determinism) and the engine's CUDA tests
+#     the model tests on CUDA (fidelity against transformers, determinism) and the engine's CUDA tests (set
+#     PEREGRINE_FUSE=1 to run them on the fused path)
 set -uo pipefail
 part=${1:?part 1|2}
 out=${OUT:-/tmp/fused_check}
@@ -25,11 +26,11 @@ case "$part" in
   timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/cuda_ops_tests" \
     --gtest_filter='CudaFusedMatmul.MatchesTheReference*:CudaFusedMatmul.Refuses*' >"$out/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY" "$out/memcheck.log" | head -2
-  for q in none w4a16; do
+  for q in ${QUANTS:-none w4a16}; do
     qflag=""; [ "$q" = w4a16 ] && qflag="--quantization w4a16"
-    for bs in 1 8 16; do
+    for bs in ${BATCHES:-1 8 16}; do
       for mode in fused unfused; do
-        env_flag=""; [ "$mode" = unfused ] && env_flag="PEREGRINE_FUSE=0"
+        env_flag=""; [ "$mode" = fused ] && env_flag="PEREGRINE_FUSE=1"
         env $env_flag timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
           --input-len 1024 --output-len 64 --batch-size "$bs" --iterations 2 $qflag >"$out/lat_${q}_${mode}_bs$bs.txt" 2>&1
         echo "latency $q $mode bs=$bs rc=$? $(grep -E '^decode' "$out/lat_${q}_${mode}_bs$bs.txt" | head -1)"
