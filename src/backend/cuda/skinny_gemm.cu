@@ -484,6 +484,12 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
   store_tile<T, NT, kNorm, pair>(p, seg, n0, acc, ss);
 }
 
+// PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
+bool skinny_plain() {
+  static const bool plain = std::getenv("PEREGRINE_SKINNY_PLAIN") != nullptr;
+  return plain;
+}
+
 // One kernel of the set, with the norm fusion where l asks for it (dense weights and the factored path only).
 template <typename T, Weights F, int NT, int U, int MINB>
 void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
@@ -534,8 +540,7 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   if constexpr (F == Weights::kInt4 || F == Weights::kUint8) {
     // Every group a whole number of 128-wide chunks: the factored path. PEREGRINE_SKINNY_PLAIN=1 keeps the
     // dequantize-per-code path (for comparisons).
-    static const bool plain = std::getenv("PEREGRINE_SKINNY_PLAIN") != nullptr;
-    bool factored = !plain;
+    bool factored = !skinny_plain();
     for (int s = 0; s < l.num_segments; ++s) factored = factored && l.seg[s].group_size % 128 == 0;
     if (factored) {
       launch_factored<T, F == Weights::kInt4 ? Weights::kInt4Fact : Weights::kUint8Fact>(l, grid, block, stream);
@@ -1024,7 +1029,7 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   const bool fused = l.norm_w || l.residual || l.silu_pair;
   if (!fused) return true;
   if (l.codes == DType::kI4 || l.codes == DType::kU8) {
-    if (std::getenv("PEREGRINE_SKINNY_PLAIN") != nullptr) return false;
+    if (skinny_plain()) return false;
     for (int s = 0; s < l.num_segments; ++s)
       if (l.seg[s].group_size % 128 != 0) return false;  // the plain code path has no fusions
   }
