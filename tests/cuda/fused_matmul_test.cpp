@@ -1,5 +1,5 @@
-// Fused decode matmuls (ops.h MatmulFusion; the skinny kernel's norm prologue, residual add and SiLU·mul
-// epilogues) against the ref backend's definition on fresh random inputs, every output element: dense bf16/f16 and
+// Fused decode matmuls (ops.h MatmulFusion; the skinny kernel's norm prologue into shared memory, residual add and
+// SiLU·mul epilogues) against the ref backend's definition on fresh random inputs, every output element: dense bf16/f16 and
 // W4A16 / W8A16 codes on the factored path, q/k/v-like groups with the norm and bias, a residual add in place, and
 // gate/up as a silu pair; rows bitwise the same for every M <= 16; and what the backend refuses.
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "cuda_test_util.h"
@@ -107,6 +108,11 @@ TEST(CudaFusedMatmul, MatchesTheReferenceOnEveryElement) {
         check_group(Kind::kResidual, act, codes, m, 640, {264}, bias, rng);
         check_group(Kind::kSiluPair, act, codes, m, 512, {1000, 1000}, bias, rng);
       }
+  // More tiles than the persistent grid's blocks (several tiles per block, x̂ made once), N tails included.
+  for (int64_t m : {1, 16}) {
+    check_group(Kind::kSiluPair, DType::kBF16, kDense, m, 512, {4100, 4100}, true, rng);
+    check_group(Kind::kNormGroup, DType::kBF16, DType::kI4, m, 512, {4096, 1024, 1032}, false, rng);
+  }
 }
 
 // Rows of every M in 1..16 bitwise equal to the same rows of M = 16, for the norm group and the silu pair on the
@@ -161,6 +167,16 @@ TEST(CudaFusedMatmul, RefusesWhatItHasNoKernelFor) {
   const char* on = std::getenv("PEREGRINE_FUSE");
   EXPECT_EQ(gpu().fuses_matmuls({&one, 1}, f), on != nullptr && std::string(on) == "1");
   EXPECT_NO_THROW(gpu().matmuls_fused({&one, 1}, f));
+  // The norm's x̂ (M * K values) must fit in shared memory, and K be a multiple of 64.
+  for (const auto& [m, k] : {std::pair<int64_t, int64_t>{16, 32768}, std::pair<int64_t, int64_t>{1, 520}}) {
+    DeviceTensor xw(random_tensor(DType::kBF16, {m, k}, rng)), gw(random_tensor(DType::kBF16, {k}, rng));
+    DeviceTensor ww(random_tensor(DType::kBF16, {64, k}, rng)), ow(HostTensor(DType::kBF16, {m, 64}));
+    ops::MatmulFusion fw;
+    fw.norm_weight = gw.view();
+    const ops::MatmulParams p{xw.view(), ww.view(), TensorView(), ow.view()};
+    EXPECT_FALSE(gpu().fuses_matmuls({&p, 1}, fw)) << "M " << m << " K " << k;
+    EXPECT_THROW(gpu().matmuls_fused({&p, 1}, fw), peregrine::Error) << "M " << m << " K " << k;
+  }
 }
 
 }  // namespace

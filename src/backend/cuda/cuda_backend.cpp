@@ -265,10 +265,13 @@ class CudaBackendImpl final : public CudaBackend {
     return true;
   }
 
-  // Fused decode matmuls (ops.h MatmulFusion) on the skinny kernel: the norm read on the fly, the residual add
-  // and SiLU-mul in its epilogue. Off unless PEREGRINE_FUSE=1 (measured on the H200, 8B shape, 2026-12-02: bs 1
-  // +1.7%, bs 8 and 16 -1% to -3%, W4A16 -6% to -7%: the norm in the inner loop costs more than the launches it
-  // saves; docs/BENCHMARKS.md). fuses_matmuls says no while it is off, so the model runs the ops one by one.
+  // Fused decode matmuls (ops.h MatmulFusion) on the skinny kernel: the norm made once per block into shared
+  // memory, the residual add and SiLU-mul in its epilogue. Off unless PEREGRINE_FUSE=1: on the H200 (8B shape,
+  // 2026-12-04, docs/BENCHMARKS.md) it is faster at bs 1 (bf16 +1.0% / +1.4%, W4A16 +1.3%) and W4A16 bs 8 (+3.4%),
+  // slower at bf16 bs 8 (-1.2%) and bs 16 (bf16 -4.5%, W4A16 -4.8%): each block reads M * K values of x from L2
+  // into its x̂ before its loop. A policy by M would put a boundary inside the skinny range (rows would differ between
+  // a request alone and in a batch), so it is all M <= 16 or none. fuses_matmuls says no while it is off, so the
+  // model runs the ops one by one.
   static bool fusion_requested() {
     static const bool on = [] {
       const char* v = std::getenv("PEREGRINE_FUSE");

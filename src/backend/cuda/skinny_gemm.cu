@@ -1,8 +1,13 @@
 #include "backend/cuda/skinny_gemm.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -250,26 +255,16 @@ template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGe
 }
 
 // The block's end: the warps' partials (acc, this lane's C fragments of NT n-tiles) meet in shared memory and are
-// added in warp order; then the fusions' scale (norm: ss holds this lane's sums of squares of x, column 8j + g),
-// bias, the residual add or SiLU-mul, and the store. pair: the tile's rows 0..7 are gate rows n0.., 8..15 the up
-// rows of the same outputs.
+// added in warp order; then the fusions' scale (norm: inv holds 1 / rms of each token, from norm_prologue), bias,
+// the residual add or SiLU-mul, and the store. pair: the tile's rows 0..7 are gate rows n0.., 8..15 the up rows of
+// the same outputs.
 template <typename T, int NT, bool kNorm, bool kPair>
 __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
-                                           const float (&acc)[NT][4], const float (&ss)[NT]) {
+                                           const float (&acc)[NT][4], const float* inv_s) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ float4 partial[kWarps][NT][32];
-  __shared__ float ss_part[kNorm ? kWarps : 1][NT * 8];
 #pragma unroll
   for (int j = 0; j < NT; ++j) partial[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      float v = ss[j];  // the four lanes of one g hold k ranges of the same row: added in a fixed order
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (lane % 4 == 0) ss_part[warp][8 * j + lane / 4] = v;
-    }
-  }
   __syncthreads();
   const int64_t n = seg.n;
   auto sum_of = [&](int r, int col) {
@@ -285,10 +280,7 @@ __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const Skin
     if constexpr (!kNorm) {
       return 1.0f;
     } else {
-      float t = ss_part[0][col];
-#pragma unroll
-      for (int ww = 1; ww < kWarps; ++ww) t += ss_part[ww][col];
-      return 1.0f / sqrtf(t / static_cast<float>(p.k) + p.norm_eps);
+      return inv_s[col];
     }
   };
   if constexpr (kPair) {
@@ -339,20 +331,104 @@ __device__ __forceinline__ uint4 norm_piece(const uint4& xv, const uint4& gv, fl
   return r;
 }
 
+// The norm fusion's x̂ in shared memory: row r (token) holds K / 8 16-byte units, unit u stored at
+// r * K / 8 + xhat_slot(u, r). The swizzle permutes units within each aligned group of four (K % 64 == 0), so that
+// the eight lanes of a quarter-warp (g = 2q, 2q + 1; t = 0..3) read eight different bank quads both on the dense
+// path (units 8c + 2t + h) and on the factored path (units 16c + 4t + h).
+__device__ __forceinline__ int xhat_slot(int u, int r) { return u ^ ((u >> 3) & 1) ^ ((r & 1) * 3); }
+
+// The norm fusion's prologue, once per block: x̂ = round(x * gamma) of every token into shared memory, and
+// inv[r] = 1 / sqrt(mean(x_r^2) + eps). A row's sum of squares runs in an order fixed by K alone (thread i takes
+// units i, i + 256, ... in order, each unit's 8 values in order; then a fixed shuffle tree per warp and the warps in
+// order), never by M, so rows keep their bits for every M.
+// kRows tokens' loads in flight at a time, for kUnits units each (fewer rows for the variants of three blocks per
+// SM, whose registers hold the first round of weights already; more units spill the two-block variants).
+template <typename T, int NT, int kRows, int kUnits>
+__device__ __forceinline__ void norm_prologue(const SkinnyGemmLaunch& p, uint4* xhat, float* inv_s) {
+  __shared__ float ss_w[kWarps][8 * NT];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int units = static_cast<int>(p.k / 8);
+  const uint4* x = static_cast<const uint4*>(p.x);
+  const uint4* gamma = static_cast<const uint4*>(p.norm_w);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float ss[8 * NT];
+#pragma unroll
+  for (int r = 0; r < 8 * NT; ++r) ss[r] = 0.0f;
+  for (int u0 = threadIdx.x; u0 < units; u0 += kWarps * 32 * kUnits) {
+    uint4 gv[kUnits];
+#pragma unroll
+    for (int q = 0; q < kUnits; ++q) {
+      const int u = u0 + q * kWarps * 32;
+      gv[q] = u < units ? __ldg(gamma + u) : zero;
+    }
+#pragma unroll
+    for (int r0 = 0; r0 < 8 * NT; r0 += kRows) {
+      uint4 xv[kUnits][kRows];
+#pragma unroll
+      for (int q = 0; q < kUnits; ++q)
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const int u = u0 + q * kWarps * 32;
+          xv[q][i] = r0 + i < p.m && u < units ? __ldg(x + (r0 + i) * units + u) : zero;
+        }
+#pragma unroll
+      for (int q = 0; q < kUnits; ++q)  // a row's units in order: its sum of squares depends on K alone
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const int r = r0 + i, u = u0 + q * kWarps * 32;
+          if (r < p.m && u < units) xhat[r * units + xhat_slot(u, r)] = norm_piece<T>(xv[q][i], gv[q], ss[r]);
+        }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 8 * NT; ++r) {
+    float v = ss[r];
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) ss_w[warp][r] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < p.m) {
+    float t = ss_w[0][threadIdx.x];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) t += ss_w[w][threadIdx.x];
+    inv_s[threadIdx.x] = 1.0f / sqrtf(t / static_cast<float>(p.k) + p.norm_eps);
+  }
+  __syncthreads();
+}
+
 // NT n-tiles of 8 tokens; U chunks loaded ahead per warp; MINB blocks per SM (the register budget). U and MINB
 // change how the loads are grouped, never the order of any output's sum.
-// Fusions (SkinnyGemmLaunch): kFuseNone; kFuseNorm, x the residual stream normalised on the fly; kFusePair, the
-// same with a silu pair, whose tiles take rows g of gate (a) and of up (b8) for 8 outputs each. The residual add
-// is the epilogue's alone (p.residual), so it needs no variant.
+// Fusions (SkinnyGemmLaunch): kFuseNone; kFuseNorm, x the residual stream, normalised once per block into shared
+// memory (norm_prologue) and read from there by the same loop; kFusePair, the same with a silu pair, whose tiles
+// take rows g of gate (a) and of up (b8) for 8 outputs each. The residual add is the epilogue's alone
+// (p.residual), so it needs no variant. The norm variants run a persistent grid (each block takes tiles blockIdx.x,
+// + gridDim.x, ...), so the prologue runs once per block rather than once per tile.
 enum Fuse : int { kFuseNone, kFuseNorm, kFusePair };
 
-template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
-__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
-  constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
-  int64_t tile = blockIdx.x;
-  SkinnySegment seg{};
-  if constexpr (pair) {
-    if (tile >= (p.seg[0].n + 7) / 8) return;
+// Tiles of a launch: 16-row tiles of every segment, or 8 rows of each of a silu pair's two.
+__host__ __device__ __forceinline__ int64_t launch_tiles(const SkinnyGemmLaunch& l) {
+  if (l.silu_pair) return (l.seg[0].n + 7) / 8;
+  int64_t tiles = 0;
+  for (int s = 0; s < kSkinnyMaxSegments; ++s)
+    if (s < l.num_segments) tiles += segment_tiles(l.seg[s].n);
+  return tiles;
+}
+
+// Where a tile's weights are: its segment (tile: the block's index in, the tile within its segment out), first row
+// n0, and this lane's rows g (a) and g + 8 (b; a pair's up row g) with their scales and zeros.
+template <Weights F> struct TileSrc {
+  SkinnySegment seg;
+  int64_t n0;
+  const void *wa, *wb;
+  const float *sa, *sb, *za, *zb;
+};
+
+template <typename T, Weights F, bool kPair>
+__device__ __forceinline__ bool tile_src(const SkinnyGemmLaunch& p, int64_t tile, TileSrc<F>& s) {
+  SkinnySegment& seg = s.seg;
+  seg = SkinnySegment{};
+  if constexpr (kPair) {
     seg.w = p.seg[0].w;
     seg.bias = p.seg[0].bias;
     seg.bias_dtype = p.seg[0].bias_dtype;
@@ -365,17 +441,14 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
       seg.group_size = p.seg[0].group_size;
     }
   } else if (!find_segment<F>(p, tile, seg)) {
-    return;  // whole block: uniform
+    return false;
   }
-  const int64_t n = seg.n;
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t k = p.k, n0 = tile * (pair ? 8 : kRowsPerTile);
-  const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
-  const int64_t rb = pair ? ra : n0 + g + 8 < n ? n0 + g + 8 : n - 1;
+  const int64_t n = seg.n, k = p.k;
+  const int g = (threadIdx.x % 32) / 4;
+  s.n0 = tile * (kPair ? 8 : kRowsPerTile);
+  const int64_t ra = s.n0 + g < n ? s.n0 + g : n - 1;  // rows past n read the last row; never stored
+  const int64_t rb = kPair ? ra : s.n0 + g + 8 < n ? s.n0 + g + 8 : n - 1;
   // A row's bytes: K elements of T (dense), K / 2 (int4) or K (uint8).
-  constexpr bool kFact = kFactored<F>;
-  constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;  // K per chunk and per lane
   const int64_t row_bytes = F == Weights::kDense ? k * static_cast<int64_t>(sizeof(T))
                             : F == Weights::kUint8 || F == Weights::kUint8Fact ? k
                                                                                 : k / 2;
@@ -383,62 +456,90 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
   const uint8_t* w_b = w;
   const float* scales_b = seg.scales;
   const float* zeros_b = seg.zeros;
-  if constexpr (pair) {
+  if constexpr (kPair) {
     w_b = static_cast<const uint8_t*>(p.seg[1].w);
     scales_b = p.seg[1].scales;
     zeros_b = p.seg[1].zeros;
   }
-  const void* wa = w + ra * row_bytes;
-  const void* wb = w_b + rb * row_bytes;
-  const float* sa = seg.scales ? seg.scales + ra * seg.groups : nullptr;
-  const float* sb = scales_b ? scales_b + rb * seg.groups : nullptr;
-  const float* za = seg.zeros ? seg.zeros + ra * seg.groups : nullptr;
-  const float* zb = zeros_b ? zeros_b + rb * seg.groups : nullptr;
-  const int64_t gs = seg.group_size;
+  s.wa = w + ra * row_bytes;
+  s.wb = w_b + rb * row_bytes;
+  s.sa = seg.scales ? seg.scales + ra * seg.groups : nullptr;
+  s.sb = scales_b ? scales_b + rb * seg.groups : nullptr;
+  s.za = seg.zeros ? seg.zeros + ra * seg.groups : nullptr;
+  s.zb = zeros_b ? zeros_b + rb * seg.groups : nullptr;
+  return true;
+}
+
+// The weights of U chunks from c0 (c0, c0 + 8, ...) of a tile, for this lane.
+template <typename T, Weights F, int U>
+__device__ __forceinline__ void load_weights(const SkinnyGemmLaunch& p, const TileSrc<F>& s, int64_t c0,
+                                             RowPiece<F> (&a)[U], RowPiece<F> (&b8)[U]) {
+  constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;
+  const int64_t k = p.k, chunks = (k + kCk - 1) / kCk;
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = c0 + int64_t{u} * kWarps;
+    const int64_t kk = c * kCk + kLaneK * t;
+    const bool in_k = c < chunks && kk < k;
+    load_piece<T, F>(a[u], s.wa, kk, k, in_k, s.sa, s.za, s.seg.group_size);
+    load_piece<T, F>(b8[u], s.wb, kk, k, in_k, s.sb, s.zb, s.seg.group_size);
+  }
+}
+
+// One tile (a block's 16 weight rows, or a pair's 8 + 8) into its outputs.
+// kFuseNone: a and b8 are this function's to fill. The norm variants: x̂ and inv are in shared memory (the
+// prologue's), a and b8 hold the tile's first round of weights on entry, and on return the first round of tile next
+// when next >= 0 (issued before the epilogue, so the block's loads run on through it).
+template <typename T, Weights F, int NT, int U, int kFuse>
+__device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t tile, int64_t next,
+                                            RowPiece<F> (&a)[U], RowPiece<F> (&b8)[U], const uint4* xhat,
+                                            const float* inv_s) {
+  constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
+  TileSrc<F> src;
+  if (!tile_src<T, F, pair>(p, tile, src)) return;  // whole block: uniform
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t k = p.k;
+  constexpr bool kFact = kFactored<F>;
+  constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;  // K per chunk and per lane
   const T* x0 = static_cast<const T*>(p.x) + g * k;  // n-tile j's row for this lane: x0 + 8j * k, read when 8j + g < M
 
-  float acc[NT][4], ss[NT];
+  float acc[NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    ss[j] = 0.0f;
+  for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-  }
 
   const int64_t chunks = (k + kCk - 1) / kCk;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  RowPiece<F> a[U], b8[U];  // rows g and g + 8 of w
   // x rows of each n-tile: loaded with the weights for dense weights; for codes (a quarter or half the bytes per
   // chunk, so twice or four times the chunks ahead) just before their use, to keep registers for the codes.
-  // With the norm fusion x is loaded at its use for dense weights too (the registers go to its norm weight).
+  // The norm fusion reads x̂ from shared memory just before its use.
   constexpr bool kXAhead = F == Weights::kDense && !kNorm;
   constexpr int UX = kXAhead ? U : 1;
   constexpr int XH = kLaneK / 8;  // 16-byte loads of x per lane and n-tile
   uint4 bx[UX][NT][XH];
   auto load_x = [&](int64_t c0, int u, uint4 (&dst)[NT][XH]) {
     const int64_t c = c0 + int64_t{u} * kWarps;
-    const int64_t kk = c * kCk + kLaneK * t;
+    if constexpr (kNorm) {  // c < chunks and K % 64 == 0 here: every unit is in the row
+      const int units = static_cast<int>(k / 8), u0 = static_cast<int>(c) * (kCk / 8) + XH * t;
 #pragma unroll
-    for (int h = 0; h < XH; ++h)
+      for (int h = 0; h < XH; ++h)
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-        dst[j][h] = c < chunks && kk + 8 * h < k && j * 8 + g < p.m
-                        ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
-                        : zero;
-  };
-  // The norm fusion on a chunk's x as it is used: the squares summed, x times the norm weight rounded in T.
-  const T* gamma = static_cast<const T*>(p.norm_w);
-  auto norm_x = [&](int64_t c0, int u, uint4 (&v)[NT][XH]) {
-    if constexpr (kNorm) {
-      const int64_t c = c0 + int64_t{u} * kWarps;
+        for (int j = 0; j < NT; ++j) {
+          const int r = 8 * j + g;
+          dst[j][h] = r < p.m ? xhat[r * units + xhat_slot(u0 + h, r)] : zero;
+        }
+    } else {
       const int64_t kk = c * kCk + kLaneK * t;
 #pragma unroll
-      for (int h = 0; h < XH; ++h) {
-        const bool in = c < chunks && kk + 8 * h < k;
-        const uint4 gv = in ? __ldg(reinterpret_cast<const uint4*>(gamma + kk + 8 * h)) : zero;
+      for (int h = 0; h < XH; ++h)
 #pragma unroll
-        for (int j = 0; j < NT; ++j) v[j][h] = norm_piece<T>(v[j][h], gv, ss[j]);
-      }
+        for (int j = 0; j < NT; ++j)
+          dst[j][h] = c < chunks && kk + 8 * h < k && j * 8 + g < p.m
+                          ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
+                          : zero;
     }
   };
   auto load_round = [&](int64_t c0) {
@@ -447,19 +548,20 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
       const int64_t c = c0 + int64_t{u} * kWarps;
       const int64_t kk = c * kCk + kLaneK * t;
       const bool in_k = c < chunks && kk < k;
-      load_piece<T, F>(a[u], wa, kk, k, in_k, sa, za, gs);
-      load_piece<T, F>(b8[u], wb, kk, k, in_k, sb, zb, gs);
+      load_piece<T, F>(a[u], src.wa, kk, k, in_k, src.sa, src.za, src.seg.group_size);
+      load_piece<T, F>(b8[u], src.wb, kk, k, in_k, src.sb, src.zb, src.seg.group_size);
       if constexpr (kXAhead) load_x(c0, u, bx[u]);
     }
   };
+  bool loaded = kNorm;  // the norm variants' first round is in a and b8 already
   for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
-    load_round(c0);
+    if (!loaded) load_round(c0);
+    loaded = false;
     if constexpr (kFact) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
         load_x(c0, u, bx[0]);
-        norm_x(c0, u, bx[0]);
         factored_chunk<T, F, NT>(acc, a[u], b8[u], bx[0]);
       }
     } else {
@@ -468,7 +570,6 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
         if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
         if constexpr (!kXAhead) load_x(c0, u, bx[0]);
         const int ux = kXAhead ? u : 0;
-        norm_x(c0, u, bx[ux]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const uint32_t frag[4] = {piece_word<T, F>(a[u], 2 * i), piece_word<T, F>(b8[u], 2 * i),
@@ -480,8 +581,33 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
       }
     }
   }
+  if constexpr (kNorm) {
+    TileSrc<F> ns;
+    if (next >= 0 && tile_src<T, F, pair>(p, next, ns)) load_weights<T, F, U>(p, ns, warp, a, b8);
+  }
 
-  store_tile<T, NT, kNorm, pair>(p, seg, n0, acc, ss);
+  store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, inv_s);
+}
+
+template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
+__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
+  RowPiece<F> a[U], b8[U];  // rows g and g + 8 of w (a pair: row g of gate and of up)
+  if constexpr (kFuse == kFuseNone) {
+    skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x, -1, a, b8, nullptr, nullptr);
+  } else {
+    extern __shared__ uint4 xhat[];  // [M, K / 8] units of x̂ (xhat_slot)
+    __shared__ float inv_s[8 * NT];
+    const int64_t tiles = launch_tiles(p);
+    // The first tile's first round of weights goes out before the prologue, which waits on x.
+    TileSrc<F> s0;
+    if (tile_src<T, F, kFuse == kFusePair>(p, blockIdx.x, s0)) load_weights<T, F, U>(p, s0, threadIdx.x / 32, a, b8);
+    norm_prologue<T, NT, (MINB >= 3 ? 4 : 8), 1>(p, xhat, inv_s);
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the block
+      const int64_t next = tile + gridDim.x < tiles ? tile + gridDim.x : -1;
+      skinny_tile<T, F, NT, U, kFuse>(p, tile, next, a, b8, xhat, inv_s);
+      __syncthreads();  // the epilogue's partials are read before the next tile writes them
+    }
+  }
 }
 
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
@@ -490,28 +616,70 @@ bool skinny_plain() {
   return plain;
 }
 
-// One kernel of the set, with the norm fusion where l asks for it (dense weights and the factored path only).
-template <typename T, Weights F, int NT, int U, int MINB>
-void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
-  if constexpr (F == Weights::kDense || kFactored<F>) {
-    if (l.silu_pair) {
-      skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair><<<grid, block, 0, stream>>>(l);
-      return;
-    }
-    if (l.norm_w) {
-      skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNorm><<<grid, block, 0, stream>>>(l);
-      return;
-    }
-  }
-  skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone><<<grid, block, 0, stream>>>(l);
+// The norm variants' dynamic shared memory: x̂, M rows of K values of T.
+template <typename T> size_t xhat_bytes(const SkinnyGemmLaunch& l) {
+  return static_cast<size_t>(l.m) * static_cast<size_t>(l.k) * sizeof(T);
 }
 
-// Blocks of a launch: 16-row tiles of every segment, or 8 rows of each of a silu pair's two.
-int64_t launch_tiles(const SkinnyGemmLaunch& l) {
-  if (l.silu_pair) return (l.seg[0].n + 7) / 8;
-  int64_t tiles = 0;
-  for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
-  return tiles;
+// The device's shared memory per block with the opt-in (227 KB on Hopper), read once per device.
+int smem_optin() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
+  std::atomic<int>& c = cache[dev % 64];
+  int v = c.load(std::memory_order_relaxed);
+  if (v == 0) {
+    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    c.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// A norm variant on a persistent grid: as many blocks as fit on the device at once (occupancy with x̂'s shared
+// memory), at most one per tile. The dynamic shared memory limit is raised once per device, and the occupancy
+// remembered per device and size.
+template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
+void launch_norm_kernel(const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
+  auto* kernel = skinny_gemm_kernel<T, F, NT, U, MINB, kFuse>;
+  const size_t smem = xhat_bytes<T>(l);
+  static std::mutex mu;
+  static std::map<std::pair<int, size_t>, int> per_sm;  // (device, bytes) -> blocks per SM
+  static std::set<int> raised;
+  int dev = 0;
+  PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
+  int blocks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (raised.insert(dev).second) {
+      cudaFuncAttributes attr{};
+      PEREGRINE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+      PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                smem_optin() - static_cast<int>(attr.sharedSizeBytes)));
+    }
+    auto it = per_sm.find({dev, smem});
+    if (it == per_sm.end()) {
+      PEREGRINE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
+      it = per_sm.emplace(std::make_pair(dev, smem), blocks).first;
+    }
+    blocks = it->second;
+  }
+  PEREGRINE_CHECK(blocks > 0, "skinny matmul: the norm fusion's x does not fit in shared memory");
+  const int64_t slots = int64_t{std::max(1, l.sm_count)} * blocks;
+  const dim3 grid(static_cast<unsigned>(std::min(launch_tiles(l), slots)));
+  kernel<<<grid, block, smem, stream>>>(l);
+}
+
+// One kernel of the set, with the norm fusion where l asks for it (dense weights and the factored path only).
+// The norm variants at NT = 2 (M > 8) hold up to 128 KB of x̂ at K = 4096, one block per SM: they take twice the
+// chunks ahead (U2) with the whole register file (MINB 1).
+template <typename T, Weights F, int NT, int U, int MINB, int U2 = U>
+void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
+  if constexpr (F == Weights::kDense || kFactored<F>) {
+    constexpr int kNU = NT == 2 ? U2 : U, kNMinb = NT == 2 ? 1 : MINB;
+    if (l.silu_pair) return launch_norm_kernel<T, F, NT, kNU, kNMinb, kFusePair>(block, stream, l);
+    if (l.norm_w) return launch_norm_kernel<T, F, NT, kNU, kNMinb, kFuseNorm>(block, stream, l);
+  }
+  skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone><<<grid, block, 0, stream>>>(l);
 }
 
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
@@ -520,15 +688,8 @@ void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 bloc
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
-  } else if constexpr (F == Weights::kUint8Fact) {  // the fused kernels' registers: one chunk ahead
-    if (l.silu_pair)
-      skinny_gemm_kernel<T, F, 2, 1, 2, kFusePair><<<grid, block, 0, stream>>>(l);
-    else if (l.norm_w)
-      skinny_gemm_kernel<T, F, 2, 1, 2, kFuseNorm><<<grid, block, 0, stream>>>(l);
-    else
-      skinny_gemm_kernel<T, F, 2, kFactU2, 2, kFuseNone><<<grid, block, 0, stream>>>(l);
   } else {
-    launch_kernel<T, F, 2, kFactU2, 2>(grid, block, stream, l);
+    launch_kernel<T, F, 2, kFactU2, 2, F == Weights::kUint8Fact ? kFactU2 : 2 * kFactU2>(grid, block, stream, l);
   }
 }
 
@@ -566,7 +727,7 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
       launch_kernel<T, F, 1, 4, 2>(grid, block, stream, l);
     }
   } else {
-    launch_kernel<T, F, 2, F == Weights::kDense ? 2 : 4, 2>(grid, block, stream, l);
+    launch_kernel<T, F, 2, F == Weights::kDense ? 2 : 4, 2, 4>(grid, block, stream, l);
   }
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
@@ -849,8 +1010,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGe
       ggml_chunk<G, NT, kOne>(acc, a[u], b8[u], p, c, g, t);
     }
   }
-  const float no_ss[NT] = {};
-  store_tile<bf16, NT, false, false>(p, seg, n0, acc, no_ss);  // no fusions: T unused
+  store_tile<bf16, NT, false, false>(p, seg, n0, acc, nullptr);  // no fusions: T unused
 }
 
 template <GgmlType G>
@@ -1033,7 +1193,11 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
     for (int s = 0; s < l.num_segments; ++s)
       if (l.seg[s].group_size % 128 != 0) return false;  // the plain code path has no fusions
   }
-  if (l.norm_w && !aligned16(l.norm_w)) return false;
+  // The norm's x̂ lives in shared memory (M * K values of x's dtype beside the kernel's own ~9 KB), in whole
+  // groups of four 16-byte units (xhat_slot).
+  if (l.norm_w && (!aligned16(l.norm_w) || l.k % 64 != 0 ||
+                   static_cast<int64_t>(xhat_bytes<bf16>(l)) + 16 * 1024 > smem_optin()))
+    return false;
   if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
   if (l.residual && l.num_segments != 1) return false;
   if (l.silu_pair) {
