@@ -190,8 +190,8 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
       backend_.rms_norm({kh, {}, w.k_norm, kh, eps});
     }
     const TensorView q3 = q.reshaped({t, nq, hd}), k3 = k.reshaped({t, nkv, hd}), v3 = v.reshaped({t, nkv, hd});
-    backend_.rope({q3, k3, in.positions, inv_freq, rope_.attention_scaling, static_cast<int>(c.rotary_dim())});
-    backend_.kv_write({k3, v3, in.slot_mapping, kv[l].k, kv[l].v, kv[l].k_scales, kv[l].v_scales});
+    backend_.rope_kv_write({q3, k3, in.positions, inv_freq, rope_.attention_scaling, static_cast<int>(c.rotary_dim())},
+                           {k3, v3, in.slot_mapping, kv[l].k, kv[l].v, kv[l].k_scales, kv[l].v_scales});
     ops::AttentionParams ap;
     ap.q = q3;
     ap.k_cache = kv[l].k;

@@ -28,6 +28,11 @@ void Backend::matmuls_fused(std::span<const MatmulParams>, const MatmulFusion&) 
   throw Error(ErrorCode::kUnsupported, name() + ": fused matmuls are not supported");
 }
 
+void Backend::rope_kv_write(const RopeParams& r, const KvWriteParams& kv) {
+  rope(r);
+  kv_write(kv);
+}
+
 uint64_t Backend::copy_async(CopyDirection direction, std::span<const CopyRegion> regions) {
   // Host memory on both sides: ordered after prior work by finishing it first.
   synchronize();

@@ -126,6 +126,9 @@ class Backend {
   virtual void rope(const RopeParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;
   virtual void kv_write(const KvWriteParams& p) = 0;
+  // rope(r), then kv_write(kv) of the rotated k (kv.k is r.k) and v: one launch where a backend has a kernel for it
+  // (CUDA, caches in the activation dtype), the same values as the two ops. The default runs the two ops.
+  virtual void rope_kv_write(const RopeParams& r, const KvWriteParams& kv);
   virtual void attention(const AttentionParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;
   // Sampling where the logits are (ops.h SampleParams); backends without it throw Error(kUnsupported).

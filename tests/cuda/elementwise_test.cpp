@@ -1,8 +1,12 @@
 // CUDA vs ref: embedding, rms_norm (fused residual, aliasing, per-head), rope (scaled inv_freq, partial
-// rotary), silu_mul, kv_write (every cache dtype, skipped slots), gather_rows, and device error reporting.
+// rotary), rope_kv_write (one launch), silu_mul, kv_write (every cache dtype, skipped slots), gather_rows, and device
+// error reporting.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "cuda_test_util.h"
@@ -111,6 +115,52 @@ TEST(CudaRope, MatchesRefWithScaledFrequencies) {
       const double tol = act == DType::kF32 ? 2e-5 : default_rtol(act);
       EXPECT_TRUE(all_close(d_q.to_host(), q_ref, tol, tol)) << dtype_name(act) << " rotary " << rotary_dim;
       EXPECT_TRUE(all_close(d_k.to_host(), k_ref, tol, tol)) << dtype_name(act) << " rotary " << rotary_dim;
+    }
+}
+
+// rope_kv_write (one launch): q, k and both caches against the ref's rope then kv_write on every element, and
+// bitwise equal to the CUDA backend's own two ops; skipped slots and the cache rows nobody writes stay as they were.
+TEST(CudaRopeKvWrite, MatchesRefAndTheTwoOps) {
+  std::mt19937 rng(41);
+  struct Heads {
+    int64_t hq, hkv, hd;
+    int rotary_dim;
+  };
+  const Heads cases[] = {{32, 8, 128, 128}, {8, 2, 128, 64}, {3, 1, 1024, 1024}, {4, 4, 64, 64}};
+  for (DType act : kActs)
+    for (const auto [hq, hkv, hd, rotary_dim] : cases) {
+      const int64_t tokens = 9, blocks = 6, bs = 16;
+      HostTensor q = random_tensor(act, {tokens, hq, hd}, rng), k = random_tensor(act, {tokens, hkv, hd}, rng);
+      HostTensor v = random_tensor(act, {tokens, hkv, hd}, rng);
+      HostTensor kc = random_tensor(act, {blocks, bs, hkv, hd}, rng), vc = random_tensor(act, {blocks, bs, hkv, hd}, rng);
+      std::vector<int32_t> pos(tokens);
+      for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t < 3 ? t : rng() % 131072);
+      HostTensor h_pos = int_tensor(pos), slots = int_tensor({5, -1, 17, 95, 0, 33, -1, 64, 80});
+      HostTensor inv_freq(DType::kF32, {rotary_dim / 2});
+      for (int i = 0; i < rotary_dim / 2; ++i) inv_freq.set(i, std::pow(500000.0, -2.0 * i / rotary_dim));
+      // The ref's definition: rope, then kv_write.
+      HostTensor q_ref = q, k_ref = k, kc_ref = kc, vc_ref = vc;
+      ref().rope_kv_write({q_ref.view(), k_ref.view(), h_pos.view(), inv_freq.view(), 1.1f, rotary_dim},
+                          {k_ref.view(), v.view(), slots.view(), kc_ref.view(), vc_ref.view()});
+      DeviceTensor d_pos(h_pos), d_if(inv_freq), d_slots(slots), d_v(v);
+      // The CUDA backend's two ops, then its one launch.
+      DeviceTensor q2(q), k2(k), kc2(kc), vc2(vc);
+      gpu().rope({q2.view(), k2.view(), d_pos.view(), d_if.view(), 1.1f, rotary_dim});
+      gpu().kv_write({k2.view(), d_v.view(), d_slots.view(), kc2.view(), vc2.view()});
+      DeviceTensor q1(q), k1(k), kc1(kc), vc1(vc);
+      gpu().rope_kv_write({q1.view(), k1.view(), d_pos.view(), d_if.view(), 1.1f, rotary_dim},
+                          {k1.view(), d_v.view(), d_slots.view(), kc1.view(), vc1.view()});
+      const double tol = act == DType::kF32 ? 2e-5 : default_rtol(act);
+      const std::string what = std::string(dtype_name(act)) + " heads " + std::to_string(hq) + "/" +
+                               std::to_string(hkv) + " d " + std::to_string(hd) + " rotary " + std::to_string(rotary_dim);
+      EXPECT_TRUE(all_close(q1.to_host(), q_ref, tol, tol)) << what;
+      EXPECT_TRUE(all_close(k1.to_host(), k_ref, tol, tol)) << what;
+      EXPECT_TRUE(all_close(kc1.to_host(), kc_ref, tol, tol)) << what;
+      EXPECT_TRUE(all_close(vc1.to_host(), vc_ref, 0, 0)) << what;
+      for (auto [one, two] : {std::pair{&q1, &q2}, std::pair{&k1, &k2}, std::pair{&kc1, &kc2}, std::pair{&vc1, &vc2}}) {
+        const HostTensor a = one->to_host(), b = two->to_host();
+        EXPECT_TRUE(a.bytes == b.bytes) << what << ": one launch differs from rope + kv_write";
+      }
     }
 }
 

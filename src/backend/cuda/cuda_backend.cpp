@@ -672,6 +672,34 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_kv_write(l, stream_);
   }
 
+  // One launch for a layer's RoPE and KV write when the caches are in the activation dtype and kv writes rope's k;
+  // otherwise (quantized caches, another k) the two ops. PEREGRINE_ROPE_KV=0 keeps two launches (comparisons).
+  void rope_kv_write(const RopeParams& r, const KvWriteParams& kv) override {
+    check_rope(r);
+    check_kv_write(kv);
+    static const bool off = env_off("PEREGRINE_ROPE_KV");
+    const bool one = !off && r.q.dtype == r.k.dtype && kv.k.data == r.k.data && kv.k.dtype == r.k.dtype &&
+                     kv.v.dtype == r.k.dtype && kv.k_cache.dtype == r.k.dtype && kv.v_cache.dtype == r.k.dtype &&
+                     kv.k.dim(0) == r.k.dim(0) && kv.k.dim(1) == r.k.dim(1) && kv.k.dim(2) == r.k.dim(2) &&
+                     kv.v.dim(1) == r.k.dim(1) && kv.v.dim(2) == r.k.dim(2) && r.rotary_dim >= 2;
+    if (!one) {
+      rope(r);
+      kv_write(kv);
+      return;
+    }
+    cuda::RopeKvLaunch l{};
+    l.rope = {r.q.data, r.k.data, r.positions.as<const int32_t>(), r.inv_freq.as<const float>(), r.q.dtype,
+              r.q.dim(0), static_cast<int>(r.q.dim(1)), static_cast<int>(r.k.dim(1)), static_cast<int>(r.q.dim(2)),
+              r.rotary_dim, r.attention_scaling};
+    l.v = kv.v.data;
+    l.slot_mapping = kv.slot_mapping.as<const int32_t>();
+    l.k_cache = kv.k_cache.data;
+    l.v_cache = kv.v_cache.data;
+    l.num_slots = kv.k_cache.dim(0) * kv.k_cache.dim(1);
+    l.error_flags = error_word_;
+    cuda::launch_rope_kv_write(l, stream_);
+  }
+
   void attention(const AttentionParams& p) override {
     check_attention(p);
     if (!p.tree_parents.empty())

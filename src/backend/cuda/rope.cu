@@ -1,8 +1,10 @@
 // RoPE kernel: a block per (token, 8 heads); each thread owns a pair index i, computes its angle once and rotates
-// x[i], x[i + half] of its heads.
+// x[i], x[i + half] of its heads. With the KV write (launch_rope_kv_write), v's heads follow k's as more heads to
+// copy, and k's rotated pairs go to the cache as they are stored.
 // Uses the accurate sincosf (full range reduction) since positions reach 10^5 radians.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/rope.cuh"
+#include "core/status.h"
 
 #include <algorithm>
 
@@ -13,44 +15,102 @@ namespace {
 // so each (token, i) angle's sincos is computed once per block rather than once per head.
 constexpr int kHeadsPerBlock = 8;
 
-template <typename T>
-__global__ void rope_kernel(RopeLaunch p, int head_groups) {
+// kKv: the KV write too (RopeKvLaunch): the block's k heads store their rotated pairs at the token's slot as well,
+// and after the rotation its threads copy the rest (k's dims past rotary_dim, v's heads, which count as heads
+// num_q_heads + num_kv_heads ..).
+template <typename T, bool kKv>
+__global__ void rope_kernel(RopeLaunch p, RopeKvLaunch kv, int head_groups) {
   const int64_t t = blockIdx.x / head_groups;
   const int group = static_cast<int>(blockIdx.x % head_groups);
   const int half = p.rotary_dim / 2;
-  const int heads = p.num_q_heads + p.num_kv_heads;
+  const int rot_heads = p.num_q_heads + p.num_kv_heads;
+  const int heads = rot_heads + (kKv ? p.num_kv_heads : 0);
   const int h_begin = group * kHeadsPerBlock, h_end = min(heads, h_begin + kHeadsPerBlock);
+  [[maybe_unused]] int64_t slot = -1;
+  if constexpr (kKv) {
+    slot = kv.slot_mapping[t];
+    if (slot >= kv.num_slots) {
+      if (threadIdx.x == 0) atomicOr(kv.error_flags, kErrKvSlot);
+      slot = -1;
+    }
+  }
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   const float pos = static_cast<float>(p.positions[t]);
   const int lanes_per_pair = max(1, static_cast<int>(blockDim.x) / half);  // heads side by side in the block
+  const int rot_end = min(h_end, rot_heads);
   for (int i = threadIdx.x % half; i < half; i += blockDim.x) {
     float s, c;
     sincosf(pos * p.inv_freq[i], &s, &c);
     c *= p.attention_scaling;
     s *= p.attention_scaling;
-    for (int h = h_begin + static_cast<int>(threadIdx.x / half); h < h_end; h += lanes_per_pair) {
+    for (int h = h_begin + static_cast<int>(threadIdx.x / half); h < rot_end; h += lanes_per_pair) {
       T* base = h < p.num_q_heads
                     ? static_cast<T*>(p.q) + (t * p.num_q_heads + h) * p.head_dim
                     : static_cast<T*>(p.k) + (t * p.num_kv_heads + (h - p.num_q_heads)) * p.head_dim;
       const float a = to_f32(base[i]), b = to_f32(base[i + half]);
-      base[i] = from_f32<T>(a * c - b * s);
-      base[i + half] = from_f32<T>(b * c + a * s);
+      const T ra = from_f32<T>(a * c - b * s), rb = from_f32<T>(b * c + a * s);
+      base[i] = ra;
+      base[i + half] = rb;
+      if constexpr (kKv) {
+        if (h >= p.num_q_heads && slot >= 0) {
+          T* dst = static_cast<T*>(kv.k_cache) + slot * kv_row + static_cast<int64_t>(h - p.num_q_heads) * p.head_dim;
+          dst[i] = ra;
+          dst[i + half] = rb;
+        }
+      }
+    }
+  }
+  if constexpr (kKv) {
+    if (slot < 0) return;
+    for (int h = max(h_begin, p.num_q_heads); h < h_end; ++h) {
+      const bool is_v = h >= rot_heads;
+      const int64_t off = static_cast<int64_t>(is_v ? h - rot_heads : h - p.num_q_heads) * p.head_dim;
+      const T* src = static_cast<const T*>(is_v ? kv.v : p.k) + t * kv_row + off;
+      T* dst = static_cast<T*>(is_v ? kv.v_cache : kv.k_cache) + slot * kv_row + off;
+      for (int d = (is_v ? 0 : p.rotary_dim) + static_cast<int>(threadIdx.x); d < p.head_dim; d += blockDim.x)
+        dst[d] = src[d];
     }
   }
 }
 
 }  // namespace
 
-void launch_rope(const RopeLaunch& p, cudaStream_t stream) {
-  if (p.num_tokens == 0 || p.rotary_dim < 2) return;
-  const int half = p.rotary_dim / 2, heads = p.num_q_heads + p.num_kv_heads;
-  const int head_groups = static_cast<int>(ceil_div(heads, kHeadsPerBlock));
+namespace {
+
+// Blocks and threads for heads rotated (and copied) per token.
+struct RopeGrid {
+  int head_groups, threads;
+};
+RopeGrid rope_grid(const RopeLaunch& p, int heads) {
+  const int half = p.rotary_dim / 2;
   // half threads per pair row, times as many heads as fit in 256 threads (a thread loops when half > 256).
   const int per_head = half > 256 ? 256 : half;
   const int rows = std::max(1, std::min(kHeadsPerBlock, 256 / per_head));
-  const int threads = half > 256 ? 256 : per_head * rows;
+  return {static_cast<int>(ceil_div(heads, kHeadsPerBlock)), half > 256 ? 256 : per_head * rows};
+}
+
+}  // namespace
+
+void launch_rope(const RopeLaunch& p, cudaStream_t stream) {
+  if (p.num_tokens == 0 || p.rotary_dim < 2) return;
+  const RopeGrid g = rope_grid(p, p.num_q_heads + p.num_kv_heads);
   dispatch_float(p.act, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rope_kernel<T><<<static_cast<unsigned>(p.num_tokens * head_groups), threads, 0, stream>>>(p, head_groups);
+    rope_kernel<T, false><<<static_cast<unsigned>(p.num_tokens * g.head_groups), g.threads, 0, stream>>>(
+        p, RopeKvLaunch{}, g.head_groups);
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope_kv_write(const RopeKvLaunch& l, cudaStream_t stream) {
+  const RopeLaunch& p = l.rope;
+  if (p.num_tokens == 0) return;
+  PEREGRINE_CHECK(p.rotary_dim >= 2, "rope_kv_write: rotary_dim < 2");
+  const RopeGrid g = rope_grid(p, p.num_q_heads + 2 * p.num_kv_heads);
+  dispatch_float(p.act, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    rope_kernel<T, true><<<static_cast<unsigned>(p.num_tokens * g.head_groups), g.threads, 0, stream>>>(
+        p, l, g.head_groups);
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }

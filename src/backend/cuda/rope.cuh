@@ -22,4 +22,19 @@ struct RopeLaunch {
 };
 void launch_rope(const RopeLaunch& p, cudaStream_t stream);
 
+// RoPE and the KV write of one decoder layer in one launch (ops::Backend::rope_kv_write): q and k rotated in place
+// as launch_rope does, and the rotated k rows and v's rows stored at slot_mapping[t] of caches in the activation
+// dtype ([num_slots, num_kv_heads * head_dim]), as launch_kv_write stores them (-1 skips a token; a slot past
+// num_slots sets kErrKvSlot).
+struct RopeKvLaunch {
+  RopeLaunch rope;
+  const void* v;                // [T, num_kv_heads, head_dim] act
+  const int32_t* slot_mapping;  // [T]
+  void* k_cache;
+  void* v_cache;
+  int64_t num_slots;
+  int* error_flags;
+};
+void launch_rope_kv_write(const RopeKvLaunch& p, cudaStream_t stream);
+
 }  // namespace peregrine::cuda
