@@ -664,6 +664,12 @@ void launch_norm_kernel(const dim3 block, cudaStream_t stream, const SkinnyGemmL
     blocks = it->second;
   }
   PEREGRINE_CHECK(blocks > 0, "skinny matmul: the norm fusion's x does not fit in shared memory");
+  // PEREGRINE_FUSE_BLOCKS=N: at most N blocks per SM (comparisons: fewer blocks make fewer copies of x̂).
+  static const int cap = [] {
+    const char* v = std::getenv("PEREGRINE_FUSE_BLOCKS");
+    return v ? std::max(1, std::atoi(v)) : 0;
+  }();
+  if (cap > 0) blocks = std::min(blocks, cap);
   const int64_t slots = int64_t{std::max(1, l.sm_count)} * blocks;
   const dim3 grid(static_cast<unsigned>(std::min(launch_tiles(l), slots)));
   kernel<<<grid, block, smem, stream>>>(l);
