@@ -47,14 +47,15 @@ inline __m256i ones16() { return _mm256_set1_epi16(1); }
 inline __m256i mul_pairs(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }
 // 8 bytes (one per row of the slab) as int16 pairs (b, b) in each int32 lane: the second operand of vpmaddwd that
 // multiplies both int16 of a lane by the row's scale. Signed: s8 bytes, sign-extended.
+inline __m256i bcast8(const uint8_t* p) { return _mm256_broadcastq_epi64(load8(p)); }
 inline __m256i u8_dup16(const uint8_t* p) {
-  const __m256i v = _mm256_set1_epi64x(static_cast<long long>(load_u32(p) | static_cast<uint64_t>(load_u32(p + 4)) << 32));
+  const __m256i v = bcast8(p);
   const __m256i idx = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
                                        4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
   return _mm256_shuffle_epi8(v, idx);
 }
 inline __m256i s8_dup16(const uint8_t* p) {
-  const __m256i v = _mm256_set1_epi64x(static_cast<long long>(load_u32(p) | static_cast<uint64_t>(load_u32(p + 4)) << 32));
+  const __m256i v = bcast8(p);
   const __m256i idx = _mm256_setr_epi8(-1, 0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3,  //
                                        -1, 4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7);
   return _mm256_srai_epi16(_mm256_shuffle_epi8(v, idx), 8);
