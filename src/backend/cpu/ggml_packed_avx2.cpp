@@ -8,8 +8,9 @@
 //   5-bit codes (0..31): a pair <= 7,874, flushed every 4; 6-bit (Q6_K, 0..63): <= 16,002, flushed every 2;
 //   Q8_0: the codes' sign moved onto x (|w| <= 128): a pair <= 32,512, flushed every step.
 // vpmaddwd's second operand carries each row's sub-block scale (Q4_K / Q5_K / Q6_K) or ones.
-// A tile is MR rows of x times NS slabs; every weight vector is loaded and unpacked once per tile. At M = 1 the
-// slabs of two groups are taken together (two sequential streams, each cache line read once).
+// A tile is MR rows of x times NS slabs; every weight vector is loaded and unpacked once per tile, and every x
+// broadcast serves all its slabs (the slab loop innermost). At M = 1 the slabs of four groups (K-quants: two) are
+// taken together, each cache line of their streams read once.
 // NOTE determinism: per output, each block's integer sum is exact (int32), then acc = fma(f32(isum), d_w * d_x,
 // acc) block after block in k order (the types with a min: then the min term), then + bias — the same integers and
 // the same float operations as the VNNI kernels, whatever M, the tile, or the split over groups / rows.
@@ -123,7 +124,8 @@ void store(const GgmlPackedArgs& a, const __m256 (&acc)[MR][NS], int64_t i0, int
 }
 
 // The 32-value types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): per block, iacc = -offset * sum(x block) + sum of codes times
-// x codes, then one FMA (and, with a min, a second: m * dx * sum(x block)).
+// x codes, then one FMA (and, with a min, a second: m * dx * sum(x block)). Each x broadcast serves every slab of
+// the tile (the slab loop innermost).
 template <GgmlType T, int MR, int NS>
 void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
   constexpr bool kQ8 = T == GgmlType::kQ8_0;
@@ -141,58 +143,69 @@ void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
   __m256 acc[MR][NS];
   zero_acc(acc);
   for (int64_t b = 0; b < nb; ++b) {
-    for (int j = 0; j < NS; ++j) {
-      const uint8_t* blk = sl.base[j] + b * kBlock;
-      const int hf = sl.half[j];
-      __m256i iacc[MR];
-      for (int i = 0; i < MR; ++i) {
-        const int16_t* s = a.xs + (i0 + i) * xs_stride + 2 * b;
-        iacc[i] = kOffset ? _mm256_set1_epi32(-kOffset * (static_cast<int32_t>(s[0]) + s[1])) : _mm256_setzero_si256();
-      }
-      if constexpr (kQ8) {
-        for (int c = 0; c < kChunks; ++c) {
-          const __m256i w = _mm256_xor_si256(load(blk + kCodesAt + 64 * c + 32 * hf), flip);
+    const uint8_t* blk[NS];
+    for (int j = 0; j < NS; ++j) blk[j] = sl.base[j] + b * kBlock + 32 * sl.half[j];  // this slab's code bytes
+    const int8_t* xr[MR];
+    for (int i = 0; i < MR; ++i) xr[i] = a.xq + (i0 + i) * k + 32 * b;
+    __m256i iacc[MR][NS];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NS; ++j) iacc[i][j] = _mm256_setzero_si256();
+    if constexpr (kQ8) {
+      for (int c = 0; c < kChunks; ++c) {
+        __m256i xb[MR];
+        for (int i = 0; i < MR; ++i) xb[i] = bx(xr[i] + 4 * c);
+        for (int j = 0; j < NS; ++j) {
+          const __m256i w = _mm256_xor_si256(load(blk[j] + kCodesAt + 64 * c), flip);
           const __m256i aw = _mm256_abs_epi8(w);
-          for (int i = 0; i < MR; ++i) {
-            const int8_t* xr = a.xq + (i0 + i) * k + 32 * b;
-            const __m256i p = mul_pairs(aw, _mm256_sign_epi8(bx(xr + 4 * c), w));
-            iacc[i] = _mm256_add_epi32(iacc[i], _mm256_madd_epi16(p, ones16()));
-          }
+          for (int i = 0; i < MR; ++i)
+            iacc[i][j] = _mm256_add_epi32(
+                iacc[i][j], _mm256_madd_epi16(mul_pairs(aw, _mm256_sign_epi8(xb[i], w)), ones16()));
         }
-      } else {
-        __m256i p16[MR];
-        for (int i = 0; i < MR; ++i) p16[i] = _mm256_setzero_si256();
-        for (int c = 0; c < kChunks; ++c) {
-          const __m256i v = load(blk + kCodesAt + 64 * c + 32 * hf);
+      }
+    } else {
+      __m256i p16[MR][NS];
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NS; ++j) p16[i][j] = _mm256_setzero_si256();
+      for (int c = 0; c < kChunks; ++c) {
+        __m256i xl[MR], xh[MR];
+        for (int i = 0; i < MR; ++i) {
+          xl[i] = bx(xr[i] + 4 * c);
+          xh[i] = bx(xr[i] + 16 + 4 * c);
+        }
+        for (int j = 0; j < NS; ++j) {
+          const __m256i v = load(blk[j] + kCodesAt + 64 * c);
           __m256i lo = _mm256_and_si256(v, m4);
           __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
           if constexpr (kHigh) {
-            lo = _mm256_or_si256(lo, bit4_bytes(load_u32(blk + kMasksAt + 16 * c + 4 * hf)));
-            hi = _mm256_or_si256(hi, bit4_bytes(load_u32(blk + kMasksAt + 16 * c + 8 + 4 * hf)));
+            const uint8_t* mk = blk[j] - 28 * sl.half[j] + kMasksAt + 16 * c;  // the masks: 4 bytes per half
+            lo = _mm256_or_si256(lo, bit4_bytes(load_u32(mk)));
+            hi = _mm256_or_si256(hi, bit4_bytes(load_u32(mk + 8)));
           }
-          for (int i = 0; i < MR; ++i) {
-            const int8_t* xr = a.xq + (i0 + i) * k + 32 * b;
-            p16[i] = _mm256_add_epi16(p16[i], _mm256_add_epi16(mul_pairs(lo, bx(xr + 4 * c)),
-                                                               mul_pairs(hi, bx(xr + 16 + 4 * c))));
-          }
-          if (kHigh && c == 1) {  // 5-bit codes: flush every 4 products
-            for (int i = 0; i < MR; ++i) {
-              iacc[i] = _mm256_add_epi32(iacc[i], _mm256_madd_epi16(p16[i], ones16()));
-              p16[i] = _mm256_setzero_si256();
+          for (int i = 0; i < MR; ++i)
+            p16[i][j] = _mm256_add_epi16(p16[i][j], _mm256_add_epi16(mul_pairs(lo, xl[i]), mul_pairs(hi, xh[i])));
+        }
+        if (kHigh && c == 1) {  // 5-bit codes: flush every 4 products
+          for (int i = 0; i < MR; ++i)
+            for (int j = 0; j < NS; ++j) {
+              iacc[i][j] = _mm256_madd_epi16(p16[i][j], ones16());
+              p16[i][j] = _mm256_setzero_si256();
             }
-          }
         }
-        for (int i = 0; i < MR; ++i) iacc[i] = _mm256_add_epi32(iacc[i], _mm256_madd_epi16(p16[i], ones16()));
       }
-      const __m256 d = f16x8(blk + 16 * hf);
-      for (int i = 0; i < MR; ++i) {
-        const float dx = a.xd[(i0 + i) * nb + b];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[i]), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[i][j]);
-        if constexpr (kMin) {
-          const int16_t* xs = a.xs + (i0 + i) * xs_stride + 2 * b;
-          const float sum = static_cast<float>(static_cast<int32_t>(xs[0]) + xs[1]);
-          acc[i][j] = _mm256_fmadd_ps(f16x8(blk + 32 + 16 * hf), _mm256_set1_ps(dx * sum), acc[i][j]);
-        }
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NS; ++j) iacc[i][j] = _mm256_add_epi32(iacc[i][j], _mm256_madd_epi16(p16[i][j], ones16()));
+    }
+    for (int i = 0; i < MR; ++i) {
+      const float dx = a.xd[(i0 + i) * nb + b];
+      const int16_t* xs = a.xs + (i0 + i) * xs_stride + 2 * b;
+      const int32_t xsum = static_cast<int32_t>(xs[0]) + xs[1];
+      for (int j = 0; j < NS; ++j) {
+        const uint8_t* head = sl.base[j] + b * kBlock + 16 * sl.half[j];  // this slab's 8 f16 scales
+        __m256i s = iacc[i][j];
+        if constexpr (kOffset != 0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-kOffset * xsum));
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(f16x8(head), _mm256_set1_ps(dx)), acc[i][j]);
+        if constexpr (kMin)
+          acc[i][j] = _mm256_fmadd_ps(f16x8(head + 32), _mm256_set1_ps(dx * static_cast<float>(xsum)), acc[i][j]);
       }
     }
   }
@@ -210,55 +223,66 @@ void tile_k45(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
   __m256 acc[MR][NS];
   zero_acc(acc);
   for (int64_t b = 0; b < nb; ++b) {
-    for (int j = 0; j < NS; ++j) {
-      const uint8_t* blk = sl.base[j] + b * kBlock;
-      const int hf = sl.half[j];
-      __m256i isum[MR];
-      for (int i = 0; i < MR; ++i) isum[i] = _mm256_setzero_si256();
-      for (int jj = 0; jj < 4; ++jj) {
-        __m256i plo[MR], phi[MR];
-        for (int i = 0; i < MR; ++i) plo[i] = phi[i] = _mm256_setzero_si256();
-        const __m256i sc_lo = u8_dup16(blk + 64 + 16 * (2 * jj) + 8 * hf);
-        const __m256i sc_hi = u8_dup16(blk + 64 + 16 * (2 * jj + 1) + 8 * hf);
-        for (int c = 0; c < 8; ++c) {
-          const __m256i v = load(blk + 320 + 512 * jj + 64 * c + 32 * hf);
+    const uint8_t* blk[NS];
+    for (int j = 0; j < NS; ++j) blk[j] = sl.base[j] + b * kBlock;
+    __m256i isum[MR][NS];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NS; ++j) isum[i][j] = _mm256_setzero_si256();
+    for (int jj = 0; jj < 4; ++jj) {
+      __m256i plo[MR][NS], phi[MR][NS];
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NS; ++j) plo[i][j] = phi[i][j] = _mm256_setzero_si256();
+      // Flushed into isum with each row's sub-block scales (sub-blocks 2jj, 2jj + 1).
+      auto flush = [&] {
+        for (int j = 0; j < NS; ++j) {
+          const __m256i sc_lo = u8_dup16(blk[j] + 64 + 16 * (2 * jj) + 8 * sl.half[j]);
+          const __m256i sc_hi = u8_dup16(blk[j] + 64 + 16 * (2 * jj + 1) + 8 * sl.half[j]);
+          for (int i = 0; i < MR; ++i) {
+            isum[i][j] = _mm256_add_epi32(isum[i][j], _mm256_add_epi32(_mm256_madd_epi16(plo[i][j], sc_lo),
+                                                                        _mm256_madd_epi16(phi[i][j], sc_hi)));
+            plo[i][j] = phi[i][j] = _mm256_setzero_si256();
+          }
+        }
+      };
+      for (int c = 0; c < 8; ++c) {
+        __m256i xl[MR], xh[MR];
+        for (int i = 0; i < MR; ++i) {
+          const int8_t* xr = a.xq + (i0 + i) * k + 256 * b + 64 * jj;
+          xl[i] = bx(xr + 4 * c);
+          xh[i] = bx(xr + 32 + 4 * c);
+        }
+        for (int j = 0; j < NS; ++j) {
+          const __m256i v = load(blk[j] + 320 + 512 * jj + 64 * c + 32 * sl.half[j]);
           __m256i lo = _mm256_and_si256(v, m4);
           __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
           if constexpr (kQ5) {
-            lo = _mm256_or_si256(lo, bit4_bytes(load_u32(blk + kMasksAt + 128 * jj + 16 * c + 4 * hf)));
-            hi = _mm256_or_si256(hi, bit4_bytes(load_u32(blk + kMasksAt + 128 * jj + 16 * c + 8 + 4 * hf)));
+            const uint8_t* mk = blk[j] + kMasksAt + 128 * jj + 16 * c + 4 * sl.half[j];
+            lo = _mm256_or_si256(lo, bit4_bytes(load_u32(mk)));
+            hi = _mm256_or_si256(hi, bit4_bytes(load_u32(mk + 8)));
           }
           for (int i = 0; i < MR; ++i) {
-            const int8_t* xr = a.xq + (i0 + i) * k + 256 * b + 64 * jj;
-            plo[i] = _mm256_add_epi16(plo[i], mul_pairs(lo, bx(xr + 4 * c)));
-            phi[i] = _mm256_add_epi16(phi[i], mul_pairs(hi, bx(xr + 32 + 4 * c)));
-          }
-          if (kQ5 && (c == 3 || c == 7)) {  // 5-bit codes: flush every 4 products
-            for (int i = 0; i < MR; ++i) {
-              isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_madd_epi16(plo[i], sc_lo),
-                                                                   _mm256_madd_epi16(phi[i], sc_hi)));
-              plo[i] = phi[i] = _mm256_setzero_si256();
-            }
+            plo[i][j] = _mm256_add_epi16(plo[i][j], mul_pairs(lo, xl[i]));
+            phi[i][j] = _mm256_add_epi16(phi[i][j], mul_pairs(hi, xh[i]));
           }
         }
-        if constexpr (!kQ5) {
-          for (int i = 0; i < MR; ++i)
-            isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_madd_epi16(plo[i], sc_lo),
-                                                                 _mm256_madd_epi16(phi[i], sc_hi)));
-        }
+        if (kQ5 && c == 3) flush();  // 5-bit codes: flush every 4 products
       }
-      const __m256 d = f16x8(blk + 16 * hf), dmin = f16x8(blk + 32 + 16 * hf);
-      for (int i = 0; i < MR; ++i) {
-        const int16_t* s = a.xs + (i0 + i) * xs_stride + 16 * b;
+      flush();
+    }
+    for (int i = 0; i < MR; ++i) {
+      const int16_t* s = a.xs + (i0 + i) * xs_stride + 16 * b;
+      __m256i xp[4];
+      for (int p = 0; p < 4; ++p)
+        xp[p] = x_pair(static_cast<int32_t>(s[4 * p]) + s[4 * p + 1], static_cast<int32_t>(s[4 * p + 2]) + s[4 * p + 3]);
+      const float dx = a.xd[(i0 + i) * nb + b];
+      for (int j = 0; j < NS; ++j) {
+        const int hf = sl.half[j];
         __m256i imin = _mm256_setzero_si256();
-        for (int p = 0; p < 4; ++p) {
-          const __m256i m = u8_pair16(blk + 192 + 16 * (2 * p) + 8 * hf, blk + 192 + 16 * (2 * p + 1) + 8 * hf);
-          const int32_t xa = static_cast<int32_t>(s[4 * p]) + s[4 * p + 1];
-          const int32_t xb = static_cast<int32_t>(s[4 * p + 2]) + s[4 * p + 3];
-          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(m, x_pair(xa, xb)));
-        }
-        const float dx = a.xd[(i0 + i) * nb + b];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[i][j]);
+        for (int p = 0; p < 4; ++p)
+          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(u8_pair16(blk[j] + 192 + 16 * (2 * p) + 8 * hf,
+                                                                    blk[j] + 192 + 16 * (2 * p + 1) + 8 * hf), xp[p]));
+        const __m256 d = f16x8(blk[j] + 16 * hf), dmin = f16x8(blk[j] + 32 + 16 * hf);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][j]), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[i][j]);
         acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, _mm256_set1_ps(-dx)), acc[i][j]);
       }
     }
@@ -280,53 +304,57 @@ void tile_q6_k(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
   __m256 acc[MR][NS];
   zero_acc(acc);
   for (int64_t b = 0; b < nb; ++b) {
-    for (int j = 0; j < NS; ++j) {
-      const uint8_t* blk = sl.base[j] + b * kBlock;
-      const int hf = sl.half[j];
-      __m256i isum[MR];
-      for (int i = 0; i < MR; ++i) isum[i] = _mm256_setzero_si256();
-      for (int h = 0; h < 2; ++h)
-        for (int cc = 0; cc < 2; ++cc)
-          for (int t = 0; t < 4; ++t) {
-            const int sub = 8 * h + 2 * t + cc;
-            const __m256i sc = s8_dup16(blk + 32 + 16 * sub + 8 * hf);
-            __m256i p16[MR];
-            for (int i = 0; i < MR; ++i) p16[i] = _mm256_setzero_si256();
-            for (int c4 = 0; c4 < 4; ++c4) {
-              const uint8_t* step = blk + 288 + 768 * (2 * h + cc) + 64 * c4 + 32 * hf;
-              __m256i code;
-              if (t < 3) {
-                code = _mm256_and_si256(load(step + 256 * t), m3f);
-              } else {  // bits 0-1 from S0 >> 6, 2-3 from S1 >> 4, 4-5 from S2 >> 2
-                code = _mm256_or_si256(
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(load(step), 6), m03),
-                                    _mm256_and_si256(_mm256_srli_epi16(load(step + 256), 4), m0c)),
-                    _mm256_and_si256(_mm256_srli_epi16(load(step + 512), 2), m30));
-              }
-              for (int i = 0; i < MR; ++i) {
-                const int8_t* xr = a.xq + (i0 + i) * k + 256 * b + 128 * h + 32 * t + 4 * (4 * cc + c4);
-                p16[i] = _mm256_add_epi16(p16[i], mul_pairs(code, bx(xr)));
-              }
-              if (c4 & 1) {  // 6-bit codes: flush every 2 products
-                for (int i = 0; i < MR; ++i) {
-                  isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p16[i], sc));
-                  p16[i] = _mm256_setzero_si256();
+    const uint8_t* blk[NS];
+    for (int j = 0; j < NS; ++j) blk[j] = sl.base[j] + b * kBlock;
+    __m256i isum[MR][NS];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NS; ++j) isum[i][j] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+      for (int cc = 0; cc < 2; ++cc)
+        for (int t = 0; t < 4; ++t) {
+          const int sub = 8 * h + 2 * t + cc;
+          __m256i sc[NS];
+          for (int j = 0; j < NS; ++j) sc[j] = s8_dup16(blk[j] + 32 + 16 * sub + 8 * sl.half[j]);
+          for (int c2 = 0; c2 < 2; ++c2) {  // two steps c4 = 2 * c2, 2 * c2 + 1 per flush (6-bit codes)
+            __m256i p16[MR][NS];
+            for (int i = 0; i < MR; ++i)
+              for (int j = 0; j < NS; ++j) p16[i][j] = _mm256_setzero_si256();
+            for (int c4 = 2 * c2; c4 < 2 * c2 + 2; ++c4) {
+              __m256i xb[MR];
+              for (int i = 0; i < MR; ++i)
+                xb[i] = bx(a.xq + (i0 + i) * k + 256 * b + 128 * h + 32 * t + 4 * (4 * cc + c4));
+              for (int j = 0; j < NS; ++j) {
+                const uint8_t* step = blk[j] + 288 + 768 * (2 * h + cc) + 64 * c4 + 32 * sl.half[j];
+                __m256i code;
+                if (t < 3) {
+                  code = _mm256_and_si256(load(step + 256 * t), m3f);
+                } else {  // bits 0-1 from S0 >> 6, 2-3 from S1 >> 4, 4-5 from S2 >> 2
+                  code = _mm256_or_si256(
+                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(load(step), 6), m03),
+                                      _mm256_and_si256(_mm256_srli_epi16(load(step + 256), 4), m0c)),
+                      _mm256_and_si256(_mm256_srli_epi16(load(step + 512), 2), m30));
                 }
+                for (int i = 0; i < MR; ++i) p16[i][j] = _mm256_add_epi16(p16[i][j], mul_pairs(code, xb[i]));
               }
             }
+            for (int j = 0; j < NS; ++j)
+              for (int i = 0; i < MR; ++i) isum[i][j] = _mm256_add_epi32(isum[i][j], _mm256_madd_epi16(p16[i][j], sc[j]));
           }
-      const __m256 d = f16x8(blk + 16 * hf);
-      for (int i = 0; i < MR; ++i) {
-        // The codes' +32: isum -= 32 * sum over the 16 sub-blocks of scale * sum(x sub-block).
-        const int16_t* s = a.xs + (i0 + i) * xs_stride + 16 * b;
+        }
+    for (int i = 0; i < MR; ++i) {
+      // The codes' +32: isum -= 32 * sum over the 16 sub-blocks of scale * sum(x sub-block).
+      const int16_t* s = a.xs + (i0 + i) * xs_stride + 16 * b;
+      const float dx = a.xd[(i0 + i) * nb + b];
+      for (int j = 0; j < NS; ++j) {
+        const int hf = sl.half[j];
         __m256i ioff = _mm256_setzero_si256();
         for (int p = 0; p < 8; ++p) {
-          const __m256i scp = s8_pair16(blk + 32 + 16 * (2 * p) + 8 * hf, blk + 32 + 16 * (2 * p + 1) + 8 * hf);
+          const __m256i scp = s8_pair16(blk[j] + 32 + 16 * (2 * p) + 8 * hf, blk[j] + 32 + 16 * (2 * p + 1) + 8 * hf);
           ioff = _mm256_add_epi32(ioff, _mm256_madd_epi16(scp, x_pair(s[2 * p], s[2 * p + 1])));
         }
-        isum[i] = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(ioff, 5));
-        const float dx = a.xd[(i0 + i) * nb + b];
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[i][j]);
+        const __m256i si = _mm256_sub_epi32(isum[i][j], _mm256_slli_epi32(ioff, 5));
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(f16x8(blk[j] + 16 * hf), _mm256_set1_ps(dx)),
+                                    acc[i][j]);
       }
     }
   }
