@@ -174,10 +174,15 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // GGUF blocks on kernels that have a packed layout (every block type on AVX-512 VNNI): 16 rows interleaved
+  // GGUF blocks on kernels that have a packed layout (every block type on AVX-512 VNNI and AVX2): 16 rows interleaved
   // (ggml_packed.h), repacked once; memory stays the file's size (Q4_K / Q5_K: + 2.8 % / 2.3 %).
+  // PEREGRINE_GGML_PACK=0 keeps the file's blocks and the plain kernels (comparisons only), as on CUDA.
   DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q) override {
-    if (!gp_ || !q.ggml_blocks() || !cpu::ggml_packable(q.ggml) || w.ndim != 2 || w.dtype != DType::kU8) return {};
+    static const bool off = [] {
+      const char* v = std::getenv("PEREGRINE_GGML_PACK");
+      return v && std::string(v) == "0";
+    }();
+    if (off || !gp_ || !q.ggml_blocks() || !cpu::ggml_packable(q.ggml) || w.ndim != 2 || w.dtype != DType::kU8) return {};
     const GgmlBlockInfo b = *ggml_block_info(q.ggml);
     const int64_t n = w.dim(0), row_bytes = w.dim(1), k = row_bytes / b.type_size * b.block_size;
     if (n == 0 || k == 0 || static_cast<int64_t>(ggml_row_bytes(q.ggml, k)) != row_bytes || k % b.block_size) return {};
@@ -785,7 +790,9 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
   const bool vnni = (isa == CpuIsa::kAuto || isa == CpuIsa::kAvx512Vnni) && table_for(CpuIsa::kAvx512Vnni) == table;
   return std::make_unique<CpuBackend>(num_threads, *table, *ggml, vnni ? cpu::avx512vnni_i8matmul() : nullptr,
                                       vnni ? cpu::avx512vnni_w4a8() : cpu::W4A8Kernel{},
-                                      ggml == cpu::ggml_vnni_kernels() ? cpu::ggml_vnni_packed_matmul() : nullptr);
+                                      ggml == cpu::ggml_vnni_kernels()   ? cpu::ggml_vnni_packed_matmul()
+                                      : ggml == cpu::ggml_avx2_kernels() ? cpu::ggml_avx2_packed_matmul()
+                                                                         : nullptr);
 }
 
 }  // namespace peregrine::ops

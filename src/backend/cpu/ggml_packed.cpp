@@ -147,5 +147,6 @@ void ggml_pack_groups(GgmlType t, const uint8_t* w, int64_t row_bytes, int64_t n
 #if !(defined(__x86_64__) || defined(_M_X64))
 namespace peregrine::cpu {
 GgmlPackedMatmulFn ggml_vnni_packed_matmul() { return nullptr; }  // x86 only (ggml_packed_vnni.cpp)
+GgmlPackedMatmulFn ggml_avx2_packed_matmul() { return nullptr; }  // x86 only (ggml_packed_avx2.cpp)
 }  // namespace peregrine::cpu
 #endif

@@ -72,5 +72,6 @@ struct GgmlPackedArgs {
 // Rows [m0, m1) of x against groups [g0, g1); null when the build has no such kernels.
 using GgmlPackedMatmulFn = void (*)(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
 GgmlPackedMatmulFn ggml_vnni_packed_matmul();
+GgmlPackedMatmulFn ggml_avx2_packed_matmul();  // the same layout as two slabs of 8 rows per group (AVX2 + FMA + F16C)
 
 }  // namespace peregrine::cpu

@@ -2,7 +2,7 @@
 // with the scalar oracle of core/ggml_quant) on fresh random blocks, every output element, every ISA: matmul at
 // M = 1, 3, 17, 64 with row lengths that are and are not multiples of 256, with and without bias; the row rule
 // (a row's bits do not depend on M or the thread count), for the file's blocks and for the backend's packed copy
-// (Backend::pack_weight: every block type on AVX-512 VNNI); and the embedding gather.
+// (Backend::pack_weight: every block type on AVX-512 VNNI and on AVX2); and the embedding gather.
 //
 // Tolerance: the kernels quantize each row of x to int8 per block of 32 (32-value types) or 256 (K-quants) with
 // scale amax/127, as llama.cpp's CPU matmuls do, so against the f32 reference an output may move by at most
