@@ -101,17 +101,6 @@ void pack_row_q6_k(const uint8_t* row, int64_t r, int64_t k, uint8_t* dst) {
 
 }  // namespace
 
-GgmlPacked32 ggml_packed_32(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ4_0: return {288, 4, false, false, 8, 2, 32, 0};
-    case GgmlType::kQ4_1: return {320, 4, true, false, 0, 4, 64, 0};
-    case GgmlType::kQ5_0: return {352, 4, false, true, 16, 6, 32, 288};
-    case GgmlType::kQ5_1: return {384, 4, true, true, 0, 8, 64, 320};
-    case GgmlType::kQ8_0: return {544, 8, false, false, 128, 2, 32, 0};
-    default: return {};
-  }
-}
-
 bool ggml_packable(GgmlType t) { return ggml_is_supported_block_type(t); }  // every block type the loader takes
 
 int64_t ggml_packed_group_bytes(GgmlType t, int64_t k) {

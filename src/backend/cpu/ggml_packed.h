@@ -49,7 +49,16 @@ struct GgmlPacked32 {
   int codes_at = 0;      // the code vectors in the packed block
   int masks_at = 0;      // the high-bit masks in the packed block
 };
-GgmlPacked32 ggml_packed_32(GgmlType t);
+constexpr GgmlPacked32 ggml_packed_32(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_0: return {288, 4, false, false, 8, 2, 32, 0};
+    case GgmlType::kQ4_1: return {320, 4, true, false, 0, 4, 64, 0};
+    case GgmlType::kQ5_0: return {352, 4, false, true, 16, 6, 32, 288};
+    case GgmlType::kQ5_1: return {384, 4, true, true, 0, 8, 64, 320};
+    case GgmlType::kQ8_0: return {544, 8, false, false, 128, 2, 32, 0};
+    default: return {};
+  }
+}
 // Bytes of one packed group of 16 rows of k values, and of a whole packed weight of n rows.
 int64_t ggml_packed_group_bytes(GgmlType t, int64_t k);
 size_t ggml_packed_bytes(GgmlType t, int64_t n, int64_t k);

@@ -21,11 +21,13 @@
 #include <cstring>
 
 #include "backend/cpu/ggml_packed.h"
+#include "backend/cpu/ggml_packed_tiles.h"
 
 namespace {
 
 using peregrine::GgmlType;
 using peregrine::cpu::GgmlPackedArgs;
+namespace packed = peregrine::cpu::packed;
 
 inline int64_t pmin(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -46,9 +48,9 @@ inline uint32_t load_u32(const uint8_t* p) {
 inline __m256i ones16() { return _mm256_set1_epi16(1); }
 // u8 codes times s8 x, pairs summed into int16.
 inline __m256i mul_pairs(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }
+inline __m256i bcast8(const uint8_t* p) { return _mm256_broadcastq_epi64(load8(p)); }
 // 8 bytes (one per row of the slab) as int16 pairs (b, b) in each int32 lane: the second operand of vpmaddwd that
 // multiplies both int16 of a lane by the row's scale. Signed: s8 bytes, sign-extended.
-inline __m256i bcast8(const uint8_t* p) { return _mm256_broadcastq_epi64(load8(p)); }
 inline __m256i u8_dup16(const uint8_t* p) {
   const __m256i v = bcast8(p);
   const __m256i idx = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
@@ -128,15 +130,12 @@ void store(const GgmlPackedArgs& a, const __m256 (&acc)[MR][NS], int64_t i0, int
 // the tile (the slab loop innermost).
 template <GgmlType T, int MR, int NS>
 void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
-  constexpr bool kQ8 = T == GgmlType::kQ8_0;
-  constexpr bool kMin = T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1;
-  constexpr bool kHigh = T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1;
-  constexpr int kChunks = kQ8 ? 8 : 4;
-  constexpr int64_t kBlock = T == GgmlType::kQ4_0 ? 288 : T == GgmlType::kQ4_1 ? 320 : T == GgmlType::kQ5_0 ? 352
-                             : T == GgmlType::kQ5_1 ? 384 : 544;
+  constexpr peregrine::cpu::GgmlPacked32 kF = peregrine::cpu::ggml_packed_32(T);
+  constexpr bool kQ8 = T == GgmlType::kQ8_0, kMin = kF.has_min, kHigh = kF.has_high;
+  constexpr int kChunks = kF.chunks;
+  constexpr int64_t kBlock = kF.block, kCodesAt = kF.codes_at, kMasksAt = kF.masks_at;
   // Q8_0's codes are stored as w ^ 0x80; the sign trick takes w itself, so it has no offset here.
-  constexpr int32_t kOffset = T == GgmlType::kQ4_0 ? 8 : T == GgmlType::kQ5_0 ? 16 : 0;
-  constexpr int64_t kCodesAt = kMin ? 64 : 32, kMasksAt = kCodesAt + 64 * kChunks;
+  constexpr int32_t kOffset = kQ8 ? 0 : kF.offset;
   const int64_t nb = a.k / 32, k = a.k, xs_stride = a.k / 16;
   const __m256i m4 = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const Slabs<NS> sl = slabs_of<NS>(a, s0);
@@ -361,67 +360,46 @@ void tile_q6_k(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
   store<MR, NS>(a, acc, i0, s0);
 }
 
-template <GgmlType T, int MR, int NS>
-void tile(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
-  if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) tile_k45<T == GgmlType::kQ5_K, MR, NS>(a, i0, s0);
-  else if constexpr (T == GgmlType::kQ6_K) tile_q6_k<MR, NS>(a, i0, s0);
-  else tile_32<T, MR, NS>(a, i0, s0);
-}
-template <GgmlType T, int MR, int NS>
-void tile_s(int ns, const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
-  if (ns == NS) return tile<T, MR, NS>(a, i0, s0);
-  if constexpr (NS > 1) return tile_s<T, MR, NS - 1>(ns, a, i0, s0);
-}
-template <GgmlType T, int MR, int NS>
-void tile_ms(int mr, int ns, const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
-  if (mr == MR) return tile_s<T, MR, NS>(ns, a, i0, s0);
-  if constexpr (MR > 1) return tile_ms<T, MR - 1, NS>(mr, ns, a, i0, s0);
-}
-
-template <GgmlType T>
-void matmul_typed(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  // Slabs of 8 rows; a group's padded slab past n (n <= 8 rows into a group) is skipped.
-  const int64_t s0 = 2 * g0, s1 = pmin(2 * g1, (a.n + 7) / 8);
-  if (m1 - m0 == 1) {
-    // Both slabs of four groups (four sequential streams) for the 32-value types; of two for the K-quants, whose
-    // larger per-slab work gains nothing from more streams (measured on a Zen 1 EPYC VM: Q4_0 / Q8_0 about 1.2x over two).
-    constexpr bool kSuper = T == GgmlType::kQ4_K || T == GgmlType::kQ5_K || T == GgmlType::kQ6_K;
-    constexpr int kNs = kSuper ? 4 : 8;
-    for (int64_t s = s0; s < s1; s += kNs) tile_s<T, 1, kNs>(static_cast<int>(pmin(kNs, s1 - s)), a, m0, s);
-    return;
+// The TU's kernels for ggml_packed_tiles.h.
+struct Kernels {
+  template <GgmlType T, int MR, int NS>
+  static void tile(const GgmlPackedArgs& a, int64_t i0, int64_t s0) {
+    if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) tile_k45<T == GgmlType::kQ5_K, MR, NS>(a, i0, s0);
+    else if constexpr (T == GgmlType::kQ6_K) tile_q6_k<MR, NS>(a, i0, s0);
+    else tile_32<T, MR, NS>(a, i0, s0);
   }
-  // Panels of groups (about 128 KiB of blocks, in L2) reused by every row tile of x; one slab per tile, four rows
-  // of x sharing each unpacked code vector.
-  constexpr int kMr = 4;
-  const int64_t panel = std::max<int64_t>(2, (int64_t{128} << 10) / a.group_bytes * 2);
-  for (int64_t sb = s0; sb < s1; sb += panel) {
-    const int64_t sb_end = pmin(s1, sb + panel);
-    for (int64_t i = m0; i < m1; i += kMr) {
-      const int mr = static_cast<int>(pmin(kMr, m1 - i));
-      for (int64_t s = sb; s < sb_end; ++s) tile_ms<T, kMr, 1>(mr, 1, a, i, s);
+
+  template <GgmlType T>
+  static void matmul(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+    // Slabs of 8 rows; a group's padded slab past n (n <= 8 rows into a group) is skipped.
+    const int64_t s0 = 2 * g0, s1 = pmin(2 * g1, (a.n + 7) / 8);
+    if (m1 - m0 == 1) {
+      // Both slabs of four groups (four sequential streams) for the 32-value types; of two for the K-quants, whose
+      // larger per-slab work gains nothing from more streams (measured on a Zen 1 EPYC VM).
+      constexpr bool kSuper = T == GgmlType::kQ4_K || T == GgmlType::kQ5_K || T == GgmlType::kQ6_K;
+      constexpr int kNs = kSuper ? 4 : 8;
+      for (int64_t s = s0; s < s1; s += kNs)
+        packed::tile_n<Kernels, T, 1, kNs>(static_cast<int>(pmin(kNs, s1 - s)), a, m0, s);
+      return;
+    }
+    // Panels of groups (about 128 KiB of blocks, in L2) reused by every row tile of x; one slab per tile, four
+    // rows of x sharing each unpacked code vector.
+    constexpr int kMr = 4;
+    const int64_t panel = std::max<int64_t>(2, (int64_t{128} << 10) / a.group_bytes * 2);
+    for (int64_t sb = s0; sb < s1; sb += panel) {
+      const int64_t sb_end = pmin(s1, sb + panel);
+      for (int64_t i = m0; i < m1; i += kMr) {
+        const int mr = static_cast<int>(pmin(kMr, m1 - i));
+        for (int64_t s = sb; s < sb_end; ++s) packed::tile_mn<Kernels, T, kMr, 1>(mr, 1, a, i, s);
+      }
     }
   }
-}
-
-void packed_matmul(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  if (m0 >= m1 || g0 >= g1) return;
-  switch (a.type) {
-    case GgmlType::kQ4_0: return matmul_typed<GgmlType::kQ4_0>(a, m0, m1, g0, g1);
-    case GgmlType::kQ8_0: return matmul_typed<GgmlType::kQ8_0>(a, m0, m1, g0, g1);
-    case GgmlType::kQ4_1: return matmul_typed<GgmlType::kQ4_1>(a, m0, m1, g0, g1);
-    case GgmlType::kQ5_0: return matmul_typed<GgmlType::kQ5_0>(a, m0, m1, g0, g1);
-    case GgmlType::kQ5_1: return matmul_typed<GgmlType::kQ5_1>(a, m0, m1, g0, g1);
-    case GgmlType::kQ4_K: return matmul_typed<GgmlType::kQ4_K>(a, m0, m1, g0, g1);
-    case GgmlType::kQ5_K: return matmul_typed<GgmlType::kQ5_K>(a, m0, m1, g0, g1);
-    case GgmlType::kQ6_K: return matmul_typed<GgmlType::kQ6_K>(a, m0, m1, g0, g1);
-    default: return;  // validated by the caller
-  }
-}
+};
 
 }  // namespace
 
 namespace peregrine::cpu {
 
-GgmlPackedMatmulFn ggml_avx2_packed_matmul() { return packed_matmul; }
+GgmlPackedMatmulFn ggml_avx2_packed_matmul() { return packed::matmul_by_type<Kernels>; }
 
 }  // namespace peregrine::cpu

@@ -11,11 +11,13 @@
 #include <cstring>
 
 #include "backend/cpu/ggml_packed.h"
+#include "backend/cpu/ggml_packed_tiles.h"
 
 namespace {
 
 using peregrine::GgmlType;
 using peregrine::cpu::GgmlPackedArgs;
+namespace packed = peregrine::cpu::packed;
 
 inline int64_t pmin(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -65,14 +67,11 @@ inline __mmask64 mask64(const uint8_t* p) {
 // times x codes, then one FMA (and, with a min, a second: m * dx * sum(x block)).
 template <GgmlType T, int MR, int NG>
 void tile_32(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
-  constexpr bool kQ8 = T == GgmlType::kQ8_0;
-  constexpr bool kMin = T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1;
-  constexpr bool kHigh = T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1;
-  constexpr int kChunks = kQ8 ? 8 : 4;
-  constexpr int64_t kBlock = T == GgmlType::kQ4_0 ? 288 : T == GgmlType::kQ4_1 ? 320 : T == GgmlType::kQ5_0 ? 352
-                             : T == GgmlType::kQ5_1 ? 384 : 544;
-  constexpr int32_t kOffset = T == GgmlType::kQ4_0 ? 8 : T == GgmlType::kQ5_0 ? 16 : kQ8 ? 128 : 0;
-  constexpr int64_t kCodesAt = kMin ? 64 : 32, kMasksAt = kCodesAt + 64 * kChunks;
+  constexpr peregrine::cpu::GgmlPacked32 kF = peregrine::cpu::ggml_packed_32(T);
+  constexpr bool kQ8 = T == GgmlType::kQ8_0, kMin = kF.has_min, kHigh = kF.has_high;
+  constexpr int kChunks = kF.chunks;
+  constexpr int64_t kBlock = kF.block, kCodesAt = kF.codes_at, kMasksAt = kF.masks_at;
+  constexpr int32_t kOffset = kF.offset;
   // M = 1 without high bits: the high nibbles in place (16 x code, exact), their chain shifted back per block.
   constexpr bool kInPlace = MR == 1 && !kQ8 && !kHigh;
   const int64_t nb = a.k / 32, k = a.k, xs_stride = a.k / 16;
@@ -259,63 +258,42 @@ void tile_q6_k(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
   store<MR, NG>(a, acc, i0, g0);
 }
 
-template <GgmlType T, int MR, int NG>
-void tile(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
-  if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) tile_k45<T == GgmlType::kQ5_K, MR, NG>(a, i0, g0);
-  else if constexpr (T == GgmlType::kQ6_K) tile_q6_k<MR, NG>(a, i0, g0);
-  else tile_32<T, MR, NG>(a, i0, g0);
-}
-template <GgmlType T, int MR, int NG>
-void tile_g(int ng, const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
-  if (ng == NG) return tile<T, MR, NG>(a, i0, g0);
-  if constexpr (NG > 1) return tile_g<T, MR, NG - 1>(ng, a, i0, g0);
-}
-template <GgmlType T, int MR, int NG>
-void tile_mg(int mr, int ng, const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
-  if (mr == MR) return tile_g<T, MR, NG>(ng, a, i0, g0);
-  if constexpr (MR > 1) return tile_mg<T, MR - 1, NG>(mr, ng, a, i0, g0);
-}
-
-template <GgmlType T>
-void matmul_typed(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  if (m1 - m0 == 1) {
-    constexpr int kNg = 4;  // four streams of weight rows, eight independent integer chains
-    for (int64_t g = g0; g < g1; g += kNg) tile_g<T, 1, kNg>(static_cast<int>(pmin(kNg, g1 - g)), a, m0, g);
-    return;
+// The TU's kernels for ggml_packed_tiles.h.
+struct Kernels {
+  template <GgmlType T, int MR, int NG>
+  static void tile(const GgmlPackedArgs& a, int64_t i0, int64_t g0) {
+    if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) tile_k45<T == GgmlType::kQ5_K, MR, NG>(a, i0, g0);
+    else if constexpr (T == GgmlType::kQ6_K) tile_q6_k<MR, NG>(a, i0, g0);
+    else tile_32<T, MR, NG>(a, i0, g0);
   }
-  constexpr bool kSuper = T == GgmlType::kQ4_K || T == GgmlType::kQ5_K || T == GgmlType::kQ6_K;
-  constexpr int kMr = T == GgmlType::kQ6_K ? 8 : 4, kNg = kSuper ? 1 : 2;  // Q6_K: 8 rows share each unpacked code vector
-  // Panels of groups (about 256 KiB of blocks, in L2) reused by every row tile of x.
-  const int64_t panel = std::max<int64_t>(kNg, (int64_t{256} << 10) / a.group_bytes / kNg * kNg);
-  for (int64_t gb = g0; gb < g1; gb += panel) {
-    const int64_t gb_end = pmin(g1, gb + panel);
-    for (int64_t i = m0; i < m1; i += kMr) {
-      const int mr = static_cast<int>(pmin(kMr, m1 - i));
-      for (int64_t g = gb; g < gb_end; g += kNg)
-        tile_mg<T, kMr, kNg>(mr, static_cast<int>(pmin(kNg, gb_end - g)), a, i, g);
+
+  template <GgmlType T>
+  static void matmul(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+    if (m1 - m0 == 1) {
+      constexpr int kNg = 4;  // four streams of weight rows, eight independent integer chains
+      for (int64_t g = g0; g < g1; g += kNg)
+        packed::tile_n<Kernels, T, 1, kNg>(static_cast<int>(pmin(kNg, g1 - g)), a, m0, g);
+      return;
+    }
+    constexpr bool kSuper = T == GgmlType::kQ4_K || T == GgmlType::kQ5_K || T == GgmlType::kQ6_K;
+    constexpr int kMr = T == GgmlType::kQ6_K ? 8 : 4, kNg = kSuper ? 1 : 2;  // Q6_K: 8 rows share each unpacked code vector
+    // Panels of groups (about 256 KiB of blocks, in L2) reused by every row tile of x.
+    const int64_t panel = std::max<int64_t>(kNg, (int64_t{256} << 10) / a.group_bytes / kNg * kNg);
+    for (int64_t gb = g0; gb < g1; gb += panel) {
+      const int64_t gb_end = pmin(g1, gb + panel);
+      for (int64_t i = m0; i < m1; i += kMr) {
+        const int mr = static_cast<int>(pmin(kMr, m1 - i));
+        for (int64_t g = gb; g < gb_end; g += kNg)
+          packed::tile_mn<Kernels, T, kMr, kNg>(mr, static_cast<int>(pmin(kNg, gb_end - g)), a, i, g);
+      }
     }
   }
-}
-
-void packed_matmul(const GgmlPackedArgs& a, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  if (m0 >= m1 || g0 >= g1) return;
-  switch (a.type) {
-    case GgmlType::kQ4_0: return matmul_typed<GgmlType::kQ4_0>(a, m0, m1, g0, g1);
-    case GgmlType::kQ8_0: return matmul_typed<GgmlType::kQ8_0>(a, m0, m1, g0, g1);
-    case GgmlType::kQ4_1: return matmul_typed<GgmlType::kQ4_1>(a, m0, m1, g0, g1);
-    case GgmlType::kQ5_0: return matmul_typed<GgmlType::kQ5_0>(a, m0, m1, g0, g1);
-    case GgmlType::kQ5_1: return matmul_typed<GgmlType::kQ5_1>(a, m0, m1, g0, g1);
-    case GgmlType::kQ4_K: return matmul_typed<GgmlType::kQ4_K>(a, m0, m1, g0, g1);
-    case GgmlType::kQ5_K: return matmul_typed<GgmlType::kQ5_K>(a, m0, m1, g0, g1);
-    case GgmlType::kQ6_K: return matmul_typed<GgmlType::kQ6_K>(a, m0, m1, g0, g1);
-    default: return;  // validated by the caller
-  }
-}
+};
 
 }  // namespace
 
 namespace peregrine::cpu {
 
-GgmlPackedMatmulFn ggml_vnni_packed_matmul() { return packed_matmul; }
+GgmlPackedMatmulFn ggml_vnni_packed_matmul() { return packed::matmul_by_type<Kernels>; }
 
 }  // namespace peregrine::cpu
