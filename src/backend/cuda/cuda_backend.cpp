@@ -24,6 +24,7 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
 #include "backend/cuda/quant_matmul.cuh"
+#include "backend/cuda/w4_gemm.cuh"
 #include "backend/cuda/skinny_gemm.cuh"
 #include "backend/cuda/fp8_gemm_lt.h"
 #include "backend/cuda/w4a8_matmul.cuh"
@@ -433,11 +434,31 @@ class CudaBackendImpl final : public CudaBackend {
       cuda::launch_quant_gemv(l, xp, stream_);
       return;
     }
+    if (w4_gemm(l)) return;
     if (l.k % 8 != 0) throw Error(ErrorCode::kUnsupported, "cuda backend: quantized matmul needs K % 8 == 0");
     void* w = scratch(static_cast<size_t>(l.n * l.k) * elem, kQuantWSlot);
     cuda::launch_dequantize(l, w, stream_);
     dense_matmul(cuda::GemmLaunch{p.x.data, w, l.bias, p.out.data, p.x.dtype, p.x.dtype, p.bias.dtype, p.out.dtype,
                                   l.m, l.n, l.k}, false);
+  }
+
+  // W4A16 at 16 < M <= kW4GemmMaxM (w4_gemm.cuh): int4 codes as stored, dequantized in registers into mma.sync tiles, the K split
+  // by (N, K) alone. Contiguous groups that are multiples of 64 (per channel too), with or without zeros, bf16/f16
+  // x; act-order (perm / g_idx) and other groups stay on dequantize + cuBLASLt. PEREGRINE_W4_MMA=0 keeps that path
+  // for every shape (comparisons). False, having enqueued nothing, when it does not take the shape.
+  bool w4_gemm(const cuda::QuantMatmulLaunch& l) {
+    static const bool off = env_off("PEREGRINE_W4_MMA");
+    static const int64_t max_m = [] {  // PEREGRINE_W4_MMA_MAX_M: the path's largest M (tuning)
+      const char* v = std::getenv("PEREGRINE_W4_MMA_MAX_M");
+      return v ? std::atoll(v) : cuda::kW4GemmMaxM;
+    }();
+    if (off || l.codes_dtype != DType::kI4 || l.perm || l.g_idx || l.m <= cuda::kQuantGemvMaxM || l.m > max_m)
+      return false;
+    cuda::W4GemmLaunch w{l.x, l.x_dtype, l.codes, l.scales, l.zeros, l.bias, l.bias_dtype, l.out, l.out_dtype,
+                         l.m, l.n, l.k, l.groups, l.group_size, sm_count_};
+    if (!cuda::w4_gemm_supports(w)) return false;
+    cuda::launch_w4_gemm(w, stream_);
+    return true;
   }
 
   // PEREGRINE_QUANT_SKINNY=0 (comparisons only) keeps the GEMV for codes of this type: i4, u8 or 0 for both.

@@ -1,0 +1,311 @@
+// W4A16 tensor-core GEMM for M > 16 (see w4_gemm.cuh).
+//
+// Block: 8 warps, a BM x 128 output tile (BM = 32, 64 or 128 rows of x, picked by M; 128 weight rows), K in
+// 64-wide tiles through a cp.async ring (x: BM rows x 128 bytes, codes: 128 rows x 32 bytes per stage). Warps are
+// 2 (M) x 4 (N), each owning (BM / 2) x 32 outputs: MT m16 tiles x 4 n8 tiles.
+//
+// Fragment order: lane (g, t) of a warp takes physical k = 16t .. 16t + 15 of a K tile, i.e. 8 bytes of a code row
+// (one 8-byte shared load: words u.x = k 16t..16t+7, u.y = 16t+8..16t+15) and two 16-byte chunks of an x row.
+// A code word becomes four b16x2 pairs (nibbles s and s + 4, s = 0..3) in two instructions each; mma step
+// (h, s2) of the tile takes pairs 2 s2 and 2 s2 + 1 of word h as its B registers, and x is paired the same way
+// (byte permutes of the 16-byte chunk 2t + h). A sum over K does not care which k the mma calls which, as long as
+// both operands agree, and the pairing is fixed by K alone.
+#include "backend/cuda/w4_gemm.cuh"
+
+#include <cooperative_groups.h>
+
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kBN = 128;      // weight rows per block
+constexpr int kBK = 64;       // K per tile (a group holds whole tiles)
+constexpr int kThreads = 256;
+constexpr int kPartPad = 8;   // floats of padding per row of the f32 partial tile
+constexpr int kMaxSplits = 8; // portable cluster size
+
+template <int MT> struct W4Cfg {
+  static constexpr int kBM = 32 * MT;
+  static constexpr int kStages = MT == 1 ? 8 : MT == 2 ? 6 : 4;
+  static constexpr int kXBytes = kBM * kBK * 2;
+  static constexpr int kCBytes = kBN * kBK / 2;
+  static constexpr int kStageBytes = kXBytes + kCBytes;
+  static constexpr int kPartBytes = kBM * (kBN + kPartPad) * 4;
+  static constexpr int kSmem = kStages * kStageBytes > kPartBytes ? kStages * kStageBytes : kPartBytes;
+  static constexpr int kMinBlocks = MT == 4 ? 1 : 2;
+};
+
+template <typename T> struct Magic;
+template <> struct Magic<bf16> {
+  static constexpr uint32_t kBias = 0x43004300u;  // 128 in each half
+  static constexpr uint32_t kOne = 0x3f803f80u;
+};
+template <> struct Magic<f16> {
+  static constexpr uint32_t kBias = 0x64006400u;  // 1024 in each half
+  static constexpr uint32_t kOne = 0x3c003c00u;
+};
+
+// Nibbles 0 and 4 of w (bits 0..3 and 16..19) as the b16x2 pair (c0 - 8, c4 - 8), exact.
+template <typename T> __device__ __forceinline__ uint32_t code_pair(uint32_t w) {
+  uint32_t v, r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(v) : "r"(w), "r"(0x000f000fu), "r"(Magic<T>::kBias));
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(Magic<bf16>::kOne), "r"(0xc308c308u));  // -136
+  } else {
+    asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(0x64086408u));  // 1032
+  }
+  return r;
+}
+
+// x elements (e_s, e_{s+4}) of an 8-element chunk as one b16x2 word, the pairing code_pair gives the codes.
+__device__ __forceinline__ uint32_t x_pair(const uint4& v, int s) {
+  return __byte_perm(s < 2 ? v.x : v.y, s < 2 ? v.z : v.w, s % 2 ? 0x7632 : 0x5410);
+}
+
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// grid: (splits, M tiles, N tiles); the splits of one output tile are one cluster (when splits > 1).
+template <typename T, int MT>
+__global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kernel(W4GemmLaunch p, int splits) {
+  using C = W4Cfg<MT>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int wm = warp / 4, wn = warp % 4;
+  const int rank = blockIdx.x;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * C::kBM, n0 = static_cast<int64_t>(blockIdx.z) * kBN;
+  const int k_tiles = static_cast<int>(p.k / kBK);
+  const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
+  const T* x = static_cast<const T*>(p.x);
+  const int64_t row_bytes = p.k / 2;
+  const uint32_t sbase = attn::smem_addr(smem);
+
+  auto load_stage = [&](int i, int slot) {
+    const int64_t kt = kt0 + i;
+    const uint32_t xs = sbase + slot * C::kStageBytes, cs = xs + C::kXBytes;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {  // x: BM rows x 8 chunks; chunk c of row r at c ^ (r & 1)
+      const int idx = tid + kThreads * j, row = idx / 8, c = idx % 8;
+      const bool valid = m0 + row < p.m;
+      const T* src = valid ? x + (m0 + row) * p.k + kt * kBK + c * 8 : x;
+      attn::cp_async16(xs + row * 128 + ((c ^ (row & 1)) * 16), src, valid);
+    }
+    {  // codes: 128 rows x 2 chunks
+      const int row = tid / 2, c = tid % 2;
+      const bool valid = n0 + row < p.n;
+      const uint8_t* src = valid ? p.codes + (n0 + row) * row_bytes + kt * (kBK / 2) + c * 16 : p.codes;
+      attn::cp_async16(cs + row * 32 + c * 16, src, valid);
+    }
+  };
+
+  float acc[MT][4][4];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
+  const bool has_zeros = p.zeros != nullptr;
+  const uint32_t kOne = Magic<T>::kOne;
+
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < nk) load_stage(s, s);
+    attn::cp_async_commit();
+  }
+  for (int i = 0; i < nk; ++i) {
+    // This tile's group scale (and 8 - zero) for the lane's 8 output columns; used after the tile's mmas.
+    const int64_t gi = static_cast<int64_t>(kt0 + i) * kBK / p.group_size;
+    float sc[4][2], zc[4][2];
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t n = n0 + wn * 32 + nj * 8 + 2 * t + e;
+        const bool ok = n < p.n;
+        sc[nj][e] = ok ? __ldg(p.scales + n * p.groups + gi) : 0.0f;
+        zc[nj][e] = ok && has_zeros ? 8.0f - __ldg(p.zeros + n * p.groups + gi) : 0.0f;
+      }
+    attn::cp_async_wait<C::kStages - 2>();
+    __syncthreads();
+    {
+      const int next = i + C::kStages - 1;
+      if (next < nk) load_stage(next, next % C::kStages);
+      attn::cp_async_commit();
+    }
+    const unsigned char* xs = smem + (i % C::kStages) * C::kStageBytes;
+    const unsigned char* cs = xs + C::kXBytes;
+    // The tile's B fragments (codes - 8) for the warp's 4 n8 tiles and 4 k16 steps, made once and used by every
+    // m16 tile; then one m16 tile at a time: its sums over the K tile, folded into acc with the group's scale.
+    uint32_t b[4][4][2];
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj) {
+      const uint2 u = *reinterpret_cast<const uint2*>(cs + (wn * 32 + nj * 8 + g) * 32 + 8 * t);
+#pragma unroll
+      for (int st = 0; st < 4; ++st) {
+        const uint32_t w = st < 2 ? u.x : u.y;
+        b[st][nj][0] = code_pair<T>(w >> (8 * (st % 2)));
+        b[st][nj][1] = code_pair<T>(w >> (8 * (st % 2) + 4));
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      float part[4][4], xsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[nj][e] = 0.0f;
+      const int r0 = wm * 16 * MT + 16 * mi + g;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int off = ((2 * t + h) ^ (r0 & 1)) * 16;
+        const uint4 v0 = *reinterpret_cast<const uint4*>(xs + r0 * 128 + off);
+        const uint4 v1 = *reinterpret_cast<const uint4*>(xs + (r0 + 8) * 128 + off);
+#pragma unroll
+        for (int s2 = 0; s2 < 2; ++s2) {
+          const uint32_t a[4] = {x_pair(v0, 2 * s2), x_pair(v1, 2 * s2), x_pair(v0, 2 * s2 + 1), x_pair(v1, 2 * s2 + 1)};
+#pragma unroll
+          for (int nj = 0; nj < 4; ++nj) mma<T>(part[nj], a, b[2 * h + s2][nj][0], b[2 * h + s2][nj][1]);
+          if (has_zeros) mma<T>(xsum, a, kOne, kOne);
+        }
+      }
+      // acc += s * (sum (c - 8) x + (8 - z) sum x)
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float pv = part[nj][e];
+          if (has_zeros) pv = fmaf(zc[nj][e & 1], xsum[e], pv);
+          acc[mi][nj][e] = fmaf(sc[nj][e & 1], pv, acc[mi][nj][e]);
+        }
+    }
+  }
+  attn::cp_async_wait<0>();
+  __syncthreads();
+
+  // The block's f32 partial tile into its shared memory (the ring is free now), then the cluster's partials added
+  // in split order: block `rank` finishes rows [rank, rank + 1) * BM / splits of the tile.
+  constexpr int kPS = kBN + kPartPad;
+  float* partial = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int nj = 0; nj < 4; ++nj) {
+      const int r = wm * 16 * MT + 16 * mi + g, c = wn * 32 + nj * 8 + 2 * t;
+      *reinterpret_cast<float2*>(partial + r * kPS + c) = make_float2(acc[mi][nj][0], acc[mi][nj][1]);
+      *reinterpret_cast<float2*>(partial + (r + 8) * kPS + c) = make_float2(acc[mi][nj][2], acc[mi][nj][3]);
+    }
+  cg::cluster_group cluster = cg::this_cluster();
+  if (splits > 1) cluster.sync();
+  else __syncthreads();
+  const int rows = C::kBM / splits;
+  for (int idx = tid; idx < rows * (kBN / 4); idx += kThreads) {
+    const int r = rank * rows + idx / (kBN / 4), c = 4 * (idx % (kBN / 4));
+    const int64_t m = m0 + r;
+    if (m >= p.m) continue;
+    float4 sum = *reinterpret_cast<const float4*>(partial + r * kPS + c);
+    if (splits > 1) {
+      sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, 0) + r * kPS + c);
+      for (int q = 1; q < splits; ++q) {
+        const float4 o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + r * kPS + c);
+        sum.x += o.x;
+        sum.y += o.y;
+        sum.z += o.z;
+        sum.w += o.w;
+      }
+    }
+    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t n = n0 + c + e;
+      if (n >= p.n) break;
+      float val = vals[e];
+      if (p.bias) val += load_any(p.bias, p.bias_dtype, n);
+      store_any(p.out, p.out_dtype, m * p.n + n, val);
+    }
+  }
+  if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
+}
+
+// PEREGRINE_W4_MMA_BLOCKS: the block count the split rule aims at (default 2 per SM), for tuning.
+int64_t split_target(int sm_count) {
+  static const int64_t env = [] {
+    const char* v = std::getenv("PEREGRINE_W4_MMA_BLOCKS");
+    return v ? std::atoll(v) : 0LL;
+  }();
+  return env > 0 ? env : 2LL * sm_count;
+}
+
+template <typename T, int MT>
+void launch_mt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
+  using C = W4Cfg<MT>;
+  auto kernel = w4_gemm_kernel<T, MT>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  PEREGRINE_CUDA_CHECK(attr);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(l.m, C::kBM)),
+                     static_cast<unsigned>(ceil_div(l.n, kBN)));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = C::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = static_cast<unsigned>(splits);
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = splits > 1 ? 1 : 0;
+  PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l, splits));
+}
+
+}  // namespace
+
+bool w4_gemm_supports(const W4GemmLaunch& l) {
+  return (l.dtype == DType::kBF16 || l.dtype == DType::kF16) && (l.out_dtype == l.dtype || l.out_dtype == DType::kF32) &&
+         l.m >= 1 && l.n >= 1 && l.k >= kBK && l.k % kBK == 0 && l.group_size >= kBK && l.group_size % kBK == 0 &&
+         l.groups * l.group_size == l.k && l.scales && aligned16(l.x) && aligned16(l.codes) &&
+         ceil_div(l.m, 32) <= 65535 && ceil_div(l.n, kBN) <= 65535;
+}
+
+int w4_gemm_splits(int64_t n, int64_t k, int sm_count) {
+  const int64_t n_tiles = ceil_div(n, kBN), k_tiles = k / kBK, target = split_target(sm_count);
+  int s = 1;
+  while (s < kMaxSplits && n_tiles * s * 2 <= target && k_tiles / (s * 2) >= 4) s *= 2;
+  return s;
+}
+
+void launch_w4_gemm(const W4GemmLaunch& l, cudaStream_t stream) {
+  if (l.m == 0 || l.n == 0) return;
+  const int splits = w4_gemm_splits(l.n, l.k, l.sm_count);
+  const auto go = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (l.m <= 32) launch_mt<T, 1>(l, splits, stream);
+    else if (l.m <= 64) launch_mt<T, 2>(l, splits, stream);
+    else launch_mt<T, 4>(l, splits, stream);
+  };
+  if (l.dtype == DType::kBF16) go(TypeTag<bf16>{});
+  else go(TypeTag<f16>{});
+}
+
+}  // namespace peregrine::cuda
