@@ -3,6 +3,7 @@
 // replaced by random finite halves of either sign, scaled so that a dot product over K stays O(1).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -57,6 +58,24 @@ inline std::vector<uint8_t> random_ggml_rows(GgmlType t, int64_t rows, int64_t k
     if (f.m >= 0) put_f16(p + f.m, static_cast<float>((neg(rng) ? -1 : 1) * u(rng) * base * (t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1 ? 4 : 2)));
   }
   return w;
+}
+
+// x [m, k] as the CPU's integer kernels round it (llama.cpp's rule): per block of qb columns of a row, scale
+// d = amax / 127 and codes clamp(nearbyint(x * 127 / amax), -127, 127); returns code * d per element, in double.
+inline std::vector<double> rounded_x_blocks(const float* x, int64_t m, int64_t k, int64_t qb) {
+  std::vector<double> xq(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t b = 0; b < k / qb; ++b) {
+      float amax = 0;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
+      const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) {
+        const float v = x[i * k + kk] * inv;
+        const double c = std::clamp(static_cast<double>(std::nearbyint(v)), -127.0, 127.0);
+        xq[static_cast<size_t>(i * k + kk)] = c * d;
+      }
+    }
+  return xq;
 }
 
 inline const GgmlType kGgmlBlockTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,

@@ -175,6 +175,54 @@ void check_quantization_option(const io::ModelConfig& c, const std::filesystem::
                                                  ": field 'quantization_config.quant_method' is '" + c.quant_method + "'");
 }
 
+// GGUF blocks in the backend's own layout where it has one (the CPU's 16-row interleave): the projections and
+// the LM head (a tied head packs the embedding's blocks; the gather keeps reading the file's). `release` drops a
+// packed tensor's file pages.
+// W4A16 / W8A16 codes too, where the backend computes them in another layout (the CPU's GGUF blocks with int8
+// activations, backend/cpu/quant_lowp.h): the backend then reads only its copy, so the codes' own buffer is freed
+// (the view keeps its shape; its data points at the packed copy, which nothing reads as codes).
+template <typename ReleaseFn>
+void pack_linears(LlamaWeights& w, ops::Backend& backend, ReleaseFn&& release) {
+  auto pack = [&](Linear& l) {
+    if (!l.quant.ggml_blocks() && !l.quant.quantized()) return;
+    ops::DeviceBuffer buf = backend.pack_weight(l.weight, l.quant);
+    if (!buf.data()) return;
+    l.quant.packed = buf.data();
+    if (!l.quant.ggml_blocks()) {
+      auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
+                              [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
+      if (own != w.buffers.end()) {
+        w.total_bytes = w.total_bytes - std::min(own->bytes(), w.total_bytes) + buf.bytes();
+        l.weight.data = buf.data();
+        *own = std::move(buf);
+      } else {
+        w.total_bytes += buf.bytes();
+        w.buffers.push_back(std::move(buf));
+      }
+      return;
+    }
+    release(l.weight.data, l.weight.bytes());
+    // A backend that reads only the packed copy (CUDA) frees the uploaded blocks, so memory stays the file's size;
+    // a tied head keeps them for the embedding gather.
+    if (backend.packed_replaces_weight() && l.weight.data != w.embed_tokens.data) {
+      auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
+                              [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
+      if (own != w.buffers.end() && own->bytes() == buf.bytes()) {
+        l.weight.data = buf.data();
+        *own = std::move(buf);
+        return;
+      }
+    }
+    w.buffers.push_back(std::move(buf));
+  };
+  // The LM head (the largest tensor) first: the file's pages come in as a tensor is packed and go once it is, so
+  // the peak is the packed copies so far plus one tensor's pages; packed last, the head's pages (the embedding's,
+  // when tied) came on top of every other packed copy.
+  pack(w.lm_head);
+  for (LayerWeights& l : w.layers)
+    for (Linear* p : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) pack(*p);
+}
+
 LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::WeightSource> source,
                                 const std::filesystem::path& where, ops::Backend& backend, const ModelOptions& options) {
   check_quantization_option(c, where, options.quantization);
@@ -238,33 +286,7 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
   if (!c.tie_word_embeddings && !c.quant.applies_to("lm_head") && !src.contains("lm_head.weight"))
     throw Error(ErrorCode::kNotFound, (where / "config.json").string() +
                                           ": tie_word_embeddings is false but tensor 'lm_head.weight' is missing");
-  // GGUF blocks in the backend's own layout where it has one (the CPU's 16-row interleave): the projections and
-  // the LM head (a tied head packs the embedding's blocks; the gather keeps reading the file's).
-  auto pack = [&](Linear& l) {
-    if (!l.quant.ggml_blocks()) return;
-    ops::DeviceBuffer buf = backend.pack_weight(l.weight, l.quant);
-    if (!buf.data()) return;
-    l.quant.packed = buf.data();
-    src.release_pages(l.weight.data, l.weight.bytes());
-    // A backend that reads only the packed copy (CUDA) frees the uploaded blocks, so memory stays the file's size;
-    // a tied head keeps them for the embedding gather.
-    if (backend.packed_replaces_weight() && l.weight.data != w.embed_tokens.data) {
-      auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
-                              [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
-      if (own != w.buffers.end() && own->bytes() == buf.bytes()) {
-        l.weight.data = buf.data();
-        *own = std::move(buf);
-        return;
-      }
-    }
-    w.buffers.push_back(std::move(buf));
-  };
-  // The LM head (the largest tensor) first: the file's pages come in as a tensor is packed and go once it is, so
-  // the peak is the packed copies so far plus one tensor's pages; packed last, the head's pages (the embedding's,
-  // when tied) came on top of every other packed copy.
-  pack(w.lm_head);
-  for (LayerWeights& l : w.layers)
-    for (Linear* p : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) pack(*p);
+  pack_linears(w, backend, [&](const void* p, size_t n) { src.release_pages(p, n); });
   return w;
 }
 
@@ -336,6 +358,7 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
               [&](const std::string& name, int64_t vocab, int64_t h, GgmlType*) { return get(name, {vocab, h}); });
   // Every matrix in the named scheme, as the GGUF peers quantize theirs: a tied LM head gets its own codes.
   if (qbits != 0 && c.tie_word_embeddings) quantized("lm_head", c.vocab_size, c.hidden_size, w.lm_head);
+  pack_linears(w, backend, [](const void*, size_t) {});
   return w;
 }
 

@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/ggml_kernels.h"
 #include "backend/cpu/ggml_packed.h"
+#include "backend/cpu/quant_lowp.h"
 #include "backend/cpu/w8_matmul.h"
 #include "core/cpu_features.h"
 #include "core/ggml_quant.h"
@@ -77,6 +78,8 @@ class CpuBackend final : public Backend {
       : k_(kernels), g_(ggml), i8_(i8 ? i8 : kernels.i8matmul), w4_(w4.fn ? w4 : kernels.w4a8), gp_(packed),
         pool_(num_threads) {
     scratch_.resize(static_cast<size_t>(pool_.num_threads()));
+    const char* v = std::getenv("PEREGRINE_CPU_INT8_ACT");
+    int8_act_ = gp_ && !(v && std::string(v) == "0");
   }
 
   std::string name() const override {
@@ -126,6 +129,7 @@ class CpuBackend final : public Backend {
     check_matmul(p);
     if (p.quant.ggml_blocks()) return ggml_matmul(p);
     if (p.quant.quantized()) {
+      if (p.quant.packed) return ggml_matmul(lowp_params(gather_perm(p)));
       require_f32(p.x, "matmul", "x");
       require_f32(p.out, "matmul", "out");
       if (is_w8_matmul(p)) return w8_matmul(p, k_, i8_, w4_, pool_);
@@ -178,6 +182,7 @@ class CpuBackend final : public Backend {
   // (ggml_packed.h), repacked once; memory stays the file's size (Q4_K / Q5_K: + 2.8 % / 2.3 %).
   // PEREGRINE_GGML_PACK=0 keeps the file's blocks and the plain kernels (comparisons only), as on CUDA.
   DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q) override {
+    if (q.quantized()) return pack_lowp(w, q);
     static const bool off = [] {
       const char* v = std::getenv("PEREGRINE_GGML_PACK");
       return v && std::string(v) == "0";
@@ -193,6 +198,65 @@ class CpuBackend final : public Backend {
                             static_cast<uint8_t*>(buf.data()), g0, g1);
     });
     return buf;
+  }
+
+  // W4A16 / W8A16 as GGUF blocks in the packed layout, behind a header naming the block type (quant_lowp.h); an
+  // empty buffer where the weight keeps the float path.
+  DeviceBuffer pack_lowp(const TensorView& w, const WeightQuant& q) {
+    if (!int8_act_) return {};
+    const GgmlType t = cpu::lowp_block_type(w, q);
+    if (t == GgmlType::kNone || !cpu::ggml_packable(t)) return {};
+    const int64_t n = w.dim(0), k = w.dim(1);
+    const size_t row_bytes = ggml_row_bytes(t, k);
+    std::vector<uint8_t> blocks(row_bytes * static_cast<size_t>(n));
+    pool_.parallel_for(n, [&](int64_t r0, int64_t r1) {
+      cpu::lowp_rows_to_ggml(t, w, q, r0, r1, blocks.data() + static_cast<size_t>(r0) * row_bytes);
+    });
+    DeviceBuffer buf(*this, cpu::kLowpHeaderBytes + cpu::ggml_packed_bytes(t, n, k));
+    auto* base = static_cast<uint8_t*>(buf.data());
+    std::memset(base, 0, cpu::kLowpHeaderBytes);
+    const cpu::LowpHeader h{cpu::kLowpMagic, t};
+    std::memcpy(base, &h, sizeof h);
+    const int64_t groups = (n + cpu::kGgmlPackRows - 1) / cpu::kGgmlPackRows;
+    pool_.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+      cpu::ggml_pack_groups(t, blocks.data(), static_cast<int64_t>(row_bytes), n, k, base + cpu::kLowpHeaderBytes, g0,
+                            g1);
+    });
+    return buf;
+  }
+
+  // An act-order matmul on the packed path reads x gathered into code-column order (xperm_[m, c] = x[m, perm[c]]);
+  // other params come back as they are.
+  MatmulParams gather_perm(const MatmulParams& p) {
+    if (p.quant.perm.empty()) return p;
+    require_f32(p.x, "matmul", "x");
+    const int64_t m = p.x.dim(0), k = p.x.dim(1);
+    const int32_t* perm = p.quant.perm.as<const int32_t>();
+    for (int64_t c = 0; c < k; ++c)
+      if (perm[c] < 0 || perm[c] >= k) fail("matmul: quant.perm holds " + std::to_string(perm[c]) + ", outside [0, K)");
+    xperm_.resize(static_cast<size_t>(m * k));
+    const float* x = p.x.as<const float>();
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < k; ++c) xperm_[static_cast<size_t>(i * k + c)] = x[i * k + perm[c]];
+    MatmulParams r = p;
+    r.x = TensorView(xperm_.data(), DType::kF32, {m, k});
+    r.quant.perm = {};
+    return r;
+  }
+
+  // A W4A16 / W8A16 matmul whose weight pack_lowp packed, as the GGUF matmul it became.
+  MatmulParams lowp_params(const MatmulParams& p) const {
+    cpu::LowpHeader h;
+    std::memcpy(&h, p.quant.packed, sizeof h);
+    if (h.magic != cpu::kLowpMagic || !cpu::ggml_packable(h.type) || !gp_)
+      fail("matmul: quant.packed of a quantized weight is not this backend's packed copy");
+    MatmulParams r = p;
+    r.quant = WeightQuant{};
+    r.quant.ggml = h.type;
+    r.quant.packed = static_cast<const uint8_t*>(p.quant.packed) + cpu::kLowpHeaderBytes;
+    r.w = TensorView(p.w.data, DType::kU8,
+                     {p.w.dim(0), static_cast<int64_t>(ggml_row_bytes(h.type, p.x.dim(1)))});
+    return r;
   }
 
   // GGUF block weights: each row of x quantized once to int8 blocks (as llama.cpp's CPU matmuls do), then the
@@ -247,6 +311,19 @@ class CpuBackend final : public Backend {
   // parallel region (one wake-up of the threads instead of one per matmul); each output is computed exactly as
   // matmul() computes it.
   void matmuls(std::span<const MatmulParams> ps) override {
+    if (std::any_of(ps.begin(), ps.end(), [](const MatmulParams& p) { return p.quant.quantized() && p.quant.packed; })) {
+      if (std::any_of(ps.begin(), ps.end(), [](const MatmulParams& p) { return !p.quant.perm.empty(); })) {
+        for (const MatmulParams& p : ps) matmul(p);  // each its own gathered x
+        return;
+      }
+      std::vector<MatmulParams> blocks(ps.begin(), ps.end());
+      for (MatmulParams& p : blocks)
+        if (p.quant.quantized() && p.quant.packed) {
+          check_matmul(p);
+          p = lowp_params(p);
+        }
+      return matmuls(blocks);
+    }
     bool fused = ps.size() > 1;
     for (const MatmulParams& p : ps)
       fused = fused && p.quant.packed && p.quant.ggml_blocks() &&
@@ -577,9 +654,11 @@ class CpuBackend final : public Backend {
   cpu::Int8MatmulFn i8_;
   cpu::W4A8Kernel w4_;
   cpu::GgmlPackedMatmulFn gp_;  // the packed GGUF kernels (ggml_packed.h), null where the ISA has none
+  bool int8_act_ = false;       // W4A16 / W8A16 packed as GGUF blocks (quant_lowp.h; PEREGRINE_CPU_INT8_ACT=0: off)
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per thread, attention accumulators
   std::vector<float> qx_, qsum_;             // quantized matmul: prepared rows of x and their group sums
+  std::vector<float> xperm_;                 // W4A16 on packed blocks with act-order: x in code-column order
   std::vector<int8_t> gx_q_;                 // ggml matmul: x as int8 blocks, their scales, their 16-sums
   std::vector<float> gx_d_;
   std::vector<int16_t> gx_s_;

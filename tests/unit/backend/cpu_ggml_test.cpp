@@ -62,19 +62,7 @@ std::vector<double> activation_bounds(GgmlType t, const std::vector<uint8_t>& w,
 // match it up to f32 summation.
 std::vector<double> quantized_x_oracle(GgmlType t, const std::vector<uint8_t>& w, const float* x, const float* bias,
                                        int64_t m, int64_t k, int64_t n) {
-  const int64_t qb = act_block(t);
-  std::vector<double> xq(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t b = 0; b < k / qb; ++b) {
-      float amax = 0;
-      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) amax = std::max(amax, std::fabs(x[i * k + kk]));
-      const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-      for (int64_t kk = b * qb; kk < (b + 1) * qb; ++kk) {
-        const float v = x[i * k + kk] * inv;
-        const double c = std::clamp(static_cast<double>(std::nearbyint(v)), -127.0, 127.0);
-        xq[static_cast<size_t>(i * k + kk)] = c * d;
-      }
-    }
+  const std::vector<double> xq = rounded_x_blocks(x, m, k, act_block(t));
   const size_t rb = ggml_row_bytes(t, k);
   std::vector<float> row(static_cast<size_t>(k));
   std::vector<double> out(static_cast<size_t>(m * n));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -21,7 +22,8 @@ namespace {
 struct FidelityCase {
   std::string name;      // folder under models/
   std::string reference; // reference file relative to models/
-  std::string device;    // cpu or ref
+  std::string device;    // cpu, ref or cuda; "cpu-int8act": the CPU with W4A16 / W8A16 on int8 activations
+                         // (its default; plain "cpu" cases run with PEREGRINE_CPU_INT8_ACT=0, the exact op)
   std::string dtype;     // auto (f32 path) or bfloat16 (bf16 KV path)
   double tolerance;      // logprob bound
 };
@@ -71,13 +73,15 @@ TEST_P(Fidelity, MatchesTransformers) {
   // Through the Engine, as users run it.
   EngineConfig ec;
   ec.model = dir.string();
-  ec.device = fc.device;
+  ec.device = fc.device == "cpu-int8act" ? "cpu" : fc.device;
   ec.dtype = fc.dtype;
   ec.max_num_batched_tokens = 1024;
   ec.max_num_seqs = static_cast<int>(cases.size());
   ec.generation_config = "vllm";
   ec.skip_tokenizer_init = !fs::exists(dir / "tokenizer.json");  // the tiny architecture models have none
+  if (fc.device == "cpu") setenv("PEREGRINE_CPU_INT8_ACT", "0", 1);
   auto engine = Engine::create(ec);
+  unsetenv("PEREGRINE_CPU_INT8_ACT");
 
   std::vector<std::vector<int32_t>> prompts;
   int max_out = 0;
@@ -164,6 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
 // tolerances from its README: float32 engines 1e-3, bfloat16 8e-2; CUDA runs bf16, not f16, activations).
 #define PEREGRINE_QUANT_CASES(folder, half_dtype, half_tol)                                                      \
   FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "cpu", "auto", 1e-3},                        \
+      FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "cpu-int8act", "auto", 8e-2},            \
       FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "ref", "auto", 1e-3},                    \
       FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "cuda", "float32", 1e-3},                \
       FidelityCase{"quant/" folder, "quant/" folder "/reference.json", "cuda", half_dtype, half_tol}
