@@ -36,6 +36,7 @@ struct ModelInfo {
   int num_kv_blocks = 0;
   int64_t kv_capacity_tokens = 0;
   size_t weight_bytes = 0;
+  size_t decode_weight_bytes = 0;  // what a decode step reads of them (an untied embedding table is only gathered)
   size_t kv_cache_bytes = 0;
   std::vector<int32_t> eos_token_ids;
   bool has_chat_template = false;

@@ -140,7 +140,7 @@ void run_latency(const LatencyArgs& a) {
   const double decode_tps = a.batch_size / best_decode;
   const double throughput = a.batch_size * static_cast<double>(a.output_len) / (best_prefill + (a.output_len - 1) * best_decode);
   const double avg_ctx = a.input_len + a.output_len / 2.0;
-  const double bytes_per_step = static_cast<double>(info.weight_bytes) +
+  const double bytes_per_step = static_cast<double>(info.decode_weight_bytes) +
                                 a.batch_size * avg_ctx * static_cast<double>(info.kv_bytes_per_token);
   const double decode_gbs = bytes_per_step / best_decode / 1e9;
   nlohmann::json out = {{"backend", info.backend},

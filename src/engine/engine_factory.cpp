@@ -326,6 +326,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   info.num_kv_blocks = static_cast<int>(num_blocks);
   info.kv_capacity_tokens = capacity;
   info.weight_bytes = runner->model().weight_bytes();
+  info.decode_weight_bytes = runner->model().decode_weight_bytes();
   info.kv_cache_bytes = num_blocks * block_bytes;
   info.eos_token_ids = core_config.eos_token_ids;
   info.has_chat_template = codec->has_chat_template();

@@ -34,6 +34,10 @@ class LlamaModel final : public Model {
   const io::ModelConfig& config() const override { return config_; }
   ops::Backend& backend() const override { return backend_; }
   size_t weight_bytes() const override { return weights_.total_bytes; }
+  size_t decode_weight_bytes() const override {
+    const bool tied = weights_.lm_head.weight.data == weights_.embed_tokens.data;
+    return weights_.total_bytes - (tied ? 0 : std::min(weights_.total_bytes, weights_.embed_tokens.bytes()));
+  }
   int max_num_tokens() const override { return max_tokens_; }
   int max_logits_rows() const override { return max_logit_rows_; }
   DType activation_dtype() const override { return options_.activation_dtype; }

@@ -61,6 +61,9 @@ class Model {
   virtual ops::Backend& backend() const = 0;
   // Total bytes of weights as the model holds them.
   virtual size_t weight_bytes() const = 0;
+  // Bytes of weights a decode step reads: all of them but an embedding table that is not also the LM head (its
+  // rows are gathered, not streamed).
+  virtual size_t decode_weight_bytes() const { return weight_bytes(); }
   virtual int max_num_tokens() const = 0;
   virtual int max_logits_rows() const = 0;
   // The dtype activations (and so attention's queries) have on the backend.
