@@ -222,7 +222,9 @@ TEST(CudaQuantMatmul, DISABLED_W4GemmTiming) {
   std::printf("| shape | N x K | M | W4A16%s us | bf16 us | bf16 / W4 |\n| --- | --- | --- | --- | --- | --- |\n",
               env && std::string(env) == "0" ? " (dequantize + cuBLASLt)" : "");
   std::vector<double> layer_w4(std::size(ms)), layer_bf(std::size(ms));
-  for (size_t si = 0; si < std::size(shapes); ++si) {
+  // PEREGRINE_W4_TIMING_M=m times that M alone on the first shape (for a profiler's first launches).
+  const char* only_m = std::getenv("PEREGRINE_W4_TIMING_M");
+  for (size_t si = 0; si < (only_m ? 1 : std::size(shapes)); ++si) {
     const Shape& sh = shapes[si];
     const int64_t groups = sh.k / 128;
     const size_t code_bytes = static_cast<size_t>(sh.n * sh.k / 2), w_bytes = static_cast<size_t>(sh.n * sh.k * 2);
@@ -243,6 +245,7 @@ TEST(CudaQuantMatmul, DISABLED_W4GemmTiming) {
     }
     for (size_t mi = 0; mi < std::size(ms); ++mi) {
       const int64_t m = ms[mi];
+      if (only_m && m != std::atoll(only_m)) continue;
       DeviceBuffer x(gpu(), static_cast<size_t>(m * sh.k * 2)), out(gpu(), static_cast<size_t>(m * sh.n * 2));
       fill(x, true);
       const double w4 = time_us(w4_sets * 3, [&](int i) {

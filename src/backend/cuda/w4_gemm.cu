@@ -34,14 +34,20 @@ constexpr int kMaxSplits = 8; // portable cluster size
 
 template <int MT> struct W4Cfg {
   static constexpr int kBM = 32 * MT;
-  static constexpr int kStages = MT == 1 ? 8 : MT == 2 ? 6 : 4;
+  static constexpr int kStages = MT == 1 ? 10 : 8;
   static constexpr int kXBytes = kBM * kBK * 2;
   static constexpr int kCBytes = kBN * kBK / 2;
-  static constexpr int kStageBytes = kXBytes + kCBytes;
+  static constexpr int kSBytes = kBN * 4 * 2;  // the tile's group scales, then zeros, of the 128 rows
+  static constexpr int kStageBytes = kXBytes + kCBytes + kSBytes;
   static constexpr int kPartBytes = kBM * (kBN + kPartPad) * 4;
   static constexpr int kSmem = kStages * kStageBytes > kPartBytes ? kStages * kStageBytes : kPartBytes;
   static constexpr int kMinBlocks = MT == 4 ? 1 : 2;
 };
+
+// 4-byte async copy (through L1); zero-filled when !valid.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
 
 template <typename T> struct Magic;
 template <> struct Magic<bf16> {
@@ -86,7 +92,7 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 }
 
 // grid: (splits, M tiles, N tiles); the splits of one output tile are one cluster (when splits > 1).
-template <typename T, int MT>
+template <typename T, int MT, bool kZeros>
 __global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kernel(W4GemmLaunch p, int splits) {
   using C = W4Cfg<MT>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -96,25 +102,47 @@ __global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kerne
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * C::kBM, n0 = static_cast<int64_t>(blockIdx.z) * kBN;
   const int k_tiles = static_cast<int>(p.k / kBK);
   const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
-  const T* x = static_cast<const T*>(p.x);
-  const int64_t row_bytes = p.k / 2;
   const uint32_t sbase = attn::smem_addr(smem);
 
-  auto load_stage = [&](int i, int slot) {
-    const int64_t kt = kt0 + i;
-    const uint32_t xs = sbase + slot * C::kStageBytes, cs = xs + C::kXBytes;
+  // Each thread's share of a stage, worked out once: its global sources (advanced one tile per load) and shared
+  // destinations. x: BM rows x 8 chunks (chunk c of row r at c ^ (r & 1)); codes: 128 rows x 2 chunks; the
+  // tile's group scale (threads 0..127) or zero (128..255) of each row, so their latency hides in the ring as the
+  // codes' does. Rows past M or N are zero-filled (scale 0).
+  // (Offsets in 32 bits: w4_gemm_supports bounds M * K and N * K / 2.)
+  const T* x = static_cast<const T*>(p.x);
+  uint32_t xoff[MT];
+  bool xok[MT];
 #pragma unroll
-    for (int j = 0; j < MT; ++j) {  // x: BM rows x 8 chunks; chunk c of row r at c ^ (r & 1)
-      const int idx = tid + kThreads * j, row = idx / 8, c = idx % 8;
-      const bool valid = m0 + row < p.m;
-      const T* src = valid ? x + (m0 + row) * p.k + kt * kBK + c * 8 : x;
-      attn::cp_async16(xs + row * 128 + ((c ^ (row & 1)) * 16), src, valid);
+  for (int j = 0; j < MT; ++j) {
+    const int idx = tid + kThreads * j, row = idx / 8, c = idx % 8;
+    xok[j] = m0 + row < p.m;
+    xoff[j] = xok[j] ? static_cast<uint32_t>((m0 + row) * p.k + static_cast<int64_t>(kt0) * kBK + c * 8) : 0u;
+  }
+  const int crow = tid / 2;
+  const bool cok = n0 + crow < p.n;
+  uint32_t coff = cok ? static_cast<uint32_t>((n0 + crow) * (p.k / 2) + static_cast<int64_t>(kt0) * (kBK / 2) + (tid % 2) * 16) : 0u;
+  const uint32_t cdst = C::kXBytes + tid * 16;
+  const int srow = tid % kBN;
+  const bool sok = n0 + srow < p.n && (tid < kBN || p.zeros);
+  const float* sg = (tid < kBN ? p.scales : p.zeros) + (sok ? (n0 + srow) * p.groups : 0);
+  const uint32_t sdst = C::kXBytes + C::kCBytes + tid * 4;
+  const int tiles_per_group = static_cast<int>(p.group_size / kBK);
+  int gi = kt0 / tiles_per_group, gcount = kt0 % tiles_per_group;  // the next loaded tile's group, tile within it
+
+  auto load_stage = [&](int slot) {
+    const uint32_t base = sbase + slot * C::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const int row = (tid + kThreads * j) / 8, c = tid % 8;  // (kThreads is a multiple of 8: c is tid's)
+      attn::cp_async16(base + row * 128 + ((c ^ (row & 1)) * 16), x + xoff[j], xok[j]);
+      if (xok[j]) xoff[j] += kBK;
     }
-    {  // codes: 128 rows x 2 chunks
-      const int row = tid / 2, c = tid % 2;
-      const bool valid = n0 + row < p.n;
-      const uint8_t* src = valid ? p.codes + (n0 + row) * row_bytes + kt * (kBK / 2) + c * 16 : p.codes;
-      attn::cp_async16(cs + row * 32 + c * 16, src, valid);
+    attn::cp_async16(base + cdst, p.codes + coff, cok);
+    if (cok) coff += kBK / 2;
+    if (tid < kBN || p.zeros) cp_async4(base + sdst, sg + (sok ? gi : 0), sok);
+    if (++gcount == tiles_per_group) {
+      gcount = 0;
+      ++gi;
     }
   };
 
@@ -125,35 +153,22 @@ __global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kerne
     for (int nj = 0; nj < 4; ++nj)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
-  const bool has_zeros = p.zeros != nullptr;
   const uint32_t kOne = Magic<T>::kOne;
 
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < nk) load_stage(s, s);
+    if (s < nk) load_stage(s);
     attn::cp_async_commit();
   }
+  int load_slot = C::kStages - 1, slot = 0;
   for (int i = 0; i < nk; ++i) {
-    // This tile's group scale (and 8 - zero) for the lane's 8 output columns; used after the tile's mmas.
-    const int64_t gi = static_cast<int64_t>(kt0 + i) * kBK / p.group_size;
-    float sc[4][2], zc[4][2];
-#pragma unroll
-    for (int nj = 0; nj < 4; ++nj)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t n = n0 + wn * 32 + nj * 8 + 2 * t + e;
-        const bool ok = n < p.n;
-        sc[nj][e] = ok ? __ldg(p.scales + n * p.groups + gi) : 0.0f;
-        zc[nj][e] = ok && has_zeros ? 8.0f - __ldg(p.zeros + n * p.groups + gi) : 0.0f;
-      }
     attn::cp_async_wait<C::kStages - 2>();
     __syncthreads();
-    {
-      const int next = i + C::kStages - 1;
-      if (next < nk) load_stage(next, next % C::kStages);
-      attn::cp_async_commit();
-    }
-    const unsigned char* xs = smem + (i % C::kStages) * C::kStageBytes;
+    if (i + C::kStages - 1 < nk) load_stage(load_slot);
+    attn::cp_async_commit();
+    load_slot = load_slot == C::kStages - 1 ? 0 : load_slot + 1;
+    const unsigned char* xs = smem + slot * C::kStageBytes;
+    slot = slot == C::kStages - 1 ? 0 : slot + 1;
     const unsigned char* cs = xs + C::kXBytes;
     // The tile's B fragments (codes - 8) for the warp's 4 n8 tiles and 4 k16 steps, made once and used by every
     // m16 tile; then one m16 tile at a time: its sums over the K tile, folded into acc with the group's scale.
@@ -186,18 +201,26 @@ __global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kerne
           const uint32_t a[4] = {x_pair(v0, 2 * s2), x_pair(v1, 2 * s2), x_pair(v0, 2 * s2 + 1), x_pair(v1, 2 * s2 + 1)};
 #pragma unroll
           for (int nj = 0; nj < 4; ++nj) mma<T>(part[nj], a, b[2 * h + s2][nj][0], b[2 * h + s2][nj][1]);
-          if (has_zeros) mma<T>(xsum, a, kOne, kOne);
+          if constexpr (kZeros) mma<T>(xsum, a, kOne, kOne);
         }
       }
-      // acc += s * (sum (c - 8) x + (8 - z) sum x)
+      // acc += s * (sum (c - 8) x + (8 - z) sum x), with the tile's group scale and zero of the lane's columns
 #pragma unroll
-      for (int nj = 0; nj < 4; ++nj)
+      for (int nj = 0; nj < 4; ++nj) {
+        const int col = wn * 32 + nj * 8 + 2 * t;
+        const float2 sv = *reinterpret_cast<const float2*>(cs + C::kCBytes + col * 4);
+        float2 zv = make_float2(0.0f, 0.0f);
+        if constexpr (kZeros) {
+          zv = *reinterpret_cast<const float2*>(cs + C::kCBytes + kBN * 4 + col * 4);
+          zv = make_float2(8.0f - zv.x, 8.0f - zv.y);
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float pv = part[nj][e];
-          if (has_zeros) pv = fmaf(zc[nj][e & 1], xsum[e], pv);
-          acc[mi][nj][e] = fmaf(sc[nj][e & 1], pv, acc[mi][nj][e]);
+          if constexpr (kZeros) pv = fmaf(e & 1 ? zv.y : zv.x, xsum[e], pv);
+          acc[mi][nj][e] = fmaf(e & 1 ? sv.y : sv.x, pv, acc[mi][nj][e]);
         }
+      }
     }
   }
   attn::cp_async_wait<0>();
@@ -224,15 +247,20 @@ __global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kerne
     const int64_t m = m0 + r;
     if (m >= p.m) continue;
     float4 sum = *reinterpret_cast<const float4*>(partial + r * kPS + c);
-    if (splits > 1) {
-      sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, 0) + r * kPS + c);
-      for (int q = 1; q < splits; ++q) {
-        const float4 o = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + r * kPS + c);
-        sum.x += o.x;
-        sum.y += o.y;
-        sum.z += o.z;
-        sum.w += o.w;
-      }
+    if (splits > 1) {  // every split's partial loaded first (remote latency once), then added in split order
+      float4 o[kMaxSplits];
+#pragma unroll
+      for (int q = 0; q < kMaxSplits; ++q)
+        if (q < splits) o[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + r * kPS + c);
+      sum = o[0];
+#pragma unroll
+      for (int q = 1; q < kMaxSplits; ++q)
+        if (q < splits) {
+          sum.x += o[q].x;
+          sum.y += o[q].y;
+          sum.z += o[q].z;
+          sum.w += o[q].w;
+        }
     }
     const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
@@ -256,10 +284,10 @@ int64_t split_target(int sm_count) {
   return env > 0 ? env : 2LL * sm_count;
 }
 
-template <typename T, int MT>
+template <typename T, int MT, bool kZeros>
 void launch_mt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = W4Cfg<MT>;
-  auto kernel = w4_gemm_kernel<T, MT>;
+  auto kernel = w4_gemm_kernel<T, MT, kZeros>;
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
@@ -285,7 +313,8 @@ bool w4_gemm_supports(const W4GemmLaunch& l) {
   return (l.dtype == DType::kBF16 || l.dtype == DType::kF16) && (l.out_dtype == l.dtype || l.out_dtype == DType::kF32) &&
          l.m >= 1 && l.n >= 1 && l.k >= kBK && l.k % kBK == 0 && l.group_size >= kBK && l.group_size % kBK == 0 &&
          l.groups * l.group_size == l.k && l.scales && aligned16(l.x) && aligned16(l.codes) &&
-         ceil_div(l.m, 32) <= 65535 && ceil_div(l.n, kBN) <= 65535;
+         ceil_div(l.m, 32) <= 65535 && ceil_div(l.n, kBN) <= 65535 && l.m * l.k < (int64_t{1} << 31) &&
+         l.n * l.k / 2 < (int64_t{1} << 31);
 }
 
 int w4_gemm_splits(int64_t n, int64_t k, int sm_count) {
@@ -297,12 +326,21 @@ int w4_gemm_splits(int64_t n, int64_t k, int sm_count) {
 
 void launch_w4_gemm(const W4GemmLaunch& l, cudaStream_t stream) {
   if (l.m == 0 || l.n == 0) return;
+  // PEREGRINE_W4_MMA_BM: the largest M tile (32, 64 or 128; tuning). Rows do not depend on it.
+  static const int64_t max_bm = [] {
+    const char* v = std::getenv("PEREGRINE_W4_MMA_BM");
+    return v ? std::atoll(v) : 128LL;
+  }();
   const int splits = w4_gemm_splits(l.n, l.k, l.sm_count);
   const auto go = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (l.m <= 32) launch_mt<T, 1>(l, splits, stream);
-    else if (l.m <= 64) launch_mt<T, 2>(l, splits, stream);
-    else launch_mt<T, 4>(l, splits, stream);
+    const auto z = [&](auto mt) {
+      if (l.zeros) launch_mt<T, decltype(mt)::value, true>(l, splits, stream);
+      else launch_mt<T, decltype(mt)::value, false>(l, splits, stream);
+    };
+    if (l.m <= 32 || max_bm <= 32) z(std::integral_constant<int, 1>{});
+    else if (l.m <= 64 || max_bm <= 64) z(std::integral_constant<int, 2>{});
+    else z(std::integral_constant<int, 4>{});
   };
   if (l.dtype == DType::kBF16) go(TypeTag<bf16>{});
   else go(TypeTag<f16>{});
