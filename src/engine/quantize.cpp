@@ -7,11 +7,13 @@
 //  - gptq (Frantar et al.): per projection, H = sum of x xᵀ over calibration inputs (+1% mean-diagonal damping);
 //    columns are quantized left to right and each one's error is spread over the columns not yet quantized
 //    through the upper Cholesky factor of H⁻¹; group scales are taken when a group's first column is reached.
-//    Hessians come from the float model in one pass (not re-collected after each quantized layer).
+//    Sequential ("true sequential"): each layer input's H is collected with every projection before it already
+//    quantized (q/k/v, then o, then gate/up, then down, layer after layer), one calibration pass per input.
 //  - awq (Lin et al.): per input of a group of projections (q/k/v after the input norm, gate/up after the post-
 //    attention norm, down after up), input channels are scaled by s = mean|x|^a before quantization and the
 //    inverse is folded into the norm weight (or up_proj's rows); a in {0, 0.05, ..., 1} minimises the expected
-//    output error tr(ΔW H ΔWᵀ) over the group.
+//    output error tr(ΔW H ΔWᵀ) over the group; then, except for q and k, each output row's range per group is
+//    clipped by the ratio in {1, 0.95, ..., 0.5} that minimises that group's output error (AWQ's clipping search).
 // Calibration inputs are captured by running the dense model on the CPU backend through a backend that also
 // records each projection's input (the decoder calls its 7 projections in order q, k, v, o, gate, up, down).
 #include "peregrine/quantize.h"
@@ -67,12 +69,26 @@ class CaptureBackend final : public ops::Backend {
   void attention(const ops::AttentionParams& p) override { inner_.attention(p); }
   void gather_rows(const ops::GatherRowsParams& p) override { inner_.gather_rows(p); }
   void matmul(const ops::MatmulParams& p) override {
-    inner_.matmul(p);
+    const int64_t call = call_;
+    if (capturing_) ++call_;
+    auto sub = capturing_ ? substitutes_.find(call) : substitutes_.end();
+    if (sub == substitutes_.end()) {
+      inner_.matmul(p);
+    } else {  // a projection already quantized (sequential GPTQ): its codes, through the exact W4A16/W8A16 op
+      const model::HostQuantLinear& q = sub->second;
+      ops::MatmulParams qp = p;
+      qp.w = TensorView(const_cast<uint8_t*>(q.codes.data()), q.codes_dtype, {q.n, q.k});
+      qp.quant = {};
+      qp.quant.scales = TensorView(const_cast<float*>(q.scales.data()), DType::kF32, {q.n, q.groups});
+      qp.quant.zeros = TensorView(const_cast<float*>(q.zeros.data()), DType::kF32, {q.n, q.groups});
+      qp.quant.group_size = q.group_size;
+      inner_.matmul(qp);
+    }
     if (!capturing_) return;
-    const int64_t slot = call_ % 7, layer = call_ / 7;
-    ++call_;
+    const int64_t slot = call % 7, layer = call / 7;
     static constexpr int kInput[7] = {0, -1, -1, 1, 2, -1, 3};  // q (k, v share it), o, gate (up shares), down
     if (kInput[slot] < 0 || layer * 4 + kInput[slot] >= static_cast<int64_t>(stats_.size())) return;
+    if (only_ >= 0 && layer * 4 + kInput[slot] != only_) return;
     accumulate(stats_[static_cast<size_t>(layer * 4 + kInput[slot])], p.x);
   }
   void begin_forward() {
@@ -81,6 +97,13 @@ class CaptureBackend final : public ops::Backend {
   }
   void end_forward() { capturing_ = false; }
   std::vector<InputStats>& stats() { return stats_; }
+  // Capture only this stats slot (layer * 4 + input), or every slot with -1; the slot starts empty.
+  void capture_only(int64_t slot) {
+    only_ = slot;
+    if (slot >= 0) stats_[static_cast<size_t>(slot)] = InputStats{};
+  }
+  // From now on, projection `index` (layer * 7 + q, k, v, o, gate, up, down) computes with these codes.
+  void substitute(int64_t index, model::HostQuantLinear q) { substitutes_[index] = std::move(q); }
 
  private:
   static void accumulate(InputStats& s, const TensorView& x) {
@@ -108,7 +131,9 @@ class CaptureBackend final : public ops::Backend {
 
   ops::Backend& inner_;
   std::vector<InputStats> stats_;  // [layer][attn_in, o_in, mlp_in, down_in]
+  std::map<int64_t, model::HostQuantLinear> substitutes_;
   int64_t call_ = 0;
+  int64_t only_ = -1;
   bool capturing_ = false;
 };
 
@@ -206,14 +231,17 @@ float round_to(DType t, float v) {
 }
 
 // Scale and zero of one group's values (compressed-tensors' minmax observer), the scale rounded to the checkpoint dtype.
+// `clip` < 1 shrinks the range first (AWQ's clipping search); values outside it take the end codes.
 void group_params(const float* v, int64_t count, int64_t stride, int bits, bool asym, DType scale_dtype, float* scale,
-                  float* zero) {
+                  float* zero, float clip = 1.0f) {
   const float qmax = static_cast<float>((1 << bits) - 1);
   float lo = 0, hi = 0;
   for (int64_t i = 0; i < count; ++i) {
     lo = std::min(lo, v[i * stride]);
     hi = std::max(hi, v[i * stride]);
   }
+  lo *= clip;
+  hi *= clip;
   float s = asym ? (hi - lo) / qmax : std::max(hi, -lo) / (qmax / 2.0f);
   s = round_to(scale_dtype, s);
   if (!(s > 0)) s = 1;
@@ -293,6 +321,51 @@ model::HostQuantLinear gptq(std::vector<float> w, int64_t n, int64_t k, int bits
       float* wr = w.data() + r * k;
       const double e = err[static_cast<size_t>(r)];
       for (int64_t j = c + 1; j < k; ++j) wr[j] -= static_cast<float>(e * urow[j]);
+    }
+  }
+  return q;
+}
+
+// AWQ's clipping search on RTN: per output row and group, the range max|w| (or [min, max]) is shrunk by the ratio
+// in {1, 0.95, ..., 0.5} that minimises that group's own output error Δ H_gg Δᵀ, with H the input statistics of the
+// scaled weights (H_ij / (s_i s_j) for AWQ's column scales s).
+model::HostQuantLinear rtn_clipped(const std::vector<float>& w, int64_t n, int64_t k, int bits, int64_t group, bool asym,
+                                   DType scale_dtype, const InputStats& stats, const std::vector<double>& col_scale) {
+  model::HostQuantLinear q = blank(bits, n, k, group);
+  std::vector<double> delta(static_cast<size_t>(q.group_size)), best_codes(static_cast<size_t>(q.group_size));
+  for (int64_t g = 0; g < q.groups; ++g) {
+    const int64_t k0 = g * q.group_size, cnt = std::min(k, k0 + q.group_size) - k0;
+    std::vector<double> hg(static_cast<size_t>(cnt * cnt));  // the group's block of H, for the scaled inputs
+    for (int64_t i = 0; i < cnt; ++i)
+      for (int64_t j = 0; j < cnt; ++j)
+        hg[static_cast<size_t>(i * cnt + j)] = stats.h[static_cast<size_t>((k0 + i) * k + k0 + j)] /
+                                               (col_scale[static_cast<size_t>(k0 + i)] * col_scale[static_cast<size_t>(k0 + j)]);
+    for (int64_t r = 0; r < n; ++r) {
+      const float* v = w.data() + r * k + k0;
+      double best = -1;
+      float best_s = 1, best_z = 0;
+      for (int step = 0; step <= 10; ++step) {
+        float sc, z;
+        group_params(v, cnt, 1, bits, asym, scale_dtype, &sc, &z, 1.0f - 0.05f * static_cast<float>(step));
+        for (int64_t i = 0; i < cnt; ++i)
+          delta[static_cast<size_t>(i)] = v[i] - (static_cast<float>(quantize_value(v[i], sc, z, bits)) - z) * sc;
+        double err = 0;
+        for (int64_t i = 0; i < cnt; ++i) {
+          double acc = 0;
+          const double* hi = hg.data() + i * cnt;
+          for (int64_t j = 0; j < cnt; ++j) acc += hi[j] * delta[static_cast<size_t>(j)];
+          err += acc * delta[static_cast<size_t>(i)];
+        }
+        if (best < 0 || err < best) {
+          best = err;
+          best_s = sc;
+          best_z = z;
+        }
+      }
+      q.scales[static_cast<size_t>(r * q.groups + g)] = best_s;
+      q.zeros[static_cast<size_t>(r * q.groups + g)] = best_z;
+      for (int64_t c = k0; c < k0 + cnt; ++c)
+        set_code(q, r, c, quantize_value(w[static_cast<size_t>(r * k + c)], best_s, best_z, bits));
     }
   }
   return q;
@@ -538,31 +611,19 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
   const bool asym = !cfg.symmetric;
   QuantizeReport report;
 
-  // Calibration statistics.
+  // Calibration statistics: the dense model run over the calibration text on the CPU backend, each projection's
+  // input captured. Sequential GPTQ re-runs it per layer input, with the projections quantized so far computing
+  // from their codes (the inputs a quantized model really sees, as GPTQ's "true sequential" order does).
   std::vector<InputStats> stats;
-  if (cfg.method != "rtn") {
-    const std::string text = read_calibration(cfg.calibration);
-    auto tok = Tokenizer::load(cfg.model);
-    std::vector<int32_t> ids = tok->encode(text, true);
-    if (static_cast<int64_t>(ids.size()) > cfg.calibration_tokens) ids.resize(static_cast<size_t>(cfg.calibration_tokens));
-    if (ids.size() < 16) throw Error(ErrorCode::kInvalidArgument, "--calibration: " + cfg.calibration + " has too little text");
-    auto cpu = engine::create_backend(engine::resolve_device("cpu", "float32", mc.torch_dtype), cfg.num_threads);
-    CaptureBackend cap(*cpu, mc.num_hidden_layers);
-    const int64_t ctx = std::max(16, cfg.calibration_context), block = 16, nb = (ctx + block - 1) / block;
-    model::ModelOptions mo;
-    mo.max_num_tokens = static_cast<int>(ctx);
-    mo.max_logits_rows = 1;
-    auto model = model::load_model(dir, cap, mo);
-    std::vector<ops::DeviceBuffer> pools;
-    std::vector<model::KvLayer> kv;
-    for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
-      model::KvLayer layer;
-      for (TensorView* t : {&layer.k, &layer.v}) {
-        pools.emplace_back(cap, static_cast<size_t>(nb * block * mc.num_key_value_heads * hd * 4));
-        *t = TensorView(pools.back().data(), DType::kF32, {nb, block, mc.num_key_value_heads, hd});
-      }
-      kv.push_back(layer);
-    }
+  const bool sequential = cfg.method == "gptq";
+  std::unique_ptr<ops::Backend> cpu;
+  std::unique_ptr<CaptureBackend> cap;
+  std::unique_ptr<model::Model> calib_model;
+  std::vector<ops::DeviceBuffer> pools;
+  std::vector<model::KvLayer> kv;
+  std::vector<int32_t> ids;
+  const int64_t ctx = std::max(16, cfg.calibration_context), block = 16, nb = (ctx + block - 1) / block;
+  auto run_calibration = [&](const char* what, size_t pass, size_t passes) {
     const size_t windows = (ids.size() + static_cast<size_t>(ctx) - 1) / static_cast<size_t>(ctx);
     for (size_t wi = 0; wi < windows; ++wi) {
       const size_t b = wi * static_cast<size_t>(ctx), e = std::min(ids.size(), b + static_cast<size_t>(ctx));
@@ -580,20 +641,60 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
       in.block_tables = TensorView(table.data(), DType::kI32, {1, nb});
       in.max_query_len = t;
       in.max_seq_len = t;
-      model->prepare_step(t);
-      cap.begin_forward();
-      model->forward(in, kv);
-      cap.synchronize();
-      cap.end_forward();
-      report.calibration_tokens += t;
-      if (cfg.on_progress) cfg.on_progress("calibrating", wi + 1, windows);
+      calib_model->prepare_step(t);
+      cap->begin_forward();
+      calib_model->forward(in, kv);
+      cap->synchronize();
+      cap->end_forward();
+      if (pass == 0) report.calibration_tokens += t;
+      if (cfg.on_progress) cfg.on_progress(what, pass * windows + wi + 1, passes * windows);
     }
-    stats = std::move(cap.stats());
-    for (InputStats& s : stats) {
-      if (s.k == 0) throw Error(ErrorCode::kInternal, "quantize: a projection's input was not captured");
-      symmetrize(s);
+  };
+  if (cfg.method != "rtn") {
+    const std::string text = read_calibration(cfg.calibration);
+    auto tok = Tokenizer::load(cfg.model);
+    ids = tok->encode(text, true);
+    if (static_cast<int64_t>(ids.size()) > cfg.calibration_tokens) ids.resize(static_cast<size_t>(cfg.calibration_tokens));
+    if (ids.size() < 16) throw Error(ErrorCode::kInvalidArgument, "--calibration: " + cfg.calibration + " has too little text");
+    cpu = engine::create_backend(engine::resolve_device("cpu", "float32", mc.torch_dtype), cfg.num_threads);
+    cap = std::make_unique<CaptureBackend>(*cpu, mc.num_hidden_layers);
+    model::ModelOptions mo;
+    mo.max_num_tokens = static_cast<int>(ctx);
+    mo.max_logits_rows = 1;
+    calib_model = model::load_model(dir, *cap, mo);
+    for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+      model::KvLayer layer;
+      for (TensorView* t : {&layer.k, &layer.v}) {
+        pools.emplace_back(*cap, static_cast<size_t>(nb * block * mc.num_key_value_heads * hd * 4));
+        *t = TensorView(pools.back().data(), DType::kF32, {nb, block, mc.num_key_value_heads, hd});
+      }
+      kv.push_back(layer);
+    }
+    if (!sequential) {
+      run_calibration("calibrating", 0, 1);
+      stats = std::move(cap->stats());
+      for (InputStats& s : stats) {
+        if (s.k == 0) throw Error(ErrorCode::kInternal, "quantize: a projection's input was not captured");
+        symmetrize(s);
+      }
+    } else {
+      stats.resize(static_cast<size_t>(mc.num_hidden_layers * 4));
     }
   }
+  size_t pass = 0;
+  int64_t slot_ready = -1;
+  // Sequential GPTQ: the statistics of one layer input, captured with every projection before it quantized.
+  auto sequential_stats = [&](int64_t slot) {
+    if (slot == slot_ready) return;
+    if (slot_ready >= 0) stats[static_cast<size_t>(slot_ready)] = InputStats{};  // its projections are done
+    cap->capture_only(slot);
+    run_calibration("calibrating", pass++, static_cast<size_t>(mc.num_hidden_layers * 4));
+    InputStats& st = cap->stats()[static_cast<size_t>(slot)];
+    if (st.k == 0) throw Error(ErrorCode::kInternal, "quantize: a projection's input was not captured");
+    symmetrize(st);
+    stats[static_cast<size_t>(slot)] = std::move(st);
+    slot_ready = slot;
+  };
 
   // Dense tensors (norms possibly rescaled by AWQ), then the projections.
   std::map<std::string, std::vector<float>> modified;  // AWQ: norm weights and up_proj with folded scales
@@ -614,6 +715,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
                            {"mlp.down_proj", h, f, 3}};
     std::map<std::string, std::vector<float>> w;
     for (const Proj& pr : projs) w[pr.name] = to_f32(src.view(p + pr.name + ".weight", {pr.n, pr.k}));
+    std::map<int, std::vector<double>> col_scales;  // AWQ: each input slot's channel scales
     if (cfg.method == "awq" || cfg.method == "smoothquant") {
       auto fold = [&](const std::vector<std::string>& names, int input, const std::string& into, int64_t k) {
         std::vector<const std::vector<float>*> ws;
@@ -626,6 +728,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
         const InputStats& st = stats[static_cast<size_t>(l * 4 + input)];
         const std::vector<double> s = cfg.method == "smoothquant" ? smooth_scales(ws, k, st)
                                                                   : awq_scales(ws, ns, k, bits, group, asym, scale_dtype, st);
+        col_scales[input] = s;
         for (const std::string& nm : names)
           for (int64_t r = 0; r < static_cast<int64_t>(w[nm].size()) / k; ++r)
             for (int64_t c = 0; c < k; ++c) w[nm][static_cast<size_t>(r * k + c)] = static_cast<float>(w[nm][static_cast<size_t>(r * k + c)] * s[static_cast<size_t>(c)]);
@@ -640,11 +743,19 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
       fold({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, 0, "input_layernorm.weight", h);
       fold({"mlp.gate_proj", "mlp.up_proj"}, 2, "post_attention_layernorm.weight", h);
     }
-    for (const Proj& pr : projs) {
+    for (size_t pi = 0; pi < 7; ++pi) {
+      const Proj& pr = projs[pi];
+      if (sequential) sequential_stats(l * 4 + pr.input);
+      // AWQ clips every projection but q and k (whose errors the attention scores amplify), as its authors do.
+      const bool clip = cfg.method == "awq" && !w8a8 && pr.name != "self_attn.q_proj" && pr.name != "self_attn.k_proj";
+      static const InputStats kNone;
+      const InputStats& st = stats.empty() ? kNone : stats[static_cast<size_t>(l * 4 + pr.input)];
       model::HostQuantLinear q =
           w8a8                 ? rtn_8bit(w[pr.name], pr.n, pr.k, fp8, scale_dtype)
-          : cfg.method == "gptq" ? gptq(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, stats[static_cast<size_t>(l * 4 + pr.input)])
-                               : rtn(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype);
+          : cfg.method == "gptq" ? gptq(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, st)
+          : clip ? rtn_clipped(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, st, col_scales.at(pr.input))
+                 : rtn(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype);
+      if (sequential) cap->substitute(l * 7 + static_cast<int64_t>(pi), q);
       quantized.emplace_back(p + pr.name, std::move(q));
       if (cfg.on_progress) cfg.on_progress("quantizing", ++done, total_linears);
     }

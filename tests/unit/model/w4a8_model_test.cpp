@@ -269,6 +269,33 @@ TEST(W4A8Model, BadCheckpointsAreErrorsNamingWhatIsWrong) {
 }
 
 // quantize --scheme w4a8 refuses what it cannot write, by name.
+// GPTQ is sequential: each layer input's statistics are captured again once every projection before it is
+// quantized (q/k/v, o, gate/up, down, layer after layer), so the calibration runs once per layer input.
+TEST(W4A8Model, GptqCalibratesEachLayerInputAfterTheProjectionsBeforeIt) {
+  const fs::path dense = peregrine::testing::source_dir() / "models" / "pycoder-tiny";
+  if (!fs::exists(dense / "config.json")) GTEST_SKIP() << dense << " absent";
+  const fs::path text = scratch_dir("gptq-text") / "calibration.py";
+  fs::create_directories(text.parent_path());
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "def f" << i << "(x):\n    return x * " << i << " + 1\n\n";
+  }
+  QuantizeConfig qc;
+  qc.model = dense.string();
+  qc.out = scratch_dir("gptq-seq").string();
+  qc.scheme = "w4a16";
+  qc.method = "gptq";
+  qc.calibration = text.string();
+  qc.calibration_tokens = 96;
+  qc.calibration_context = 48;
+  std::map<std::string, size_t> totals;
+  qc.on_progress = [&](const std::string& what, size_t, size_t total) { totals[what] = total; };
+  const QuantizeReport r = quantize_model(qc);
+  EXPECT_EQ(r.quantized_linears, 42);
+  EXPECT_EQ(r.calibration_tokens, 96);
+  EXPECT_EQ(totals["calibrating"], size_t{6 * 4 * 2});  // 6 layers x 4 inputs, 2 windows each
+}
+
 TEST(W4A8Model, QuantizeRefusesBadArguments) {
   const fs::path dense = peregrine::testing::source_dir() / "models" / "pycoder-tiny";
   if (!fs::exists(dense / "config.json")) GTEST_SKIP() << dense << " absent";
