@@ -24,6 +24,9 @@ struct QuantizeConfig {
   int calibration_tokens = 4096;  // at most this many calibration tokens, in windows of calibration_context
   int calibration_context = 512;
   int num_threads = 0;          // CPU threads for the calibration forward (0 = all cores)
+  // gptq: re-capture each layer input's statistics with every projection before it already quantized (GPTQ's
+  // "true sequential" order; one calibration pass per layer input) instead of all from the float model at once.
+  bool gptq_sequential = false;
   // (stage, done, total) while it works: "calibrating" over windows, "quantizing" over projections.
   std::function<void(const std::string&, size_t, size_t)> on_progress;
 };

@@ -24,6 +24,8 @@ void register_quantize(CLI::App& app) {
   cmd->add_option("--calibration", cfg->calibration, "calibration text (or a JSON list of {\"text\": ...}) for awq / gptq");
   cmd->add_option("--calibration-tokens", cfg->calibration_tokens, "at most this many calibration tokens")->capture_default_str();
   cmd->add_flag("--asymmetric", *asym, "zero points (W4A16_ASYM)");
+  cmd->add_flag("--gptq-sequential", cfg->gptq_sequential,
+                "gptq: each layer input calibrated with the projections before it already quantized (a pass per input)");
   cmd->add_option("--threads", cfg->num_threads, "CPU threads (0 = all cores)");
   cmd->callback([cfg, asym] {
     cfg->symmetric = !*asym;

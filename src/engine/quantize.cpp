@@ -7,8 +7,9 @@
 //  - gptq (Frantar et al.): per projection, H = sum of x xᵀ over calibration inputs (+1% mean-diagonal damping);
 //    columns are quantized left to right and each one's error is spread over the columns not yet quantized
 //    through the upper Cholesky factor of H⁻¹; group scales are taken when a group's first column is reached.
-//    Sequential ("true sequential"): each layer input's H is collected with every projection before it already
-//    quantized (q/k/v, then o, then gate/up, then down, layer after layer), one calibration pass per input.
+//    Hessians come from the float model in one pass; with gptq_sequential ("true sequential") each layer input's H
+//    is collected again with every projection before it already quantized (q/k/v, then o, then gate/up, then down,
+//    layer after layer), one calibration pass per input.
 //  - awq (Lin et al.): per input of a group of projections (q/k/v after the input norm, gate/up after the post-
 //    attention norm, down after up), input channels are scaled by s = mean|x|^a before quantization and the
 //    inverse is folded into the norm weight (or up_proj's rows); a in {0, 0.05, ..., 1} minimises the expected
@@ -588,6 +589,8 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
   } else if (cfg.method != "rtn" && cfg.method != "awq" && cfg.method != "gptq") {
     throw Error(ErrorCode::kInvalidArgument, "--method '" + cfg.method + "': expected rtn, awq or gptq");
   }
+  if (cfg.gptq_sequential && cfg.method != "gptq")
+    throw Error(ErrorCode::kInvalidArgument, "--gptq-sequential: --method is '" + cfg.method + "', not gptq");
   if (cfg.group_size != -1 && cfg.group_size <= 0)
     throw Error(ErrorCode::kInvalidArgument, "--group-size must be positive or -1");
   if (cfg.method != "rtn" && cfg.calibration.empty())
@@ -615,7 +618,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
   // input captured. Sequential GPTQ re-runs it per layer input, with the projections quantized so far computing
   // from their codes (the inputs a quantized model really sees, as GPTQ's "true sequential" order does).
   std::vector<InputStats> stats;
-  const bool sequential = cfg.method == "gptq";
+  const bool sequential = cfg.method == "gptq" && cfg.gptq_sequential;
   std::unique_ptr<ops::Backend> cpu;
   std::unique_ptr<CaptureBackend> cap;
   std::unique_ptr<model::Model> calib_model;
@@ -715,7 +718,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
                            {"mlp.down_proj", h, f, 3}};
     std::map<std::string, std::vector<float>> w;
     for (const Proj& pr : projs) w[pr.name] = to_f32(src.view(p + pr.name + ".weight", {pr.n, pr.k}));
-    std::map<int, std::vector<double>> col_scales;  // AWQ: each input slot's channel scales
+    std::map<int, std::vector<double>> col_scales;  // AWQ: each scaled input's channel scales (o_proj's: none)
     if (cfg.method == "awq" || cfg.method == "smoothquant") {
       auto fold = [&](const std::vector<std::string>& names, int input, const std::string& into, int64_t k) {
         std::vector<const std::vector<float>*> ws;
@@ -753,7 +756,9 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
       model::HostQuantLinear q =
           w8a8                 ? rtn_8bit(w[pr.name], pr.n, pr.k, fp8, scale_dtype)
           : cfg.method == "gptq" ? gptq(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, st)
-          : clip ? rtn_clipped(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, st, col_scales.at(pr.input))
+          : clip ? rtn_clipped(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype, st,
+                               col_scales.count(pr.input) ? col_scales[pr.input]
+                                                          : std::vector<double>(static_cast<size_t>(pr.k), 1.0))
                  : rtn(w[pr.name], pr.n, pr.k, bits, group, asym, scale_dtype);
       if (sequential) cap->substitute(l * 7 + static_cast<int64_t>(pi), q);
       quantized.emplace_back(p + pr.name, std::move(q));

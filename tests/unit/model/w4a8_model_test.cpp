@@ -269,8 +269,8 @@ TEST(W4A8Model, BadCheckpointsAreErrorsNamingWhatIsWrong) {
 }
 
 // quantize --scheme w4a8 refuses what it cannot write, by name.
-// GPTQ is sequential: each layer input's statistics are captured again once every projection before it is
-// quantized (q/k/v, o, gate/up, down, layer after layer), so the calibration runs once per layer input.
+// Sequential GPTQ: each layer input's statistics are captured again once every projection before it is quantized
+// (q/k/v, o, gate/up, down, layer after layer), so the calibration runs once per layer input.
 TEST(W4A8Model, GptqCalibratesEachLayerInputAfterTheProjectionsBeforeIt) {
   const fs::path dense = peregrine::testing::source_dir() / "models" / "pycoder-tiny";
   if (!fs::exists(dense / "config.json")) GTEST_SKIP() << dense << " absent";
@@ -288,6 +288,7 @@ TEST(W4A8Model, GptqCalibratesEachLayerInputAfterTheProjectionsBeforeIt) {
   qc.calibration = text.string();
   qc.calibration_tokens = 96;
   qc.calibration_context = 48;
+  qc.gptq_sequential = true;
   std::map<std::string, size_t> totals;
   qc.on_progress = [&](const std::string& what, size_t, size_t total) { totals[what] = total; };
   const QuantizeReport r = quantize_model(qc);
@@ -325,6 +326,9 @@ TEST(W4A8Model, QuantizeRefusesBadArguments) {
   qc.scheme = "w4a8";
   qc.group_size = 100;
   refused(qc, "--group-size 100");
+  qc = QuantizeConfig{};
+  qc.gptq_sequential = true;
+  refused(qc, "--gptq-sequential: --method is 'rtn'");
 }
 
 }  // namespace
