@@ -5,7 +5,8 @@
 # W4A16 at batch 1, 16, 64 and 256 (1K context), a table last.
 # Here: BINARIES="peregrine cuda_ops_tests" SHARED=configs scripts/device/prepare.sh --binaries; there:
 # source .device/carry/env.sh && scripts/device/w4_gemm_check.sh (BUDGET_S bounds the benches; TIMING=0 skips the
-# timing runs; BATCHES picks the batch sizes).
+# timing runs; BATCHES picks the batch sizes; W4_TARGETS / W4_BMS add timings with those split targets / M tiles;
+# W4_VARIANTS="ENV=VALUE@batch ..." adds W4A16 benches with a switch set).
 set -uo pipefail
 out=${OUT:-/tmp/w4_gemm_check}
 mkdir -p "$out"
@@ -25,6 +26,7 @@ if [ "${TIMING:-1}" != 0 ]; then
   }
   timing new
   [ "${OLD:-1}" != 0 ] && timing old PEREGRINE_W4_MMA=0
+  for bm in ${W4_BMS:-}; do timing "bm$bm" PEREGRINE_W4_MMA_BM=$bm; done
   for tgt in ${W4_TARGETS:-}; do timing "blocks$tgt" PEREGRINE_W4_MMA_BLOCKS=$tgt; done
 fi
 for m in ${NCU_M:-}; do  # Nsight Compute on the kernel's first launch at this M (q/o shape): where it stalls
@@ -62,6 +64,10 @@ for bs in ${BATCHES:-1 16 64 256}; do
   ol=8; [ "$bs" -le 16 ] && ol=32
   bench "bf16_bs$bs" --input-len 1024 --output-len $ol --batch-size "$bs"
   bench "w4_bs$bs" --input-len 1024 --output-len $ol --batch-size "$bs" --quantization w4a16
+done
+for v in ${W4_VARIANTS:-}; do  # ENV=VALUE@batch: W4A16 again with a tuning/comparison switch
+  e=${v%@*}; bs=${v##*@}; ol=8; [ "$bs" -le 16 ] && ol=32
+  ( export "$e"; bench "w4_${e}_bs$bs" --input-len 1024 --output-len $ol --batch-size "$bs" --quantization w4a16 )
 done
 echo "total: $(( $(date +%s) - start )) s"
 echo "| batch | bf16 decode tok/s (ms/step) | W4A16 decode tok/s (ms/step) | W4A16 / bf16 |"

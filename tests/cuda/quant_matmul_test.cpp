@@ -118,10 +118,10 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
   }
 }
 
-// W4A16 at M > 16 on the fused tensor-core GEMM (w4_gemm.cuh): every element against the ref backend for M across
-// its tile sizes (32, 64, 128 rows; several M tiles at 256 and 300), N tails, K tails of the 64-wide tile, groups
-// 64 / 128 / per channel, with and without zeros, bf16 and f16 x, bias, f32 out, split counts 1 to 8; and rows of
-// M = 17 bitwise equal to the same rows computed at M = 256 (and 64).
+// W4A16 at 16 < M <= 256 on the fused tensor-core GEMM (w4_gemm.cuh): every element against the ref backend for M
+// across its tile sizes (32, 64, 128 rows; two M tiles at 256; M = 300 is past the path, on dequantize + cuBLASLt),
+// N tails, K tails of the 64-wide tile, groups 64 / 128 / per channel, with and without zeros, bf16 and f16 x,
+// bias, f32 out, split counts 1 to 8; and rows of M = 17, 33, 64, 100 bitwise equal to the same rows at M = 256.
 TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
   std::mt19937 rng(31);
   struct Case { int64_t n, k, group; bool zeros, bias, f32_out; };

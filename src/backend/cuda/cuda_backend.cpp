@@ -405,9 +405,11 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers (the skinny
-  // tensor-core kernel for bf16/f16 activations, the GEMV for f32); larger M (and shapes neither tiles) dequantize
+  // tensor-core kernel for bf16/f16 activations, the GEMV for f32); W4A16 at 17 <= M <= 256 with bf16/f16
+  // activations runs the fused tensor-core GEMM (w4_gemm, below); larger M (and shapes neither tiles) dequantize
   // into a dense scratch and run the cuBLASLt GEMM.
-  // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 boundary.
+  // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 (and, for
+  // W4A16 on w4_gemm, 256 / 257) boundary.
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;
@@ -442,7 +444,7 @@ class CudaBackendImpl final : public CudaBackend {
                                   l.m, l.n, l.k}, false);
   }
 
-  // W4A16 at 16 < M <= kW4GemmMaxM (w4_gemm.cuh): int4 codes as stored, dequantized in registers into mma.sync tiles, the K split
+  // W4A16 at 16 < M <= kW4GemmMaxM = 256 (w4_gemm.cuh): int4 codes as stored, dequantized in registers into mma.sync tiles, the K split
   // by (N, K) alone. Contiguous groups that are multiples of 64 (per channel too), with or without zeros, bf16/f16
   // x; act-order (perm / g_idx) and other groups stay on dequantize + cuBLASLt. PEREGRINE_W4_MMA=0 keeps that path
   // for every shape (comparisons). False, having enqueued nothing, when it does not take the shape.

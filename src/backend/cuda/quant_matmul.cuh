@@ -4,7 +4,8 @@
 // applied to the sums; smaller groups dequantized in registers into mma fragments; PEREGRINE_QUANT_SKINNY=i4|u8|0
 // keeps this file's GEMV for those codes, for comparisons); f32 activations take this file's small-M GEMV
 // (a block per four output rows, K split over its threads by K alone and summed in a fixed order: a row's bits do
-// not depend on M); larger M dequantizes into a dense [N, K] scratch in the activation dtype for the cuBLASLt GEMM.
+// not depend on M); int4 codes at 17 <= M <= 256 with bf16/f16 x run the fused tensor-core GEMM (w4_gemm.cuh) where
+// it takes the shape; larger M dequantizes into a dense [N, K] scratch in the activation dtype for the cuBLASLt GEMM.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -35,9 +35,11 @@ struct W4GemmLaunch {
   int sm_count;           // picks the split count (with N and K; never M)
 };
 
-// The backend's M range for this kernel: M > 16 (the skinny kernel below) up to this; larger M (prefill chunks)
-// dequantizes into a scratch for cuBLASLt, whose wgmma GEMM beats mma.sync once the dequantization is amortized.
-constexpr int64_t kW4GemmMaxM = 512;
+// The backend's M range for this kernel: M > 16 (the skinny kernel below) up to this, i.e. decode and verify
+// batches; larger M (prefill chunks) dequantizes into a scratch for cuBLASLt, whose wgmma GEMM beats mma.sync
+// once the dequantization is amortized (per 8B layer on the H200: this kernel 384 us at M = 128 against 499 us,
+// 698 against 547 at M = 256, 1,223 against 690 at M = 512; docs/BENCHMARKS.md).
+constexpr int64_t kW4GemmMaxM = 256;
 
 bool w4_gemm_supports(const W4GemmLaunch& l);
 // The K split of weight shape [n, k] on a device of sm_count SMs (1, 2, 4 or 8; the cluster size).
