@@ -147,8 +147,9 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
         DeviceTensor d_x(x), d_out(want);
         d_out.poison();
         gpu().matmul({d_x.view(), d_codes.view(), db, d_out.view(), dq});
-        // f32 out: f32 sums of exact codes times x against the ref's doubles.
-        EXPECT_TRUE(all_close(d_out.to_host(), want, c.f32_out ? 1e-3 : -1))
+        // f32 out: on w4_gemm (M <= 256) f32 sums of exact codes times x against the ref's doubles; past it the
+        // dequantize path rounds W to x's dtype first, so x's dtype's bound.
+        EXPECT_TRUE(all_close(d_out.to_host(), want, c.f32_out ? (m <= 256 ? 1e-3 : default_rtol(act)) : -1))
             << "N " << c.n << " K " << c.k << " G " << c.group << (c.zeros ? " zeros" : "") << (c.bias ? " bias" : "")
             << " act " << dtype_name(act) << " M " << m;
       }
