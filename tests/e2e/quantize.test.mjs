@@ -113,6 +113,9 @@ test('bad arguments are refused by name', () => {
   assert.match(r.stderr, /--method 'gptq' with --scheme fp8: expected rtn/);
   r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--method', 'gptq']);
   assert.match(r.stderr, /--method gptq needs --calibration FILE/);
+  r = run(['quantize', '--model', MODEL, '--out', join(dir, 'x'), '--gptq-sequential']);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /--gptq-sequential: --method is 'rtn', not gptq/);
   r = run(['generate', '--model', MODEL, '--prompt', 'x', '--quantization', 'awq', '--device', 'cpu']);
   assert.match(r.stderr, /--quantization awq: .*config.json has no quantization_config/);
 });
