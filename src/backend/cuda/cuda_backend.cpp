@@ -405,11 +405,11 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers (the skinny
-  // tensor-core kernel for bf16/f16 activations, the GEMV for f32); W4A16 at 17 <= M <= 256 with bf16/f16
+  // tensor-core kernel for bf16/f16 activations, the GEMV for f32); W4A16 at 17 <= M <= 128 with bf16/f16
   // activations runs the fused tensor-core GEMM (w4_gemm, below); larger M (and shapes neither tiles) dequantize
   // into a dense scratch and run the cuBLASLt GEMM.
   // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 (and, for
-  // W4A16 on w4_gemm, 256 / 257) boundary.
+  // W4A16 on w4_gemm, 128 / 129) boundary.
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;
@@ -444,15 +444,20 @@ class CudaBackendImpl final : public CudaBackend {
                                   l.m, l.n, l.k}, false);
   }
 
-  // W4A16 at 16 < M <= kW4GemmMaxM = 256 (w4_gemm.cuh): int4 codes as stored, dequantized in registers into mma.sync tiles, the K split
+  // W4A16 at 16 < M <= kW4GemmPathMaxM = 128 (w4_gemm.cuh): int4 codes as stored, dequantized in registers into mma.sync tiles, the K split
   // by (N, K) alone. Contiguous groups that are multiples of 64 (per channel too), with or without zeros, bf16/f16
   // x; act-order (perm / g_idx) and other groups stay on dequantize + cuBLASLt. PEREGRINE_W4_MMA=0 keeps that path
   // for every shape (comparisons). False, having enqueued nothing, when it does not take the shape.
+  // The path's default upper M. The kernel takes up to cuda::kW4GemmMaxM (and more through PEREGRINE_W4_MMA_MAX_M),
+  // but with the whole batch decoding (bench latency since 2026-12-04) dequantize + cuBLASLt was faster at M = 192
+  // and 256 on the H200 (8B shape: bs 192 31.4-33.6 ms/step against 36.3 on w4_gemm, bs 256 34.7-35.1 against 40.2),
+  // and w4_gemm faster at M <= 128 (per layer 385 us against 499 at M = 128).
+  static constexpr int64_t kW4GemmPathMaxM = 128;
   bool w4_gemm(const cuda::QuantMatmulLaunch& l) {
     static const bool off = env_off("PEREGRINE_W4_MMA");
     static const int64_t max_m = [] {  // PEREGRINE_W4_MMA_MAX_M: the path's largest M (tuning)
       const char* v = std::getenv("PEREGRINE_W4_MMA_MAX_M");
-      return v ? std::atoll(v) : cuda::kW4GemmMaxM;
+      return v ? std::atoll(v) : kW4GemmPathMaxM;
     }();
     if (off || l.codes_dtype != DType::kI4 || l.perm || l.g_idx || l.m <= cuda::kQuantGemvMaxM || l.m > max_m)
       return false;
