@@ -327,6 +327,18 @@ model::HostQuantLinear gptq(std::vector<float> w, int64_t n, int64_t k, int bits
   return q;
 }
 
+// total + the quadratic form d·H·dᵀ over n entries, H row-major with leading dimension ld (each row's term added
+// to total in order).
+double quadratic_form(const double* h, int64_t ld, const double* d, int64_t n, double total = 0) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double* hi = h + i * ld;
+    double acc = 0;
+    for (int64_t j = 0; j < n; ++j) acc += hi[j] * d[j];
+    total += acc * d[i];
+  }
+  return total;
+}
+
 // AWQ's clipping search on RTN: per output row and group, the range max|w| (or [min, max]) is shrunk by the ratio
 // in {1, 0.95, ..., 0.5} that minimises that group's own output error Δ H_gg Δᵀ, with H the input statistics of the
 // scaled weights (H_ij / (s_i s_j) for AWQ's column scales s).
@@ -350,13 +362,7 @@ model::HostQuantLinear rtn_clipped(const std::vector<float>& w, int64_t n, int64
         group_params(v, cnt, 1, bits, asym, scale_dtype, &sc, &z, 1.0f - 0.05f * static_cast<float>(step));
         for (int64_t i = 0; i < cnt; ++i)
           delta[static_cast<size_t>(i)] = v[i] - (static_cast<float>(quantize_value(v[i], sc, z, bits)) - z) * sc;
-        double err = 0;
-        for (int64_t i = 0; i < cnt; ++i) {
-          double acc = 0;
-          const double* hi = hg.data() + i * cnt;
-          for (int64_t j = 0; j < cnt; ++j) acc += hi[j] * delta[static_cast<size_t>(j)];
-          err += acc * delta[static_cast<size_t>(i)];
-        }
+        const double err = quadratic_form(hg.data(), cnt, delta.data(), cnt);
         if (best < 0 || err < best) {
           best = err;
           best_s = sc;
@@ -389,12 +395,7 @@ double output_error(const std::vector<float>& w, int64_t n, int64_t k, const std
                          static_cast<double>(q.scales[static_cast<size_t>(r * q.groups + g)]) / col_scale[static_cast<size_t>(c)];
       d[static_cast<size_t>(c)] = w[static_cast<size_t>(r * k + c)] - deq;
     }
-    for (int64_t i = 0; i < k; ++i) {
-      const double* hi = stats.h.data() + i * k;
-      double acc = 0;
-      for (int64_t j = 0; j < k; ++j) acc += hi[j] * d[static_cast<size_t>(j)];
-      total += acc * d[static_cast<size_t>(i)];
-    }
+    total = quadratic_form(stats.h.data(), k, d.data(), k, total);
   }
   return total;
 }

@@ -19,17 +19,29 @@
 namespace peregrine::cuda_test {
 namespace {
 
+// A WeightQuant over the scales (and, as asked, zeros, perm, g_idx) of a set of host or device tensors.
+template <typename Tensors>
+ops::WeightQuant quant_over(const Tensors& t, bool z, bool p, bool g, int64_t group) {
+  ops::WeightQuant q;
+  q.scales = t.scales.view();
+  if (z) q.zeros = t.zeros.view();
+  if (p) q.perm = t.perm.view();
+  if (g) q.g_idx = t.g_idx.view();
+  q.group_size = group;
+  return q;
+}
+
 struct QuantInputs {
   HostTensor codes, scales, zeros, perm, g_idx;
-  ops::WeightQuant host_quant(bool z, bool p, bool g, int64_t group) const {
-    ops::WeightQuant q;
-    q.scales = scales.view();
-    if (z) q.zeros = zeros.view();
-    if (p) q.perm = perm.view();
-    if (g) q.g_idx = g_idx.view();
-    q.group_size = group;
-    return q;
-  }
+  ops::WeightQuant host_quant(bool z, bool p, bool g, int64_t group) const { return quant_over(*this, z, p, g, group); }
+};
+
+// The same tensors on the GPU.
+struct DeviceQuant {
+  DeviceTensor codes, scales, zeros, perm, g_idx;
+  explicit DeviceQuant(const QuantInputs& in)
+      : codes(in.codes), scales(in.scales), zeros(in.zeros), perm(in.perm), g_idx(in.g_idx) {}
+  ops::WeightQuant quant(bool z, bool p, bool g, int64_t group) const { return quant_over(*this, z, p, g, group); }
 };
 
 QuantInputs make_inputs(DType codes, int64_t n, int64_t k, int64_t group, std::mt19937& rng) {
@@ -64,13 +76,8 @@ TEST(CudaQuantMatmul, MatchesRefOnEveryElement) {
                         {DType::kU8, 128, 384, 128, true, true, false},   {DType::kU8, 64, 256, 256, true, false, false}};
   for (const Case& c : cases) {
     const QuantInputs in = make_inputs(c.codes, c.n, c.k, c.group, rng);
-    DeviceTensor d_codes(in.codes), d_scales(in.scales), d_zeros(in.zeros), d_perm(in.perm), d_gidx(in.g_idx);
-    ops::WeightQuant dq;
-    dq.scales = d_scales.view();
-    if (c.zeros) dq.zeros = d_zeros.view();
-    if (c.perm) dq.perm = d_perm.view();
-    if (c.g_idx) dq.g_idx = d_gidx.view();
-    dq.group_size = c.group;
+    const DeviceQuant dev(in);
+    const ops::WeightQuant dq = dev.quant(c.zeros, c.perm, c.g_idx, c.group);
     const ops::WeightQuant hq = in.host_quant(c.zeros, c.perm, c.g_idx, c.group);
     HostTensor bias = random_tensor(DType::kBF16, {c.n}, rng);
     DeviceTensor d_bias(bias);
@@ -81,7 +88,7 @@ TEST(CudaQuantMatmul, MatchesRefOnEveryElement) {
         ref().matmul({x.view(), in.codes.view(), bias.view(), want.view(), hq});
         DeviceTensor d_x(x), d_out(want);
         d_out.poison();
-        gpu().matmul({d_x.view(), d_codes.view(), d_bias.view(), d_out.view(), dq});
+        gpu().matmul({d_x.view(), dev.codes.view(), d_bias.view(), d_out.view(), dq});
         EXPECT_TRUE(all_close(d_out.to_host(), want, act == DType::kF32 ? 1e-4 : -1))
             << dtype_name(c.codes) << " N " << c.n << " K " << c.k << " G " << c.group << (c.zeros ? " zeros" : "")
             << (c.perm ? " perm" : "") << (c.g_idx ? " g_idx" : "") << " act " << dtype_name(act) << " M " << m;
@@ -94,16 +101,13 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
   for (DType codes : {DType::kI4, DType::kU8}) {
     const int64_t n = 512, k = 1024;
     const QuantInputs in = make_inputs(codes, n, k, 128, rng);
-    DeviceTensor d_codes(in.codes), d_scales(in.scales), d_perm(in.perm);
-    ops::WeightQuant dq;
-    dq.scales = d_scales.view();
-    dq.perm = d_perm.view();
-    dq.group_size = 128;
+    const DeviceQuant dev(in);
+    const ops::WeightQuant dq = dev.quant(false, true, false, 128);
     HostTensor x = random_tensor(DType::kBF16, {256, k}, rng);
     DeviceTensor d_x(x);
     auto run = [&](int64_t m) {
       DeviceTensor d_out(HostTensor(DType::kBF16, {m, n}));
-      gpu().matmul({d_x.view().slice_rows(0, m), d_codes.view(), TensorView(), d_out.view(), dq});
+      gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
       return d_out.to_host();
     };
     const HostTensor small = run(16), large = run(256);
@@ -130,11 +134,8 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
                         {136, 4096, 128, true, false, false},  {72, 4096, 4096, false, true, false}};
   for (const Case& c : cases) {
     const QuantInputs in = make_inputs(DType::kI4, c.n, c.k, c.group, rng);
-    DeviceTensor d_codes(in.codes), d_scales(in.scales), d_zeros(in.zeros);
-    ops::WeightQuant dq;
-    dq.scales = d_scales.view();
-    if (c.zeros) dq.zeros = d_zeros.view();
-    dq.group_size = c.group;
+    const DeviceQuant dev(in);
+    const ops::WeightQuant dq = dev.quant(c.zeros, false, false, c.group);
     const ops::WeightQuant hq = in.host_quant(c.zeros, false, false, c.group);
     HostTensor bias = random_tensor(DType::kBF16, {c.n}, rng);
     DeviceTensor d_bias(bias);
@@ -146,7 +147,7 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
         ref().matmul({x.view(), in.codes.view(), hb, want.view(), hq});
         DeviceTensor d_x(x), d_out(want);
         d_out.poison();
-        gpu().matmul({d_x.view(), d_codes.view(), db, d_out.view(), dq});
+        gpu().matmul({d_x.view(), dev.codes.view(), db, d_out.view(), dq});
         // f32 out: on w4_gemm (M <= 128) f32 sums of exact codes times x against the ref's doubles; past it the
         // dequantize path rounds W to x's dtype first, so x's dtype's bound.
         EXPECT_TRUE(all_close(d_out.to_host(), want, c.f32_out ? (m <= 128 ? 1e-3 : default_rtol(act)) : -1))
@@ -163,16 +164,13 @@ TEST(CudaQuantMatmul, W4GemmRowsDoNotDependOnM) {
                         {4096, 512, 512, true, DType::kBF16}};
   for (const Case& c : cases) {
     const QuantInputs in = make_inputs(DType::kI4, c.n, c.k, c.group, rng);
-    DeviceTensor d_codes(in.codes), d_scales(in.scales), d_zeros(in.zeros);
-    ops::WeightQuant dq;
-    dq.scales = d_scales.view();
-    if (c.zeros) dq.zeros = d_zeros.view();
-    dq.group_size = c.group;
+    const DeviceQuant dev(in);
+    const ops::WeightQuant dq = dev.quant(c.zeros, false, false, c.group);
     HostTensor x = random_tensor(c.act, {128, c.k}, rng);
     DeviceTensor d_x(x);
     auto run = [&](int64_t m) {
       DeviceTensor d_out(HostTensor(c.act, {m, c.n}));
-      gpu().matmul({d_x.view().slice_rows(0, m), d_codes.view(), TensorView(), d_out.view(), dq});
+      gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
       return d_out.to_host();
     };
     const HostTensor large = run(128);
