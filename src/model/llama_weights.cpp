@@ -183,36 +183,28 @@ void check_quantization_option(const io::ModelConfig& c, const std::filesystem::
 // (the view keeps its shape; its data points at the packed copy, which nothing reads as codes).
 template <typename ReleaseFn>
 void pack_linears(LlamaWeights& w, ops::Backend& backend, ReleaseFn&& release) {
+  // Puts buf in the place of l's own weight buffer (when the weights own one; with same_size, only of the same size).
+  auto replace_own = [&](Linear& l, ops::DeviceBuffer& buf, bool same_size) {
+    auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
+                            [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
+    if (own == w.buffers.end() || (same_size && own->bytes() != buf.bytes())) return false;
+    w.total_bytes = w.total_bytes - std::min(own->bytes(), w.total_bytes) + buf.bytes();
+    l.weight.data = buf.data();
+    *own = std::move(buf);
+    return true;
+  };
   auto pack = [&](Linear& l) {
-    if (!l.quant.ggml_blocks() && !l.quant.quantized()) return;
+    const bool ggml = l.quant.ggml_blocks();
+    if (!ggml && !l.quant.quantized()) return;
     ops::DeviceBuffer buf = backend.pack_weight(l.weight, l.quant);
     if (!buf.data()) return;
     l.quant.packed = buf.data();
-    if (!l.quant.ggml_blocks()) {
-      auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
-                              [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
-      if (own != w.buffers.end()) {
-        w.total_bytes = w.total_bytes - std::min(own->bytes(), w.total_bytes) + buf.bytes();
-        l.weight.data = buf.data();
-        *own = std::move(buf);
-      } else {
-        w.total_bytes += buf.bytes();
-        w.buffers.push_back(std::move(buf));
-      }
-      return;
-    }
-    release(l.weight.data, l.weight.bytes());
-    // A backend that reads only the packed copy (CUDA) frees the uploaded blocks, so memory stays the file's size;
-    // a tied head keeps them for the embedding gather.
-    if (backend.packed_replaces_weight() && l.weight.data != w.embed_tokens.data) {
-      auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
-                              [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
-      if (own != w.buffers.end() && own->bytes() == buf.bytes()) {
-        l.weight.data = buf.data();
-        *own = std::move(buf);
-        return;
-      }
-    }
+    if (ggml) release(l.weight.data, l.weight.bytes());
+    // Quantized codes are never read again once packed. GGUF blocks are freed where the backend reads only the
+    // packed copy (CUDA), so memory stays the file's size; a tied head keeps them for the embedding gather.
+    const bool replaces = !ggml || (backend.packed_replaces_weight() && l.weight.data != w.embed_tokens.data);
+    if (replaces && replace_own(l, buf, ggml)) return;
+    if (!ggml) w.total_bytes += buf.bytes();
     w.buffers.push_back(std::move(buf));
   };
   // The LM head (the largest tensor) first: the file's pages come in as a tensor is packed and go once it is, so
