@@ -345,7 +345,7 @@ double quadratic_form(const double* h, int64_t ld, const double* d, int64_t n, d
 model::HostQuantLinear rtn_clipped(const std::vector<float>& w, int64_t n, int64_t k, int bits, int64_t group, bool asym,
                                    DType scale_dtype, const InputStats& stats, const std::vector<double>& col_scale) {
   model::HostQuantLinear q = blank(bits, n, k, group);
-  std::vector<double> delta(static_cast<size_t>(q.group_size)), best_codes(static_cast<size_t>(q.group_size));
+  std::vector<double> delta(static_cast<size_t>(q.group_size));
   for (int64_t g = 0; g < q.groups; ++g) {
     const int64_t k0 = g * q.group_size, cnt = std::min(k, k0 + q.group_size) - k0;
     std::vector<double> hg(static_cast<size_t>(cnt * cnt));  // the group's block of H, for the scaled inputs
@@ -627,7 +627,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
   std::vector<model::KvLayer> kv;
   std::vector<int32_t> ids;
   const int64_t ctx = std::max(16, cfg.calibration_context), block = 16, nb = (ctx + block - 1) / block;
-  auto run_calibration = [&](const char* what, size_t pass, size_t passes) {
+  auto run_calibration = [&](size_t pass, size_t passes) {
     const size_t windows = (ids.size() + static_cast<size_t>(ctx) - 1) / static_cast<size_t>(ctx);
     for (size_t wi = 0; wi < windows; ++wi) {
       const size_t b = wi * static_cast<size_t>(ctx), e = std::min(ids.size(), b + static_cast<size_t>(ctx));
@@ -651,7 +651,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
       cap->synchronize();
       cap->end_forward();
       if (pass == 0) report.calibration_tokens += t;
-      if (cfg.on_progress) cfg.on_progress(what, pass * windows + wi + 1, passes * windows);
+      if (cfg.on_progress) cfg.on_progress("calibrating", pass * windows + wi + 1, passes * windows);
     }
   };
   if (cfg.method != "rtn") {
@@ -675,7 +675,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
       kv.push_back(layer);
     }
     if (!sequential) {
-      run_calibration("calibrating", 0, 1);
+      run_calibration(0, 1);
       stats = std::move(cap->stats());
       for (InputStats& s : stats) {
         if (s.k == 0) throw Error(ErrorCode::kInternal, "quantize: a projection's input was not captured");
@@ -692,7 +692,7 @@ QuantizeReport quantize_model(const QuantizeConfig& cfg) {
     if (slot == slot_ready) return;
     if (slot_ready >= 0) stats[static_cast<size_t>(slot_ready)] = InputStats{};  // its projections are done
     cap->capture_only(slot);
-    run_calibration("calibrating", pass++, static_cast<size_t>(mc.num_hidden_layers * 4));
+    run_calibration(pass++, static_cast<size_t>(mc.num_hidden_layers * 4));
     InputStats& st = cap->stats()[static_cast<size_t>(slot)];
     if (st.k == 0) throw Error(ErrorCode::kInternal, "quantize: a projection's input was not captured");
     symmetrize(st);
