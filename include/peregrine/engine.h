@@ -111,6 +111,9 @@ struct EngineStats {
   // The bytes of the copies those seconds time (transfers seen finished): the copy rate is these over the seconds.
   uint64_t kv_offload_timed_bytes_to_host = 0, kv_offload_timed_bytes_from_host = 0;
   int host_kv_blocks = 0, host_kv_blocks_used = 0;
+  // Of the blocks copied down: those copied ahead of their eviction (while still cached on the device); and the
+  // evicted blocks that needed no copy, a host slot already holding them.
+  uint64_t kv_offload_blocks_ahead = 0, kv_offload_evicted_held = 0;
   // The disk tier (kv_cache_dir): hits read back from disk (prompt tokens, part of prefix_cache_host_hits), bytes
   // written and read, files dropped as bad, blocks held now and found at start; evicted blocks that went to disk
   // past the host tier (more than its free slots at once), writes dropped (the disk refused them or its writer

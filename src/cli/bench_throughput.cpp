@@ -315,7 +315,11 @@ void run_prefix_cache(ThroughputArgs& a, int prompt_len, int cached, int repeats
                   s.kv_disk_wait_seconds, static_cast<unsigned long long>(s.kv_disk_dropped_writes),
                   static_cast<unsigned long long>(s.kv_disk_dropped_bad));
     }
-    std::printf("copies    %.1f MB to host, %.1f MB back\n", static_cast<double>(s.kv_offload_bytes_to_host) / 1e6,
+    std::printf("copies    %.1f MB to host (%llu blocks copied ahead of their eviction; %llu evicted blocks already "
+                "there, not copied), %.1f MB back\n",
+                static_cast<double>(s.kv_offload_bytes_to_host) / 1e6,
+                static_cast<unsigned long long>(s.kv_offload_blocks_ahead),
+                static_cast<unsigned long long>(s.kv_offload_evicted_held),
                 static_cast<double>(s.kv_offload_bytes_from_host) / 1e6);
     const MemoryBandwidth bw = engine->measure_memory_bandwidth();
     auto rate = [](uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; };

@@ -63,9 +63,13 @@ void BlockPool::release(std::span<const int> blocks) {
 
 std::vector<int> BlockPool::free_list() const {
   std::vector<int> out;
-  const int sentinel = num_blocks();
-  for (int b = next_[sentinel]; b != sentinel; b = next_[b]) out.push_back(b);
+  free_head(num_free_, out);
   return out;
+}
+
+void BlockPool::free_head(int n, std::vector<int>& out) const {
+  const int sentinel = num_blocks();
+  for (int b = next_[sentinel]; b != sentinel && n-- > 0; b = next_[b]) out.push_back(b);
 }
 
 }  // namespace peregrine::engine

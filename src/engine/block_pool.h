@@ -32,6 +32,8 @@ class BlockPool {
 
   // The free list from head to tail (tests).
   std::vector<int> free_list() const;
+  // Appends the first n blocks of the free list (the next ones allocate() takes, head first) to out.
+  void free_head(int n, std::vector<int>& out) const;
 
  private:
   void unlink(int block);

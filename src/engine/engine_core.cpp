@@ -96,6 +96,12 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
     host_tier_ = std::make_unique<HostKvTier>(runner_->backend(), runner_->kv_cache(), config.host_kv_blocks,
                                               std::move(disk));
     scheduler_.kv().set_lower_tier(host_tier_.get());
+    // Copies down ahead of need: the cached blocks among the next ones an allocation evicts go down while the
+    // copy queue has time, so a hit's load (whose allocation evicts them) starts its copy up at once. The window
+    // takes at most 1/16 of the host tier (those blocks are then held twice). PEREGRINE_KV_COPY_AHEAD=N sets it.
+    int ahead = std::min(config.num_blocks / 4, config.host_kv_blocks / 16);
+    if (const char* a = std::getenv("PEREGRINE_KV_COPY_AHEAD"); a && *a) ahead = std::max(0, std::atoi(a));
+    scheduler_.kv().set_copy_ahead(ahead);
   }
 }
 
@@ -441,6 +447,7 @@ bool EngineCore::has_background_work() const {
 void EngineCore::poll_background() {
   if (host_tier_) host_tier_->poll();
   scheduler_.kv().poll_loads();
+  scheduler_.kv().copy_ahead();
 }
 
 void EngineCore::step() {
@@ -448,6 +455,8 @@ void EngineCore::step() {
   const auto t0 = Clock::now();
   if (host_tier_) host_tier_->poll();  // finished copy-downs go on to the disk tier
   SchedulerOutput out = scheduler_.schedule();
+  // After the schedule's allocations, before its step: the copies run beside the step's compute.
+  scheduler_.kv().copy_ahead();
   const auto t1 = Clock::now();
   if (out.empty()) return;
   const double step_start = now();
@@ -671,6 +680,8 @@ EngineStats EngineCore::stats() const {
     const HostKvTier::Stats& h = host_tier_->stats();
     s.prefix_cache_host_hits = scheduler_.kv().num_lower_tier_hit_blocks() * static_cast<uint64_t>(config_.block_size);
     s.kv_offload_blocks_to_host = h.blocks_down;
+    s.kv_offload_blocks_ahead = h.blocks_ahead;
+    s.kv_offload_evicted_held = h.evicted_held;
     s.kv_offload_blocks_from_host = h.blocks_up;
     s.kv_offload_bytes_to_host = h.bytes_down;
     s.kv_offload_bytes_from_host = h.bytes_up;

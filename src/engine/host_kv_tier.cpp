@@ -148,7 +148,13 @@ void HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks) {
   }
 }
 
-void HostKvTier::keep(std::span<const Evicted> blocks) {
+void HostKvTier::keep(std::span<const Evicted> blocks) { copy_down(blocks, /*ahead=*/false); }
+
+void HostKvTier::copy_ahead(std::span<const Evicted> blocks) {
+  if (host_.num_slots() > 0) copy_down(blocks, /*ahead=*/true);
+}
+
+void HostKvTier::copy_down(std::span<const Evicted> blocks, bool ahead) {
   if (blocks.empty() || (host_.num_slots() == 0 && !disk_)) return;
   // The chain's earlier blocks first: they are the ones the slots take.
   std::vector<const Evicted*> order;
@@ -160,17 +166,21 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
   std::vector<int> pinned;                   // their slots, which the call's other blocks must not take
   for (const Evicted* e : order) {
     auto it = by_key_.find(e->key);
-    if (it != by_key_.end()) {  // already held (an earlier copy of the same content)
+    if (it == by_key_.end()) {
+      fresh.push_back(e);
+    } else if (!ahead) {  // already held (copied ahead, or an earlier copy of the same content): no copy
+      const Slot& slot = slots_[static_cast<size_t>(it->second)];
+      // A copy ahead still running reads the block: its next owner writes it only after that copy.
+      if (!kv_.transfer_done(slot.ticket)) kv_.compute_waits_for(slot.ticket);
+      ++stats_.evicted_held;
       touched.emplace_back(e->depth, it->second);
       pinned.push_back(it->second);
       pin(it->second);
-    } else {
-      fresh.push_back(e);
     }
   }
   const size_t room = static_cast<size_t>(host_.num_slots() - num_pinned_);
   const size_t in_host = std::min(fresh.size(), room);
-  if (fresh.size() > in_host) {
+  if (fresh.size() > in_host && !ahead) {
     const std::vector<const Evicted*> rest(fresh.begin() + static_cast<ptrdiff_t>(in_host), fresh.end());
     if (disk_) {
       stage_to_disk(rest);
@@ -183,7 +193,7 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
     const Evicted& e = *fresh[i];
     const int s = take_slot();
     if (s < 0) {
-      stats_.not_kept += i + 1;  // cannot happen: `room` slots are unpinned
+      if (!ahead) stats_.not_kept += i + 1;  // cannot happen: `room` slots are unpinned
       break;
     }
     pin(s);  // one transfer must not write a slot twice (its copies run in no set order)
@@ -199,7 +209,9 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
   for (const auto& [depth, s] : touched) lru_.splice(lru_.end(), lru_, slots_[static_cast<size_t>(s)].lru);
   if (device.empty()) return;
   const uint64_t ticket = kv_.swap_out(device, host_, host);
-  kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
+  // Evicted blocks' next owners write them only after the copy; blocks copied ahead stay as they are on the
+  // device until keep() names them.
+  if (!ahead) kv_.compute_waits_for(ticket);
   for (int s : host) {
     Slot& slot = slots_[static_cast<size_t>(s)];
     slot.ticket = ticket;
@@ -212,6 +224,7 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
   ++stats_.transfers_down;
   stats_.blocks_down += device.size();
   stats_.bytes_down += device.size() * host_.slot_bytes();
+  if (ahead) stats_.blocks_ahead += device.size();
 }
 
 int HostKvTier::count_held(std::span<const Probe> run) {

@@ -6,6 +6,9 @@
 // recently used first among the blocks no held block continues (a chain is dropped from its end). Transfers run on
 // the backend's copy queue, in order, after the work enqueued before them; the compute queue waits for a copy-down
 // before it overwrites the blocks and for a load before it reads them, so the host never blocks on either.
+// Copies are also made ahead of need (copy_ahead: the cached blocks the device pool evicts next, while they are
+// still cached there), so an eviction of a block a slot already holds copies nothing, and a hit's load, whose
+// allocation evicts such blocks, starts its copy up at once instead of behind their copy down.
 //
 // With a disk tier (disk_kv_store.h) every evicted block reaches the disk: the blocks in slots are written through
 // once their copy is done, and the blocks the slots do not take go straight from the device to the disk through a
@@ -37,6 +40,8 @@ class HostKvTier final : public LowerKvTier {
     uint64_t disk_loads = 0;         // blocks read back from the disk tier (then loaded like host blocks)
     uint64_t past_host = 0;          // evicted blocks that went to the disk tier through the staging buffer
     uint64_t not_kept = 0;           // evicted blocks no tier took (no disk tier, and no slot free of loads)
+    uint64_t blocks_ahead = 0;       // of blocks_down: copied ahead of their eviction (copy_ahead)
+    uint64_t evicted_held = 0;       // evicted blocks a slot already held (copied ahead, or earlier): no copy
     double wait_seconds = 0;         // the engine thread waited for the staging buffer's copies
   };
 
@@ -48,6 +53,9 @@ class HostKvTier final : public LowerKvTier {
   ~HostKvTier() override;  // waits for its loads' copies and hands the copies still in flight to the disk tier
 
   void keep(std::span<const Evicted> blocks) override;
+  // Into host slots only (never past them to the disk): a block copied ahead goes on to the disk tier like any
+  // block in a slot.
+  void copy_ahead(std::span<const Evicted> blocks) override;
   int count_held(std::span<const Probe> run) override;
   // Blocks the host holds are copied up at the first loaded() (or order_on_device()); blocks only the disk holds
   // are first read into host slots on the disk tier's reader thread (loaded() copies them up as their reads come
@@ -87,6 +95,9 @@ class HostKvTier final : public LowerKvTier {
   // used unpinned one), dropped; -1 when every slot is pinned. With idle_only, slots whose last transfer is still
   // running are passed over too.
   int take_slot(bool idle_only = false);
+  // keep() (ahead = false) and copy_ahead(): copies the blocks no slot holds into slots (and, evicting, the rest
+  // past them to the disk tier); evicting, a block a slot already holds costs no copy.
+  void copy_down(std::span<const Evicted> blocks, bool ahead);
   void drop(int slot);  // writes it through, then forgets it
   void hold(int slot, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens);
   int holding(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) const;  // its slot, or -1

@@ -42,6 +42,20 @@ void KvCacheManager::flush_evictions() {
   evicted_depths_.clear();
 }
 
+void KvCacheManager::copy_ahead() {
+  if (!tier_ || ahead_ == 0) return;
+  if (offered_.empty()) offered_.assign(static_cast<size_t>(pool_.num_blocks()), 0);
+  window_.clear();
+  pool_.free_head(ahead_, window_);
+  std::vector<LowerKvTier::Evicted> blocks;
+  for (int b : window_) {
+    if (!cache_.is_cached(b) || offered_[static_cast<size_t>(b)] == cache_.key_of(b)) continue;
+    offered_[static_cast<size_t>(b)] = cache_.key_of(b);
+    blocks.push_back({b, cache_.key_of(b), cache_.parent_key_of(b), cache_.tokens_of(b), cache_.depth_of(b)});
+  }
+  if (!blocks.empty()) tier_->copy_ahead(blocks);
+}
+
 void KvCacheManager::forget_from_lower(int block) {
   from_lower_.erase(std::remove(from_lower_.begin(), from_lower_.end(), block), from_lower_.end());
   from_below_.erase(std::remove(from_below_.begin(), from_below_.end(), block), from_below_.end());

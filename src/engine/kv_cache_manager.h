@@ -2,6 +2,7 @@
 // allocating slots for a step (all or nothing), caching newly full blocks, forks for n > 1, and freeing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -32,6 +33,10 @@ class LowerKvTier {
   };
   // Cached device blocks about to be reused: keep their content. Called before any later step writes them.
   virtual void keep(std::span<const Evicted> blocks) = 0;
+  // Cached device blocks, unreferenced, that the pool will reuse soonest: the tier may copy them down now, so that
+  // their eviction later costs no copy (keep() then finds them held). They stay cached on the device and unchanged
+  // until keep() names them; keep() orders their next write after such a copy. The default copies nothing.
+  virtual void copy_ahead(std::span<const Evicted> blocks) { (void)blocks; }
   // How many leading blocks of `run` (consecutive blocks of one chain) the tier holds; marks them recently used,
   // the run's first block last.
   virtual int count_held(std::span<const Probe> run) = 0;
@@ -104,6 +109,13 @@ class KvCacheManager {
   // The tier below the device (null: none). The manager keeps evicted cached blocks there and looks hits up there
   // after the device's.
   void set_lower_tier(LowerKvTier* tier) { tier_ = tier; }
+  // Copies down ahead of need: the cached blocks among the first `blocks` of the free list (the next ones an
+  // allocation evicts) are offered to the lower tier (LowerKvTier::copy_ahead) by copy_ahead(). 0: off.
+  void set_copy_ahead(int blocks) { ahead_ = std::max(0, blocks); }
+  int copy_ahead_window() const { return ahead_; }
+  // Offers the window's cached blocks not offered since they were cached (called once per step, after the
+  // schedule's allocations, and while the engine is idle).
+  void copy_ahead();
   // Blocks of admitted lookups that came from the lower tier (counted by record_prefix_lookup), and of those the
   // ones that came from below it (the disk).
   uint64_t num_lower_tier_hit_blocks() const { return lower_hit_blocks_; }
@@ -122,6 +134,9 @@ class KvCacheManager {
   void forget_from_lower(int block);  // block no longer counts as loaded from the lower tier
 
   LowerKvTier* tier_ = nullptr;
+  int ahead_ = 0;
+  std::vector<uint64_t> offered_;  // per block: the key it was last offered to copy_ahead under (0: none)
+  std::vector<int> window_;        // scratch of copy_ahead
   std::vector<int> evicted_;             // cached blocks the pool reused, not yet handed down
   std::vector<uint64_t> evicted_keys_;   // [2 * i]: key, [2 * i + 1]: parent key
   std::vector<int32_t> evicted_tokens_;  // block_size per block

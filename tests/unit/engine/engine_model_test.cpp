@@ -467,6 +467,53 @@ std::vector<std::vector<int32_t>> cold_runs(EngineConfig config, const std::vect
   return out;
 }
 
+// Copies ahead of need with the whole device pool as the window (PEREGRINE_KV_COPY_AHEAD): blocks go down while
+// still cached on the device, their evictions then find them held and copy nothing, and every hit from the host
+// tier is still the cold run's output (on CUDA: the device hit's, see above), round after round.
+void copied_ahead_hits_are_exact(const char* device) {
+  EngineConfig config = small_cache_config(device);
+  config.dtype = "float32";
+  const auto prompts = long_prompts(*Engine::create(config));
+  constexpr int kTokens = 12;
+  std::vector<std::vector<int32_t>> want;
+  {
+    config.kv_offloading_size = 0.05;
+    auto engine = Engine::create(config);  // the default window: 6 blocks here
+    for (const auto& p : prompts) {
+      run_alone(*engine, p, kTokens);
+      want.push_back(run_alone(*engine, p, kTokens));  // a device hit
+    }
+  }
+  if (std::string(device) == "cpu") {
+    EXPECT_EQ(want, cold_runs(config, prompts, kTokens));  // CPU: exact
+  }
+  setenv("PEREGRINE_KV_COPY_AHEAD", "24", 1);
+  auto engine = Engine::create(config);
+  unsetenv("PEREGRINE_KV_COPY_AHEAD");
+  // Round 0 runs cold (on CUDA not the device hit's output: compare from round 1, all host-tier hits, on).
+  const bool cuda = std::string(device) == "cuda";
+  for (int round = 0; round < 3; ++round) {
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const auto out = run_alone(*engine, prompts[k], kTokens);
+      if (round > 0 || !cuda) {
+        EXPECT_EQ(out, want[k]) << "prompt " << k << " round " << round;
+      }
+    }
+  }
+  const EngineStats s = engine->stats();
+  EXPECT_GT(s.prefix_cache_host_hits, 2u * 16 * 10);
+  EXPECT_GT(s.kv_offload_blocks_ahead, 0u);
+  EXPECT_GT(s.kv_offload_evicted_held, 0u) << "evictions of blocks copied ahead should copy nothing";
+  EXPECT_EQ(s.num_used_kv_blocks, 0);
+}
+
+TEST_F(EngineModelTest, BlocksCopiedAheadGiveExactHostTierHits) { copied_ahead_hits_are_exact("cpu"); }
+
+TEST_F(EngineModelTest, BlocksCopiedAheadGiveExactHostTierHitsOnCuda) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  copied_ahead_hits_are_exact("cuda");
+}
+
 // The engine of the disk-tier tests: a device cache of 64 blocks (1,024 tokens), a host tier of 8 blocks, a disk
 // tier under `dir` bounded to `disk_gb`.
 EngineConfig big_prefix_config(const std::filesystem::path& dir, double disk_gb) {

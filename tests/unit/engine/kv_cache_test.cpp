@@ -347,6 +347,72 @@ TEST_P(KvCacheOps, HostTierKeepsAChainsFirstBlocks) {
   EXPECT_TRUE(dev.same_as_original(21, 1));
 }
 
+// Copies made ahead of need: blocks still cached on the device go down (copy_ahead); their eviction later costs no
+// copy (keep finds them held), and the device writing them afterwards, even while the copy ahead may still run
+// (the compute queue waits for it), never changes what the tier serves. A block copied ahead, evicted, written
+// with new content and cached again under a new key goes down again; each key loads its own content back.
+TEST_P(KvCacheOps, BlocksCopiedAheadAreEvictedWithoutACopyAndNeverServedStale) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  HostKvTier tier(*dev.backend, *dev.kv, 8);
+  const Chain a(1000, 4, 0);
+  auto ahead = a.evicted(0, 4);
+  tier.copy_ahead(ahead);
+  EXPECT_EQ(tier.stats().blocks_ahead, 4u);
+  EXPECT_EQ(tier.stats().transfers_down, 1u);
+  EXPECT_EQ(tier.count_held(a.run()), 4);
+  tier.copy_ahead(ahead);  // held already: nothing more is copied
+  EXPECT_EQ(tier.stats().transfers_down, 1u);
+  // Evicted at once, the copy perhaps still running: no new copy; the blocks' new owner overwrites them on the
+  // compute queue (blocks 0-3 := 10-13), after the copy.
+  tier.keep(a.evicted(0, 4));
+  EXPECT_EQ(tier.stats().transfers_down, 1u);
+  EXPECT_EQ(tier.stats().blocks_down, 4u);
+  EXPECT_EQ(tier.stats().evicted_held, 4u);
+  const std::pair<int, int> overwrite[] = {{10, 0}, {11, 1}, {12, 2}, {13, 3}};
+  dev.kv->copy_blocks(overwrite);
+  EXPECT_EQ(load_run(tier, a, 4, 20), 4);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(dev.same_as_original(20 + i, i)) << "block " << i;
+  EXPECT_TRUE(dev.same_as_original(0, 10));
+  // Block 0 now holds block 10's content, cached under another key: offered ahead, it goes down as that content.
+  const Chain b(2000, 1, 0);
+  tier.copy_ahead(b.evicted(0, 1));
+  EXPECT_EQ(tier.stats().blocks_ahead, 5u);
+  EXPECT_EQ(load_run(tier, b, 1, 24), 1);
+  EXPECT_TRUE(dev.same_as_original(24, 10));
+  EXPECT_EQ(load_run(tier, a, 1, 25), 1);
+  EXPECT_TRUE(dev.same_as_original(25, 0));
+}
+
+// A copy ahead never pushes the blocks of a load in flight out of their slots, and never goes past the slots: with
+// every slot taken by a load, copy_ahead copies nothing (and nothing goes to the disk tier for it).
+TEST_P(KvCacheOps, CopyAheadLeavesLoadsAloneAndStopsAtTheSlots) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  TierDir dir;
+  HostKvTier tier(*dev.backend, *dev.kv, 2, dir.store(dev.cfg), /*staging_slots=*/3);
+  const Chain a(1000, 2, 0), b(2000, 3, 4);
+  tier.keep(a.evicted(0, 2));
+  uint64_t ticket = 0;
+  const int targets[] = {20, 21};
+  std::vector<uint8_t> below(2, 0);
+  ASSERT_EQ(tier.load(a.keys, targets, &ticket, below), 2);  // pins both slots until loaded()
+  const uint64_t past_host = tier.stats().past_host;
+  tier.copy_ahead(b.evicted(0, 3));
+  EXPECT_EQ(tier.stats().blocks_ahead, 0u);
+  EXPECT_EQ(tier.stats().past_host, past_host);
+  EXPECT_EQ(tier.stats().not_kept, 0u);
+  int arrived = -1;
+  while ((arrived = tier.loaded(ticket)) < 0) std::this_thread::yield();
+  EXPECT_EQ(arrived, 2);
+  EXPECT_TRUE(dev.same_as_original(20, 0) && dev.same_as_original(21, 1));
+  tier.copy_ahead(b.evicted(0, 3));  // the slots are free of the load now: the chain's first two go down
+  EXPECT_EQ(tier.stats().blocks_ahead, 2u);
+  EXPECT_TRUE(tier.holds(b.keys[0]) && tier.holds(b.keys[1]) && !tier.holds(b.keys[2]));
+}
+
 // With a disk tier every evicted block reaches it: what the host slots cannot take goes through the staging buffer
 // (in rounds), and a lookup finds the whole chain (on disk, or still queued for it). A load of more blocks than the
 // host tier has slots streams through them and comes back whole and bit-exact; a block whose file went bad ends the

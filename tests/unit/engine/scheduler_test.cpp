@@ -413,6 +413,85 @@ TEST(Scheduler, ALoadEndingShortRightAfterTheLookupServesNoStaleBlocks) {
   EXPECT_EQ(h.sched.kv().pool().num_free(), 16);
 }
 
+// A lower tier that records what it is asked to keep and to copy ahead.
+class RecordingTier final : public LowerKvTier {
+ public:
+  const KvCacheManager* kv = nullptr;
+  std::vector<std::pair<int, uint64_t>> ahead;  // (block, key) offered to copy_ahead
+  std::vector<uint64_t> kept;
+  void keep(std::span<const Evicted> blocks) override {
+    for (const Evicted& e : blocks) kept.push_back(e.key);
+  }
+  void copy_ahead(std::span<const Evicted> blocks) override {
+    for (const Evicted& e : blocks) {
+      // Only unreferenced blocks still cached under the key they are offered with.
+      EXPECT_EQ(kv->pool().ref_count(e.block), 0) << e.block;
+      EXPECT_TRUE(kv->cache().is_cached(e.block) && kv->cache().key_of(e.block) == e.key) << e.block;
+      EXPECT_EQ(kv->cache().depth_of(e.block), e.depth);
+      ahead.emplace_back(e.block, e.key);
+    }
+  }
+  int count_held(std::span<const Probe>) override { return 0; }
+  int load(std::span<const uint64_t>, std::span<const int>, uint64_t* ticket, std::span<uint8_t>) override {
+    *ticket = 0;
+    return 0;
+  }
+  int loaded(uint64_t) override { return 0; }
+  bool order_on_device(uint64_t) override { return true; }
+};
+
+// Copies ahead of need: the manager offers the cached blocks among the next ones an allocation evicts, each once
+// while it stays cached under the same key (a device hit and release in between changes nothing); a block evicted
+// and cached again with new content is offered again under its new key; blocks past the window are not offered.
+TEST(Scheduler, CopyAheadOffersTheWindowsCachedBlocksOncePerContent) {
+  Harness h(config(16));
+  RecordingTier tier;
+  tier.kv = &h.sched.kv();
+  h.sched.kv().set_lower_tier(&tier);
+  h.sched.kv().set_copy_ahead(16);
+  h.sched.kv().copy_ahead();
+  EXPECT_TRUE(tier.ahead.empty());  // nothing cached yet
+  h.add(tokens(17), 1);             // 4 full blocks cached, then released
+  h.run_to_completion();
+  h.sched.kv().copy_ahead();
+  ASSERT_EQ(tier.ahead.size(), 4u);
+  h.sched.kv().copy_ahead();
+  EXPECT_EQ(tier.ahead.size(), 4u);
+  h.add(tokens(17), 1);  // a device hit on the same blocks, released again
+  h.run_to_completion();
+  h.sched.kv().copy_ahead();
+  EXPECT_EQ(tier.ahead.size(), 4u);
+  // 15 full blocks of other content: the allocation reuses every block, a's four among them (handed to keep).
+  h.add(tokens(61, 500), 1);
+  h.run_to_completion();
+  EXPECT_EQ(tier.kept.size(), 4u);
+  std::set<int> a_blocks;
+  for (const auto& [b, key] : tier.ahead) a_blocks.insert(b);
+  h.sched.kv().copy_ahead();
+  ASSERT_EQ(tier.ahead.size(), 4u + 15u);
+  int again = 0;
+  for (size_t i = 4; i < tier.ahead.size(); ++i) {
+    again += a_blocks.count(tier.ahead[i].first) > 0 ? 1 : 0;
+    for (size_t j = 0; j < 4; ++j) EXPECT_NE(tier.ahead[i].second, tier.ahead[j].second);
+  }
+  int recached = 0;  // a's blocks that hold full blocks of the new content (one holds its partial last block)
+  for (int b : a_blocks) recached += h.sched.kv().cache().is_cached(b) ? 1 : 0;
+  EXPECT_EQ(recached, 3);
+  EXPECT_EQ(again, recached) << "a's blocks now hold other content: offered again";
+  // A window of 2: only the free list's first two blocks are looked at.
+  Harness small(config(16));
+  RecordingTier t2;
+  t2.kv = &small.sched.kv();
+  small.sched.kv().set_lower_tier(&t2);
+  small.sched.kv().set_copy_ahead(2);
+  small.add(tokens(61, 500), 1);
+  small.run_to_completion();
+  small.sched.kv().copy_ahead();
+  const std::vector<int> head = small.sched.kv().pool().free_list();
+  ASSERT_LE(t2.ahead.size(), 2u);
+  for (const auto& [b, key] : t2.ahead) EXPECT_TRUE(b == head[0] || b == head[1]) << b;
+}
+
 // A request that ends while its blocks load leaves nothing held once the load is done.
 TEST(Scheduler, LoadingBlocksAreReleasedWhenTheLoadEndsEvenWithoutTheirRequest) {
   Harness h(config(16));
