@@ -124,6 +124,10 @@ struct EngineStats {
   uint64_t kv_disk_blocks = 0, kv_disk_blocks_at_start = 0;
   uint64_t kv_disk_blocks_past_host = 0, kv_disk_dropped_writes = 0;
   double kv_disk_wait_seconds = 0.0;
+  // Engine-thread seconds spent handing evicted blocks down (copies enqueued, staging rounds to the disk, the disk's
+  // write queue), and the seconds loads that read from the disk took from their start until every block was read
+  // back and its copy up enqueued.
+  double kv_evict_seconds = 0.0, kv_disk_load_seconds = 0.0;
   // Tier work in flight: device blocks held while a load fills them, host slots pinned by loads, disk writes queued
   // (findable, readable from memory); and how often the disk under the tier was found full (ENOSPC: the tier then
   // shrinks to what fits, kv_disk_bound_bytes).

@@ -137,11 +137,13 @@ void DiskKvStore::reader_loop() {
     const uint64_t id = read_queue_.front();
     read_queue_.pop_front();
     const Read job = reads_.at(id);
+    ++reading_;
     lock.unlock();
     uint64_t parent = 0;
     std::vector<int32_t> tokens;
     const bool ok = read(job.key, job.dst, parent, tokens);
     lock.lock();
+    if (--reading_ == 0 && read_queue_.empty()) wake_.notify_all();  // the writers may go on
     Read& r = reads_.at(id);
     r.status = ok ? 1 : 0;
     r.parent_key = parent;
@@ -305,6 +307,14 @@ void DiskKvStore::writer_loop() {
     if (queue_.empty()) {
       if (stopping_) return;
       continue;
+    }
+    // Reads first: a hit waits for them, a write waits for nobody (a full queue drops its oldest). While reads are
+    // queued or running the writers hold back, each for at most a second (a read stuck on a bad disk must not stop
+    // the writes for good).
+    if (reading_ > 0 || !read_queue_.empty()) {
+      wake_.wait_for(lock, std::chrono::seconds(1),
+                     [&] { return stopping_ || (reading_ == 0 && read_queue_.empty()); });
+      if (queue_.empty()) continue;
     }
     std::shared_ptr<const Job> job = std::move(queue_.front());
     queue_.pop_front();

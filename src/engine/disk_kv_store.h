@@ -11,6 +11,7 @@
 // the oldest queued writes are dropped to make room (logged once, counted in dropped_full), so what reaches the disk
 // is the most recently used of what was evicted. With drop_oldest_when_full off, put() waits for the writer instead
 // (back-pressure) and drops the block only when the writer has made no room for max_put_wait_seconds.
+// Reads come first: while reads are queued or running the writers hold back (each for at most a second).
 // A disk that fills before the bound does (other files on it, a smaller filesystem than --kv-cache-disk-gb) is met
 // by shrinking: the write that found no space drops the least recently used files down to 7/8 of what the store
 // held, lowers the bound to that, and is tried once more; the store goes on within what the disk has, logging once.
@@ -149,6 +150,7 @@ class DiskKvStore {
   uint64_t bound_ = 0;  // bytes the files may take now (config_.max_bytes unless the disk was found full)
   std::chrono::steady_clock::time_point bound_lowered_{};
   int writing_ = 0;  // writers inside write_one
+  int reading_ = 0;  // readers inside read (writers hold back while reads run or wait)
   bool stopping_ = false;
   Stats stats_;
   std::deque<uint64_t> read_queue_;              // ids of reads not started

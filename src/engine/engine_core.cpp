@@ -682,6 +682,8 @@ EngineStats EngineCore::stats() const {
     s.kv_offload_blocks_to_host = h.blocks_down;
     s.kv_offload_blocks_ahead = h.blocks_ahead;
     s.kv_offload_evicted_held = h.evicted_held;
+    s.kv_evict_seconds = h.evict_seconds;
+    s.kv_disk_load_seconds = h.disk_load_seconds;
     s.kv_offload_blocks_from_host = h.blocks_up;
     s.kv_offload_bytes_to_host = h.bytes_down;
     s.kv_offload_bytes_from_host = h.bytes_up;

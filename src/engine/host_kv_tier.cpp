@@ -148,7 +148,11 @@ void HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks) {
   }
 }
 
-void HostKvTier::keep(std::span<const Evicted> blocks) { copy_down(blocks, /*ahead=*/false); }
+void HostKvTier::keep(std::span<const Evicted> blocks) {
+  const auto t0 = std::chrono::steady_clock::now();
+  copy_down(blocks, /*ahead=*/false);
+  stats_.evict_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 void HostKvTier::copy_ahead(std::span<const Evicted> blocks) {
   if (host_.num_slots() > 0) copy_down(blocks, /*ahead=*/true);
@@ -256,12 +260,14 @@ int HostKvTier::load(std::span<const uint64_t> keys, std::span<const int> blocks
     if (i < from_below.size()) from_below[i] = in_host ? 0 : 1;
     Part part;
     part.key = keys[i];
+    part.from_disk = !in_host;
     load.parts.push_back(part);
   }
   const int n = static_cast<int>(load.parts.size());
   if (n == 0) return 0;
   load.blocks.assign(blocks.begin(), blocks.begin() + n);
   load.end = n;
+  load.start = std::chrono::steady_clock::now();
   // The disk keeps the run while it loads: the evictions that making room for it causes must not push its queued
   // writes or its files out.
   if (disk_) disk_->protect(std::span<const uint64_t>(keys).first(static_cast<size_t>(n)));
@@ -343,6 +349,11 @@ void HostKvTier::advance(Load& load, bool issue) {
   }
   // Past a failed read: the held blocks are let go; blocks still being read are let go when their reads are back.
   if (load.issued >= load.end) {
+    if (!load.timed) {  // every block read back and its copy up enqueued
+      load.timed = true;
+      if (std::any_of(load.parts.begin(), load.parts.end(), [](const Part& p) { return p.from_disk; }))
+        stats_.disk_load_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - load.start).count();
+    }
     for (int i = load.end; i < load.frontier; ++i) {
       Part& p = load.parts[static_cast<size_t>(i)];
       if (p.slot >= 0 && p.read == 0) {

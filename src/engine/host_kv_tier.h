@@ -18,6 +18,7 @@
 // threads and copied up from there, in rounds through the slots when a load is larger than the slots that are free.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -43,6 +44,8 @@ class HostKvTier final : public LowerKvTier {
     uint64_t blocks_ahead = 0;       // of blocks_down: copied ahead of their eviction (copy_ahead)
     uint64_t evicted_held = 0;       // evicted blocks a slot already held (copied ahead, or earlier): no copy
     double wait_seconds = 0;         // the engine thread waited for the staging buffer's copies
+    double evict_seconds = 0;        // the engine thread's time in keep() (copies enqueued, staging, disk queue)
+    double disk_load_seconds = 0;    // loads that read from the disk: from load() until every copy up was enqueued
   };
 
   // `num_slots` blocks of `kv`'s layout in pinned memory of kv's backend; with `disk`, every evicted block is also
@@ -114,12 +117,15 @@ class HostKvTier final : public LowerKvTier {
     uint64_t key = 0;
     int slot = -1;      // while in [issued, frontier)
     uint64_t read = 0;  // the disk read into slot, until its result is taken
+    bool from_disk = false;  // not in a slot when the load started
   };
   struct Load {
     std::vector<Part> parts;
     std::vector<int> blocks;
     int issued = 0, frontier = 0, end = 0;
     std::vector<uint64_t> transfers;  // its copies up
+    std::chrono::steady_clock::time_point start;
+    bool timed = false;  // its disk_load_seconds counted
   };
   void advance(Load& load, bool issue = true);  // never blocks; without issue, enqueues no copy up
   void release_disk(const Load& load);          // the disk may drop the load's blocks again

@@ -440,6 +440,7 @@ TEST_P(KvCacheOps, DiskTierTakesEveryEvictedBlockAndLoadsMoreThanTheHostHolds) {
   EXPECT_EQ(below, std::vector<uint8_t>(10, 1));
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(dev.same_as_original(12 + i, i)) << "block " << i;
   EXPECT_EQ(tier.stats().disk_loads, 10u);
+  EXPECT_GT(tier.stats().disk_load_seconds, 0.0);
   EXPECT_GE(tier.stats().transfers_up, 5u);  // two slots: five rounds at least
   EXPECT_LE(tier.num_held(), 2);
   // Block 5's file corrupted: a load of the chain stops before it, the file is dropped, nothing bad is served.
