@@ -247,7 +247,8 @@ void DiskKvStore::drop_locked(uint64_t key, bool bad) {
   if (bad) ++stats_.dropped_bad;
 }
 
-void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload) {
+void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload,
+                      std::shared_ptr<void> lease) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_ || index_.count(key) || queued_.count(key)) return;
   if (config_.payload_bytes + sizeof(Header) > config_.max_bytes) {
@@ -291,8 +292,17 @@ void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t
     }
     if (stopping_ || index_.count(key) || queued_.count(key)) return;
   }
-  auto job = std::make_shared<Job>(Job{key, parent_key, ++next_order_, std::vector<int32_t>(tokens.begin(), tokens.end()),
-                                       std::vector<std::byte>(payload, payload + config_.payload_bytes)});
+  auto job = std::make_shared<Job>();
+  job->key = key;
+  job->parent_key = parent_key;
+  job->order = ++next_order_;
+  job->tokens.assign(tokens.begin(), tokens.end());
+  if (lease) {  // lent: written (and read) from where it is until the job lets the lease go
+    job->lent = payload;
+    job->lease = std::move(lease);
+  } else {
+    job->payload.assign(payload, payload + config_.payload_bytes);
+  }
   queued_bytes_ += config_.payload_bytes;
   queued_.emplace(key, job);
   queue_.push_back(std::move(job));
@@ -348,7 +358,7 @@ void DiskKvStore::writer_loop() {
     queued_bytes_ -= config_.payload_bytes;
     stats_.queued_blocks = queued_.size();
     if (ok) {
-      const uint64_t bytes = sizeof(Header) + job->tokens.size() * sizeof(int32_t) + job->payload.size();
+      const uint64_t bytes = sizeof(Header) + job->tokens.size() * sizeof(int32_t) + config_.payload_bytes;
       // In queue order among the entries used since it was queued, so the disk's LRU drops blocks in the order they
       // were handed over (a chain's later blocks first), whichever writer finished first.
       auto at = lru_.end();
@@ -384,11 +394,11 @@ int DiskKvStore::write_one(const Job& job) {
   h.parent_key = job.parent_key;
   h.block_size = static_cast<uint32_t>(config_.block_size);
   h.payload_bytes = config_.payload_bytes;
-  h.checksum = checksum_of(job.tokens, job.payload.data(), job.payload.size());
+  h.checksum = checksum_of(job.tokens, job.data(), config_.payload_bytes);
   const std::string final_name = file_of(job.key), tmp = final_name + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   bool ok = fd >= 0 && write_all(fd, &h, sizeof h) && write_all(fd, job.tokens.data(), job.tokens.size() * sizeof(int32_t)) &&
-            write_all(fd, job.payload.data(), job.payload.size());
+            write_all(fd, job.data(), config_.payload_bytes);
   int err = ok ? 0 : errno;
   if (fd >= 0 && ::close(fd) != 0 && ok) {
     ok = false;
@@ -438,7 +448,7 @@ bool DiskKvStore::read(uint64_t key, std::byte* dst, uint64_t& parent_key_out, s
     }
   }
   if (queued) {  // not written yet (or being written): the queued copy is the block
-    std::memcpy(dst, queued->payload.data(), config_.payload_bytes);
+    std::memcpy(dst, queued->data(), config_.payload_bytes);
     parent_key_out = queued->parent_key;
     tokens_out = queued->tokens;
     std::lock_guard<std::mutex> lock(mutex_);

@@ -73,8 +73,10 @@ class DiskKvStore {
   DiskKvStore& operator=(const DiskKvStore&) = delete;
 
   // Queues the block for writing (the payload is copied); a block already stored or queued is skipped. Waits while
-  // the queue is full (see above).
-  void put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload);
+  // the queue is full (see above). With a lease the payload is lent, not copied: it must stay unchanged until the
+  // store lets the lease go (its last reference, once the block is written or dropped, on any thread).
+  void put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload,
+           std::shared_ptr<void> lease = nullptr);
   // Whether a stored or queued block has this identity (and marks a stored one recently used).
   bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens);
   // Marks a stored block recently used (no-op when absent).
@@ -115,7 +117,10 @@ class DiskKvStore {
     uint64_t key, parent_key;
     uint64_t order = 0;  // its place in the queue: the writers finish in any order, the LRU keeps this one
     std::vector<int32_t> tokens;
-    std::vector<std::byte> payload;
+    std::vector<std::byte> payload;   // a copy, or empty when lent
+    const std::byte* lent = nullptr;  // the lent payload, valid while lease is held
+    std::shared_ptr<void> lease;
+    const std::byte* data() const { return lent ? lent : payload.data(); }
   };
   struct Read {
     uint64_t key = 0;

@@ -7,15 +7,49 @@
 namespace peregrine::engine {
 
 HostKvTier::HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::unique_ptr<DiskKvStore> disk,
-                       int staging_slots)
+                       int staging_slots, int ring_slots)
     : kv_(kv), host_(backend, kv.config(), num_slots), slots_(static_cast<size_t>(num_slots)), disk_(std::move(disk)) {
   for (int s = num_slots - 1; s >= 0; --s) free_.push_back(s);
   if (disk_) {
-    if (staging_slots <= 0) {
-      const size_t per = std::max<size_t>(host_.slot_bytes(), 1);
-      staging_slots = static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / per, 1, 256));
-    }
+    const size_t per = std::max<size_t>(host_.slot_bytes(), 1);
+    if (staging_slots <= 0) staging_slots = static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / per, 1, 256));
     staging_ = std::make_unique<HostKvBuffer>(backend, kv.config(), staging_slots);
+    if (ring_slots == 0) ring_slots = static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / per, 1, 1024));
+    if (ring_slots > 0) {
+      ring_ = std::make_unique<HostKvBuffer>(backend, kv.config(), ring_slots);
+      for (int s = ring_slots - 1; s >= 0; --s) ring_free_.push_back(s);
+    }
+  }
+}
+
+int HostKvTier::take_ring_slot() {
+  if (!ring_) return -1;
+  if (ring_free_.empty()) {
+    std::lock_guard<std::mutex> lock(ring_returned_->m);
+    ring_free_.swap(ring_returned_->slots);
+  }
+  if (ring_free_.empty()) return -1;
+  const int s = ring_free_.back();
+  ring_free_.pop_back();
+  return s;
+}
+
+void HostKvTier::hand_ring_to_disk(bool wait) {
+  while (!ring_pending_.empty()) {
+    RingCopy& c = ring_pending_.front();
+    if (wait) {
+      kv_.wait(c.ticket);
+    } else if (!kv_.transfer_done(c.ticket)) {
+      break;  // copies finish in order
+    }
+    // The slot comes back when the disk lets the lease go (written, or dropped).
+    std::shared_ptr<void> lease(nullptr, [r = ring_returned_, s = c.slot](void*) {
+      std::lock_guard<std::mutex> lock(r->m);
+      r->slots.push_back(s);
+    });
+    disk_->put(c.key, c.parent_key, c.tokens, ring_->slot(c.slot), std::move(lease));
+    ring_keys_.erase(c.key);
+    ring_pending_.pop_front();
   }
 }
 
@@ -32,6 +66,7 @@ HostKvTier::~HostKvTier() {
     release_disk(load);
   }
   for (int s : to_disk_) write_through(s);
+  hand_ring_to_disk(/*wait=*/true);
 }
 
 void HostKvTier::pin(int s) {
@@ -51,6 +86,7 @@ void HostKvTier::write_through(int s) {
 }
 
 void HostKvTier::poll() {
+  hand_ring_to_disk(/*wait=*/false);
   if (to_disk_.empty()) return;
   size_t kept = 0;
   for (int s : to_disk_) {
@@ -117,13 +153,43 @@ int HostKvTier::take_slot(bool idle_only) {
   return fallback;
 }
 
-void HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks) {
+bool HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks, bool ahead) {
   std::vector<const Evicted*> todo;
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {  // deepest first: the disk then drops them first
+    if (auto r = ring_keys_.find((*it)->key); r != ring_keys_.end()) {
+      // Its copy (ahead) into a ring slot may still run: evicted, its next owner writes it only after that copy.
+      if (!ahead) kv_.compute_waits_for(r->second);
+      continue;
+    }
     if (!disk_->contains((*it)->key, (*it)->parent_key, (*it)->tokens)) todo.push_back(*it);
   }
+  // Into ring slots first: lent to the disk's write queue once copied (poll), so nothing waits.
+  size_t lent = 0;
+  std::vector<int> device, ring;
+  for (; lent < todo.size(); ++lent) {
+    const int s = take_ring_slot();
+    if (s < 0) break;
+    device.push_back(todo[lent]->block);
+    ring.push_back(s);
+  }
+  if (!device.empty()) {
+    const uint64_t ticket = kv_.swap_out(device, *ring_, ring);
+    if (!ahead) kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
+    for (size_t i = 0; i < lent; ++i) {
+      const Evicted& e = *todo[i];
+      ring_pending_.push_back({ring[i], ticket, e.key, e.parent_key, std::vector<int32_t>(e.tokens.begin(), e.tokens.end())});
+      ring_keys_[e.key] = ticket;
+    }
+    ++stats_.transfers_down;
+    stats_.blocks_down += lent;
+    stats_.bytes_down += lent * ring_->slot_bytes();
+    (ahead ? stats_.blocks_ahead : stats_.past_host) += lent;
+    hand_ring_to_disk(/*wait=*/false);  // host backends copy at once
+  }
+  if (ahead) return lent == todo.size();
+  todo.erase(todo.begin(), todo.begin() + static_cast<ptrdiff_t>(lent));
   const size_t per = static_cast<size_t>(staging_->num_slots());
-  std::vector<int> device, staging;
+  std::vector<int> staging;
   for (size_t first = 0; first < todo.size(); first += per) {
     const size_t n = std::min(per, todo.size() - first);
     device.clear();
@@ -146,6 +212,7 @@ void HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks) {
     stats_.bytes_down += n * staging_->slot_bytes();
     stats_.past_host += n;
   }
+  return true;
 }
 
 void HostKvTier::keep(std::span<const Evicted> blocks) {
@@ -154,12 +221,17 @@ void HostKvTier::keep(std::span<const Evicted> blocks) {
   stats_.evict_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void HostKvTier::copy_ahead(std::span<const Evicted> blocks) {
-  if (host_.num_slots() > 0) copy_down(blocks, /*ahead=*/true);
+bool HostKvTier::copy_ahead(std::span<const Evicted> blocks) {
+  if (!ahead_to_disk_) return host_.num_slots() == 0 || copy_down(blocks, /*ahead=*/true);
+  std::vector<const Evicted*> order;  // a chain's earlier blocks first, as keep() orders them
+  for (const Evicted& e : blocks)
+    if (!by_key_.count(e.key)) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const Evicted* a, const Evicted* b) { return a->depth < b->depth; });
+  return stage_to_disk(order, /*ahead=*/true);
 }
 
-void HostKvTier::copy_down(std::span<const Evicted> blocks, bool ahead) {
-  if (blocks.empty() || (host_.num_slots() == 0 && !disk_)) return;
+bool HostKvTier::copy_down(std::span<const Evicted> blocks, bool ahead) {
+  if (blocks.empty() || (host_.num_slots() == 0 && !disk_)) return true;
   // The chain's earlier blocks first: they are the ones the slots take.
   std::vector<const Evicted*> order;
   order.reserve(blocks.size());
@@ -192,12 +264,14 @@ void HostKvTier::copy_down(std::span<const Evicted> blocks, bool ahead) {
       stats_.not_kept += rest.size();
     }
   }
+  bool all = fresh.size() <= in_host;
   std::vector<int> device, host;
   for (size_t i = in_host; i-- > 0;) {  // deepest first, so the chain's first block is the most recently used
     const Evicted& e = *fresh[i];
     const int s = take_slot();
     if (s < 0) {
       if (!ahead) stats_.not_kept += i + 1;  // cannot happen: `room` slots are unpinned
+      all = false;
       break;
     }
     pin(s);  // one transfer must not write a slot twice (its copies run in no set order)
@@ -211,7 +285,7 @@ void HostKvTier::copy_down(std::span<const Evicted> blocks, bool ahead) {
   // The call's blocks are the most recently used, a chain's first block last.
   std::stable_sort(touched.begin(), touched.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [depth, s] : touched) lru_.splice(lru_.end(), lru_, slots_[static_cast<size_t>(s)].lru);
-  if (device.empty()) return;
+  if (device.empty()) return all;
   const uint64_t ticket = kv_.swap_out(device, host_, host);
   // Evicted blocks' next owners write them only after the copy; blocks copied ahead stay as they are on the
   // device until keep() names them.
@@ -229,9 +303,11 @@ void HostKvTier::copy_down(std::span<const Evicted> blocks, bool ahead) {
   stats_.blocks_down += device.size();
   stats_.bytes_down += device.size() * host_.slot_bytes();
   if (ahead) stats_.blocks_ahead += device.size();
+  return all;
 }
 
 int HostKvTier::count_held(std::span<const Probe> run) {
+  hand_ring_to_disk(/*wait=*/false);  // ring copies that are done become findable on the disk tier
   std::vector<int> where;  // the slot of each block found, -1 for one on disk
   for (const Probe& p : run) {
     const int s = holding(p.key, p.parent_key, p.tokens);

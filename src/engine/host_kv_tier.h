@@ -20,8 +20,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -51,14 +53,16 @@ class HostKvTier final : public LowerKvTier {
   // `num_slots` blocks of `kv`'s layout in pinned memory of kv's backend; with `disk`, every evicted block is also
   // written there (in the background), and blocks the host no longer holds are read back. `staging_slots` sizes
   // the disk's staging buffer (0: 64 MiB worth, 1 to 256 blocks).
+  // ring_slots sizes the pinned ring whose slots are lent to the disk's write queue (0: 1 GiB worth, 1 to 1,024
+  // blocks; -1: none).
   HostKvTier(ops::Backend& backend, KvCache& kv, int num_slots, std::unique_ptr<DiskKvStore> disk = nullptr,
-             int staging_slots = 0);
+             int staging_slots = 0, int ring_slots = 0);
   ~HostKvTier() override;  // waits for its loads' copies and hands the copies still in flight to the disk tier
 
   void keep(std::span<const Evicted> blocks) override;
   // Into host slots only (never past them to the disk): a block copied ahead goes on to the disk tier like any
   // block in a slot.
-  void copy_ahead(std::span<const Evicted> blocks) override;
+  bool copy_ahead(std::span<const Evicted> blocks) override;
   int count_held(std::span<const Probe> run) override;
   // Blocks the host holds are copied up at the first loaded() (or order_on_device()); blocks only the disk holds
   // are first read into host slots on the disk tier's reader thread (loaded() copies them up as their reads come
@@ -72,7 +76,14 @@ class HostKvTier final : public LowerKvTier {
   // idle as long as busy()).
   void poll();
   // Copy-downs still to hand to the disk tier, loads not yet answered, or disk writes still queued.
-  bool busy() const { return !to_disk_.empty() || !loads_.empty() || (disk_ && disk_->num_queued() > 0); }
+  bool busy() const {
+    return !to_disk_.empty() || !loads_.empty() || !ring_pending_.empty() || (disk_ && disk_->num_queued() > 0);
+  }
+  // With a disk tier: copy_ahead sends blocks to the disk (through the ring) instead of into host slots (for a
+  // host tier small beside the copy-ahead window).
+  void set_ahead_to_disk(bool on) { ahead_to_disk_ = on && disk_ && ring_; }
+  int num_ring_slots() const { return ring_ ? ring_->num_slots() : 0; }
+  int num_ring_pending() const { return static_cast<int>(ring_pending_.size()); }  // copies not yet handed down
   int num_pinned() const { return num_pinned_; }  // slots loads (or a transfer being built) hold where they are
   const DiskKvStore* disk() const { return disk_.get(); }
   DiskKvStore* disk() { return disk_.get(); }
@@ -100,15 +111,21 @@ class HostKvTier final : public LowerKvTier {
   int take_slot(bool idle_only = false);
   // keep() (ahead = false) and copy_ahead(): copies the blocks no slot holds into slots (and, evicting, the rest
   // past them to the disk tier); evicting, a block a slot already holds costs no copy.
-  void copy_down(std::span<const Evicted> blocks, bool ahead);
+  // Returns whether every block found room (or was held already).
+  bool copy_down(std::span<const Evicted> blocks, bool ahead);
   void drop(int slot);  // writes it through, then forgets it
   void hold(int slot, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens);
   int holding(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) const;  // its slot, or -1
   void pin(int slot);
   void unpin(int slot);
   void write_through(int slot);  // waits for the slot's copy-down, then queues it for the disk tier
-  // Copies the blocks to the disk tier through the staging buffer (deepest first), skipping those it holds.
-  void stage_to_disk(const std::vector<const Evicted*>& blocks);
+  // Copies the blocks to the disk tier (deepest first), skipping those it holds: into free ring slots, lent to its
+  // write queue once the copy is done (poll), with no wait; evicting, what finds no ring slot then goes through the
+  // staging buffer in rounds (the engine thread waits for each round's copy). Ahead, what finds no slot is skipped.
+  // Returns whether every block was taken (or held already).
+  bool stage_to_disk(const std::vector<const Evicted*>& blocks, bool ahead = false);
+  int take_ring_slot();  // -1 when none is free
+  void hand_ring_to_disk(bool wait);  // lends the ring copies that are done (all, waiting, with wait) to the disk
 
   // A load in progress. Its parts are taken in chain order: [0, issued) are copied up (or on their way);
   // [issued, frontier) have their content pinned in a host slot (held there, or being read into it from disk);
@@ -143,7 +160,24 @@ class HostKvTier final : public LowerKvTier {
   std::vector<int> free_;
   int num_pinned_ = 0;
   std::vector<int> to_disk_;  // slots whose copy-down is queued for the disk tier
-  std::unique_ptr<DiskKvStore> disk_;  // after host_: destroyed first, so its reader never writes freed slots
+  // The ring (with a disk tier): pinned slots lent to the disk's write queue. A slot comes back (on whichever
+  // thread lets its lease go) once its block is written or dropped.
+  struct RingReturns {
+    std::mutex m;
+    std::vector<int> slots;
+  };
+  struct RingCopy {
+    int slot;
+    uint64_t ticket, key, parent_key;
+    std::vector<int32_t> tokens;
+  };
+  std::unique_ptr<HostKvBuffer> ring_;
+  std::vector<int> ring_free_;
+  std::shared_ptr<RingReturns> ring_returned_ = std::make_shared<RingReturns>();
+  std::deque<RingCopy> ring_pending_;       // copies into ring slots not yet lent to the disk, in order
+  std::unordered_map<uint64_t, uint64_t> ring_keys_;  // their keys, with their copies' tickets
+  bool ahead_to_disk_ = false;
+  std::unique_ptr<DiskKvStore> disk_;  // after host_ and ring_: destroyed first, so nothing it runs touches freed slots
   Stats stats_;
 };
 

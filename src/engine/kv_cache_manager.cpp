@@ -53,7 +53,9 @@ void KvCacheManager::copy_ahead() {
     offered_[static_cast<size_t>(b)] = cache_.key_of(b);
     blocks.push_back({b, cache_.key_of(b), cache_.parent_key_of(b), cache_.tokens_of(b), cache_.depth_of(b)});
   }
-  if (!blocks.empty()) tier_->copy_ahead(blocks);
+  if (!blocks.empty() && !tier_->copy_ahead(blocks)) {
+    for (const LowerKvTier::Evicted& e : blocks) offered_[static_cast<size_t>(e.block)] = 0;  // offered again later
+  }
 }
 
 void KvCacheManager::forget_from_lower(int block) {

@@ -35,8 +35,12 @@ class LowerKvTier {
   virtual void keep(std::span<const Evicted> blocks) = 0;
   // Cached device blocks, unreferenced, that the pool will reuse soonest: the tier may copy them down now, so that
   // their eviction later costs no copy (keep() then finds them held). They stay cached on the device and unchanged
-  // until keep() names them; keep() orders their next write after such a copy. The default copies nothing.
-  virtual void copy_ahead(std::span<const Evicted> blocks) { (void)blocks; }
+  // until keep() names them; keep() orders their next write after such a copy. Returns false when it had no room
+  // for some (they are offered again later). The default copies nothing.
+  virtual bool copy_ahead(std::span<const Evicted> blocks) {
+    (void)blocks;
+    return true;
+  }
   // How many leading blocks of `run` (consecutive blocks of one chain) the tier holds; marks them recently used,
   // the run's first block last.
   virtual int count_held(std::span<const Probe> run) = 0;

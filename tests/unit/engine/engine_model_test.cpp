@@ -576,6 +576,7 @@ TEST_F(EngineModelTest, APrefixLargerThanTheHostTierComesBackWholeFromTheDisk) {
   EXPECT_GE(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits, static_cast<uint64_t>(full - 8 * 16))
       << "all but what the host tier holds from the disk";
   EXPECT_GT(after.kv_disk_blocks_past_host, 0u);
+  EXPECT_GT(after.kv_offload_blocks_ahead, 0u) << "an 8-block host tier: the copy-ahead window goes to the disk";
   EXPECT_EQ(after.kv_disk_dropped_writes, 0u);
   // Asked once more it is a device hit, still exact.
   EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want);

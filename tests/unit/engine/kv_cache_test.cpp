@@ -321,6 +321,15 @@ struct TierDir {
   }
 };
 
+// Until the copies into ring slots are handed to the disk tier (they are found there from then on).
+void settle(HostKvTier& tier) {
+  for (int i = 0; i < 100000 && tier.num_ring_pending() > 0; ++i) {
+    tier.poll();
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(tier.num_ring_pending(), 0);
+}
+
 // A hit must start at a chain's first block: an eviction larger than the tier keeps the chain's first blocks, a
 // chain evicted in two parts (its end first, as the device does) ends with its first blocks held, and a tier that
 // must make room drops a chain from its end.
@@ -430,6 +439,7 @@ TEST_P(KvCacheOps, DiskTierTakesEveryEvictedBlockAndLoadsMoreThanTheHostHolds) {
   EXPECT_TRUE(tier.holds(a.keys[0]) && tier.holds(a.keys[1]));
   EXPECT_EQ(tier.stats().past_host, 8u);
   EXPECT_EQ(tier.stats().not_kept, 0u);
+  settle(tier);
   EXPECT_EQ(tier.count_held(a.run()), 10);  // found before or after its writes finished
   tier.keep(b.evicted(0, 2));  // b takes the slots; a's first blocks were written through
   tier.poll();
@@ -460,6 +470,89 @@ TEST_P(KvCacheOps, DiskTierTakesEveryEvictedBlockAndLoadsMoreThanTheHostHolds) {
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(dev.same_as_original(20 + i, i)) << "block " << i;
   EXPECT_EQ(tier.disk()->stats().dropped_bad, 1u);
   EXPECT_EQ(tier.count_held(a.run()), 5);
+}
+
+// Evicted blocks past the host slots go to the disk through the ring (pinned slots lent to its write queue: no
+// wait on the engine thread); what finds no ring slot takes the staging rounds. Every block loads back bit-exact.
+TEST_P(KvCacheOps, BlocksPastTheHostGoThroughTheRingThenTheStaging) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  TierDir dir;
+  HostKvTier tier(*dev.backend, *dev.kv, 2, dir.store(dev.cfg), /*staging_slots=*/3, /*ring_slots=*/4);
+  ASSERT_EQ(tier.num_ring_slots(), 4);
+  const Chain a(1000, 10, 0);
+  tier.keep(a.evicted(0, 10));  // 2 into host slots, 4 through the ring, 4 in staging rounds
+  EXPECT_EQ(tier.stats().past_host, 8u);
+  EXPECT_EQ(tier.stats().transfers_down, 1u + 1u + 2u);
+  settle(tier);
+  tier.disk()->flush();  // the ring's slots come back once written
+  EXPECT_EQ(tier.count_held(a.run()), 10);
+  EXPECT_EQ(load_run(tier, a, 10, 12), 10);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(dev.same_as_original(12 + i, i)) << "block " << i;
+  // The ring's slots came back: another chain goes through it again.
+  const Chain b(2000, 6, 22);
+  const uint64_t transfers = tier.stats().transfers_down;
+  tier.keep(b.evicted(0, 6));
+  EXPECT_EQ(tier.stats().transfers_down, transfers + 2u);  // host slots + the ring, no staging round
+}
+
+// Copies ahead to the disk (a host tier small beside the window): the blocks go down through the ring while still
+// cached on the device; their eviction then copies nothing past the host, the device overwrites them at once, and
+// they load back as they were. A tier destroyed with ring copies in flight hands them to the disk first: a tier
+// opened again on the folder (a restart) finds them and loads them exact.
+TEST_P(KvCacheOps, CopiesAheadToTheDiskAreEvictedWithoutACopyAndSurviveTheTier) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  TierDir dir;
+  const Chain a(1000, 6, 0), b(2000, 3, 8);
+  {
+    HostKvTier tier(*dev.backend, *dev.kv, 1, dir.store(dev.cfg), /*staging_slots=*/2, /*ring_slots=*/8);
+    tier.set_ahead_to_disk(true);
+    EXPECT_TRUE(tier.copy_ahead(a.evicted(0, 6)));
+    EXPECT_EQ(tier.stats().blocks_ahead, 6u);
+    EXPECT_EQ(tier.num_held(), 0);  // nothing in host slots
+    settle(tier);
+    EXPECT_EQ(tier.count_held(a.run()), 6);
+    const uint64_t transfers = tier.stats().transfers_down;
+    tier.keep(a.evicted(0, 6));  // the first block into the host slot; the rest are on disk already
+    EXPECT_EQ(tier.stats().transfers_down, transfers + 1u);
+    EXPECT_EQ(tier.stats().past_host, 0u);
+    const std::pair<int, int> overwrite[] = {{20, 0}, {21, 1}, {22, 2}, {23, 3}, {24, 4}, {25, 5}};
+    dev.kv->copy_blocks(overwrite);
+    EXPECT_EQ(load_run(tier, a, 6, 12), 6);
+    for (int i = 0; i < 6; ++i) EXPECT_TRUE(dev.same_as_original(12 + i, i)) << "block " << i;
+    // A ring with 8 slots, 6 of them perhaps still lent: a window larger than what is free reports it.
+    tier.disk()->flush();
+    EXPECT_TRUE(tier.copy_ahead(b.evicted(0, 3)));  // then destroyed with these copies perhaps in flight
+  }
+  HostKvTier again(*dev.backend, *dev.kv, 1, dir.store(dev.cfg), 2, 8);
+  EXPECT_EQ(again.count_held(b.run()), 3);
+  EXPECT_EQ(load_run(again, b, 3, 26), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(dev.same_as_original(26 + i, 8 + i)) << "block " << i;
+  EXPECT_EQ(again.disk()->stats().dropped_bad, 0u);
+}
+
+// A copy ahead to the disk that finds every ring slot lent says so, so the blocks are offered again later.
+TEST_P(KvCacheOps, ACopyAheadWithNoRingSlotFreeSaysSo) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  TierDir dir;
+  HostKvTier tier(*dev.backend, *dev.kv, 1, dir.store(dev.cfg), 2, /*ring_slots=*/2);
+  tier.set_ahead_to_disk(true);
+  const Chain a(1000, 4, 0);
+  EXPECT_FALSE(tier.copy_ahead(a.evicted(0, 4)));  // two of four
+  EXPECT_EQ(tier.stats().blocks_ahead, 2u);
+  settle(tier);
+  tier.disk()->flush();
+  EXPECT_TRUE(tier.copy_ahead(a.evicted(0, 4)));  // the other two; the first two are on disk already
+  EXPECT_EQ(tier.stats().blocks_ahead, 4u);
+  settle(tier);
+  EXPECT_EQ(tier.count_held(a.run()), 4);
+  EXPECT_EQ(load_run(tier, a, 4, 12), 4);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(dev.same_as_original(12 + i, i)) << "block " << i;
 }
 
 // A disk tier bounded below the chain: it drops its oldest files, which are the chain's last blocks (they go down

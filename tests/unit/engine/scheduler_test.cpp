@@ -422,7 +422,7 @@ class RecordingTier final : public LowerKvTier {
   void keep(std::span<const Evicted> blocks) override {
     for (const Evicted& e : blocks) kept.push_back(e.key);
   }
-  void copy_ahead(std::span<const Evicted> blocks) override {
+  bool copy_ahead(std::span<const Evicted> blocks) override {
     for (const Evicted& e : blocks) {
       // Only unreferenced blocks still cached under the key they are offered with.
       EXPECT_EQ(kv->pool().ref_count(e.block), 0) << e.block;
@@ -430,6 +430,7 @@ class RecordingTier final : public LowerKvTier {
       EXPECT_EQ(kv->cache().depth_of(e.block), e.depth);
       ahead.emplace_back(e.block, e.key);
     }
+    return true;
   }
   int count_held(std::span<const Probe>) override { return 0; }
   int load(std::span<const uint64_t>, std::span<const int>, uint64_t* ticket, std::span<uint8_t>) override {
