@@ -99,9 +99,13 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
     // Copies down ahead of need: the cached blocks among the next ones an allocation evicts go down while the
     // copy queue has time, so a hit's load (whose allocation evicts them) starts its copy up at once. The window
     // takes at most 1/16 of the host tier (those blocks are then held twice). PEREGRINE_KV_COPY_AHEAD=N sets it.
-    // With a disk tier and a host tier too small for the window, the window goes to the disk (through the ring
-    // of pinned slots lent to its write queue), so a hit's allocation finds what it evicts there already.
-    const bool to_disk = host_tier_->disk() && config.host_kv_blocks / 16 < config.num_blocks / 4;
+    // PEREGRINE_KV_AHEAD_TO_DISK=1: with a disk tier and a host tier too small for the window, the window goes to
+    // the disk (through the ring of pinned slots lent to its write queue), so a hit's allocation finds what it
+    // evicts there already. Off by default: on the H200 host (a disk of ~1 GB/s) the writes it adds just before a
+    // hit slowed the hit and the device hits beside it (docs/BENCHMARKS.md).
+    const char* to_disk_env = std::getenv("PEREGRINE_KV_AHEAD_TO_DISK");
+    const bool to_disk = to_disk_env && std::atoi(to_disk_env) > 0 && host_tier_->disk() &&
+                         config.host_kv_blocks / 16 < config.num_blocks / 4;
     int ahead = to_disk ? config.num_blocks / 4 : std::min(config.num_blocks / 4, config.host_kv_blocks / 16);
     if (const char* a = std::getenv("PEREGRINE_KV_COPY_AHEAD"); a && *a) ahead = std::max(0, std::atoi(a));
     host_tier_->set_ahead_to_disk(to_disk);

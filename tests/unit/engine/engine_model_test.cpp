@@ -576,11 +576,26 @@ TEST_F(EngineModelTest, APrefixLargerThanTheHostTierComesBackWholeFromTheDisk) {
   EXPECT_GE(after.prefix_cache_disk_hits - before.prefix_cache_disk_hits, static_cast<uint64_t>(full - 8 * 16))
       << "all but what the host tier holds from the disk";
   EXPECT_GT(after.kv_disk_blocks_past_host, 0u);
-  EXPECT_GT(after.kv_offload_blocks_ahead, 0u) << "an 8-block host tier: the copy-ahead window goes to the disk";
   EXPECT_EQ(after.kv_disk_dropped_writes, 0u);
   // Asked once more it is a device hit, still exact.
   EXPECT_EQ(run_alone(*engine, prefix, kTokens, &cached), want);
   EXPECT_EQ(cached, full);
+}
+
+// The same with copies ahead to the disk (PEREGRINE_KV_AHEAD_TO_DISK=1: the window goes to the disk through the
+// ring, the host tier being small beside it): every block comes back, the output is the cold run's.
+TEST_F(EngineModelTest, APrefixComesBackWholeFromTheDiskWithCopiesAheadToTheDisk) {
+  const TempKvDir dir("peregrine_kv_ahead");
+  constexpr int kTokens = 8;
+  setenv("PEREGRINE_KV_AHEAD_TO_DISK", "1", 1);
+  const PrefixOnDisk p = prefix_pushed_to_disk(big_prefix_config(dir.path, 1.0), kTokens);
+  unsetenv("PEREGRINE_KV_AHEAD_TO_DISK");
+  int cached = 0;
+  EXPECT_EQ(run_alone(*p.engine, p.prefix, kTokens, &cached), p.want);
+  EXPECT_EQ(cached, 44 * 16);
+  const EngineStats s = p.engine->stats();
+  EXPECT_GT(s.kv_offload_blocks_ahead, 0u) << "an 8-block host tier: the copy-ahead window goes to the disk";
+  EXPECT_EQ(s.kv_disk_dropped_bad, 0u);
 }
 
 // The same with the prefix evicted only just before it is asked for: the host tier then holds its first blocks (a
