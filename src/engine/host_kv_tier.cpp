@@ -410,16 +410,22 @@ void HostKvTier::advance(Load& load, bool issue) {
       blocks.push_back(load.blocks[static_cast<size_t>(j)]);
     }
     if (host.empty()) break;
-    // Nothing waits for it on the device: the manager holds the blocks back until the transfer is done.
-    const uint64_t t = kv_.swap_in(host_, host, blocks, /*compute_waits=*/false);
-    load.transfers.push_back(t);
+    // Nothing waits for it on the device: the manager holds the blocks back until the transfer is done. One
+    // transfer per group of layers, so a step made to wait for the load (order_on_device) waits layer by layer.
+    const int layers = kv_.config().num_layers, per = (layers + kLayerGroups - 1) / kLayerGroups;
+    uint64_t t = 0;
+    for (int first = 0; first < layers; first += per) {
+      t = kv_.swap_in(host_, host, blocks, /*compute_waits=*/false, first, std::min(layers, first + per));
+      load.transfers.push_back(t);
+      load.layer_transfers.emplace_back(first, t);
+      ++stats_.transfers_up;
+    }
     for (int s : host) {
-      slots_[static_cast<size_t>(s)].ticket = t;
+      slots_[static_cast<size_t>(s)].ticket = t;  // the last of them: the slot is read until it is done
       unpin(s);
     }
     for (int i = load.issued; i < j; ++i) load.parts[static_cast<size_t>(i)].slot = -1;
     load.issued = j;
-    ++stats_.transfers_up;
     stats_.blocks_up += host.size();
     stats_.bytes_up += host.size() * host_.slot_bytes();
   }
@@ -458,7 +464,8 @@ bool HostKvTier::order_on_device(uint64_t ticket) {
   // be uncached first, when loaded() answers).
   const int n = static_cast<int>(load.parts.size());
   if (load.end < n || load.issued < n) return false;
-  for (uint64_t t : load.transfers) kv_.compute_waits_for(t);
+  // Layer by layer: the step's layer l waits only for the copies of the layers up to l (KvCache::enter_layer).
+  for (const auto& [layer, t] : load.layer_transfers) kv_.wait_before_layer(layer, t);
   return true;
 }
 

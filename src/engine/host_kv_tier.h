@@ -35,6 +35,8 @@ namespace peregrine::engine {
 
 class HostKvTier final : public LowerKvTier {
  public:
+  // A copy up goes as this many transfers, one per group of layers (loads overlapped with the prefill).
+  static constexpr int kLayerGroups = 8;
   struct Stats {
     uint64_t blocks_down = 0, blocks_up = 0;  // blocks copied to host (slots and staging), loaded back
     uint64_t bytes_down = 0, bytes_up = 0;
@@ -141,6 +143,7 @@ class HostKvTier final : public LowerKvTier {
     std::vector<int> blocks;
     int issued = 0, frontier = 0, end = 0;
     std::vector<uint64_t> transfers;  // its copies up
+    std::vector<std::pair<int, uint64_t>> layer_transfers;  // the same, with the first layer each one copies
     std::chrono::steady_clock::time_point start;
     bool timed = false;  // its disk_load_seconds counted
   };

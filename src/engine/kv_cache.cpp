@@ -164,8 +164,25 @@ uint64_t KvCache::swap_out(std::span<const int> blocks, HostKvBuffer& host, std:
   return backend_.copy_async(ops::Backend::CopyDirection::kDeviceToHost, regions);
 }
 
+void KvCache::enter_layer(int layer) {
+  size_t kept = 0;
+  for (const auto& w : layer_waits_) {
+    if (w.first <= layer) {
+      backend_.compute_waits_for(w.second);
+    } else {
+      layer_waits_[kept++] = w;
+    }
+  }
+  layer_waits_.resize(kept);
+}
+
+void KvCache::flush_layer_waits() {
+  for (const auto& w : layer_waits_) backend_.compute_waits_for(w.second);
+  layer_waits_.clear();
+}
+
 uint64_t KvCache::swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks,
-                          bool compute_waits) {
+                          bool compute_waits, int first_layer, int end_layer) {
   if (view_) throw Error(ErrorCode::kUnsupported, "KV cache view: blocks are moved through the cache it views");
   if (blocks.size() != host_slots.size())
     throw Error(ErrorCode::kInvalidArgument, "KV swap_in: blocks and host slots differ in number");
@@ -183,7 +200,8 @@ uint64_t KvCache::swap_in(const HostKvBuffer& host, std::span<const int> host_sl
     const std::byte* at = host.slot(host_slots[i]);
     for (size_t r = 0; r < dev.size(); ++r) {
       const size_t n = r < pools ? config_.block_bytes() : config_.block_scale_bytes();
-      append_region(regions, dev[r], at, n);
+      const int layer = static_cast<int>(r < pools ? r / 2 : (r - pools) / 2);
+      if (layer >= first_layer && (end_layer < 0 || layer < end_layer)) append_region(regions, dev[r], at, n);
       at += n;
     }
   }

@@ -92,12 +92,21 @@ class KvCache {
   // Copies host slot host_slots[i] into blocks[i]; the host slots must stay unchanged until the ticket is done.
   // With compute_waits, steps enqueued after the call read the blocks only after the copy (compute waits for it
   // on the device); without, nothing may read them until transfer_done(ticket) (the caller holds them back).
+  // Layers [first_layer, end_layer) only (end_layer -1: to the last), e.g. one group of a load overlapped with the
+  // prefill layer by layer.
   uint64_t swap_in(const HostKvBuffer& host, std::span<const int> host_slots, std::span<const int> blocks,
-                   bool compute_waits = true);
+                   bool compute_waits = true, int first_layer = 0, int end_layer = -1);
   bool transfer_done(uint64_t ticket) { return backend_.transfer_done(ticket); }
   void wait(uint64_t ticket) { backend_.wait_transfer(ticket); }
   // Work enqueued on the compute queue after this call starts after the transfer (e.g. overwriting swapped-out blocks).
   void compute_waits_for(uint64_t ticket) { backend_.compute_waits_for(ticket); }
+  // Loads overlapped with the prefill layer by layer: the compute queue waits for the transfer only as the model
+  // starts `layer` (enter_layer), so earlier layers run while the later layers' KV still copies. Waits not yet
+  // entered are made whole by flush_layer_waits (the runner does so before any step that calls no enter_layer).
+  void wait_before_layer(int layer, uint64_t ticket) { layer_waits_.emplace_back(layer, ticket); }
+  bool has_layer_waits() const { return !layer_waits_.empty(); }
+  void enter_layer(int layer);
+  void flush_layer_waits();
 
  private:
   void check_block(int block, const char* what) const;
@@ -110,6 +119,7 @@ class KvCache {
   bool view_ = false;
   std::vector<ops::DeviceBuffer> k_, v_, k_scales_, v_scales_;
   std::vector<model::KvLayer> views_;
+  std::vector<std::pair<int, uint64_t>> layer_waits_;  // (first layer that reads it, transfer)
 };
 
 }  // namespace peregrine::engine

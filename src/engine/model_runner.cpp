@@ -235,7 +235,9 @@ void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int ma
   in.max_query_len = max_query_len;
   in.max_seq_len = max_seq_len;
   if (tree) in.tree_parents = ints(layout_.parents, {tokens});
+  if (kv_->has_layer_waits()) in.before_layer = [this](int layer) { kv_->enter_layer(layer); };
   model_->forward(in, kv_->layers());
+  kv_->flush_layer_waits();  // none left unless the model skipped a layer's call
   const int64_t n = std::min<int64_t>(max_rows_per_chunk_, rows);
   if (n > 0) {
     model_->compute_logits(ints(layout_.logits, {n}), TensorView(logits_.data(), DType::kF32, {n, vocab_}));
@@ -352,6 +354,9 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
                                   (end - layout_.piece_qsl) * sizeof(int32_t));
   }
   const bool tree_rows = tree && pieces.count == 0;  // trees the backend attends to with tree_parents
+  // KV loads overlapped layer by layer only on the plain eager path with a model that calls before_layer; graphs
+  // (and anything else) wait for every load before the step.
+  if (bucket || vs || !model_->calls_before_layer()) kv_->flush_layer_waits();
 
   if (bucket) {
     // Graph kernels must not depend on this step's context length: pass the longest the tables allow.

@@ -42,6 +42,7 @@ class LlamaModel final : public Model {
   int max_logits_rows() const override { return max_logit_rows_; }
   DType activation_dtype() const override { return options_.activation_dtype; }
   bool graph_safe() const override { return config_.rope.type != io::RopeType::kDynamic; }
+  bool calls_before_layer() const override { return true; }
   void prepare_step(int64_t num_positions) override {
     if (config_.rope.type == io::RopeType::kDynamic) upload_rope(compute_rope_tables(config_, num_positions));
   }
@@ -179,6 +180,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     backend_.fill_zero(residual.data, residual.bytes());
   }
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    if (in.before_layer) in.before_layer(static_cast<int>(l));
     const LayerWeights& w = weights_.layers[l];
     const FusedGroups g = fused ? fused_groups(w, t) : FusedGroups{};
     if (fused) {

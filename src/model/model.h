@@ -37,6 +37,9 @@ struct StepInputs {
   TensorView key_tail_from, key_tail_offset, key_tail;
   int max_query_len = 0;       // true maxima over the step (bounds for kernel grids)
   int max_seq_len = 0;
+  // Called (when set) as each decoder layer starts, before its work is enqueued, with the layer's index: the runner
+  // makes that layer's work wait for the KV copies it reads (loads overlapped with the prefill, layer by layer).
+  std::function<void(int)> before_layer;
 };
 
 struct ModelOptions {
@@ -64,6 +67,9 @@ class Model {
   // Bytes of weights a decode step reads: all of them but an embedding table that is not also the LM head (its
   // rows are gathered, not streamed).
   virtual size_t decode_weight_bytes() const { return weight_bytes(); }
+  // Whether forward() calls StepInputs::before_layer as each layer starts (else the runner makes the whole step
+  // wait for its KV copies before it starts).
+  virtual bool calls_before_layer() const { return false; }
   virtual int max_num_tokens() const = 0;
   virtual int max_logits_rows() const = 0;
   // The dtype activations (and so attention's queries) have on the backend.

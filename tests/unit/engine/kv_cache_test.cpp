@@ -143,6 +143,34 @@ TEST_P(KvCacheOps, CopySwapOutAndSwapInAreBitExact) {
       }
     }
   }
+
+  // One group of layers (a load overlapped with the prefill): slot 2 into block 10 for layer 1 only, the compute
+  // queue made to wait for it as layer 1 starts; the other layers of block 10 and every other block stay.
+  fill_random(*backend, kv, rng);
+  const auto scribbled2 = read_pools(*backend, kv);
+  const int one_slot[] = {2}, one_block[] = {10};
+  const uint64_t t_layer = kv.swap_in(host, one_slot, one_block, /*compute_waits=*/false, 1, 2);
+  kv.wait_before_layer(1, t_layer);
+  kv.enter_layer(0);
+  EXPECT_TRUE(kv.has_layer_waits());
+  kv.enter_layer(1);
+  EXPECT_FALSE(kv.has_layer_waits());
+  const auto layered = read_pools(*backend, kv);
+  const size_t per_layer = num_pools / 3;
+  for (size_t p = 0; p < num_pools; ++p) {
+    for (int b = 0; b < cfg.num_blocks; ++b) {
+      const bool copied = b == 10 && p / per_layer == 1;
+      EXPECT_EQ(block_of(layered, p, b, cfg.num_blocks),
+                block_of(copied ? now : scribbled2, p, copied ? 3 : b, cfg.num_blocks))
+          << "pool " << p << " block " << b;
+    }
+  }
+  kv.wait_before_layer(2, kv.swap_in(host, one_slot, one_block, false, 2, 3));
+  kv.flush_layer_waits();
+  EXPECT_FALSE(kv.has_layer_waits());
+  const auto flushed = read_pools(*backend, kv);
+  for (size_t p = 2 * per_layer; p < num_pools; ++p)
+    EXPECT_EQ(block_of(flushed, p, 10, cfg.num_blocks), block_of(now, p, 3, cfg.num_blocks)) << "pool " << p;
 }
 
 TEST_P(KvCacheOps, BadBlocksAndSlotsAreErrors) {
