@@ -22,6 +22,10 @@ if [ "$what" = all ]; then
     --prompt-len 8000 --cached-len 7200 --repeats 3 --kv-offloading-size 16 --kv-cache-memory-bytes 4294967296 \
     >"$out/host.txt" 2>&1
   t "host tier rc=$?"; grep -E "$lines" "$out/host.txt"
+  PEREGRINE_KV_LAYERED_LOADS=1 timeout 100 "$bin/peregrine" bench prefix-cache --model "$tok" --random-weights \
+    --config "$cfg" --device cuda --prompt-len 8000 --cached-len 7200 --repeats 3 --kv-offloading-size 16 \
+    --kv-cache-memory-bytes 4294967296 >"$out/host_layered.txt" 2>&1
+  t "host tier, layered loads rc=$?"; grep -E "$lines" "$out/host_layered.txt"
   rm -rf /tmp/peregrine_kvdisk
   timeout 100 "$bin/peregrine" bench prefix-cache --model "$tok" --random-weights --config "$cfg" --device cuda \
     --prompt-len 8000 --cached-len 7200 --repeats 2 --kv-offloading-size 0.25 --kv-cache-dir /tmp/peregrine_kvdisk \
@@ -56,7 +60,7 @@ else
   timeout 120 "$bin/engine_model_tests" --gtest_filter='*KvCacheOps*cuda*:EngineModelTest.*OnCuda' >"$out/tests.txt" 2>&1
   t "tier tests on CUDA rc=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.txt" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" -A3 "$out/tests.txt" | head -20
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/engine_model_tests" \
+  timeout 50 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/engine_model_tests" \
     --gtest_filter='*KvCacheOps*cuda*' >"$out/memcheck.txt" 2>&1
   t "memcheck KvCacheOps rc=$?: $(grep -E 'ERROR SUMMARY|PASSED' "$out/memcheck.txt" | tr '\n' ' ')"
 fi

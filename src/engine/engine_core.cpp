@@ -109,6 +109,10 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
     int ahead = to_disk ? config.num_blocks / 4 : std::min(config.num_blocks / 4, config.host_kv_blocks / 16);
     if (const char* a = std::getenv("PEREGRINE_KV_COPY_AHEAD"); a && *a) ahead = std::max(0, std::atoi(a));
     host_tier_->set_ahead_to_disk(to_disk);
+    // PEREGRINE_KV_LAYERED_LOADS=1: a hit that runs alone waits for its load layer by layer (not yet measured or
+    // checked on the H200, so off by default; scripts/device/tier_ttft.sh checks and measures it).
+    const char* layered = std::getenv("PEREGRINE_KV_LAYERED_LOADS");
+    host_tier_->set_layered_loads(layered && std::atoi(layered) > 0);
     scheduler_.kv().set_copy_ahead(ahead);
   }
 }

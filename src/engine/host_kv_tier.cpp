@@ -464,8 +464,15 @@ bool HostKvTier::order_on_device(uint64_t ticket) {
   // be uncached first, when loaded() answers).
   const int n = static_cast<int>(load.parts.size());
   if (load.end < n || load.issued < n) return false;
-  // Layer by layer: the step's layer l waits only for the copies of the layers up to l (KvCache::enter_layer).
-  for (const auto& [layer, t] : load.layer_transfers) kv_.wait_before_layer(layer, t);
+  // Layer by layer: the step's layer l waits only for the copies of the layers up to l (KvCache::enter_layer);
+  // else the whole step waits for the load.
+  for (const auto& [layer, t] : load.layer_transfers) {
+    if (layered_) {
+      kv_.wait_before_layer(layer, t);
+    } else {
+      kv_.compute_waits_for(t);
+    }
+  }
   return true;
 }
 

@@ -84,6 +84,9 @@ class HostKvTier final : public LowerKvTier {
   // With a disk tier: copy_ahead sends blocks to the disk (through the ring) instead of into host slots (for a
   // host tier small beside the copy-ahead window).
   void set_ahead_to_disk(bool on) { ahead_to_disk_ = on && disk_ && ring_; }
+  // A step made to wait for a load (order_on_device) waits layer by layer (KvCache::wait_before_layer) instead of
+  // for the whole load before it starts.
+  void set_layered_loads(bool on) { layered_ = on; }
   int num_ring_slots() const { return ring_ ? ring_->num_slots() : 0; }
   int num_ring_pending() const { return static_cast<int>(ring_pending_.size()); }  // copies not yet handed down
   int num_pinned() const { return num_pinned_; }  // slots loads (or a transfer being built) hold where they are
@@ -180,6 +183,7 @@ class HostKvTier final : public LowerKvTier {
   std::deque<RingCopy> ring_pending_;       // copies into ring slots not yet lent to the disk, in order
   std::unordered_map<uint64_t, uint64_t> ring_keys_;  // their keys, with their copies' tickets
   bool ahead_to_disk_ = false;
+  bool layered_ = false;
   std::unique_ptr<DiskKvStore> disk_;  // after host_ and ring_: destroyed first, so nothing it runs touches freed slots
   Stats stats_;
 };

@@ -389,6 +389,14 @@ TEST_F(EngineModelTest, HostTierHitsEqualDeviceHitsOnCuda) {
   host_tier_hits_equal_device_hits("cuda");
 }
 
+// The same with the hits that run alone waiting for their loads layer by layer (PEREGRINE_KV_LAYERED_LOADS=1).
+TEST_F(EngineModelTest, HostTierHitsEqualDeviceHitsOnCudaWithLayeredLoads) {
+  if (!ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  setenv("PEREGRINE_KV_LAYERED_LOADS", "1", 1);
+  host_tier_hits_equal_device_hits("cuda");
+  unsetenv("PEREGRINE_KV_LAYERED_LOADS");
+}
+
 TEST_F(EngineModelTest, DiskTierSurvivesARestartAndDropsABadFile) {
   const auto dir = std::filesystem::temp_directory_path() / ("peregrine_kv_dir_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
