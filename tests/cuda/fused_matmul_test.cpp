@@ -1,5 +1,5 @@
-// Fused decode matmuls (ops.h MatmulFusion; the skinny kernel's norm prologue into shared memory, residual add and
-// SiLU·mul epilogues) against the ref backend's definition on fresh random inputs, every output element: dense bf16/f16 and
+// Fused decode matmuls (ops.h MatmulFusion; the skinny kernel's norm made piece by piece as x is read, residual add
+// and SiLU·mul epilogues) against the ref backend's definition on fresh random inputs, every output element: dense bf16/f16 and
 // W4A16 / W8A16 codes on the factored path, q/k/v-like groups with the norm and bias, a residual add in place, and
 // gate/up as a silu pair; rows bitwise the same for every M <= 16; and what the backend refuses.
 #include <gtest/gtest.h>
@@ -108,10 +108,13 @@ TEST(CudaFusedMatmul, MatchesTheReferenceOnEveryElement) {
         check_group(Kind::kResidual, act, codes, m, 640, {264}, bias, rng);
         check_group(Kind::kSiluPair, act, codes, m, 512, {1000, 1000}, bias, rng);
       }
-  // More tiles than the persistent grid's blocks (several tiles per block, x̂ made once), N tails included.
+  // More tiles than a wave of blocks, N tails included; K not a multiple of a chunk (its tail pieces are zeros) and a
+  // long K.
   for (int64_t m : {1, 16}) {
     check_group(Kind::kSiluPair, DType::kBF16, kDense, m, 512, {4100, 4100}, true, rng);
     check_group(Kind::kNormGroup, DType::kBF16, DType::kI4, m, 512, {4096, 1024, 1032}, false, rng);
+    check_group(Kind::kNormGroup, DType::kBF16, kDense, m, 520, {64, 72}, true, rng);
+    check_group(Kind::kSiluPair, DType::kF16, kDense, m, 19456, {96, 96}, false, rng);
   }
 }
 
@@ -163,20 +166,29 @@ TEST(CudaFusedMatmul, RefusesWhatItHasNoKernelFor) {
   EXPECT_FALSE(gpu().fuses_matmuls({&one, 1}, f));
   EXPECT_THROW(gpu().matmuls_fused({&one, 1}, f), peregrine::Error);
   gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
-  // The model takes the fused path only when asked (PEREGRINE_FUSE=1); the kernel itself runs either way.
+  // The model takes the fused path for dense weights unless told not to (PEREGRINE_FUSE=0); the kernel itself runs
+  // either way.
   const char* on = std::getenv("PEREGRINE_FUSE");
-  EXPECT_EQ(gpu().fuses_matmuls({&one, 1}, f), on != nullptr && std::string(on) == "1");
+  EXPECT_EQ(gpu().fuses_matmuls({&one, 1}, f), !(on != nullptr && std::string(on) == "0"));
   EXPECT_NO_THROW(gpu().matmuls_fused({&one, 1}, f));
-  // The norm's x̂ (M * K values) must fit in shared memory, and K be a multiple of 64.
-  for (const auto& [m, k] : {std::pair<int64_t, int64_t>{16, 32768}, std::pair<int64_t, int64_t>{1, 520}}) {
-    DeviceTensor xw(random_tensor(DType::kBF16, {m, k}, rng)), gw(random_tensor(DType::kBF16, {k}, rng));
-    DeviceTensor ww(random_tensor(DType::kBF16, {64, k}, rng)), ow(HostTensor(DType::kBF16, {m, 64}));
-    ops::MatmulFusion fw;
-    fw.norm_weight = gw.view();
-    const ops::MatmulParams p{xw.view(), ww.view(), TensorView(), ow.view()};
-    EXPECT_FALSE(gpu().fuses_matmuls({&p, 1}, fw)) << "M " << m << " K " << k;
-    EXPECT_THROW(gpu().matmuls_fused({&p, 1}, fw), peregrine::Error) << "M " << m << " K " << k;
-  }
+  // A residual add into another dtype than the product's, and a silu pair without the norm, have no kernel.
+  DeviceTensor f32_out(HostTensor(DType::kF32, {1, 64}));
+  ops::MatmulFusion fr;
+  fr.residual = f32_out.view();
+  const ops::MatmulParams to_f32{d_x.view().slice_rows(0, 1), d_w.view(), TensorView(), f32_out.view()};
+  EXPECT_FALSE(gpu().fuses_matmuls({&to_f32, 1}, fr));
+  ops::MatmulFusion fp;
+  fp.silu_mul = true;
+  const std::array<ops::MatmulParams, 2> pair = {one, one};
+  EXPECT_FALSE(gpu().fuses_matmuls(pair, fp));
+  // The norm's weights must fit in shared memory (K <= 19456).
+  DeviceTensor xw(random_tensor(DType::kBF16, {1, 19520}, rng)), gw(random_tensor(DType::kBF16, {19520}, rng));
+  DeviceTensor ww(random_tensor(DType::kBF16, {64, 19520}, rng)), ow(HostTensor(DType::kBF16, {1, 64}));
+  ops::MatmulFusion fw;
+  fw.norm_weight = gw.view();
+  const ops::MatmulParams wide{xw.view(), ww.view(), TensorView(), ow.view()};
+  EXPECT_FALSE(gpu().fuses_matmuls({&wide, 1}, fw));
+  EXPECT_THROW(gpu().matmuls_fused({&wide, 1}, fw), peregrine::Error);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 template <typename T>
 __global__ void silu_mul_vec_kernel(const T* gate, const T* up, T* out, int64_t n8) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n8;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float g[8], u[8];
@@ -47,8 +49,8 @@ void launch_silu_mul(const SiluMulLaunch& p, cudaStream_t stream) {
   if (vec) {
     dispatch_float(p.out_dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      silu_mul_vec_kernel<T><<<grid_for(p.numel / 8, 256), 256, 0, stream>>>(
-          static_cast<const T*>(p.gate), static_cast<const T*>(p.up), static_cast<T*>(p.out), p.numel / 8);
+      launch_pdl(silu_mul_vec_kernel<T>, grid_for(p.numel / 8, 256), 256, 0, stream, p.rows > 0 ? p.rows : p.numel,
+                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), static_cast<T*>(p.out), p.numel / 8);
     });
   } else {
     silu_mul_generic_kernel<<<grid_for(p.numel, 256), 256, 0, stream>>>(p);

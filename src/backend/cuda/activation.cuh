@@ -16,6 +16,7 @@ struct SiluMulLaunch {
   void* out;         // [n], may alias gate
   DType gate_dtype, up_dtype, out_dtype;
   int64_t numel;
+  int64_t rows = 0;  // tokens, for launch_pdl's bound (0: unknown, launched plainly)
 };
 void launch_silu_mul(const SiluMulLaunch& p, cudaStream_t stream);
 

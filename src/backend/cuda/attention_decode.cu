@@ -50,6 +50,8 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
 
 template <typename T, int D>
 __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
+  pdl_wait();
+  pdl_trigger();
   using C = DecodeCfg<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int split = blockIdx.x, s = blockIdx.y, kvh = blockIdx.z;
@@ -231,6 +233,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
 // w_i = 2^(lse_i - max lse), splits in index order.
 template <typename T>
 __global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float weights[kDecodeMaxSplits];
   const int s = blockIdx.x, kvh = blockIdx.y;
   const int group = p.num_q_heads / p.num_kv_heads;
@@ -272,12 +276,10 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
   (void)attribute_set;
   dim3 grid(static_cast<unsigned>(grid_splits), static_cast<unsigned>(p.num_seqs),
             static_cast<unsigned>(p.num_kv_heads));
-  decode_kernel<T, D><<<grid, C::kThreads, C::kSmem, stream>>>(p, grid_splits, rows_cap);
-  PEREGRINE_CUDA_CHECK_LAUNCH();
+  launch_pdl(decode_kernel<T, D>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits, rows_cap);
   if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
-    decode_combine_kernel<T><<<cgrid, 128, 0, stream>>>(p, grid_splits, rows_cap);
-    PEREGRINE_CUDA_CHECK_LAUNCH();
+    launch_pdl(decode_combine_kernel<T>, cgrid, 128, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
   }
 }
 

@@ -266,19 +266,23 @@ class CudaBackendImpl final : public CudaBackend {
     return true;
   }
 
-  // Fused decode matmuls (ops.h MatmulFusion) on the skinny kernel: the norm made once per block into shared
-  // memory, the residual add and SiLU-mul in its epilogue. Off unless PEREGRINE_FUSE=1: on the H200 (8B shape,
-  // 2026-12-04, docs/BENCHMARKS.md) it is faster at bs 1 (bf16 +1.0% / +1.4%, W4A16 +1.3%) and W4A16 bs 8 (+3.4%),
-  // slower at bf16 bs 8 (-1.2%) and bs 16 (bf16 -4.5%, W4A16 -4.8%): each block reads M * K values of x from L2
-  // into its x̂ before its loop. A policy by M would put a boundary inside the skinny range (rows would differ between
-  // a request alone and in a batch), so it is all M <= 16 or none. fuses_matmuls says no while it is off, so the
-  // model runs the ops one by one.
-  static bool fusion_requested() {
-    static const bool on = [] {
+  // Fused decode matmuls (ops.h MatmulFusion) on the skinny kernel: the norm made piece by piece as each block
+  // reads x, the residual add and SiLU-mul in its epilogue, so a layer's decode runs without the norm, SiLU-mul and
+  // residual launches. By default for dense weights only: on the H200 (8B shape, 2026-12-04, docs/BENCHMARKS.md)
+  // it makes bf16 bs 1 faster, but W4A16 slower (each block normalises all of x's pieces for its 16 rows, which
+  // costs more beside 4-bit codes' smaller loads). PEREGRINE_FUSE=1 fuses codes too, PEREGRINE_FUSE=0 nothing
+  // (comparisons). The fusion covers every M <= 16 or none, never a boundary by M inside the skinny range (rows
+  // would differ between a request alone and in a batch). fuses_matmuls says no where it is off, so the model
+  // runs the ops one by one.
+  enum class FusionMode { kNone, kDense, kAll };
+  static FusionMode fusion_mode() {
+    static const FusionMode mode = [] {
       const char* v = std::getenv("PEREGRINE_FUSE");
-      return v && std::string_view(v) == "1";
+      if (v && std::string_view(v) == "0") return FusionMode::kNone;
+      if (v && std::string_view(v) == "1") return FusionMode::kAll;
+      return FusionMode::kDense;
     }();
-    return on;
+    return mode;
   }
   bool fused_launch(std::span<const MatmulParams> ps, const MatmulFusion& f, cuda::SkinnyGemmLaunch& l) const {
     if (!skinny_segments(ps, l)) return false;
@@ -292,8 +296,10 @@ class CudaBackendImpl final : public CudaBackend {
     return cuda::skinny_gemm_fuses(l);
   }
   bool fuses_matmuls(std::span<const MatmulParams> ps, const MatmulFusion& f) const override {
+    const FusionMode mode = fusion_mode();
     cuda::SkinnyGemmLaunch l;
-    return fusion_requested() && fused_launch(ps, f, l);
+    if (mode == FusionMode::kNone || !fused_launch(ps, f, l)) return false;
+    return mode == FusionMode::kAll || (l.codes != DType::kI4 && l.codes != DType::kU8);
   }
   void matmuls_fused(std::span<const MatmulParams> ps, const MatmulFusion& f) override {
     check_matmul_fusion(ps, f);
@@ -685,7 +691,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   void silu_mul(const SiluMulParams& p) override {
     check_silu_mul(p);
-    cuda::SiluMulLaunch l{p.gate.data, p.up.data, p.out.data, p.gate.dtype, p.up.dtype, p.out.dtype, p.gate.numel()};
+    cuda::SiluMulLaunch l{p.gate.data, p.up.data, p.out.data, p.gate.dtype, p.up.dtype, p.out.dtype, p.gate.numel(),
+                          p.gate.dim(0)};
     cuda::launch_silu_mul(l, stream_);
   }
 

@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/dtype.h"
@@ -64,6 +67,65 @@ template <typename T> __device__ __forceinline__ void store8(T* p, const float (
     for (int i = 0; i < 8; ++i) e[i] = from_f32<T>(v[i]);
     *reinterpret_cast<uint4*>(p) = raw;
   }
+}
+
+// Programmatic dependent launch (Hopper's griddepcontrol). A kernel launched with launch_pdl may start while the
+// kernel before it on the stream is still running: it must call pdl_wait() before it reads or writes anything that
+// kernel (or one before it) touches, since that returns only once the kernel before has finished and its writes are
+// visible; what no kernel writes (weights) may be read before. pdl_trigger() lets the next kernel on the stream
+// start before this one ends (it changes when, never what, the next one sees); the kernels call it right after
+// their wait, so at most one kernel waits behind the running one (its blocks resident, a matmul's first weights
+// loaded). Kernels launched plainly may call both (no-ops there). The decode path's kernels are launched so when
+// their step has at most kPdlMaxRows rows (tokens or sequences): on the H200 (8B shape, 2026-12-04,
+// docs/BENCHMARKS.md) it made batch 1 faster (bf16 +5%, W4A16 +6%) and batch 16 slower (-10%). PEREGRINE_PDL=0
+// launches them plainly; PEREGRINE_PDL_MAX_ROWS=N moves the bound (comparisons).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+constexpr int64_t kPdlMaxRows = 1;
+
+// Whether launch_pdl asks for the overlap for a launch of this many rows: the current device is Hopper or later,
+// PEREGRINE_PDL is not "0" and rows is within the bound.
+inline bool pdl_enabled(int64_t rows) {
+  static const int64_t max_rows = [] {
+    const char* v = std::getenv("PEREGRINE_PDL");
+    if (v && std::string_view(v) == "0") return int64_t{0};
+    const char* m = std::getenv("PEREGRINE_PDL_MAX_ROWS");
+    return m ? static_cast<int64_t>(std::atoll(m)) : kPdlMaxRows;
+  }();
+  if (rows > max_rows) return false;
+  static int major[64] = {};  // per device, 0 until read
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  int& m = major[dev % 64];
+  if (m == 0 && cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  return m >= 9;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization where pdl_enabled(rows)
+// (rows: the launch's tokens or sequences): the kernel must call pdl_wait() as above.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, int64_t rows,
+                Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled(rows) ? 1 : 0;
+  PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

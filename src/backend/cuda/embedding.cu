@@ -20,6 +20,8 @@ __device__ void zero_row(char* dst, int64_t bytes) {
 }
 
 __global__ void embedding_kernel(EmbeddingLaunch p, int64_t out_row_bytes, bool same_dtype_vec) {
+  pdl_wait();
+  pdl_trigger();
   int64_t t = blockIdx.x;
   int32_t id = p.token_ids[t];
   char* dst = static_cast<char*>(p.out) + t * out_row_bytes;
@@ -37,6 +39,8 @@ __global__ void embedding_kernel(EmbeddingLaunch p, int64_t out_row_bytes, bool 
 }
 
 __global__ void gather_rows_kernel(GatherRowsLaunch p, bool vec) {
+  pdl_wait();
+  pdl_trigger();
   int64_t r = blockIdx.x;
   int32_t src = p.indices[r];
   char* dst = static_cast<char*>(p.out) + r * p.row_bytes;
@@ -61,8 +65,7 @@ void launch_embedding(const EmbeddingLaunch& p, cudaStream_t stream) {
 void launch_gather_rows(const GatherRowsLaunch& p, cudaStream_t stream) {
   if (p.num_rows_out == 0) return;
   bool vec = p.row_bytes % 16 == 0 && aligned16(p.x) && aligned16(p.out);
-  gather_rows_kernel<<<static_cast<unsigned>(p.num_rows_out), 256, 0, stream>>>(p, vec);
-  PEREGRINE_CUDA_CHECK_LAUNCH();
+  launch_pdl(gather_rows_kernel, static_cast<unsigned>(p.num_rows_out), 256, 0, stream, p.num_rows_out, p, vec);
 }
 
 }  // namespace peregrine::cuda

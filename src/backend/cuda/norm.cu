@@ -25,6 +25,8 @@ __device__ __forceinline__ float row_sum(float v, int tpr) {
 
 template <typename T, typename TW>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int tpr, bool vec) {
+  pdl_wait();
+  pdl_trigger();
   const int rows_per_block = kThreads / tpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
@@ -87,6 +89,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
 // one per piece and pass (out may alias x, which forces the compiler to keep the generic kernel's order).
 template <typename T, typename TW, int C>
 __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p, int tpr) {
+  pdl_wait();
+  pdl_trigger();
   const int rows_per_block = kThreads / tpr;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
@@ -154,13 +158,13 @@ void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
     dispatch_float(p.weight_dtype, [&](auto wt) {
       using TW = typename decltype(wt)::type;
       if (pieces >= 1 && pieces <= 2) {
-        rms_norm_regs_kernel<T, TW, 2><<<blocks, kThreads, 0, stream>>>(p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 2>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else if (pieces >= 3 && pieces <= 4) {
-        rms_norm_regs_kernel<T, TW, 4><<<blocks, kThreads, 0, stream>>>(p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 4>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else if (pieces >= 5 && pieces <= 8) {
-        rms_norm_regs_kernel<T, TW, 8><<<blocks, kThreads, 0, stream>>>(p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 8>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else {
-        rms_norm_kernel<T, TW><<<blocks, kThreads, 0, stream>>>(p, tpr, vec);
+        launch_pdl(rms_norm_kernel<T, TW>, blocks, kThreads, 0, stream, p.rows, p, tpr, vec);
       }
     });
   });

@@ -20,6 +20,8 @@ constexpr int kHeadsPerBlock = 8;
 // num_q_heads + num_kv_heads ..).
 template <typename T, bool kKv>
 __global__ void rope_kernel(RopeLaunch p, RopeKvLaunch kv, int head_groups) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x / head_groups;
   const int group = static_cast<int>(blockIdx.x % head_groups);
   const int half = p.rotary_dim / 2;
@@ -96,8 +98,8 @@ void launch_rope(const RopeLaunch& p, cudaStream_t stream) {
   const RopeGrid g = rope_grid(p, p.num_q_heads + p.num_kv_heads);
   dispatch_float(p.act, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rope_kernel<T, false><<<static_cast<unsigned>(p.num_tokens * g.head_groups), g.threads, 0, stream>>>(
-        p, RopeKvLaunch{}, g.head_groups);
+    launch_pdl(rope_kernel<T, false>, static_cast<unsigned>(p.num_tokens * g.head_groups), g.threads, 0, stream,
+               p.num_tokens, p, RopeKvLaunch{}, g.head_groups);
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
@@ -109,8 +111,8 @@ void launch_rope_kv_write(const RopeKvLaunch& l, cudaStream_t stream) {
   const RopeGrid g = rope_grid(p, p.num_q_heads + 2 * p.num_kv_heads);
   dispatch_float(p.act, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    rope_kernel<T, true><<<static_cast<unsigned>(p.num_tokens * g.head_groups), g.threads, 0, stream>>>(
-        p, l, g.head_groups);
+    launch_pdl(rope_kernel<T, true>, static_cast<unsigned>(p.num_tokens * g.head_groups), g.threads, 0, stream,
+               p.num_tokens, p, l, g.head_groups);
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }

@@ -174,6 +174,8 @@ __global__ void count_tokens_kernel(SampleLaunch p, const int32_t* tokens, const
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleLaunch p) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ Shared sh;
   const int b = blockIdx.x, vocab = p.vocab;
   const int64_t row = static_cast<int64_t>(b) * vocab;
@@ -199,20 +201,34 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleLaunch p) {
 
   float raw_max = -INFINITY, best = -INFINITY;
   int best_idx = vocab;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float raw = load_any(p.logits, p.logits_dtype, row + i);
-    raw_max = fmaxf(raw_max, raw);
-    float v = raw;
-    if (counts) {
-      const uint32_t c = static_cast<uint32_t>(counts[i]);
-      const uint32_t n = c & kCountMask;
-      if (c != 0 && rep != 1.0f) v = v > 0.f ? v / rep : v * rep;
-      v -= frequency * static_cast<float>(n) + (n > 0 ? presence : 0.f);
+  // Four of a thread's logits loaded before any is processed (the stores to z would otherwise hold each load back
+  // behind the last store); the thread still takes its tokens in increasing order.
+  constexpr int kAhead = 4;
+  for (int i0 = threadIdx.x; i0 < vocab; i0 += kAhead * kThreads) {
+    float raws[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int i = i0 + u * kThreads;
+      raws[u] = i < vocab ? load_any(p.logits, p.logits_dtype, row + i) : 0.0f;
     }
-    v *= inv_t;
-    if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) v = -INFINITY;
-    z[i] = v;
-    better(best, best_idx, v, i);
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i >= vocab) break;
+      const float raw = raws[u];
+      raw_max = fmaxf(raw_max, raw);
+      float v = raw;
+      if (counts) {
+        const uint32_t c = static_cast<uint32_t>(counts[i]);
+        const uint32_t n = c & kCountMask;
+        if (c != 0 && rep != 1.0f) v = v > 0.f ? v / rep : v * rep;
+        v -= frequency * static_cast<float>(n) + (n > 0 ? presence : 0.f);
+      }
+      v *= inv_t;
+      if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) v = -INFINITY;
+      z[i] = v;
+      better(best, best_idx, v, i);
+    }
   }
   raw_max = block_max(raw_max, sh);
   float zmax;
@@ -291,8 +307,7 @@ void launch_sample(const SampleLaunch& p, cudaStream_t stream) {
   }
   SampleLaunch q = p;
   if (!sample_uses_penalties(p)) q.scratch_counts = nullptr;
-  sample_kernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(q);
-  PEREGRINE_CUDA_CHECK_LAUNCH();
+  launch_pdl(sample_kernel, static_cast<unsigned>(p.batch), kThreads, 0, stream, p.batch, q);
 }
 
 }  // namespace peregrine::cuda

@@ -1,11 +1,7 @@
 #include "backend/cuda/skinny_gemm.cuh"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
-#include <map>
-#include <mutex>
-#include <set>
 #include <type_traits>
 #include <utility>
 
@@ -20,6 +16,9 @@ namespace {
 constexpr int kWarps = 8;         // K is split over a block's warps, the same way for every M
 constexpr int kChunk = 64;        // K per warp pass: four m16n8k16 steps
 constexpr int kRowsPerTile = 16;  // weight rows per block (mma's M)
+// The norm fusion's weights in shared memory: at most this many bytes (K values of x's dtype), beside the ~9 KB the
+// kernel holds itself, within the 48 KB a launch has without opting in.
+constexpr int64_t kSkinnyNormMaxBytes = 38 * 1024;
 
 __host__ __device__ inline int64_t segment_tiles(int64_t n) {
   return (n + kRowsPerTile - 1) / kRowsPerTile;
@@ -255,16 +254,26 @@ template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGe
 }
 
 // The block's end: the warps' partials (acc, this lane's C fragments of NT n-tiles) meet in shared memory and are
-// added in warp order; then the fusions' scale (norm: inv holds 1 / rms of each token, from norm_prologue), bias,
-// the residual add or SiLU-mul, and the store. pair: the tile's rows 0..7 are gate rows n0.., 8..15 the up rows of
-// the same outputs.
+// added in warp order; then the fusions' scale (norm: 1 / rms of each token, from the lanes' sums of squares ss, added
+// over the four lanes of a token and then over the warps in order; ss null without the norm), bias, the residual add or SiLU-mul, and the
+// store. pair: the tile's rows 0..7 are gate rows n0.., 8..15 the up rows of the same outputs.
 template <typename T, int NT, bool kNorm, bool kPair>
 __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
-                                           const float (&acc)[NT][4], const float* inv_s) {
+                                           const float (&acc)[NT][4], const float* ss) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ float4 partial[kWarps][NT][32];
+  __shared__ float ss_w[kWarps][kNorm ? 8 * NT : 1];
 #pragma unroll
   for (int j = 0; j < NT; ++j) partial[warp][j][lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {  // lanes 4g..4g+3 hold token 8j + g: (s0 + s1) + (s2 + s3) in every lane
+      float v = ss[j];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (lane % 4 == 0) ss_w[warp][8 * j + lane / 4] = v;
+    }
+  }
   __syncthreads();
   const int64_t n = seg.n;
   auto sum_of = [&](int r, int col) {
@@ -280,7 +289,10 @@ __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const Skin
     if constexpr (!kNorm) {
       return 1.0f;
     } else {
-      return inv_s[col];
+      float t = ss_w[0][col];
+#pragma unroll
+      for (int ww = 1; ww < kWarps; ++ww) t += ss_w[ww][col];
+      return 1.0f / sqrtf(t / static_cast<float>(p.k) + p.norm_eps);
     }
   };
   if constexpr (kPair) {
@@ -314,96 +326,40 @@ __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const Skin
   }
 }
 
-// Norm fusion: x's 8 values of one 16-byte piece (in T) add their squares to ss (in order) and become
-// round(x * gamma) in T.
+// Norm fusion: x's 8 values of one 16-byte piece (in T) add their squares to ss (in order, in f32) and become
+// round(x * gamma) in T, two at a time (the product of two bf16 or two f16 values is exact in f32, so the packed
+// multiply's one rounding gives the same bits as rounding the f32 product).
 template <typename T>
 __device__ __forceinline__ uint4 norm_piece(const uint4& xv, const uint4& gv, float& ss) {
-  const T* xe = reinterpret_cast<const T*>(&xv);
-  const T* ge = reinterpret_cast<const T*>(&gv);
-  uint4 r;
-  T* re = reinterpret_cast<T*>(&r);
+  const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w}, gw[4] = {gv.x, gv.y, gv.z, gv.w};
+  uint32_t rw[4];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const float v = to_f32(xe[e]);
-    ss = fmaf(v, v, ss);
-    re[e] = from_f32<T>(v * to_f32(ge[e]));
-  }
-  return r;
-}
-
-// The norm fusion's x̂ in shared memory: row r (token) holds K / 8 16-byte units, unit u stored at
-// r * K / 8 + xhat_slot(u, r). The swizzle permutes units within each aligned group of four (K % 64 == 0), so that
-// the eight lanes of a quarter-warp (g = 2q, 2q + 1; t = 0..3) read eight different bank quads both on the dense
-// path (units 8c + 2t + h) and on the factored path (units 16c + 4t + h).
-__device__ __forceinline__ int xhat_slot(int u, int r) { return u ^ ((u >> 3) & 1) ^ ((r & 1) * 3); }
-
-// The norm fusion's prologue, once per block: x̂ = round(x * gamma) of every token into shared memory, and
-// inv[r] = 1 / sqrt(mean(x_r^2) + eps). A row's sum of squares runs in an order fixed by K alone (thread i takes
-// units i, i + 256, ... in order, each unit's 8 values in order; then a fixed shuffle tree per warp and the warps in
-// order), never by M, so rows keep their bits for every M.
-// kRows tokens' loads in flight at a time, for kUnits units each (fewer rows for the variants of three blocks per
-// SM, whose registers hold the first round of weights already; more units spill the two-block variants).
-template <typename T, int NT, int kRows, int kUnits>
-__device__ __forceinline__ void norm_prologue(const SkinnyGemmLaunch& p, uint4* xhat, float* inv_s) {
-  __shared__ float ss_w[kWarps][8 * NT];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int units = static_cast<int>(p.k / 8);
-  const uint4* x = static_cast<const uint4*>(p.x);
-  const uint4* gamma = static_cast<const uint4*>(p.norm_w);
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  float ss[8 * NT];
-#pragma unroll
-  for (int r = 0; r < 8 * NT; ++r) ss[r] = 0.0f;
-  for (int u0 = threadIdx.x; u0 < units; u0 += kWarps * 32 * kUnits) {
-    uint4 gv[kUnits];
-#pragma unroll
-    for (int q = 0; q < kUnits; ++q) {
-      const int u = u0 + q * kWarps * 32;
-      gv[q] = u < units ? __ldg(gamma + u) : zero;
+  for (int e = 0; e < 4; ++e) {
+    float lo, hi;
+    if constexpr (std::is_same_v<T, bf16>) {
+      lo = __uint_as_float(xw[e] << 16);
+      hi = __uint_as_float(xw[e] & 0xffff0000u);
+      asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(rw[e]) : "r"(xw[e]), "r"(gw[e]));
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&xw[e]));
+      lo = f.x;
+      hi = f.y;
+      asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(rw[e]) : "r"(xw[e]), "r"(gw[e]));
     }
-#pragma unroll
-    for (int r0 = 0; r0 < 8 * NT; r0 += kRows) {
-      uint4 xv[kUnits][kRows];
-#pragma unroll
-      for (int q = 0; q < kUnits; ++q)
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const int u = u0 + q * kWarps * 32;
-          xv[q][i] = r0 + i < p.m && u < units ? __ldg(x + (r0 + i) * units + u) : zero;
-        }
-#pragma unroll
-      for (int q = 0; q < kUnits; ++q)  // a row's units in order: its sum of squares depends on K alone
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) {
-          const int r = r0 + i, u = u0 + q * kWarps * 32;
-          if (r < p.m && u < units) xhat[r * units + xhat_slot(u, r)] = norm_piece<T>(xv[q][i], gv[q], ss[r]);
-        }
-    }
+    ss = fmaf(lo, lo, ss);
+    ss = fmaf(hi, hi, ss);
   }
-#pragma unroll
-  for (int r = 0; r < 8 * NT; ++r) {
-    float v = ss[r];
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) ss_w[warp][r] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x < p.m) {
-    float t = ss_w[0][threadIdx.x];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) t += ss_w[w][threadIdx.x];
-    inv_s[threadIdx.x] = 1.0f / sqrtf(t / static_cast<float>(p.k) + p.norm_eps);
-  }
-  __syncthreads();
+  return make_uint4(rw[0], rw[1], rw[2], rw[3]);
 }
 
 // NT n-tiles of 8 tokens; U chunks loaded ahead per warp; MINB blocks per SM (the register budget). U and MINB
 // change how the loads are grouped, never the order of any output's sum.
-// Fusions (SkinnyGemmLaunch): kFuseNone; kFuseNorm, x the residual stream, normalised once per block into shared
-// memory (norm_prologue) and read from there by the same loop; kFusePair, the same with a silu pair, whose tiles
-// take rows g of gate (a) and of up (b8) for 8 outputs each. The residual add is the epilogue's alone
-// (p.residual), so it needs no variant. The norm variants run a persistent grid (each block takes tiles blockIdx.x,
-// + gridDim.x, ...), so the prologue runs once per block rather than once per tile.
+// Fusions (SkinnyGemmLaunch): kFuseNone; kFuseNorm, x the residual stream: each lane turns the x pieces it loads
+// into x̂ = round(x * gamma) just before their use, summing their squares on the way (its k in chunk order, so a
+// token's sum of squares depends on K alone, never on M), and the epilogue scales by 1 / rms; kFusePair, the same
+// with a silu pair, whose tiles take rows g of gate (a) and of up (b8) for 8 outputs each. Every block has the
+// whole of K for its rows, so it needs no other block's sums. The residual add is the epilogue's alone
+// (p.residual), so it needs no variant.
 enum Fuse : int { kFuseNone, kFuseNorm, kFusePair };
 
 // Tiles of a launch: 16-row tiles of every segment, or 8 rows of each of a silu pair's two.
@@ -470,34 +426,18 @@ __device__ __forceinline__ bool tile_src(const SkinnyGemmLaunch& p, int64_t tile
   return true;
 }
 
-// The weights of U chunks from c0 (c0, c0 + 8, ...) of a tile, for this lane.
-template <typename T, Weights F, int U>
-__device__ __forceinline__ void load_weights(const SkinnyGemmLaunch& p, const TileSrc<F>& s, int64_t c0,
-                                             RowPiece<F> (&a)[U], RowPiece<F> (&b8)[U]) {
-  constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;
-  const int64_t k = p.k, chunks = (k + kCk - 1) / kCk;
-  const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t c = c0 + int64_t{u} * kWarps;
-    const int64_t kk = c * kCk + kLaneK * t;
-    const bool in_k = c < chunks && kk < k;
-    load_piece<T, F>(a[u], s.wa, kk, k, in_k, s.sa, s.za, s.seg.group_size);
-    load_piece<T, F>(b8[u], s.wb, kk, k, in_k, s.sb, s.zb, s.seg.group_size);
-  }
-}
-
 // One tile (a block's 16 weight rows, or a pair's 8 + 8) into its outputs.
-// kFuseNone: a and b8 are this function's to fill. The norm variants: x̂ and inv are in shared memory (the
-// prologue's), a and b8 hold the tile's first round of weights on entry, and on return the first round of tile next
-// when next >= 0 (issued before the epilogue, so the block's loads run on through it).
 template <typename T, Weights F, int NT, int U, int kFuse>
-__device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t tile, int64_t next,
-                                            RowPiece<F> (&a)[U], RowPiece<F> (&b8)[U], const uint4* xhat,
-                                            const float* inv_s) {
+__device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t tile) {
   constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
   TileSrc<F> src;
-  if (!tile_src<T, F, pair>(p, tile, src)) return;  // whole block: uniform
+  if (!tile_src<T, F, pair>(p, tile, src)) return pdl_wait();  // whole block: uniform
+  // The norm fusion's weights, K values of T, go to shared memory once per block (read with each chunk's x).
+  extern __shared__ uint4 gamma_s[];
+  if constexpr (kNorm) {
+    const uint4* gamma = static_cast<const uint4*>(p.norm_w);
+    for (int u = threadIdx.x; u < p.k / 8; u += kWarps * 32) gamma_s[u] = __ldg(gamma + u);
+  }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t k = p.k;
@@ -505,44 +445,48 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
   constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;  // K per chunk and per lane
   const T* x0 = static_cast<const T*>(p.x) + g * k;  // n-tile j's row for this lane: x0 + 8j * k, read when 8j + g < M
 
+  RowPiece<F> a[U], b8[U];  // rows g and g + 8 of w (a pair: row g of gate and of up)
   float acc[NT][4];
+  float ss[NT];  // the norm fusion: this lane's sum of squares of token 8j + g's x, over its k in chunk order
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
+  for (int j = 0; j < NT; ++j) {
+    ss[j] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  }
 
   const int64_t chunks = (k + kCk - 1) / kCk;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   // x rows of each n-tile: loaded with the weights for dense weights; for codes (a quarter or half the bytes per
   // chunk, so twice or four times the chunks ahead) just before their use, to keep registers for the codes.
-  // The norm fusion reads x̂ from shared memory just before its use.
-  constexpr bool kXAhead = F == Weights::kDense && !kNorm;
+  constexpr bool kXAhead = F == Weights::kDense;
   constexpr int UX = kXAhead ? U : 1;
   constexpr int XH = kLaneK / 8;  // 16-byte loads of x per lane and n-tile
   uint4 bx[UX][NT][XH];
   auto load_x = [&](int64_t c0, int u, uint4 (&dst)[NT][XH]) {
     const int64_t c = c0 + int64_t{u} * kWarps;
-    if constexpr (kNorm) {  // c < chunks and K % 64 == 0 here: every unit is in the row
-      const int units = static_cast<int>(k / 8), u0 = static_cast<int>(c) * (kCk / 8) + XH * t;
+    const int64_t kk = c * kCk + kLaneK * t;
 #pragma unroll
-      for (int h = 0; h < XH; ++h)
+    for (int h = 0; h < XH; ++h)
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int r = 8 * j + g;
-          dst[j][h] = r < p.m ? xhat[r * units + xhat_slot(u0 + h, r)] : zero;
-        }
-    } else {
+      for (int j = 0; j < NT; ++j)
+        dst[j][h] = c < chunks && kk + 8 * h < k && j * 8 + g < p.m
+                        ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
+                        : zero;
+  };
+  // The norm fusion: chunk c's x pieces become x̂ just before their use (pieces past K or M are zeros, adding 0).
+  auto norm_x = [&](int64_t c, uint4 (&v)[NT][XH]) {
+    if constexpr (kNorm) {
       const int64_t kk = c * kCk + kLaneK * t;
 #pragma unroll
-      for (int h = 0; h < XH; ++h)
+      for (int h = 0; h < XH; ++h) {
+        const uint4 gv = kk + 8 * h < k ? gamma_s[(kk + 8 * h) / 8] : zero;
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
-          dst[j][h] = c < chunks && kk + 8 * h < k && j * 8 + g < p.m
-                          ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
-                          : zero;
+        for (int j = 0; j < NT; ++j) v[j][h] = norm_piece<T>(v[j][h], gv, ss[j]);
+      }
     }
   };
-  auto load_round = [&](int64_t c0) {
+  auto load_w = [&](int64_t c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + int64_t{u} * kWarps;
@@ -550,18 +494,25 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
       const bool in_k = c < chunks && kk < k;
       load_piece<T, F>(a[u], src.wa, kk, k, in_k, src.sa, src.za, src.seg.group_size);
       load_piece<T, F>(b8[u], src.wb, kk, k, in_k, src.sb, src.zb, src.seg.group_size);
-      if constexpr (kXAhead) load_x(c0, u, bx[u]);
     }
   };
-  bool loaded = kNorm;  // the norm variants' first round is in a and b8 already
+  // The first round of weights goes out before the wait for the kernel before (launch_pdl): no kernel writes them.
+  load_w(warp);
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (kNorm) __syncthreads();  // gamma_s
   for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
-    if (!loaded) load_round(c0);
-    loaded = false;
+    if (c0 != warp) load_w(c0);
+    if constexpr (kXAhead) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) load_x(c0, u, bx[u]);
+    }
     if constexpr (kFact) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
         load_x(c0, u, bx[0]);
+        norm_x(c0 + int64_t{u} * kWarps, bx[0]);
         factored_chunk<T, F, NT>(acc, a[u], b8[u], bx[0]);
       }
     } else {
@@ -570,6 +521,7 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
         if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
         if constexpr (!kXAhead) load_x(c0, u, bx[0]);
         const int ux = kXAhead ? u : 0;
+        norm_x(c0 + int64_t{u} * kWarps, bx[ux]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const uint32_t frag[4] = {piece_word<T, F>(a[u], 2 * i), piece_word<T, F>(b8[u], 2 * i),
@@ -581,33 +533,12 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
       }
     }
   }
-  if constexpr (kNorm) {
-    TileSrc<F> ns;
-    if (next >= 0 && tile_src<T, F, pair>(p, next, ns)) load_weights<T, F, U>(p, ns, warp, a, b8);
-  }
-
-  store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, inv_s);
+  store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
 }
 
 template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
-  RowPiece<F> a[U], b8[U];  // rows g and g + 8 of w (a pair: row g of gate and of up)
-  if constexpr (kFuse == kFuseNone) {
-    skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x, -1, a, b8, nullptr, nullptr);
-  } else {
-    extern __shared__ uint4 xhat[];  // [M, K / 8] units of x̂ (xhat_slot)
-    __shared__ float inv_s[8 * NT];
-    const int64_t tiles = launch_tiles(p);
-    // The first tile's first round of weights goes out before the prologue, which waits on x.
-    TileSrc<F> s0;
-    if (tile_src<T, F, kFuse == kFusePair>(p, blockIdx.x, s0)) load_weights<T, F, U>(p, s0, threadIdx.x / 32, a, b8);
-    norm_prologue<T, NT, (MINB >= 3 ? 4 : 8), 1>(p, xhat, inv_s);
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {  // uniform over the block
-      const int64_t next = tile + gridDim.x < tiles ? tile + gridDim.x : -1;
-      skinny_tile<T, F, NT, U, kFuse>(p, tile, next, a, b8, xhat, inv_s);
-      __syncthreads();  // the epilogue's partials are read before the next tile writes them
-    }
-  }
+  skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
 }
 
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
@@ -616,76 +547,17 @@ bool skinny_plain() {
   return plain;
 }
 
-// The norm variants' dynamic shared memory: x̂, M rows of K values of T.
-template <typename T> size_t xhat_bytes(const SkinnyGemmLaunch& l) {
-  return static_cast<size_t>(l.m) * static_cast<size_t>(l.k) * sizeof(T);
-}
-
-// The device's shared memory per block with the opt-in (227 KB on Hopper), read once per device.
-int smem_optin() {
-  static std::atomic<int> cache[64];
-  int dev = 0;
-  PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
-  std::atomic<int>& c = cache[dev % 64];
-  int v = c.load(std::memory_order_relaxed);
-  if (v == 0) {
-    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    c.store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
-// A norm variant on a persistent grid: as many blocks as fit on the device at once (occupancy with x̂'s shared
-// memory), at most one per tile. The dynamic shared memory limit is raised once per device, and the occupancy
-// remembered per device and size.
-template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
-void launch_norm_kernel(const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
-  auto* kernel = skinny_gemm_kernel<T, F, NT, U, MINB, kFuse>;
-  const size_t smem = xhat_bytes<T>(l);
-  static std::mutex mu;
-  static std::map<std::pair<int, size_t>, int> per_sm;  // (device, bytes) -> blocks per SM
-  static std::set<int> raised;
-  int dev = 0;
-  PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
-  int blocks = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (raised.insert(dev).second) {
-      cudaFuncAttributes attr{};
-      PEREGRINE_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-      PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                smem_optin() - static_cast<int>(attr.sharedSizeBytes)));
-    }
-    auto it = per_sm.find({dev, smem});
-    if (it == per_sm.end()) {
-      PEREGRINE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
-      it = per_sm.emplace(std::make_pair(dev, smem), blocks).first;
-    }
-    blocks = it->second;
-  }
-  PEREGRINE_CHECK(blocks > 0, "skinny matmul: the norm fusion's x does not fit in shared memory");
-  // PEREGRINE_FUSE_BLOCKS=N: at most N blocks per SM (comparisons: fewer blocks make fewer copies of x̂).
-  static const int cap = [] {
-    const char* v = std::getenv("PEREGRINE_FUSE_BLOCKS");
-    return v ? std::max(1, std::atoi(v)) : 0;
-  }();
-  if (cap > 0) blocks = std::min(blocks, cap);
-  const int64_t slots = int64_t{std::max(1, l.sm_count)} * blocks;
-  const dim3 grid(static_cast<unsigned>(std::min(launch_tiles(l), slots)));
-  kernel<<<grid, block, smem, stream>>>(l);
-}
-
-// One kernel of the set, with the norm fusion where l asks for it (dense weights and the factored path only).
-// The norm variants at NT = 2 (M > 8) hold up to 128 KB of x̂ at K = 4096, one block per SM: they take twice the
-// chunks ahead (U2) with the whole register file (MINB 1).
-template <typename T, Weights F, int NT, int U, int MINB, int U2 = U>
+// One kernel of the set, with the fusion l asks for (dense weights and the factored path only).
+template <typename T, Weights F, int NT, int U, int MINB>
 void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
   if constexpr (F == Weights::kDense || kFactored<F>) {
-    constexpr int kNU = NT == 2 ? U2 : U, kNMinb = NT == 2 ? 1 : MINB;
-    if (l.silu_pair) return launch_norm_kernel<T, F, NT, kNU, kNMinb, kFusePair>(block, stream, l);
-    if (l.norm_w) return launch_norm_kernel<T, F, NT, kNU, kNMinb, kFuseNorm>(block, stream, l);
+    const size_t gamma_bytes = static_cast<size_t>(l.k) * sizeof(T);
+    if (l.silu_pair)
+      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair>, grid, block, gamma_bytes, stream, l.m, l);
+    if (l.norm_w)
+      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNorm>, grid, block, gamma_bytes, stream, l.m, l);
   }
-  skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone><<<grid, block, 0, stream>>>(l);
+  launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
 }
 
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
@@ -695,7 +567,7 @@ void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 bloc
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
-    launch_kernel<T, F, 2, kFactU2, 2, F == Weights::kUint8Fact ? kFactU2 : 2 * kFactU2>(grid, block, stream, l);
+    launch_kernel<T, F, 2, kFactU2, 2>(grid, block, stream, l);
   }
 }
 
@@ -733,7 +605,7 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
       launch_kernel<T, F, 1, 4, 2>(grid, block, stream, l);
     }
   } else {
-    launch_kernel<T, F, 2, F == Weights::kDense ? 2 : 4, 2, 4>(grid, block, stream, l);
+    launch_kernel<T, F, 2, F == Weights::kDense ? 2 : 4, 2>(grid, block, stream, l);
   }
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
@@ -1199,11 +1071,8 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
     for (int s = 0; s < l.num_segments; ++s)
       if (l.seg[s].group_size % 128 != 0) return false;  // the plain code path has no fusions
   }
-  // The norm's x̂ lives in shared memory (M * K values of x's dtype beside the kernel's own ~9 KB), in whole
-  // groups of four 16-byte units (xhat_slot).
-  if (l.norm_w && (!aligned16(l.norm_w) || l.k % 64 != 0 ||
-                   static_cast<int64_t>(xhat_bytes<bf16>(l)) + 16 * 1024 > smem_optin()))
-    return false;
+  // The norm's weights go to shared memory (K values of x's dtype, within the 48 KB a launch has without opt-in).
+  if (l.norm_w && (!aligned16(l.norm_w) || l.k * 2 > kSkinnyNormMaxBytes)) return false;
   if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
   if (l.residual && l.num_segments != 1) return false;
   if (l.silu_pair) {

@@ -61,9 +61,8 @@ struct SkinnyGemmLaunch {
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
   // Fusions (ops.h MatmulFusion; dense weights and the factored code path only, skinny_gemm_fuses says which):
   // norm_w [K] in x's dtype: x is the residual stream, each product inv * (round(x * norm_w) . W^T) + bias with
-  // inv = 1 / sqrt(mean(x^2) + norm_eps); each block makes x̂ = round(x * norm_w) and inv once, into shared memory
-  // (M * K values, so M * K * 2 bytes must fit beside the kernel's own, and K % 64 == 0), and the sum of squares
-  // runs in an order fixed by K alone; these variants run a persistent grid (a block per SM slot, tiles strided);
+  // inv = 1 / sqrt(mean(x^2) + norm_eps); each lane makes x̂ = round(x * norm_w) of the x pieces it reads (norm_w
+  // from shared memory, so K * 2 bytes must fit: K <= 19456) and sums their squares in an order fixed by K alone;
   // residual [M, n] in out_dtype (one segment): out = round(residual + round(product)), out may alias it;
   // silu_pair (segments 0 = gate and 1 = up of one n, groups and bias dtype; with norm_w): a block takes 8 rows of
   // each, and seg[0].out = round(silu(round(gate)) * round(up)).
@@ -89,7 +88,7 @@ struct SkinnyGemmLaunch {
 bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
 // Whether launch_skinny_gemm takes l's fusion fields too: skinny_gemm_supports, and for any fusion set dense
 // weights or codes on the factored path (groups multiples of 128), x-dtype outputs for a residual or a pair, a
-// pair's two segments alike, and for the norm K % 64 == 0 with x̂ (M * K values) in the device's shared memory.
+// pair's two segments alike, and for the norm a 16-byte aligned norm_w of at most 19456 values.
 bool skinny_gemm_fuses(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
