@@ -7,14 +7,9 @@
 # scripts/device/carry_light.sh on: no weights of pycoder-tiny travel, only its tokenizer). There:
 #   source .device/carry_t/env.sh && scripts/device/tier_h200.sh
 set -uo pipefail
-out=${OUT:-/tmp/tier_h200}
-mkdir -p "$out"
-start=$(date +%s)
-bin=.device/bin
-cfg=.device/shared/configs/llama-3-8b.json
-tok=models/pycoder-tiny
+NAME=tier_h200
+source "$(dirname "$0")/tier_common.sh"
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
-t() { echo "[$(( $(date +%s) - start )) s] $*"; }
 if [ -x "$bin/cuda_ops_tests" ]; then  # the checks (a bundle with only peregrine measures)
 timeout 120 "$bin/cuda_ops_tests" --gtest_filter='CudaCopies.*' >"$out/copies.txt" 2>&1
 t "CudaCopies rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$out/copies.txt" | tr '\n' ' ')"

@@ -8,13 +8,8 @@
 # the tests.
 set -uo pipefail
 what=${1:?bench or tests}
-out=${OUT:-/tmp/tier_ttft}
-mkdir -p "$out"
-start=$(date +%s)
-bin=.device/bin
-cfg=.device/shared/configs/llama-3-8b.json
-tok=models/pycoder-tiny
-t() { echo "[$(( $(date +%s) - start )) s] $*"; }
+NAME=tier_ttft
+source "$(dirname "$0")/tier_common.sh"
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 lines='^(prompt|TTFT|ratio|host|tiers|disk|copies|copy rate) '
 if [ "$what" = all ]; then
