@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <chrono>
@@ -617,6 +618,92 @@ TEST_P(KvCacheOps, AFullDiskTierKeepsAChainsFirstBlocks) {
   uint64_t ticket = 0;
   uint8_t below[3] = {};
   EXPECT_EQ(tier.load(std::span<const uint64_t>(a.keys).first(3), targets, &ticket, below), 3);
+}
+
+// Random work over the tier, each served block checked: device blocks are given content (copied from fixed source
+// blocks) under fresh keys, copied ahead, evicted and at once overwritten by their next owner, and loaded back from
+// the host slots, the ring's queued writes or the disk, with copies ahead into the slots or to the disk. Whatever
+// arrives must be exactly the content its key was given; nothing may be served that the device wrote later.
+TEST_P(KvCacheOps, RandomTierWorkNeverServesStaleBlocks) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  for (int trial = 0; trial < 4; ++trial) {
+    TierDevice dev(c);  // blocks 0-15: cached blocks; 16-23: load targets; 24-31: sources, never written
+    TierDir dir;
+    HostKvTier tier(*dev.backend, *dev.kv, 3, dir.store(dev.cfg), /*staging_slots=*/2, /*ring_slots=*/3);
+    tier.set_ahead_to_disk(trial % 2 == 1);
+    std::mt19937 rng(static_cast<uint32_t>(100 + trial));
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint32_t>(n)); };
+    std::map<uint64_t, int> source_of;       // key -> the source block its content came from
+    std::vector<uint64_t> cached(16, 0);     // device block -> its key (0: none)
+    std::vector<std::vector<int32_t>> tokens_of(16);
+    std::vector<uint64_t> evicted_keys;
+    uint64_t next_key = 1;
+    int served = 0;
+    auto evicted_of = [&](int b) {
+      return LowerKvTier::Evicted{b, cached[static_cast<size_t>(b)], 0, tokens_of[static_cast<size_t>(b)], 0};
+    };
+    for (int op = 0; op < 300; ++op) {
+      const int b = pick(16);
+      switch (pick(5)) {
+        case 0: {  // give a free block new content under a new key
+          if (cached[static_cast<size_t>(b)] != 0) break;
+          const int src = 24 + pick(8);
+          const std::pair<int, int> copy[] = {{src, b}};
+          dev.kv->copy_blocks(copy);
+          const uint64_t key = next_key++;
+          source_of[key] = src;
+          cached[static_cast<size_t>(b)] = key;
+          tokens_of[static_cast<size_t>(b)] = {static_cast<int32_t>(key), 1, 2, 3};
+          break;
+        }
+        case 1: {  // copy ahead the cached blocks among a window
+          std::vector<LowerKvTier::Evicted> window;
+          for (int i = 0; i < 16; ++i)
+            if (cached[static_cast<size_t>(i)] != 0 && pick(2) == 0) window.push_back(evicted_of(i));
+          tier.copy_ahead(window);
+          break;
+        }
+        case 2: {  // evict, then the next owner overwrites the block at once
+          if (cached[static_cast<size_t>(b)] == 0) break;
+          const LowerKvTier::Evicted e[] = {evicted_of(b)};
+          tier.keep(e);
+          evicted_keys.push_back(cached[static_cast<size_t>(b)]);
+          cached[static_cast<size_t>(b)] = 0;
+          const std::pair<int, int> overwrite[] = {{24 + pick(8), b}};
+          dev.kv->copy_blocks(overwrite);
+          break;
+        }
+        case 3: {  // load an evicted key back, if the tier still has it
+          if (evicted_keys.empty()) break;
+          const uint64_t key = evicted_keys[static_cast<size_t>(pick(static_cast<int>(evicted_keys.size())))];
+          const std::vector<int32_t> toks{static_cast<int32_t>(key), 1, 2, 3};
+          const LowerKvTier::Probe probe[] = {{key, 0, toks}};
+          if (tier.count_held(probe) != 1) break;
+          const uint64_t keys[] = {key};
+          const int target[] = {16 + pick(8)};
+          uint64_t ticket = 0;
+          uint8_t below[1] = {0};
+          if (tier.load(keys, target, &ticket, below) != 1) break;
+          int arrived = -1;
+          while ((arrived = tier.loaded(ticket)) < 0) std::this_thread::yield();
+          if (arrived == 1) {
+            ASSERT_TRUE(dev.same_as_original(target[0], source_of[key]))
+                << "trial " << trial << " op " << op << ": key " << key << " served stale content";
+            ++served;
+          }
+          break;
+        }
+        default:
+          tier.poll();
+          if (pick(4) == 0) tier.disk()->flush();
+      }
+    }
+    EXPECT_GT(served, 10) << "trial " << trial;
+    EXPECT_GT(tier.stats().blocks_ahead, 0u) << "trial " << trial;
+    EXPECT_GT(tier.stats().disk_loads, 0u) << "trial " << trial;
+    EXPECT_EQ(tier.disk()->stats().dropped_bad, 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, KvCacheOps,
