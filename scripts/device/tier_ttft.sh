@@ -27,6 +27,12 @@ if [ "$what" = all ]; then
     --kv-cache-disk-gb 40 --kv-cache-memory-bytes 4294967296 >"$out/disk.txt" 2>&1
   t "disk tier rc=$?"; grep -E "$lines" "$out/disk.txt"
   rm -rf /tmp/peregrine_kvdisk
+  PEREGRINE_KV_DISK_SKIP=0 timeout 100 "$bin/peregrine" bench prefix-cache --model "$tok" --random-weights \
+    --config "$cfg" --device cuda --prompt-len 8000 --cached-len 7200 --repeats 2 --kv-offloading-size 0.25 \
+    --kv-cache-dir /tmp/peregrine_kvdisk --kv-cache-disk-gb 40 --kv-cache-memory-bytes 4294967296 \
+    >"$out/disk_noskip.txt" 2>&1
+  t "disk tier, always read rc=$?"; grep -E "$lines" "$out/disk_noskip.txt"
+  rm -rf /tmp/peregrine_kvdisk
   what=tests
 fi
 if [ "$what" = bench ]; then

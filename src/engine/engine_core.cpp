@@ -113,6 +113,7 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
     // checked on the H200, so off by default; scripts/device/tier_ttft.sh checks and measures it).
     const char* layered = std::getenv("PEREGRINE_KV_LAYERED_LOADS");
     host_tier_->set_layered_loads(layered && std::atoi(layered) > 0);
+    if (const char* skip = std::getenv("PEREGRINE_KV_DISK_SKIP"); skip && std::atoi(skip) == 0) disk_skip_ = false;
     scheduler_.kv().set_copy_ahead(ahead);
   }
 }
@@ -673,6 +674,12 @@ void EngineCore::step() {
   stats_.step_schedule_seconds += secs(t0, t1);
   stats_.step_prepare_seconds += secs(t1, t2);
   stats_.step_forward_seconds += secs(t2, t3);
+  // The prefill rate the disk tier weighs its reads against (steps of mostly prompt tokens, a moving average).
+  if (host_tier_ && disk_skip_ && out.num_batched_tokens - out.num_decodes >= 1024 && secs(t2, t3) > 0) {
+    const double rate = (out.num_batched_tokens - out.num_decodes) / secs(t2, t3);
+    prefill_rate_ = prefill_rate_ > 0 ? 0.7 * prefill_rate_ + 0.3 * rate : rate;
+    host_tier_->set_recompute_rate(prefill_rate_);
+  }
   stats_.step_sample_seconds += secs(t3, t4);
   stats_.step_update_seconds += secs(t4, t5);
 }

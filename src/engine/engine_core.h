@@ -147,6 +147,8 @@ class EngineCore {
   uint64_t seed_counter_ = 0;
   std::atomic<int>* queued_counter_ = nullptr;
   std::unique_ptr<HostKvTier> host_tier_;  // null unless config.host_kv_blocks > 0
+  double prefill_rate_ = 0;                 // prompt tokens a second of large prefill steps (for the disk tier)
+  bool disk_skip_ = true;                   // PEREGRINE_KV_DISK_SKIP=0: always read the disk tier
   std::unique_ptr<Proposer> proposer_;
   std::vector<Sequence*> propose_seqs_;
   std::vector<int> propose_limits_;

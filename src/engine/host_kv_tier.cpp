@@ -314,6 +314,17 @@ int HostKvTier::count_held(std::span<const Probe> run) {
     if (s < 0 && !(disk_ && disk_->contains(p.key, p.parent_key, p.tokens))) break;
     where.push_back(s);
   }
+  // The blocks from the first one on disk to the run's end: recomputed instead where that is faster.
+  const size_t first_disk = static_cast<size_t>(std::find(where.begin(), where.end(), -1) - where.begin());
+  if (first_disk < where.size() && recompute_rate_ > 0 && disk_rate_ > 0) {
+    const double n = static_cast<double>(where.size() - first_disk);
+    const double read_s = n * static_cast<double>(host_.slot_bytes()) / disk_rate_;
+    const double recompute_s = n * static_cast<double>(run[0].tokens.size()) / recompute_rate_;
+    if (read_s > 1.25 * recompute_s && ++skip_decisions_ % 16 != 0) {
+      stats_.disk_skipped += where.size() - first_disk;
+      where.resize(first_disk);
+    }
+  }
   // Recently used from the run's end back to its first block, which becomes the most recent of them.
   for (size_t i = where.size(); i-- > 0;) {
     if (where[i] >= 0) {
@@ -433,8 +444,15 @@ void HostKvTier::advance(Load& load, bool issue) {
   if (load.issued >= load.end) {
     if (!load.timed) {  // every block read back and its copy up enqueued
       load.timed = true;
-      if (std::any_of(load.parts.begin(), load.parts.end(), [](const Part& p) { return p.from_disk; }))
-        stats_.disk_load_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - load.start).count();
+      const auto from_disk = std::count_if(load.parts.begin(), load.parts.begin() + load.end,
+                                           [](const Part& p) { return p.from_disk; });
+      if (from_disk > 0) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load.start).count();
+        stats_.disk_load_seconds += s;
+        // The disk's read rate, as loads see it (a moving average; a load of one or two blocks says little).
+        const double rate = static_cast<double>(from_disk) * static_cast<double>(host_.slot_bytes()) / std::max(s, 1e-6);
+        if (from_disk >= 4) disk_rate_ = disk_rate_ > 0 ? 0.7 * disk_rate_ + 0.3 * rate : rate;
+      }
     }
     for (int i = load.end; i < load.frontier; ++i) {
       Part& p = load.parts[static_cast<size_t>(i)];

@@ -49,6 +49,7 @@ class HostKvTier final : public LowerKvTier {
     uint64_t evicted_held = 0;       // evicted blocks a slot already held (copied ahead, or earlier): no copy
     double wait_seconds = 0;         // the engine thread waited for the staging buffer's copies
     double evict_seconds = 0;        // the engine thread's time in keep() (copies enqueued, staging, disk queue)
+    uint64_t disk_skipped = 0;       // blocks on disk a lookup left to be recomputed (faster than reading them)
     double disk_load_seconds = 0;    // loads that read from the disk: from load() until every copy up was enqueued
   };
 
@@ -87,6 +88,14 @@ class HostKvTier final : public LowerKvTier {
   // A step made to wait for a load (order_on_device) waits layer by layer (KvCache::wait_before_layer) instead of
   // for the whole load before it starts.
   void set_layered_loads(bool on) { layered_ = on; }
+  // Skipping the disk where recomputing is faster: a lookup leaves a run's blocks on disk to be recomputed when
+  // reading them at the measured disk rate (bytes a second of the loads that read from it; the setter for tests)
+  // would take over 1.25x as long as recomputing their tokens at the engine's measured prefill rate (tokens a second;
+  // 0: unknown, never skip). One such lookup in 16 reads anyway, so a disk that got faster (a warm page cache) is
+  // measured again.
+  void set_recompute_rate(double tokens_per_second) { recompute_rate_ = tokens_per_second; }
+  void set_disk_read_rate(double bytes_per_second) { disk_rate_ = bytes_per_second; }
+  double disk_read_rate() const { return disk_rate_; }
   int num_ring_slots() const { return ring_ ? ring_->num_slots() : 0; }
   int num_ring_pending() const { return static_cast<int>(ring_pending_.size()); }  // copies not yet handed down
   int num_pinned() const { return num_pinned_; }  // slots loads (or a transfer being built) hold where they are
@@ -184,6 +193,8 @@ class HostKvTier final : public LowerKvTier {
   std::unordered_map<uint64_t, uint64_t> ring_keys_;  // their keys, with their copies' tickets
   bool ahead_to_disk_ = false;
   bool layered_ = false;
+  double recompute_rate_ = 0, disk_rate_ = 0;
+  uint64_t skip_decisions_ = 0;
   std::unique_ptr<DiskKvStore> disk_;  // after host_ and ring_: destroyed first, so nothing it runs touches freed slots
   Stats stats_;
 };

@@ -620,6 +620,39 @@ TEST_P(KvCacheOps, AFullDiskTierKeepsAChainsFirstBlocks) {
   EXPECT_EQ(tier.load(std::span<const uint64_t>(a.keys).first(3), targets, &ticket, below), 3);
 }
 
+// A disk slower than recomputing: a lookup leaves the run's blocks on disk to be recomputed (the host's leading
+// blocks still count), but one such lookup in 16 reads anyway; a fast disk is always read. The disk's rate is
+// measured from the loads that read it.
+TEST_P(KvCacheOps, ADiskSlowerThanRecomputingIsSkipped) {
+  const Case& c = GetParam();
+  if (c.device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  TierDevice dev(c);
+  TierDir dir;
+  HostKvTier tier(*dev.backend, *dev.kv, 2, dir.store(dev.cfg), 3, 4);
+  const Chain a(1000, 8, 0);
+  tier.keep(a.evicted(0, 8));  // 0-1 in the host slots, 2-7 to the disk
+  settle(tier);
+  EXPECT_EQ(tier.count_held(a.run()), 8);  // rates unknown: never skipped
+  EXPECT_EQ(load_run(tier, a, 8, 12), 8);
+  EXPECT_GT(tier.disk_read_rate(), 0.0);  // measured by that load
+  const double slot = static_cast<double>(dev.cfg.bytes_per_block());
+  tier.set_disk_read_rate(slot);           // a block a second
+  tier.set_recompute_rate(4 * 1000.0);     // a block of 4 tokens in a millisecond
+  int lead = 0;  // the run's leading blocks in host slots (the load left the last ones it read there)
+  while (lead < 8 && tier.holds(a.keys[static_cast<size_t>(lead)])) ++lead;
+  ASSERT_LT(lead, 8);
+  int skipped = 0;
+  for (int i = 0; i < 16; ++i) {
+    const int held = tier.count_held(a.run());
+    EXPECT_TRUE(held == lead || held == 8) << held;
+    skipped += held == lead ? 1 : 0;
+  }
+  EXPECT_EQ(skipped, 15);
+  EXPECT_EQ(tier.stats().disk_skipped, 15u * static_cast<uint64_t>(8 - lead));
+  tier.set_disk_read_rate(slot * 1e6);  // a fast disk
+  EXPECT_EQ(tier.count_held(a.run()), 8);
+}
+
 // Random work over the tier, each served block checked: device blocks are given content (copied from fixed source
 // blocks) under fresh keys, copied ahead, evicted and at once overwritten by their next owner, and loaded back from
 // the host slots, the ring's queued writes or the disk, with copies ahead into the slots or to the disk. Whatever
