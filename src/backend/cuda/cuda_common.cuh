@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -77,7 +78,8 @@ template <typename T> __device__ __forceinline__ void store8(T* p, const float (
 // their wait, so at most one kernel waits behind the running one (its blocks resident, a matmul's first weights
 // loaded). Kernels launched plainly may call both (no-ops there). The decode path's kernels are launched so when
 // their step has at most kPdlMaxRows rows (tokens or sequences): on the H200 (8B shape, 2026-12-04,
-// docs/BENCHMARKS.md) it made batch 1 faster (bf16 +5%, W4A16 +6%) and batch 16 slower (-10%). PEREGRINE_PDL=0
+// docs/BENCHMARKS.md) it made batch 1 faster (bf16 +5%, W4A16 +6%) and batches 8 and 16 slower (-17%, -10%).
+// PEREGRINE_PDL=0
 // launches them plainly; PEREGRINE_PDL_MAX_ROWS=N moves the bound (comparisons).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -102,11 +104,14 @@ inline bool pdl_enabled(int64_t rows) {
     return m ? static_cast<int64_t>(std::atoll(m)) : kPdlMaxRows;
   }();
   if (rows > max_rows) return false;
-  static int major[64] = {};  // per device, 0 until read
+  static std::atomic<int> major[64] = {};  // per device, 0 until read
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  int& m = major[dev % 64];
-  if (m == 0 && cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  int m = major[dev % 64].load(std::memory_order_relaxed);
+  if (m == 0) {
+    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    major[dev % 64].store(m, std::memory_order_relaxed);
+  }
   return m >= 9;
 }
 

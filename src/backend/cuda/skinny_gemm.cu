@@ -254,9 +254,10 @@ template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGe
 }
 
 // The block's end: the warps' partials (acc, this lane's C fragments of NT n-tiles) meet in shared memory and are
-// added in warp order; then the fusions' scale (norm: 1 / rms of each token, from the lanes' sums of squares ss, added
-// over the four lanes of a token and then over the warps in order; ss null without the norm), bias, the residual add or SiLU-mul, and the
-// store. pair: the tile's rows 0..7 are gate rows n0.., 8..15 the up rows of the same outputs.
+// added in warp order; then the fusions' scale (norm: 1 / rms of each token, from the lanes' sums of squares ss,
+// added over the four lanes of a token and then over the warps in order; ss null without the norm), bias, the
+// residual add or SiLU-mul, and the store. pair: the tile's rows 0..7 are gate rows n0.., 8..15 the up rows of the
+// same outputs.
 template <typename T, int NT, bool kNorm, bool kPair>
 __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
                                            const float (&acc)[NT][4], const float* ss) {
