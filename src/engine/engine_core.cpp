@@ -16,6 +16,12 @@
 namespace peregrine::engine {
 namespace {
 
+// An integer environment switch (measurements and comparisons): its value where set and not empty, else fallback.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
 SchedulerConfig scheduler_config(const EngineCoreConfig& c) {
   SchedulerConfig s;
   // Verification tokens a step may carry beyond one per sequence: a quarter of the budget (at least one chain).
@@ -89,8 +95,8 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
       d.block_size = config.block_size;
       d.payload_bytes = runner_->kv_cache().config().bytes_per_block();
       // PEREGRINE_KV_DISK_THREADS=N: N readers and N writers (measurements; the default is DiskKvStore's).
-      if (const char* t = std::getenv("PEREGRINE_KV_DISK_THREADS"); t && std::atoi(t) > 0)
-        d.reader_threads = d.writer_threads = std::min(64, std::atoi(t));
+      if (const int t = env_int("PEREGRINE_KV_DISK_THREADS", 0); t > 0)
+        d.reader_threads = d.writer_threads = std::min(64, t);
       disk = std::make_unique<DiskKvStore>(d);
     }
     host_tier_ = std::make_unique<HostKvTier>(runner_->backend(), runner_->kv_cache(), config.host_kv_blocks,
@@ -103,17 +109,15 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
     // the disk (through the ring of pinned slots lent to its write queue), so a hit's allocation finds what it
     // evicts there already. Off by default: on the H200 host (a disk of ~1 GB/s) the writes it adds just before a
     // hit slowed the hit and the device hits beside it (docs/BENCHMARKS.md).
-    const char* to_disk_env = std::getenv("PEREGRINE_KV_AHEAD_TO_DISK");
-    const bool to_disk = to_disk_env && std::atoi(to_disk_env) > 0 && host_tier_->disk() &&
+    const bool to_disk = env_int("PEREGRINE_KV_AHEAD_TO_DISK", 0) > 0 && host_tier_->disk() &&
                          config.host_kv_blocks / 16 < config.num_blocks / 4;
     int ahead = to_disk ? config.num_blocks / 4 : std::min(config.num_blocks / 4, config.host_kv_blocks / 16);
-    if (const char* a = std::getenv("PEREGRINE_KV_COPY_AHEAD"); a && *a) ahead = std::max(0, std::atoi(a));
+    ahead = std::max(0, env_int("PEREGRINE_KV_COPY_AHEAD", ahead));
     host_tier_->set_ahead_to_disk(to_disk);
     // PEREGRINE_KV_LAYERED_LOADS=1: a hit that runs alone waits for its load layer by layer (not yet measured or
     // checked on the H200, so off by default; scripts/device/tier_ttft.sh checks and measures it).
-    const char* layered = std::getenv("PEREGRINE_KV_LAYERED_LOADS");
-    host_tier_->set_layered_loads(layered && std::atoi(layered) > 0);
-    if (const char* skip = std::getenv("PEREGRINE_KV_DISK_SKIP"); skip && std::atoi(skip) == 0) disk_skip_ = false;
+    host_tier_->set_layered_loads(env_int("PEREGRINE_KV_LAYERED_LOADS", 0) > 0);
+    if (env_int("PEREGRINE_KV_DISK_SKIP", 1) == 0) disk_skip_ = false;
     scheduler_.kv().set_copy_ahead(ahead);
   }
 }

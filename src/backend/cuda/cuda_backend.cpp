@@ -277,10 +277,9 @@ class CudaBackendImpl final : public CudaBackend {
   enum class FusionMode { kNone, kDense, kAll };
   static FusionMode fusion_mode() {
     static const FusionMode mode = [] {
+      if (env_off("PEREGRINE_FUSE")) return FusionMode::kNone;
       const char* v = std::getenv("PEREGRINE_FUSE");
-      if (v && std::string_view(v) == "0") return FusionMode::kNone;
-      if (v && std::string_view(v) == "1") return FusionMode::kAll;
-      return FusionMode::kDense;
+      return v && std::string_view(v) == "1" ? FusionMode::kAll : FusionMode::kDense;
     }();
     return mode;
   }
