@@ -11,6 +11,10 @@
 //       a smaller model with the same vocabulary drafts K tokens greedily, batched, with its own paged KV.
 //   {"method": "self", "draft_num_layers": N | "draft_layers": [...], "num_speculative_tokens": K}
 //       the target's own first layers draft (no second model).
+//   draft_model and self also take "draft_vocab_size": N (the drafter's argmax covers N token ids, the most
+//   frequent in the requests seen so far plus EOS; 0 = the whole vocabulary) or "speculative_token_map": PATH (a
+//   fixed set: a JSON list of token ids, or ids separated by whitespace), as SGLang / FR-Spec; drafts only, so the
+//   output is unchanged.
 // Common keys: "disable_by_batch_size" (no speculation while more sequences than this decode; 0 = no fixed limit:
 // the engine measures per batch size whether drafts pay), "adaptive" (per-request draft length follows its
 // acceptance; default true).
@@ -40,6 +44,10 @@ struct SpeculativeConfig {
   // self
   std::vector<int> draft_layers;
   int draft_num_layers = 0;
+  // draft_model and self: the drafter's reduced vocabulary. draft_vocab_size -1 = the method's default
+  // (drafter_vocab_rows()), 0 = the whole vocabulary; a token map gives a fixed set instead.
+  int draft_vocab_size = -1;
+  std::string speculative_token_map;
   // scheduling
   int disable_by_batch_size = 0;
   bool adaptive = true;
@@ -48,6 +56,9 @@ struct SpeculativeConfig {
   // Tokens one sequence may verify in a step (the tree size, or K for a chain).
   int max_verify_tokens() const { return max_tree_tokens > 0 ? max_tree_tokens : num_speculative_tokens; }
   static const char* method_name(Method m);
+  // Rows of the drafter's frequency-chosen vocabulary: draft_vocab_size, or the method's default where it is -1
+  // (0: the whole vocabulary, also where a token map is given).
+  int drafter_vocab_rows() const;
 
   // Parses vLLM's JSON form. Throws Error(kInvalidArgument) naming the key ("speculative_config.KEY: ...") for an
   // unknown method or key, a wrong type or a value out of range. An empty string gives the disabled config.

@@ -166,6 +166,8 @@ void run_speculative(SpecArgs& a) {
       label = std::string(SpeculativeConfig::method_name(sc.method)) + " k=" + std::to_string(sc.num_speculative_tokens);
       if (sc.max_tree_tokens > 0) label += " tree=" + std::to_string(sc.max_tree_tokens);
       if (!sc.model.empty()) label += " (" + std::filesystem::path(sc.model).filename().string() + ")";
+      if (sc.draft_vocab_size >= 0) label += " vocab=" + std::to_string(sc.draft_vocab_size);
+      if (!sc.speculative_token_map.empty()) label += " map";
     }
     labels.push_back(label);
   }

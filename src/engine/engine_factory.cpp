@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <chrono>
 #include <filesystem>
+#include <optional>
+#include <span>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -12,6 +14,7 @@
 #include "engine/device_setup.h"
 #include "engine/engine_core.h"
 #include "engine/model_runner.h"
+#include "engine/spec/draft_vocab.h"
 #include "engine/spec/model_proposer.h"
 #include "engine/tokenizer_codec.h"
 #include "io/gguf.h"
@@ -23,6 +26,34 @@
 namespace peregrine {
 
 namespace {
+
+// The drafter's reduced vocabulary (speculative_config draft_vocab_size / speculative_token_map) with its compact LM
+// head made on `drafter` (before a runner is built on it: the runner sizes its logits by it); nullopt for the whole
+// vocabulary. The method's default size falls back to the whole vocabulary where the LM head cannot be cut (GGUF
+// blocks, quantized heads); a size or map the config gives is then an error naming its key.
+std::optional<engine::DraftVocab> make_draft_vocab(const SpeculativeConfig& spec, model::Model& drafter,
+                                                   std::span<const int32_t> eos) {
+  const int vocab = static_cast<int>(drafter.config().vocab_size);
+  std::optional<engine::DraftVocab> v;
+  if (!spec.speculative_token_map.empty()) {
+    v = engine::DraftVocab::fixed(engine::read_token_map(spec.speculative_token_map, vocab), vocab, eos);
+  } else if (const int rows = spec.drafter_vocab_rows(); rows > 0 && rows < vocab) {
+    v.emplace(rows, vocab, eos);
+  }
+  if (!v || v->rows() >= vocab) return std::nullopt;  // nothing to leave out
+  const bool asked = spec.draft_vocab_size > 0 || !spec.speculative_token_map.empty();
+  try {
+    drafter.use_logits_subset(v->rows());
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnsupported || !asked) {
+      if (e.code() == ErrorCode::kUnsupported) return std::nullopt;
+      throw;
+    }
+    const std::string key = spec.speculative_token_map.empty() ? "draft_vocab_size" : "speculative_token_map";
+    throw Error(ErrorCode::kUnsupported, "speculative_config." + key + ": " + e.message(), "speculative_config");
+  }
+  return v;
+}
 
 // What the disk tier's files are kept under: the model (its folder and weight files' sizes and times, or the random
 // weights' shape and seed), the compute device and dtype, and the KV layout. Another model never sees them.
@@ -182,10 +213,17 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   }
   auto runner = std::make_unique<engine::ModelRunner>(std::move(backend), std::move(model), runner_options);
 
+  // EOS ids of the config and the tokenizer: sampling stops at each, a drafter's reduced vocabulary keeps them.
+  std::vector<int32_t> eos_ids = model_config.eos_token_ids;
+  for (int32_t id : tokenizer_eos) {
+    if (std::find(eos_ids.begin(), eos_ids.end(), id) == eos_ids.end()) eos_ids.push_back(id);
+  }
+
   // Speculative decoding with a model: the draft model loads now, so the KV sizing below leaves room for its cache.
   using Method = SpeculativeConfig::Method;
   const SpeculativeConfig& spec = config.speculative;
   std::unique_ptr<engine::ModelRunner> draft_runner;
+  std::optional<engine::DraftVocab> draft_vocab;
   if (spec.method == Method::kDraftModel) {
     const io::ModelConfig draft_config = io::load_model_config_any(spec.model);
     if (draft_config.vocab_size != model_config.vocab_size) {
@@ -200,6 +238,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     draft_options.on_load_progress = nullptr;
     draft_options.quantization.clear();  // the draft declares its own
     auto draft = model::load_model(spec.model, runner->backend(), draft_options);
+    draft_vocab = make_draft_vocab(spec, *draft, eos_ids);
     engine::RunnerOptions dro = runner_options;
     dro.verify_rows = 0;  // the drafter only decodes
     dro.max_model_len = std::min<int>(max_model_len, static_cast<int>(draft_config.max_position_embeddings));
@@ -307,13 +346,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
     core_config.device_sampling = -1;
   else if (where && std::string(where) == "backend")
     core_config.device_sampling = 1;
-  core_config.eos_token_ids = model_config.eos_token_ids;
-  for (int32_t id : tokenizer_eos) {
-    if (std::find(core_config.eos_token_ids.begin(), core_config.eos_token_ids.end(), id) ==
-        core_config.eos_token_ids.end()) {
-      core_config.eos_token_ids.push_back(id);
-    }
-  }
+  core_config.eos_token_ids = eos_ids;
 
   ModelInfo info;
   info.model_path = config_only ? config.config_file : model_dir.string();
@@ -347,20 +380,26 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   if (config.speculative.enabled()) {
     using Method = SpeculativeConfig::Method;
     if (spec.method == Method::kDraftModel) {
-      core->set_proposer(std::make_unique<engine::ModelProposer>(std::move(draft_runner), static_cast<int>(num_blocks),
-                                                                 config.block_size, core_config.eos_token_ids));
+      auto proposer = std::make_unique<engine::ModelProposer>(std::move(draft_runner), static_cast<int>(num_blocks),
+                                                              config.block_size, core_config.eos_token_ids);
+      if (draft_vocab) proposer->set_draft_vocab(std::move(*draft_vocab));
+      core->set_proposer(std::move(proposer));
     } else if (spec.method == Method::kSelf) {
       engine::ModelRunner& target = core->runner();
       model::ModelOptions sub_options = options;
       sub_options.random_weights = false;
       engine::RunnerOptions sro = runner_options;
       sro.verify_rows = 0;
-      auto self_runner = std::make_unique<engine::ModelRunner>(
-          nullptr, target.model().layer_subset(self_layers, sub_options), sro);
+      auto self_model = target.model().layer_subset(self_layers, sub_options);
+      // A compact copy of the LM head's rows: the target's own head stays whole.
+      std::optional<engine::DraftVocab> self_vocab = make_draft_vocab(spec, *self_model, eos_ids);
+      auto self_runner = std::make_unique<engine::ModelRunner>(nullptr, std::move(self_model), sro);
       self_runner->use_kv_cache(engine::KvCache::view_of(target.kv_cache(), self_layers));
       if (!target.backend().is_host()) self_runner->warm_up();
-      core->set_proposer(std::make_unique<engine::ModelProposer>(std::move(self_runner), core->kv_manager(),
-                                                                 core_config.eos_token_ids));
+      auto proposer = std::make_unique<engine::ModelProposer>(std::move(self_runner), core->kv_manager(),
+                                                              core_config.eos_token_ids);
+      if (self_vocab) proposer->set_draft_vocab(std::move(*self_vocab));
+      core->set_proposer(std::move(proposer));
     } else {
       const engine::TextCodec& text = core->codec();
       core->set_proposer(engine::make_text_proposer(

@@ -20,7 +20,8 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
       backend_(model->backend()),
       model_(std::move(model)),
       options_(options),
-      vocab_(static_cast<int>(model_->config().vocab_size)) {
+      vocab_(static_cast<int>(model_->config().vocab_size)),
+      logits_width_(static_cast<int>(model_->logits_width())) {
   if (options_.block_size <= 0) throw Error(ErrorCode::kInvalidArgument, "block_size must be positive");
   options_.max_num_batched_tokens = std::max(1, options_.max_num_batched_tokens);
   options_.max_num_seqs = std::max(1, std::min(options_.max_num_seqs, options_.max_num_batched_tokens));
@@ -76,7 +77,7 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
   inputs_ = ops::DeviceBuffer(backend_, layout_.total * sizeof(int32_t));
   staging_ = static_cast<int32_t*>(backend_.allocate_pinned(layout_.total * sizeof(int32_t)));
   // Logits are f32 whatever the activation dtype: rounding them to bf16 would cost ~1e-2 in logprobs.
-  logits_ = ops::DeviceBuffer(backend_, sizeof(float) * static_cast<size_t>(max_rows_per_chunk_) * vocab_);
+  logits_ = ops::DeviceBuffer(backend_, sizeof(float) * static_cast<size_t>(max_rows_per_chunk_) * logits_width_);
 }
 
 ModelRunner::~ModelRunner() {
@@ -240,7 +241,7 @@ void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int ma
   kv_->flush_layer_waits();  // none left unless the model skipped a layer's call
   const int64_t n = std::min<int64_t>(max_rows_per_chunk_, rows);
   if (n > 0) {
-    model_->compute_logits(ints(layout_.logits, {n}), TensorView(logits_.data(), DType::kF32, {n, vocab_}));
+    model_->compute_logits(ints(layout_.logits, {n}), TensorView(logits_.data(), DType::kF32, {n, logits_width_}));
   }
 }
 
@@ -385,7 +386,7 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
   // Logits of the real rows back to the host as f32; rows past the first chunk (prompt logprobs of long
   // prefills) are computed here, eagerly.
   const int64_t real_rows = static_cast<int64_t>(b.logits_indices.size());
-  logits.resize(static_cast<size_t>(real_rows * vocab_));
+  logits.resize(static_cast<size_t>(real_rows * logits_width_));
   if (sampling) {
     sampling->done = false;
     sampling->tokens.clear();
@@ -398,9 +399,9 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
     const int64_t n = std::min<int64_t>(max_rows_per_chunk_, real_rows - begin);
     if (begin > 0) {
       const TensorView idx(static_cast<int32_t*>(inputs_.data()) + layout_.logits + begin, DType::kI32, {n});
-      model_->compute_logits(idx, TensorView(logits_.data(), DType::kF32, {n, vocab_}));
+      model_->compute_logits(idx, TensorView(logits_.data(), DType::kF32, {n, logits_width_}));
     }
-    backend_.copy_to_host(logits.data() + begin * vocab_, logits_.data(), sizeof(float) * static_cast<size_t>(n * vocab_));
+    backend_.copy_to_host(logits.data() + begin * logits_width_, logits_.data(), sizeof(float) * static_cast<size_t>(n * logits_width_));
   }
 }
 
@@ -495,9 +496,11 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
     pen_dev = static_cast<int32_t*>(penalty_tokens_.device.data());
     backend_.copy_from_host_async(pen_dev, penalty_tokens_.host, need * sizeof(int32_t));
   }
+  // NOTE: the sampling op's token ids are column indices; only a full-vocabulary LM head makes them token ids.
+  PEREGRINE_CHECK(logits_width_ == vocab_, "sampling on the backend needs the full vocabulary's logits");
   const int64_t rows = real_rows;
   ops::SampleParams p;
-  p.logits = TensorView(logits_.data(), DType::kF32, {rows, vocab_});
+  p.logits = TensorView(logits_.data(), DType::kF32, {rows, logits_width_});
   p.temperature = TensorView(dev + f_temp, DType::kF32, {rows});
   p.top_p = TensorView(dev + f_top_p, DType::kF32, {rows});
   p.min_p = TensorView(dev + f_min_p, DType::kF32, {rows});
@@ -546,9 +549,9 @@ void ModelRunner::sample_rows(int64_t real_rows, DeviceSampling& s, std::vector<
     }
     size_t end = r;
     while (end < n && !asked[end]) ++end;
-    backend_.copy_to_host(logits.data() + r * static_cast<size_t>(vocab_),
-                          static_cast<const float*>(logits_.data()) + r * static_cast<size_t>(vocab_),
-                          sizeof(float) * (end - r) * static_cast<size_t>(vocab_));
+    backend_.copy_to_host(logits.data() + r * static_cast<size_t>(logits_width_),
+                          static_cast<const float*>(logits_.data()) + r * static_cast<size_t>(logits_width_),
+                          sizeof(float) * (end - r) * static_cast<size_t>(logits_width_));
     r = end;
   }
   auto* tokens = reinterpret_cast<int32_t*>(staging + f_tokens);

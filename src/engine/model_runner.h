@@ -100,6 +100,9 @@ class ModelRunner {
   ops::Backend& backend() const { return backend_; }
   const RunnerOptions& options() const { return options_; }
   int vocab_size() const { return vocab_; }
+  // Columns of each logits row: vocab_size(), or the rows of the model's compact LM head
+  // (model::Model::use_logits_subset, drafters): column j is then the token the model put in its row j.
+  int logits_width() const { return logits_width_; }
 
   // The cache layout this model needs for num_blocks blocks (nothing allocated).
   KvCacheConfig kv_cache_config(int num_blocks) const;
@@ -157,6 +160,7 @@ class ModelRunner {
   std::unique_ptr<model::Model> model_;
   RunnerOptions options_;
   int vocab_ = 0;
+  int logits_width_ = 0;  // model_->logits_width() when the runner was built
   int max_blocks_per_seq_ = 0;  // block-table row stride on the device
   int max_rows_per_chunk_ = 0;  // logits rows per compute_logits call
   ops::Backend::RowExactLayout row_exact_{};  // max_rows 0: sequences are never cut

@@ -34,6 +34,13 @@ const char* SpeculativeConfig::method_name(Method m) {
   return "none";
 }
 
+int SpeculativeConfig::drafter_vocab_rows() const {
+  if (method != Method::kDraftModel && method != Method::kSelf) return 0;
+  if (!speculative_token_map.empty()) return 0;
+  if (draft_vocab_size >= 0) return draft_vocab_size;
+  return 0;
+}
+
 SpeculativeConfig SpeculativeConfig::parse(std::string_view text) {
   SpeculativeConfig c;
   if (text.empty()) return c;
@@ -55,10 +62,10 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view text) {
                     "warmup_files"});
   } else if (method == "draft_model") {
     c.method = Method::kDraftModel;
-    allowed.insert("model");
+    allowed.insert({"model", "draft_vocab_size", "speculative_token_map"});
   } else if (method == "self") {
     c.method = Method::kSelf;
-    allowed.insert({"draft_layers", "draft_num_layers"});
+    allowed.insert({"draft_layers", "draft_num_layers", "draft_vocab_size", "speculative_token_map"});
   } else {
     bad("method", "unknown method '" + method + "' (known: ngram, lookahead, draft_model, self)");
   }
@@ -101,6 +108,12 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view text) {
     if (!l.is_array() || l.empty()) bad("draft_layers", "expected a non-empty list of layer indices");
     for (const auto& x : l) c.draft_layers.push_back(int_in(x, "draft_layers", 0, 4095));
   }
+  if (j.contains("draft_vocab_size")) c.draft_vocab_size = int_in(j["draft_vocab_size"], "draft_vocab_size", 0, 1 << 24);
+  if (j.contains("speculative_token_map")) {
+    const auto& m = j["speculative_token_map"];
+    if (!m.is_string() || m.get<std::string>().empty()) bad("speculative_token_map", "expected the path of a token map file");
+    c.speculative_token_map = m.get<std::string>();
+  }
   c.validate();
   return c;
 }
@@ -119,6 +132,12 @@ void SpeculativeConfig::validate() const {
       bad("max_tree_tokens", "is required when num_branches > 1 (the size of the verified token tree)");
     }
   }
+  const bool drafter = method == Method::kDraftModel || method == Method::kSelf;
+  if (!drafter && (draft_vocab_size > 0 || !speculative_token_map.empty()))
+    bad(draft_vocab_size > 0 ? "draft_vocab_size" : "speculative_token_map", "only for methods 'draft_model' and 'self'");
+  if (draft_vocab_size < -1) bad("draft_vocab_size", "must be >= 0 (0: the whole vocabulary)");
+  if (draft_vocab_size > 0 && !speculative_token_map.empty())
+    bad("speculative_token_map", "give draft_vocab_size (a set chosen by frequency) or a token map, not both");
   if (method == Method::kDraftModel && model.empty()) bad("model", "is required for method 'draft_model'");
   if (method == Method::kSelf) {
     if (draft_layers.empty() == (draft_num_layers == 0)) bad("draft_num_layers", "give exactly one of draft_num_layers or draft_layers");

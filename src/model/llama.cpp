@@ -48,6 +48,9 @@ class LlamaModel final : public Model {
   }
   void forward(const StepInputs& in, std::span<const KvLayer> kv) override;
   void compute_logits(const TensorView& rows, const TensorView& out) override;
+  void use_logits_subset(int64_t rows) override;
+  void set_logits_tokens(std::span<const int32_t> ids, int64_t first) override;
+  int64_t logits_width() const override { return subset_rows_ > 0 ? subset_rows_ : config_.vocab_size; }
   std::unique_ptr<Model> layer_subset(std::span<const int> layers, const ModelOptions& options) const override;
 
  private:
@@ -92,6 +95,10 @@ class LlamaModel final : public Model {
   ops::DeviceBuffer selected_;  // [R_max, hidden]
   ops::DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   std::vector<int8_t> fused_;   // per t: -1 not asked yet, 0 / 1 fused_step's answer
+  // The compact LM head (use_logits_subset): rows of the LM head's weight gathered by token id.
+  int64_t subset_rows_ = 0;        // 0: logits over the whole vocabulary
+  ops::DeviceBuffer subset_head_;  // [subset_rows_, hidden] in the LM head's dtype
+  ops::DeviceBuffer subset_ids_;   // [subset_rows_] int32: the gather's indices
 };
 
 void LlamaModel::allocate_workspace() {
@@ -244,7 +251,48 @@ void LlamaModel::compute_logits(const TensorView& rows, const TensorView& out) {
   const TensorView normed = act(normed_, last_tokens_, h);
   const TensorView sel = act(selected_, n, h);
   backend_.gather_rows({normed, rows, sel});
+  if (subset_rows_ > 0) {
+    const Linear head{TensorView(subset_head_.data(), weights_.lm_head.weight.dtype, {subset_rows_, h}), {}, {}};
+    backend_.matmul(head(sel, out));
+    return;
+  }
   backend_.matmul(weights_.lm_head(sel, out));
+}
+
+void LlamaModel::use_logits_subset(int64_t rows) {
+  const Linear& lm = weights_.lm_head;
+  // NOTE: only a dense head's rows are independent byte rows: quantized codes share group scales and packed
+  // layouts interleave rows, so those would need their own compact packing.
+  if (lm.quant.quantized() || lm.quant.ggml_blocks() || lm.quant.packed || !lm.bias.empty())
+    throw Error(ErrorCode::kUnsupported, "a vocabulary subset needs a dense LM head without bias; this model's is " +
+                                             std::string(lm.quant.ggml_blocks() ? "GGUF blocks" : "quantized"));
+  if (rows < 1 || rows > config_.vocab_size)
+    throw Error(ErrorCode::kInvalidArgument, "a vocabulary subset of " + std::to_string(rows) + " rows: must be in [1, " +
+                                                 std::to_string(config_.vocab_size) + "]");
+  const int64_t h = config_.hidden_size;
+  subset_head_ = ops::DeviceBuffer(backend_, dtype_bytes(lm.weight.dtype, static_cast<size_t>(rows * h)));
+  subset_ids_ = ops::DeviceBuffer(backend_, sizeof(int32_t) * static_cast<size_t>(rows));
+  subset_rows_ = rows;
+  set_logits_tokens(std::vector<int32_t>(static_cast<size_t>(rows), 0), 0);
+}
+
+void LlamaModel::set_logits_tokens(std::span<const int32_t> ids, int64_t first) {
+  PEREGRINE_CHECK(subset_rows_ > 0, "set_logits_tokens without use_logits_subset");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (first < 0 || first + n > subset_rows_)
+    throw Error(ErrorCode::kInvalidArgument, "compact LM head rows [" + std::to_string(first) + ", " +
+                                                 std::to_string(first + n) + ") past its " + std::to_string(subset_rows_));
+  for (int32_t id : ids) {
+    if (id < 0 || id >= config_.vocab_size)
+      throw Error(ErrorCode::kInvalidArgument, "compact LM head: token id " + std::to_string(id) + " outside the vocabulary");
+  }
+  if (n == 0) return;
+  const Linear& lm = weights_.lm_head;
+  const int64_t h = config_.hidden_size;
+  int32_t* idx = static_cast<int32_t*>(subset_ids_.data()) + first;
+  backend_.copy_from_host(idx, ids.data(), sizeof(int32_t) * ids.size());
+  char* dst = static_cast<char*>(subset_head_.data()) + dtype_bytes(lm.weight.dtype, static_cast<size_t>(first * h));
+  backend_.gather_rows({lm.weight, TensorView(idx, DType::kI32, {n}), TensorView(dst, lm.weight.dtype, {n, h})});
 }
 
 std::unique_ptr<Model> LlamaModel::layer_subset(std::span<const int> layers, const ModelOptions& options) const {

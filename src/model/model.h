@@ -86,6 +86,27 @@ class Model {
   // out[r, :] = lm_head(final hidden of token row rows[r]) as f32, for the last forward's rows.
   // rows: [R] int32 on the device, R <= max_logits_rows(); out: [R, vocab] f32 on the device.
   virtual void compute_logits(const TensorView& rows, const TensorView& out) = 0;
+  // Logits over a subset of the vocabulary (speculative drafters, FR-Spec's reduced LM head): after
+  // use_logits_subset(rows), compute_logits writes [R, rows] instead of [R, vocab], column j being the logit of the
+  // token set_logits_tokens last put in row j of a compact LM head, a copy of those rows of this model's LM head
+  // (the LM head itself is untouched, so a model sharing it, self-speculation's target, is not affected). The
+  // compact head's rows all hold token 0 until set. Call before a ModelRunner is built on the model: the runner
+  // sizes its logits by logits_width(). Throws Error(kUnsupported) where the LM head cannot be copied by rows.
+  virtual void use_logits_subset(int64_t rows) {
+    (void)rows;
+    throw Error(ErrorCode::kUnsupported, "this architecture cannot compute logits over a subset of its vocabulary");
+  }
+  // Rows [first, first + ids.size()) of the compact head become the LM head's rows of tokens ids. Enqueued on the
+  // backend's queue (ordered before the next forward; not while a graph is being captured); a captured graph keeps
+  // reading the same buffer, so it sees the new rows. Throws Error(kInvalidArgument) for an id outside the
+  // vocabulary or rows past the compact head.
+  virtual void set_logits_tokens(std::span<const int32_t> ids, int64_t first) {
+    (void)ids;
+    (void)first;
+    throw Error(ErrorCode::kUnsupported, "this model has no compact LM head (use_logits_subset)");
+  }
+  // Columns compute_logits writes: the vocabulary, or the compact head's rows.
+  virtual int64_t logits_width() const { return config().vocab_size; }
   // A model of only these layers (increasing indices) followed by this model's final norm and LM head, sharing its
   // weights (self-speculation drafts with it; this model must outlive it). Its forward takes KV for those layers
   // only. Throws Error(kUnsupported) when the architecture cannot.

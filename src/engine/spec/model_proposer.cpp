@@ -32,7 +32,28 @@ Sequence* ModelProposer::draft_side(Sequence& seq) {
   return &s;
 }
 
+void ModelProposer::set_draft_vocab(DraftVocab vocab) {
+  PEREGRINE_CHECK(runner_->logits_width() == vocab.rows(), "the drafter's compact LM head and the draft vocabulary differ");
+  vocab_ = std::move(vocab);
+}
+
+void ModelProposer::update_vocab(std::span<Sequence* const> seqs) {
+  for (const Sequence* seq : seqs) {
+    size_t& done = counted_[seq->id];
+    done = std::min(done, seq->token_ids.size());
+    vocab_->observe(std::span(seq->token_ids).subspan(done));
+    done = seq->token_ids.size();
+  }
+  // Only the rows whose token changed are copied again (appends, a re-rank's newcomers): bounded per DraftVocab.
+  const auto [first, end] = vocab_->take_dirty();
+  if (first < end) {
+    const std::span<const int32_t> changed(vocab_->tokens().data() + first, static_cast<size_t>(end - first));
+    runner_->model().set_logits_tokens(changed, first);
+  }
+}
+
 void ModelProposer::forget(const Sequence& seq) {
+  counted_.erase(seq.id);
   auto it = shadows_.find(seq.id);
   if (it == shadows_.end()) return;
   own_kv_->free(it->second.seq);
@@ -45,10 +66,11 @@ void ModelProposer::run_rows(std::vector<Sequence*>& batch, std::vector<int>& nu
   for (size_t i = 0; i < batch.size(); ++i) out.seqs.push_back({batch[i], num_new[i], true, 0});
   runner_->prepare(out, {}, rows_);
   runner_->execute(logits_);
-  const int vocab = runner_->vocab_size();
+  const int width = runner_->logits_width();
   next_tokens.resize(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
-    next_tokens[i] = Sampler::argmax(logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab, vocab);
+    const int32_t col = Sampler::argmax(logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * width, width);
+    next_tokens[i] = vocab_ ? vocab_->token(col) : col;  // a compact head's column is its row's token
     batch[i]->num_computed_tokens += num_new[i];
   }
 }
@@ -58,6 +80,7 @@ void ModelProposer::propose(std::span<Sequence* const> seqs, std::span<const int
   const int max_seqs = runner_->options().max_num_seqs;
   const int bs = runner_->kv_cache().block_size();
   KvCacheManager& kv = target_kv_ ? *target_kv_ : *own_kv_;
+  if (vocab_) update_vocab(seqs);
   // Catch-up: each drafting sequence computes its tokens from where the drafter's KV ends to its last real token.
   std::vector<Sequence*> batch;
   std::vector<Sequence*> real;

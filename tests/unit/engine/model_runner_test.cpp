@@ -4,7 +4,9 @@
 // time (CPU kernels keep rows independent of the batch).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <span>
 
 #include "core/status.h"
 #include "engine/device_setup.h"
@@ -348,6 +350,67 @@ TEST_F(RunnerOnModel, MalformedBatchesAreRefusedAndWarmUpRuns) {
   expect_bad(x, "query_start_loc");
   runner_->warm_up();
   EXPECT_EQ(runner_->num_graphs(), 0);  // the CPU backend has no graphs
+}
+
+// A compact LM head (model::Model::use_logits_subset, the drafters' reduced vocabulary): column j of its logits is
+// the full vocabulary's logit of the token in row j, on every backend here (ref, CPU; CUDA where a GPU is
+// visible), after rows are rewritten in place too; the model's own LM head is untouched.
+TEST(RunnerLogitsSubset, ColumnsAreTheFullLogitsOfTheirTokens) {
+  auto shared = testing::shared_dir();
+  const std::filesystem::path dir = shared ? *shared / "models" / "pycoder-tiny" : testing::source_dir() / "models" / "pycoder-tiny";
+  if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << dir << " absent";
+  const io::ModelConfig config = io::load_model_config(dir);
+  for (const char* device : {"ref", "cpu", "cuda"}) {
+    if (std::string(device) == "cuda" && !ops::cuda_available()) continue;
+    const DeviceChoice choice = resolve_device(device, "auto", config.torch_dtype);
+    auto backend = create_backend(choice, 0);
+    model::ModelOptions mo;
+    mo.activation_dtype = choice.activation_dtype;
+    mo.max_num_tokens = 32;
+    mo.max_logits_rows = 4;
+    RunnerOptions ro;
+    ro.max_num_seqs = 2;
+    ro.max_num_batched_tokens = 32;
+    ro.max_model_len = 64;
+    ro.kv_dtype = choice.kv_dtype;
+    ro.use_graphs = false;
+    auto full_model = model::load_model(dir, *backend, mo);
+    auto sub_model = model::load_model(dir, *backend, mo);
+    EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{1}, 0), Error) << "no compact head yet";
+    sub_model->use_logits_subset(64);
+    EXPECT_EQ(sub_model->logits_width(), 64);
+    std::vector<int32_t> ids(64);
+    for (int j = 0; j < 64; ++j) ids[static_cast<size_t>(j)] = (j * 499 + 7) % static_cast<int32_t>(config.vocab_size);
+    sub_model->set_logits_tokens(ids, 0);
+    ids[10] = 31999;
+    ids[11] = 2;
+    sub_model->set_logits_tokens(std::span(ids).subspan(10, 2), 10);  // rows rewritten in place
+    EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{static_cast<int32_t>(config.vocab_size)}, 0), Error);
+    EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{1, 2}, 63), Error);
+    ModelRunner full(nullptr, std::move(full_model), ro), sub(nullptr, std::move(sub_model), ro);
+    ASSERT_EQ(sub.logits_width(), 64);
+    ASSERT_EQ(full.logits_width(), full.vocab_size());
+    full.allocate_kv_cache(4);
+    sub.allocate_kv_cache(4);
+    Sequence a = make_seq(12, 12, 0, 16, 0);
+    SchedulerOutput out;
+    out.seqs = {{&a, 12, true}};
+    LogitsRows rows;
+    std::vector<float> lf, ls;
+    full.prepare(out, {}, rows);
+    full.execute(lf);
+    sub.prepare(out, {}, rows);
+    sub.execute(ls);
+    ASSERT_EQ(ls.size(), 64u);
+    const bool host = std::string(device) != "cuda";
+    for (int j = 0; j < 64; ++j) {
+      const float want = lf[static_cast<size_t>(ids[static_cast<size_t>(j)])];
+      if (host)
+        EXPECT_EQ(ls[static_cast<size_t>(j)], want) << device << " column " << j;
+      else
+        EXPECT_NEAR(ls[static_cast<size_t>(j)], want, 1e-3 * (1 + std::abs(want))) << device << " column " << j;
+    }
+  }
 }
 
 }  // namespace

@@ -2,14 +2,17 @@
 // decoding for every text method, alone and in a batch, on code-completion and code-editing prompts (where the
 // output re-types the input, so drafts are accepted), with logprobs equal too. On CUDA (bf16, tensor-core
 // attention) the same for requests alone: verification rows run as row-exact pieces (Backend::row_exact_layout).
+// The drafters' reduced vocabulary (draft_vocab_size, speculative_token_map) keeps the output identical too.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "ops/backend.h"
 #include "peregrine/engine.h"
+#include "peregrine/error.h"
 #include "test_fixtures.h"
 
 namespace peregrine {
@@ -94,6 +97,82 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
       std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json.c_str(), max_seqs, drafted, accepted);
     }
   }
+}
+
+// A reduced draft vocabulary (draft_vocab_size: chosen by frequency; speculative_token_map: a fixed set) changes
+// only what can be drafted: output identical to plain decoding, with a subset that holds most of what the text
+// uses, a tiny one that leaves out nearly every token, and token map files (whitespace-separated and JSON).
+TEST(SpeculativeModel, ReducedDraftVocabularyKeepsGreedyOutput) {
+  if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
+  const auto ps = prompts();
+  const auto plain = run(SpeculativeConfig{}, ps, 8);
+  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_spec_map_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream words(dir / "first3000.txt");
+    for (int t = 0; t < 3000; ++t) words << t << (t % 20 == 19 ? '\n' : ' ');
+    nlohmann::json list = nlohmann::json::array();
+    for (int t = 0; t < 500; ++t) list.push_back(t);
+    std::ofstream(dir / "first500.json") << list.dump();
+  }
+  const std::string self = R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, )";
+  std::vector<std::pair<std::string, int>> configs = {  // config, max_seqs
+      {self + R"("draft_vocab_size": 4096})", 1},
+      {self + R"("draft_vocab_size": 4096})", 8},
+      {self + R"("draft_vocab_size": 16})", 8},  // 64 rows: nearly every token left out
+      {self + R"("speculative_token_map": ")" + (dir / "first500.json").string() + "\"}", 8},
+  };
+  auto shared = testing::shared_dir();
+  if (shared && std::filesystem::exists(*shared / "models" / "pycoder-draft" / "config.json")) {
+    const std::string draft = R"({"method": "draft_model", "num_speculative_tokens": 4, "model": ")" +
+                              (*shared / "models" / "pycoder-draft").string() + "\", ";
+    configs.push_back({draft + R"("draft_vocab_size": 2048})", 8});
+    configs.push_back({draft + R"("draft_vocab_size": 1})", 8});
+    configs.push_back({draft + R"("speculative_token_map": ")" + (dir / "first3000.txt").string() + "\"}", 1});
+  }
+  for (const auto& [json, max_seqs] : configs) {
+    const auto got = run(SpeculativeConfig::parse(json), ps, max_seqs);
+    int drafted = 0, accepted = 0;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const CompletionOutput& a = got[i].outputs.at(0);
+      const CompletionOutput& b = plain[i].outputs.at(0);
+      ASSERT_EQ(a.token_ids, b.token_ids) << json << " prompt " << i << " max_seqs " << max_seqs;
+      ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+      for (size_t j = 0; j < a.logprobs.size(); ++j)
+        EXPECT_EQ(a.logprobs[j].chosen.logprob, b.logprobs[j].chosen.logprob) << json << " prompt " << i << " token " << j;
+      drafted += a.num_draft_tokens;
+      accepted += a.num_accepted_tokens;
+    }
+    EXPECT_GT(drafted, 0) << json;
+    if (json.find("4096") != std::string::npos || json.find("2048") != std::string::npos) {
+      EXPECT_GT(accepted, 0) << json;
+    }
+    std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json.c_str(), max_seqs, drafted, accepted);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A draft vocabulary the engine cannot use is refused at startup, naming the key and the file.
+TEST(SpeculativeModel, BadTokenMapIsRefusedNamingTheFile) {
+  if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
+  const auto file = std::filesystem::temp_directory_path() / ("peregrine_bad_map_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << "[1, 2, 32000]";
+  EngineConfig c;
+  c.model = kModel.string();
+  c.device = "cpu";
+  c.max_model_len = 256;
+  c.speculative = SpeculativeConfig::parse(R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 2, "speculative_token_map": ")" +
+                                           file.string() + "\"}");
+  try {
+    Engine::create(c);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(e.message().find("speculative_config.speculative_token_map"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(file.string()), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("32000"), std::string::npos) << e.message();
+  }
+  std::filesystem::remove(file);
 }
 
 TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingOnCuda) {

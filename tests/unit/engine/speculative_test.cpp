@@ -2,14 +2,19 @@
 // rejected draft's KV that leaked into a later step, or a cached block holding unverified tokens, changes the
 // output): greedy output identical to plain decoding with drafts right, partly right and wrong, in batches with
 // chunking, preemption, prefix-cache hits and n > 1; stop conditions and logprobs mid-acceptance; sampling keeps the
-// target distribution (chi-square); the config's validation; the n-gram and lookahead proposers.
+// target distribution (chi-square); the config's validation; the n-gram and lookahead proposers; the drafters'
+// reduced vocabulary (DraftVocab: append-only rows, re-rank rule, token maps).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
+#include <unistd.h>
 
 #include "engine/engine_core.h"
+#include "engine/spec/draft_vocab.h"
 #include "engine/spec/lookahead_proposer.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/spec_controller.h"
@@ -714,6 +719,162 @@ TEST(LookaheadProposerTest, LearnsFromOtherRequestsAndStaysBounded) {
   EXPECT_TRUE(out.empty());
   p.propose_for({100 + 399 * 20, 100 + 399 * 20 + 1}, -1, 3, out);
   EXPECT_EQ(out, (std::vector<int32_t>{100 + 399 * 20 + 2, 100 + 399 * 20 + 3, 100 + 399 * 20 + 4}));
+}
+
+TEST(SpeculativeConfigTest, DraftVocabularyKeys) {
+  auto error_of = [](const std::string& json) {
+    try {
+      SpeculativeConfig::parse(json);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return e.message();
+    }
+    return std::string("accepted");
+  };
+  const std::string self = R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 3, )";
+  SpeculativeConfig c = SpeculativeConfig::parse(self + R"("draft_vocab_size": 4096})");
+  EXPECT_EQ(c.draft_vocab_size, 4096);
+  EXPECT_EQ(c.drafter_vocab_rows(), 4096);
+  c = SpeculativeConfig::parse(self + R"("draft_vocab_size": 0})");
+  EXPECT_EQ(c.drafter_vocab_rows(), 0);
+  c = SpeculativeConfig::parse(R"({"method": "draft_model", "model": "m", "num_speculative_tokens": 3, "speculative_token_map": "ids.json"})");
+  EXPECT_EQ(c.speculative_token_map, "ids.json");
+  EXPECT_EQ(c.drafter_vocab_rows(), 0);  // the map is the set
+  EXPECT_NE(error_of(self + R"("draft_vocab_size": -2})").find("speculative_config.draft_vocab_size"), std::string::npos);
+  EXPECT_NE(error_of(self + R"("draft_vocab_size": "big"})").find("speculative_config.draft_vocab_size"), std::string::npos);
+  EXPECT_NE(error_of(self + R"("speculative_token_map": 5})").find("speculative_config.speculative_token_map"), std::string::npos);
+  EXPECT_NE(error_of(self + R"("speculative_token_map": ""})").find("speculative_config.speculative_token_map"), std::string::npos);
+  EXPECT_NE(error_of(self + R"("draft_vocab_size": 64, "speculative_token_map": "a"})").find("not both"), std::string::npos);
+  // Only the model drafters take them.
+  EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2, "draft_vocab_size": 64})")
+                .find("speculative_config.draft_vocab_size"), std::string::npos);
+  SpeculativeConfig ngram = SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 2})");
+  ngram.draft_vocab_size = 64;
+  EXPECT_THROW(ngram.validate(), Error);
+}
+
+TEST(DraftVocabTest, AppendsWhileRowsAreFreeThenReRanksByRecencyAndScore) {
+  const int32_t eos[] = {7};
+  DraftVocab v(100, 1000, eos);  // rounded up to 128 rows
+  ASSERT_EQ(v.rows(), 128);
+  EXPECT_EQ(v.period(), 256);
+  EXPECT_EQ(v.used(), 1);
+  EXPECT_TRUE(v.contains(7));
+  // Free rows repeat the filler (the first EOS), so every column maps to the token whose logit it is.
+  for (int r = 0; r < v.rows(); ++r) EXPECT_EQ(v.token(r), 7);
+  EXPECT_EQ(v.take_dirty(), (std::pair<int, int>{0, 128}));  // everything at first
+  EXPECT_EQ(v.take_dirty(), (std::pair<int, int>{0, 0}));
+  // Appends: new tokens take the next rows at once; repeats change nothing.
+  const std::vector<int32_t> first = {10, 11, 10, 12, 7};
+  v.observe(first);
+  EXPECT_EQ(v.used(), 4);
+  EXPECT_EQ(v.token(1), 10);
+  EXPECT_EQ(v.token(3), 12);
+  EXPECT_EQ(v.take_dirty(), (std::pair<int, int>{1, 4}));
+  // Fill every row: tokens 100.. up to row 127, token 100 seen often.
+  std::vector<int32_t> fill;
+  for (int32_t t = 100; t < 224; ++t) fill.push_back(t);
+  for (int i = 0; i < 20; ++i) fill.push_back(100);
+  v.observe(fill);
+  ASSERT_EQ(v.used(), 128);
+  EXPECT_EQ(v.take_dirty(), (std::pair<int, int>{4, 128}));
+  // Full, fewer than a period observed since the start: misses wait.
+  const std::vector<int32_t> miss = {500, 501, 500, 501};
+  v.observe(miss);
+  EXPECT_FALSE(v.contains(500));
+  EXPECT_EQ(v.reranks(), 0);
+  // A period later the re-rank runs: the window's tokens (all seen since the start here) all compete by score;
+  // EOS stays pinned, token 100 stays in its row, and two of the once-seen tokens (ties: the highest ids) leave
+  // for the misses, seen twice.
+  std::vector<int32_t> more(110, 100);
+  v.observe(more);
+  EXPECT_EQ(v.reranks(), 1);
+  EXPECT_TRUE(v.contains(7));
+  EXPECT_TRUE(v.contains(100));
+  EXPECT_EQ(v.token(4), 100);
+  EXPECT_TRUE(v.contains(500) && v.contains(501));
+  EXPECT_FALSE(v.contains(222) || v.contains(223));
+  const auto d = v.take_dirty();
+  EXPECT_LT(d.first, d.second);
+  int in = 0;
+  for (int32_t t = 0; t < 1000; ++t) in += v.contains(t) ? 1 : 0;
+  EXPECT_EQ(in, 128);
+  // The next window: tokens seen in it go before older ones whatever their scores (a new request's prompt).
+  std::vector<int32_t> prompt;
+  for (int32_t t = 600; t < 640; ++t) prompt.push_back(t);
+  for (int i = 0; i < 7; ++i) prompt.insert(prompt.end(), {100, 10, 11});  // still in use: they stay
+  while (static_cast<int>(prompt.size()) < v.period()) prompt.push_back(12);
+  v.observe(prompt);
+  EXPECT_EQ(v.reranks(), 2);
+  for (int32_t t = 600; t < 640; ++t) EXPECT_TRUE(v.contains(t)) << t;
+  for (int32_t t : {7, 10, 11, 12, 100}) EXPECT_TRUE(v.contains(t)) << t;
+  // Rows of tokens that stayed did not move.
+  EXPECT_EQ(v.token(4), 100);
+  EXPECT_EQ(v.token(1), 10);
+}
+
+TEST(DraftVocabTest, ReRanksAreBoundedByThePeriod) {
+  DraftVocab v(256, 5000, {});
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, 4999);
+  int64_t observed = 0;
+  for (int i = 0; i < 200; ++i) {
+    std::vector<int32_t> chunk(37);
+    for (int32_t& t : chunk) t = tok(rng);
+    v.observe(chunk);
+    observed += 37;
+    const auto [a, b] = v.take_dirty();
+    EXPECT_LE(b - a, v.rows());
+  }
+  // Misses all the time, so it re-ranks once per period (plus the one that observing can overshoot).
+  EXPECT_GE(v.reranks(), (observed - 256) / v.period() - 1);
+  EXPECT_LE(v.reranks(), observed / v.period());
+}
+
+TEST(DraftVocabTest, FixedSetsAndTokenMapFiles) {
+  const int32_t eos[] = {2, 3};
+  const int32_t ids[] = {50, 9, 50, 3, 40};
+  DraftVocab v = DraftVocab::fixed(ids, 100, eos);
+  EXPECT_EQ(v.rows(), 64);
+  EXPECT_EQ(v.used(), 5);  // 50, 9, 3, 40, then EOS 2
+  EXPECT_EQ(v.token(0), 50);
+  EXPECT_EQ(v.token(4), 2);
+  EXPECT_EQ(v.token(63), 50);  // filler
+  for (int32_t t : {50, 9, 3, 40, 2}) EXPECT_TRUE(v.contains(t));
+  EXPECT_FALSE(v.contains(41));
+  const std::vector<int32_t> seen = {41, 42, 43};
+  for (int i = 0; i < 200; ++i) v.observe(seen);
+  EXPECT_FALSE(v.contains(41)) << "a fixed set never changes";
+  // A small vocabulary: rows stop at it.
+  EXPECT_EQ(DraftVocab::fixed(ids, 51, eos).rows(), 51);
+
+  const auto dir = std::filesystem::temp_directory_path() / ("peregrine_token_map_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return dir / name;
+  };
+  EXPECT_EQ(read_token_map(write("a.json", " [5, 1, 99]\n"), 100), (std::vector<int32_t>{5, 1, 99}));
+  EXPECT_EQ(read_token_map(write("a.txt", "5 1\n99\t3\n"), 100), (std::vector<int32_t>{5, 1, 99, 3}));
+  auto error_of = [&](const std::filesystem::path& file) {
+    try {
+      read_token_map(file, 100);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(e.message().find("speculative_config.speculative_token_map"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find(file.string()), std::string::npos) << e.message();
+      return e.message();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error_of(write("big.json", "[5, 100]")).find("token id 100"), std::string::npos);
+  EXPECT_NE(error_of(write("neg.txt", "5 -1")).find("token id -1"), std::string::npos);
+  EXPECT_NE(error_of(write("words.txt", "5 six")).find("'six'"), std::string::npos);
+  EXPECT_NE(error_of(write("float.json", "[5, 1.5]")).find("integer"), std::string::npos);
+  EXPECT_NE(error_of(write("broken.json", "[5, ")).find("JSON list"), std::string::npos);
+  EXPECT_NE(error_of(write("empty.txt", " \n")).find("no token ids"), std::string::npos);
+  EXPECT_NE(error_of(dir / "missing.json").find("cannot be read"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
