@@ -133,6 +133,9 @@ struct EngineStats {
   // shrinks to what fits, kv_disk_bound_bytes).
   int kv_blocks_loading = 0, host_kv_blocks_pinned = 0;
   uint64_t kv_disk_blocks_queued = 0, kv_disk_full = 0, kv_disk_bound_bytes = 0;
+  // The device's memory in use (total - free, as its driver reports it: every allocation of the process), and its
+  // size; -1 on host backends. Read at most every 0.5 s.
+  int64_t device_memory_used_bytes = -1, device_memory_total_bytes = -1;
   uint64_t prompt_tokens = 0;
   uint64_t generation_tokens = 0;
   uint64_t num_preemptions = 0;

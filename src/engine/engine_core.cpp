@@ -85,6 +85,7 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
   stats_.time_per_output_token_seconds = make_latency_histogram(inter_token_bounds());
   stats_.e2e_seconds = make_latency_histogram(e2e_bounds());
   stats_.spec_accepted_per_position.assign(static_cast<size_t>(std::max(0, config.speculative.max_verify_tokens())), 0);
+  read_device_memory(epoch_);
   if (config.host_kv_blocks > 0 && config.enable_prefix_caching) {
     std::unique_ptr<DiskKvStore> disk;
     if (!config.kv_cache_dir.empty()) {
@@ -686,6 +687,15 @@ void EngineCore::step() {
   }
   stats_.step_sample_seconds += secs(t3, t4);
   stats_.step_update_seconds += secs(t4, t5);
+  if (t5 - device_memory_read_ >= std::chrono::milliseconds(500)) read_device_memory(t5);
+}
+
+void EngineCore::read_device_memory(std::chrono::steady_clock::time_point now) {
+  device_memory_read_ = now;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (!runner_->backend().device_memory(&free_bytes, &total_bytes)) return;
+  stats_.device_memory_total_bytes = static_cast<int64_t>(total_bytes);
+  stats_.device_memory_used_bytes = static_cast<int64_t>(total_bytes - std::min(free_bytes, total_bytes));
 }
 
 EngineStats EngineCore::stats() const {

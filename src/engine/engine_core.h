@@ -157,6 +157,9 @@ class EngineCore {
   double propose_seconds_ = 0.0;  // what proposing the current step's drafts took
   std::chrono::steady_clock::time_point epoch_;
   EngineStats stats_;
+  // The device's memory in stats_, read after a step at most every 0.5 s (and once at construction).
+  void read_device_memory(std::chrono::steady_clock::time_point now);
+  std::chrono::steady_clock::time_point device_memory_read_{};
   mutable structured::GrammarCache grammar_cache_;
   mutable std::mutex vocab_mutex_;
   mutable std::shared_ptr<const structured::TokenVocab> token_vocab_;

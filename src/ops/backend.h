@@ -45,6 +45,13 @@ class Backend {
   virtual void synchronize() = 0;
   // Bytes that could still be allocated (for sizing the KV cache); host backends report available RAM.
   virtual size_t free_memory() const = 0;
+  // A device's memory as its driver reports it (every allocation of the process, the runtime's own included),
+  // for /metrics and soaks; false on host backends, whose memory is the process's (RSS).
+  virtual bool device_memory(size_t* free_bytes, size_t* total_bytes) const {
+    (void)free_bytes;
+    (void)total_bytes;
+    return false;
+  }
 
   // Optional services with plain defaults (host memory, synchronous copies, no graphs); the CUDA backend
   // overrides them. Pinned memory is what copy_from_host_async reads; its source must stay unchanged until the

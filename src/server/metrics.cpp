@@ -1,8 +1,10 @@
 // /metrics: Prometheus text exposition of the engine's counters under vLLM's metric names (so existing
 // dashboards work), plus Peregrine's own (KV blocks, step time split, HTTP counters).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "server/openai_server.h"
@@ -177,6 +179,28 @@ std::string OpenAiServer::metrics_text() const {
     w.counter("process_cpu_seconds_total", "Total user and system CPU time of the server process.",
               static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                   1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec));
+  }
+  // Prometheus' process collector names (vLLM exports them through it): what a soak watches for growth.
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long long pages_virtual = 0, pages_resident = 0;
+    if (std::fscanf(f, "%llu %llu", &pages_virtual, &pages_resident) == 2) {
+      const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+      w.gauge("process_resident_memory_bytes", "Resident memory size in bytes.", static_cast<double>(pages_resident) * page);
+      w.gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", static_cast<double>(pages_virtual) * page);
+    }
+    std::fclose(f);
+  }
+  {
+    std::error_code ec;
+    double fds = 0;
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++fds;
+    if (!ec) w.gauge("process_open_fds", "Number of open file descriptors.", fds);
+  }
+  if (s.device_memory_total_bytes >= 0) {
+    w.gauge("peregrine:device_memory_used_bytes",
+            "Device memory in use (total - free, as the driver reports it; read at most every 0.5 s).",
+            static_cast<double>(s.device_memory_used_bytes));
+    w.gauge("peregrine:device_memory_total_bytes", "Device memory.", static_cast<double>(s.device_memory_total_bytes));
   }
   if (options_.http_counters) {
     // Counted when a response is queued, before it is written: a client that has its response finds it here.

@@ -3,6 +3,7 @@
 // streams that must each equal the greedy output of the same request run alone.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import OpenAI from 'openai';
 import { startServer, postJson, request, parseMetrics, metric, CHAT_TEMPLATE } from './server_helpers.mjs';
 
@@ -239,4 +240,11 @@ test('64 concurrent streams each equal the greedy output of the request alone', 
   assert.equal(metric(m, 'vllm:num_requests_running'), 0);
   assert.equal(metric(m, 'vllm:kv_cache_usage_perc'), 0);
   assert.ok(metric(m, 'vllm:prefix_cache_hits_total') > 0);
+  // The process gauges a soak watches; the server's own RSS and descriptors as /proc reports them.
+  const status = fs.readFileSync(`/proc/${server.proc.pid}/status`, 'utf8');
+  const rss = Number(/VmRSS:\s+(\d+)/.exec(status)[1]) * 1024;
+  assert.ok(Math.abs(metric(m, 'process_resident_memory_bytes') - rss) < 0.25 * rss, `rss ${rss}`);
+  assert.ok(metric(m, 'process_virtual_memory_bytes') >= metric(m, 'process_resident_memory_bytes'));
+  assert.ok(metric(m, 'process_open_fds') >= 3);
+  assert.equal(metric(m, 'peregrine:device_memory_used_bytes'), undefined);  // a CPU server has no device memory
 });

@@ -145,6 +145,10 @@ class CudaBackendImpl final : public CudaBackend {
     PEREGRINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     return free_bytes;
   }
+  bool device_memory(size_t* free_bytes, size_t* total_bytes) const override {
+    PEREGRINE_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return true;
+  }
 
   void embedding(const EmbeddingParams& p) override {
     check_embedding(p);
