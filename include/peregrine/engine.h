@@ -123,6 +123,8 @@ struct EngineStats {
   uint64_t kv_disk_bytes_written = 0, kv_disk_bytes_read = 0, kv_disk_dropped_bad = 0;
   uint64_t kv_disk_blocks = 0, kv_disk_blocks_at_start = 0;
   uint64_t kv_disk_blocks_past_host = 0, kv_disk_dropped_writes = 0;
+  // Blocks on disk that lookups left to be recomputed, reading them being slower than the prefill (the disk skip).
+  uint64_t kv_disk_blocks_skipped = 0;
   double kv_disk_wait_seconds = 0.0;
   // Engine-thread seconds spent handing evicted blocks down (copies enqueued, staging rounds to the disk, the disk's
   // write queue), and the seconds loads that read from the disk took from their start until every block was read

@@ -733,6 +733,7 @@ EngineStats EngineCore::stats() const {
       s.prefix_cache_disk_hits =
           scheduler_.kv().num_lower_tier_hit_blocks_from_below() * static_cast<uint64_t>(config_.block_size);
       s.kv_disk_blocks_past_host = h.past_host;
+      s.kv_disk_blocks_skipped = h.disk_skipped;
       s.kv_disk_dropped_writes = d.dropped_full;
       s.kv_disk_wait_seconds = h.wait_seconds + d.put_wait_seconds;
       s.kv_disk_bytes_written = d.bytes_written;

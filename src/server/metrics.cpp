@@ -104,6 +104,9 @@ std::string OpenAiServer::metrics_text() const {
                 {"read", static_cast<double>(s.kv_disk_bytes_read)}});
   w.counter("peregrine:kv_disk_dropped_files_total", "Disk-tier files found truncated, corrupted or foreign.",
             static_cast<double>(s.kv_disk_dropped_bad));
+  w.counter("peregrine:kv_disk_skipped_blocks_total",
+            "Disk-tier blocks lookups left to be recomputed, reading them being slower than the prefill.",
+            static_cast<double>(s.kv_disk_blocks_skipped));
   w.gauge("peregrine:kv_disk_blocks", "Blocks the prefix cache's disk tier holds.", static_cast<double>(s.kv_disk_blocks));
   w.counter("peregrine:kv_disk_dropped_writes_total",
             "Blocks the disk tier did not write (the disk refused them, or its writer stalled).",

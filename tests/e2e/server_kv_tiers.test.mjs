@@ -105,6 +105,7 @@ test('a server killed with SIGKILL leaves a disk tier the next start reads, drop
     for (let k = 0; k < prompts.length; ++k) assert.equal(await complete(s, prompts[k]), want[k], `prompt ${k}`);
     const m = await metricsOf(s);
     assert.ok(m('peregrine:kv_disk_dropped_files_total') >= 1, 'the truncated file was dropped');
+    assert.ok(m('peregrine:kv_disk_skipped_blocks_total') >= 0, 'the disk skip is counted');
     assert.ok(!fs.existsSync(path.join(dir2, sub, 'deadbeef.tmp')), 'leftover temporaries are removed at start');
   } finally {
     const { code } = await s.stop();
