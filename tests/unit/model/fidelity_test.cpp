@@ -24,7 +24,7 @@ struct FidelityCase {
   std::string reference; // reference file relative to models/
   std::string device;    // cpu, ref or cuda; "cpu-int8act": the CPU with W4A16 / W8A16 on int8 activations
                          // (its default; plain "cpu" cases run with PEREGRINE_CPU_INT8_ACT=0, the exact op)
-  std::string dtype;     // auto (f32 path) or bfloat16 (bf16 KV path)
+  std::string dtype;     // auto (f32 path), bfloat16 or float16 (on the CPU: f32 activations over a KV cache of that type)
   double tolerance;      // logprob bound
 };
 
@@ -147,6 +147,9 @@ INSTANTIATE_TEST_SUITE_P(
     Models, Fidelity,
     ::testing::Values(FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cpu", "bfloat16", 5e-2},
+                      // f32 activations over an f16 KV cache: 8.3e-3 measured (the bf16 cache above: 3.2e-2), so
+                      // the cache's rounding alone decides whether a bf16 model meets issue 14's 2e-2 bound.
+                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cpu", "float16", 2e-2},
                       FidelityCase{"pycoder-draft", "pycoder-draft.reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/llama3-rope", "arch/llama3-rope/reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/llama-yarn", "arch/llama-yarn/reference.json", "cpu", "auto", 1e-3},
