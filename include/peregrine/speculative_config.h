@@ -12,7 +12,8 @@
 //   {"method": "self", "draft_num_layers": N | "draft_layers": [...], "num_speculative_tokens": K}
 //       the target's own first layers draft (no second model).
 //   draft_model and self also take "draft_vocab_size": N (the drafter's argmax covers N token ids, the most
-//   frequent in the requests seen so far plus EOS; 0 = the whole vocabulary) or "speculative_token_map": PATH (a
+//   frequent in the requests seen so far plus EOS; default 4096; 0 = the whole vocabulary) or
+//   "speculative_token_map": PATH (a
 //   fixed set: a JSON list of token ids, or ids separated by whitespace), as SGLang / FR-Spec; drafts only, so the
 //   output is unchanged.
 // Common keys: "disable_by_batch_size" (no speculation while more sequences than this decode; 0 = no fixed limit:
@@ -44,8 +45,11 @@ struct SpeculativeConfig {
   // self
   std::vector<int> draft_layers;
   int draft_num_layers = 0;
-  // draft_model and self: the drafter's reduced vocabulary. draft_vocab_size -1 = the method's default
-  // (drafter_vocab_rows()), 0 = the whole vocabulary; a token map gives a fixed set instead.
+  // draft_model and self: the drafter's reduced vocabulary. draft_vocab_size -1 = the default
+  // (kDefaultDraftVocabSize), 0 = the whole vocabulary; a token map gives a fixed set instead.
+  // The default: on pycoder-tiny's 32K vocabulary 4096 rows cut a drafter's decode step 3-4.6x on the CPU (the LM
+  // head is most of a small drafter's weights) without fewer tokens accepted (docs/BENCHMARKS.md).
+  static constexpr int kDefaultDraftVocabSize = 4096;
   int draft_vocab_size = -1;
   std::string speculative_token_map;
   // scheduling

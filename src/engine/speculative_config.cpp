@@ -37,8 +37,7 @@ const char* SpeculativeConfig::method_name(Method m) {
 int SpeculativeConfig::drafter_vocab_rows() const {
   if (method != Method::kDraftModel && method != Method::kSelf) return 0;
   if (!speculative_token_map.empty()) return 0;
-  if (draft_vocab_size >= 0) return draft_vocab_size;
-  return 0;
+  return draft_vocab_size >= 0 ? draft_vocab_size : kDefaultDraftVocabSize;
 }
 
 SpeculativeConfig SpeculativeConfig::parse(std::string_view text) {

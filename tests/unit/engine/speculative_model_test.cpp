@@ -117,6 +117,7 @@ TEST(SpeculativeModel, ReducedDraftVocabularyKeepsGreedyOutput) {
   }
   const std::string self = R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, )";
   std::vector<std::pair<std::string, int>> configs = {  // config, max_seqs
+      {self + R"("draft_vocab_size": 0})", 8},  // the whole vocabulary (the default is a subset)
       {self + R"("draft_vocab_size": 4096})", 1},
       {self + R"("draft_vocab_size": 4096})", 8},
       {self + R"("draft_vocab_size": 16})", 8},  // 64 rows: nearly every token left out

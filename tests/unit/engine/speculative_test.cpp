@@ -737,6 +737,9 @@ TEST(SpeculativeConfigTest, DraftVocabularyKeys) {
   EXPECT_EQ(c.drafter_vocab_rows(), 4096);
   c = SpeculativeConfig::parse(self + R"("draft_vocab_size": 0})");
   EXPECT_EQ(c.drafter_vocab_rows(), 0);
+  c = SpeculativeConfig::parse(R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 3})");
+  EXPECT_EQ(c.drafter_vocab_rows(), SpeculativeConfig::kDefaultDraftVocabSize);
+  EXPECT_EQ(SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 3})").drafter_vocab_rows(), 0);
   c = SpeculativeConfig::parse(R"({"method": "draft_model", "model": "m", "num_speculative_tokens": 3, "speculative_token_map": "ids.json"})");
   EXPECT_EQ(c.speculative_token_map, "ids.json");
   EXPECT_EQ(c.drafter_vocab_rows(), 0);  // the map is the set
