@@ -64,6 +64,22 @@ std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<
   return engine->generate(ids, p);
 }
 
+// Each request's tokens and chosen logprobs in got equal plain's; adds up the drafted and accepted tokens.
+void expect_same_as_plain(const std::vector<RequestOutput>& got, const std::vector<RequestOutput>& plain,
+                          const std::string& what, int* drafted, int* accepted) {
+  ASSERT_EQ(got.size(), plain.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const CompletionOutput& a = got[i].outputs.at(0);
+    const CompletionOutput& b = plain[i].outputs.at(0);
+    ASSERT_EQ(a.token_ids, b.token_ids) << what << " prompt " << i;
+    ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+    for (size_t j = 0; j < a.logprobs.size(); ++j)
+      EXPECT_EQ(a.logprobs[j].chosen.logprob, b.logprobs[j].chosen.logprob) << what << " prompt " << i << " token " << j;
+    *drafted += a.num_draft_tokens;
+    *accepted += a.num_accepted_tokens;
+  }
+}
+
 TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
   if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
   const auto ps = prompts();
@@ -82,17 +98,8 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
     for (int max_seqs : {1, 8}) {
       const auto got = run(spec, ps, max_seqs);
       int drafted = 0, accepted = 0;
-      for (size_t i = 0; i < ps.size(); ++i) {
-        const CompletionOutput& a = got[i].outputs.at(0);
-        const CompletionOutput& b = plain[i].outputs.at(0);
-        ASSERT_EQ(a.token_ids, b.token_ids) << json << " prompt " << i << " max_seqs " << max_seqs;
-        ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
-        for (size_t j = 0; j < a.logprobs.size(); ++j) {
-          EXPECT_EQ(a.logprobs[j].chosen.logprob, b.logprobs[j].chosen.logprob) << json << " prompt " << i << " token " << j;
-        }
-        drafted += a.num_draft_tokens;
-        accepted += a.num_accepted_tokens;
-      }
+      expect_same_as_plain(got, plain, json + " max_seqs " + std::to_string(max_seqs), &drafted, &accepted);
+      if (HasFatalFailure()) return;
       EXPECT_GT(accepted, 0) << json;
       std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json.c_str(), max_seqs, drafted, accepted);
     }
@@ -134,16 +141,8 @@ TEST(SpeculativeModel, ReducedDraftVocabularyKeepsGreedyOutput) {
   for (const auto& [json, max_seqs] : configs) {
     const auto got = run(SpeculativeConfig::parse(json), ps, max_seqs);
     int drafted = 0, accepted = 0;
-    for (size_t i = 0; i < ps.size(); ++i) {
-      const CompletionOutput& a = got[i].outputs.at(0);
-      const CompletionOutput& b = plain[i].outputs.at(0);
-      ASSERT_EQ(a.token_ids, b.token_ids) << json << " prompt " << i << " max_seqs " << max_seqs;
-      ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
-      for (size_t j = 0; j < a.logprobs.size(); ++j)
-        EXPECT_EQ(a.logprobs[j].chosen.logprob, b.logprobs[j].chosen.logprob) << json << " prompt " << i << " token " << j;
-      drafted += a.num_draft_tokens;
-      accepted += a.num_accepted_tokens;
-    }
+    expect_same_as_plain(got, plain, json + " max_seqs " + std::to_string(max_seqs), &drafted, &accepted);
+    if (HasFatalFailure()) return;
     EXPECT_GT(drafted, 0) << json;
     if (json.find("4096") != std::string::npos || json.find("2048") != std::string::npos) {
       EXPECT_GT(accepted, 0) << json;

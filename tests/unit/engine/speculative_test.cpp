@@ -613,21 +613,24 @@ TEST(SpecControllerTest, FollowsAChangeAndBacksOffItsTrials) {
   EXPECT_EQ(c.predicted_rate(4, 0), 0.0);
 }
 
+// The message of the error parsing json throws ("accepted" when it does not); the error must be kInvalidArgument.
+std::string config_error(const std::string& json) {
+  try {
+    SpeculativeConfig::parse(json);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    return e.message();
+  }
+  return "accepted";
+}
+
 TEST(SpeculativeConfigTest, ParsesVllmFormAndNamesBadKeys) {
   SpeculativeConfig c = SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})");
   EXPECT_EQ(c.method, SpeculativeConfig::Method::kNgram);
   EXPECT_EQ(c.num_speculative_tokens, 5);
   EXPECT_EQ(c.prompt_lookup_max, 4);
   EXPECT_FALSE(SpeculativeConfig::parse("").enabled());
-  auto error_of = [](const char* json) {
-    try {
-      SpeculativeConfig::parse(json);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      return e.message();
-    }
-    return std::string("accepted");
-  };
+  auto error_of = config_error;
   EXPECT_NE(error_of(R"({"method": "eagle", "num_speculative_tokens": 2})").find("speculative_config.method"), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram"})").find("num_speculative_tokens"), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2, "colour": 1})").find("speculative_config.colour"), std::string::npos);
@@ -722,15 +725,7 @@ TEST(LookaheadProposerTest, LearnsFromOtherRequestsAndStaysBounded) {
 }
 
 TEST(SpeculativeConfigTest, DraftVocabularyKeys) {
-  auto error_of = [](const std::string& json) {
-    try {
-      SpeculativeConfig::parse(json);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      return e.message();
-    }
-    return std::string("accepted");
-  };
+  auto error_of = config_error;
   const std::string self = R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 3, )";
   SpeculativeConfig c = SpeculativeConfig::parse(self + R"("draft_vocab_size": 4096})");
   EXPECT_EQ(c.draft_vocab_size, 4096);
