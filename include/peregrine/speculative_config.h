@@ -47,7 +47,7 @@ struct SpeculativeConfig {
   int draft_num_layers = 0;
   // draft_model and self: the drafter's reduced vocabulary. draft_vocab_size -1 = the default
   // (kDefaultDraftVocabSize), 0 = the whole vocabulary; a token map gives a fixed set instead.
-  // The default: on pycoder-tiny's 32K vocabulary 4096 rows cut a drafter's decode step 3-4.6x on the CPU (the LM
+  // The default: on pycoder-tiny's 32K vocabulary 4096 rows cut a drafter's decode step 2.5-4.6x on the CPU (the LM
   // head is most of a small drafter's weights) without fewer tokens accepted (docs/BENCHMARKS.md).
   static constexpr int kDefaultDraftVocabSize = 4096;
   int draft_vocab_size = -1;
