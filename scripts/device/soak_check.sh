@@ -2,8 +2,8 @@
 # One device call for issue 14's soak on CUDA: scripts/stress/soak.py's 10,000-request mix against `peregrine serve`
 # on the GPU (pycoder-tiny), device memory (peregrine:device_memory_used_bytes) and RSS sampled every 250 requests;
 # then the same mix with the prefix cache's host tier on (copies down and up under load). About 3-5 minutes.
-# Here: scripts/device/prepare.sh --binaries (BINARIES="peregrine" is enough);
-# there: source .device/carry/env.sh && scripts/device/soak_check.sh [REQUESTS]
+# Here: BINARIES=peregrine SHARED=configs scripts/device/prepare.sh --binaries (the server needs pycoder-tiny, which
+# travels with the tree: no carry_light.sh); there: source .device/carry/env.sh && scripts/device/soak_check.sh [N]
 set -uo pipefail
 out=${OUT:-/tmp/soak}
 mkdir -p "$out"
