@@ -13,9 +13,8 @@
 //       the target's own first layers draft (no second model).
 //   draft_model and self also take "draft_vocab_size": N (the drafter's argmax covers N token ids, the most
 //   frequent in the requests seen so far plus EOS; default 4096; 0 = the whole vocabulary) or
-//   "speculative_token_map": PATH (a
-//   fixed set: a JSON list of token ids, or ids separated by whitespace), as SGLang / FR-Spec; drafts only, so the
-//   output is unchanged.
+//   "speculative_token_map": PATH (a fixed set: a JSON list of token ids, or ids separated by whitespace), as
+//   SGLang / FR-Spec; drafts only, so the output is unchanged.
 // Common keys: "disable_by_batch_size" (no speculation while more sequences than this decode; 0 = no fixed limit:
 // the engine measures per batch size whether drafts pay), "adaptive" (per-request draft length follows its
 // acceptance; default true).

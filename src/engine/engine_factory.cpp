@@ -45,10 +45,8 @@ std::optional<engine::DraftVocab> make_draft_vocab(const SpeculativeConfig& spec
   try {
     drafter.use_logits_subset(v->rows());
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::kUnsupported || !asked) {
-      if (e.code() == ErrorCode::kUnsupported) return std::nullopt;
-      throw;
-    }
+    if (e.code() != ErrorCode::kUnsupported) throw;
+    if (!asked) return std::nullopt;  // the default: the whole vocabulary where the head cannot be cut
     const std::string key = spec.speculative_token_map.empty() ? "draft_vocab_size" : "speculative_token_map";
     throw Error(ErrorCode::kUnsupported, "speculative_config." + key + ": " + e.message(), "speculative_config");
   }

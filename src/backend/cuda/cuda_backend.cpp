@@ -142,7 +142,7 @@ class CudaBackendImpl final : public CudaBackend {
   void synchronize() override { sync_and_check(); }
   size_t free_memory() const override {
     size_t free_bytes = 0, total = 0;
-    PEREGRINE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    device_memory(&free_bytes, &total);
     return free_bytes;
   }
   bool device_memory(size_t* free_bytes, size_t* total_bytes) const override {

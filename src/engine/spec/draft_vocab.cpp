@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "core/status.h"
+#include "io/hf_config.h"
 
 namespace peregrine::engine {
 namespace {
@@ -157,11 +157,12 @@ void DraftVocab::rerank() {
 }
 
 std::vector<int32_t> read_token_map(const std::filesystem::path& file, int vocab) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) bad_map(file, "cannot be read");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
+  std::string text;
+  try {
+    text = io::read_text_file(file);
+  } catch (const Error&) {
+    bad_map(file, "cannot be read");
+  }
   std::vector<int64_t> raw;
   const size_t start = text.find_first_not_of(" \t\r\n");
   if (start != std::string::npos && text[start] == '[') {
