@@ -8,13 +8,14 @@ set -uo pipefail
 out=${OUT:-/tmp/soak}
 mkdir -p "$out"
 n=${1:-10000}
+lim=${SOAK_TIMEOUT:-280}  # seconds per run
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 bin=.device/bin/peregrine
 "$bin" --help >/dev/null 2>&1 || { echo "carried binaries do not run here"; exit 1; }
-timeout 280 python3 scripts/stress/soak.py --bin "$bin" --device cuda --requests "$n" --concurrency 64 \
+timeout "$lim" python3 scripts/stress/soak.py --bin "$bin" --device cuda --requests "$n" --concurrency 64 \
   --json-out "$out/soak_cuda.json" >"$out/soak_cuda.txt" 2>&1
 echo "soak cuda rc=$?"
-timeout 280 python3 scripts/stress/soak.py --bin "$bin" --device cuda --requests "$n" --concurrency 64 \
+timeout "$lim" python3 scripts/stress/soak.py --bin "$bin" --device cuda --requests "$n" --concurrency 64 \
   --server-args "--kv-offloading-size 1 --num-gpu-blocks-override 512" \
   --json-out "$out/soak_cuda_tiers.json" >"$out/soak_cuda_tiers.txt" 2>&1
 echo "soak cuda + host tier rc=$?"

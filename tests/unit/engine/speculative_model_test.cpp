@@ -180,11 +180,20 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingOnCuda) {
   if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
   const auto ps = prompts();
   const auto plain = run(SpeculativeConfig{}, ps, 1, "cuda");
-  for (const char* json : {R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
-                           R"({"method": "lookahead", "num_speculative_tokens": 6})",
-                           R"({"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_max": 4})",
-                           R"({"method": "lookahead", "num_speculative_tokens": 5, "num_branches": 3, "max_tree_tokens": 12})",
-                           R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3})"}) {
+  std::vector<std::string> configs = {
+      R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4})",
+      R"({"method": "lookahead", "num_speculative_tokens": 6})",
+      R"({"method": "ngram", "num_speculative_tokens": 15, "prompt_lookup_max": 4})",
+      R"({"method": "lookahead", "num_speculative_tokens": 5, "num_branches": 3, "max_tree_tokens": 12})",
+      R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3})",  // the default draft vocabulary
+      R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, "draft_vocab_size": 0})",
+      R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, "draft_vocab_size": 16})"};
+  auto shared = testing::shared_dir();
+  if (shared && std::filesystem::exists(*shared / "models" / "pycoder-draft" / "config.json"))
+    configs.push_back(R"({"method": "draft_model", "num_speculative_tokens": 4, "draft_vocab_size": 2048, "model": ")" +
+                      (*shared / "models" / "pycoder-draft").string() + "\"}");
+  for (const std::string& config : configs) {
+    const char* json = config.c_str();
     const auto got = run(SpeculativeConfig::parse(json), ps, 1, "cuda");
     int accepted = 0;
     for (size_t i = 0; i < ps.size(); ++i) {
