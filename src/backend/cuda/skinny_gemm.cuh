@@ -80,6 +80,10 @@ struct SkinnyGemmLaunch {
   // W8A8 (codes kI8 or kF8E4M3, launch_skinny_w8a8): x's codes [M, K] in xq (e4m3 bytes for FP8) and its scales
   // per token [M], as w8_matmul.cuh's launch_act_quant writes them (act_group K).
   const float* xs = nullptr;
+  // int4 codes on the factored path: a group's zero goes into the code's conversion, c - z exactly, where every
+  // zero a warp meets in a chunk is an integer (skinny_gemm.cu, fold_chunk); false keeps the zero's sums apart.
+  // launch_skinny_gemm sets it from PEREGRINE_SKINNY_FOLD=1 (off until measured on the H200).
+  bool fold_zeros = false;
 };
 
 // Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
@@ -91,6 +95,7 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
 // pair's two segments alike, and for the norm a 16-byte aligned norm_w of at most 19456 values.
 bool skinny_gemm_fuses(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
+// set_skinny_streaming and skinny_stream_launches: cuda_backend.h (plain C++, for the tests).
 
 // GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes
 // and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 (- 16 sum q for Q5_0)
