@@ -49,5 +49,6 @@ for bs in ${BATCHES:-1 16}; do
 done
 FOLD=0 lat w4a16_nofold 1 1 --quantization w4a16  # zeros' sums kept apart
 FOLD=0 lat w4a16_nofold 1 0 --quantization w4a16  # the kernel before this change
+PEREGRINE_FUSE=1 lat w4a16_fused 1 1 --quantization w4a16  # the norm, SiLU-mul and residual in the matmuls
 t "done"
 cat "$out/table.txt"
