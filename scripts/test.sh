@@ -9,7 +9,7 @@ build=build/current
 cmake --build "$build" -j"$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" --timeout 600
 if [ -d tests/e2e ] && ls tests/e2e/*.test.mjs >/dev/null 2>&1; then
-  PEREGRINE_BIN="$PWD/$build/peregrine" node --test --test-concurrency=1 tests/e2e/
+  PEREGRINE_BIN="$PWD/$build/peregrine" node --test --test-concurrency=2 tests/e2e/
 fi
 if [ -f "$build/python/peregrine/__init__.py" ]; then
   python=$(sed -n 's/^PEREGRINE_PYTHON_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
