@@ -226,7 +226,7 @@ __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPie
 // The int4 factored chunk with the zero folded into the codes: (0x4300 | c) is 128 + c in bf16 (1024 + c in f16), and
 // one packed subtract of 128 + z (1024 + z) leaves c - z exactly when z is an integer in [-128, 127]; then the
 // tensor cores sum (c - z) x in f32 and the group's scale is applied once. Half the mma of factored_chunk (no sum of
-// x) and no cancellation between sum c x and z sum x. zb16: row a's and row b's 128 + z (1024 + z) in T, both halves.
+// x) and no cancellation between sum c x and z sum x.
 template <typename T, int NT>
 __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<Weights::kInt4Fact>& a,
                                            const RowPiece<Weights::kInt4Fact>& b8, const uint4 (&bx)[NT][4]) {
