@@ -1423,12 +1423,12 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
 void launch_skinny_gemm(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   if (launch.norm_w || launch.residual || launch.silu_pair)
     PEREGRINE_CHECK(skinny_gemm_fuses(launch), "skinny matmul: fusions asked of a launch that does not take them");
-  static const bool fold = [] {
+  static const bool no_fold = [] {
     const char* e = std::getenv("PEREGRINE_SKINNY_FOLD");
-    return e && std::string_view(e) == "1";
+    return e && std::string_view(e) == "0";
   }();
   SkinnyGemmLaunch l = launch;
-  l.fold_zeros = fold;
+  if (no_fold) l.fold_zeros = false;
   if (l.dtype == DType::kBF16) return launch_format<bf16>(l, stream);
   launch_format<f16>(l, stream);
 }

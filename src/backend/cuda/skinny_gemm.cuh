@@ -81,9 +81,9 @@ struct SkinnyGemmLaunch {
   // per token [M], as w8_matmul.cuh's launch_act_quant writes them (act_group K).
   const float* xs = nullptr;
   // int4 codes on the factored path: a group's zero goes into the code's conversion, c - z exactly, where every
-  // zero a warp meets in a chunk is an integer (skinny_gemm.cu, fold_chunk); false keeps the zero's sums apart.
-  // launch_skinny_gemm sets it from PEREGRINE_SKINNY_FOLD=1 (off until measured on the H200).
-  bool fold_zeros = false;
+  // zero a warp meets in a chunk is an integer (skinny_gemm.cu, fold_chunk); false keeps the zero's sums apart
+  // (launch_skinny_gemm sets it so under PEREGRINE_SKINNY_FOLD=0; comparisons).
+  bool fold_zeros = true;
 };
 
 // Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
