@@ -67,11 +67,3 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index);
 CudaBackend* as_cuda_backend(Backend& backend);
 
 }  // namespace peregrine::ops
-
-namespace peregrine::cuda {
-// Whether the skinny matmul's dense weights and factored code path stream their chunks through persistent blocks
-// (skinny_gemm.cu; the same bits as its rounds kernel) from now on; PEREGRINE_SKINNY_STREAM=1 turns it on from the
-// start. skinny_stream_launches counts the streaming launches (tests).
-void set_skinny_streaming(bool on);
-int64_t skinny_stream_launches();
-}  // namespace peregrine::cuda

@@ -1,7 +1,6 @@
 #include "backend/cuda/skinny_gemm.cuh"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <string_view>
 #include <type_traits>
@@ -606,269 +605,6 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
   skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
 }
 
-// ---- The streaming variant: the same arithmetic (identical bits), the weights delivered differently ----
-// skinny_tile loads a tile's weights in rounds and then computes them, so while a block computes (or meets its
-// warps in store_tile, or waits to start) none of its bytes are in flight, and at batch 1 the W4A16 codes arrived
-// at 26-40% of the copy rate (docs/benchmarks/w4_gemm_h200/ncu_w4a16_bs1_step.md). Here the grid is persistent
-// (block b takes tiles b, b + G, ... with G the blocks resident at once) and each warp's chunks come through its own
-// ring of S shared-memory stages filled by cp.async, S - 1 chunks ahead of the one it computes, across tile
-// boundaries: the next tile's weights arrive while a tile's warps meet. Each warp takes the same chunks of each tile
-// in the same order as in skinny_tile, computes them with the same code, and the tile ends in the same store_tile,
-// so every output has the same bits (CudaSkinnyGemm.StreamingEqualsRounds checks it). x is loaded one chunk ahead
-// into registers (it is the same for every tile). A stage: this lane's 16-byte pieces of rows g (a) and g + 8 (b),
-// each [piece][lane] so that a warp's loads are conflict-free, then the tile's 16 rows' group scales and zeros.
-template <Weights F> constexpr int kPieces = F == Weights::kInt4Fact ? 1 : 2;  // 16-byte pieces per lane and row
-template <Weights F> constexpr int kCodeStageBytes = 2 * kPieces<F> * 32 * 16;
-template <Weights F> constexpr int kStageBytes = kCodeStageBytes<F> + (F == Weights::kDense ? 0 : 2 * 16 * 4);
-// Stages per warp: int4 codes 8 x 1.1 KB, bf16 / uint8 4 x 2 KB (two blocks per SM within its shared memory).
-template <Weights F> constexpr int kStages = F == Weights::kInt4Fact ? 8 : 4;
-
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait_mem() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// The cp.async copies of one chunk (c, of the tile src) into the stage at stage (a shared address).
-template <typename T, Weights F>
-__device__ __forceinline__ void stage_chunk(uint32_t stage, const TileSrc<F>& src, int64_t c, int64_t k) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  constexpr int kCk = kChunkOf<F>, kLaneK = kCk / 4;
-  const int64_t kk = c * kCk + kLaneK * t;
-#pragma unroll
-  for (int row = 0; row < 2; ++row) {
-    const uint8_t* base = static_cast<const uint8_t*>(row == 0 ? src.wa : src.wb);
-#pragma unroll
-    for (int h = 0; h < kPieces<F>; ++h) {
-      const uint32_t dst = stage + static_cast<uint32_t>(((row * kPieces<F> + h) * 32 + lane) * 16);
-      if constexpr (F == Weights::kDense) {
-        const bool in = kk + 8 * h < k;  // K % 8 == 0: a 16-byte piece is all in or all out (then zeros)
-        attn::cp_async16(dst, in ? base + (kk + 8 * h) * static_cast<int64_t>(sizeof(T)) : base, in);
-      } else if constexpr (F == Weights::kInt4Fact) {
-        attn::cp_async16(dst, base + kk / 2, true);  // K % 128 == 0 on the factored path
-      } else {
-        attn::cp_async16(dst, base + kk + 16 * h, true);
-      }
-    }
-  }
-  if constexpr (F != Weights::kDense) {
-    if (t == 0) {  // row g's and row g + 8's group scale (and zero)
-      const int64_t gi = c * kCk / src.seg.group_size;
-      const uint32_t sc = stage + kCodeStageBytes<F>, zr = sc + 16 * 4;
-      cp_async4(sc + 4 * g, src.sa + gi);
-      cp_async4(sc + 4 * (g + 8), src.sb + gi);
-      if (src.za) {
-        cp_async4(zr + 4 * g, src.za + gi);
-        cp_async4(zr + 4 * (g + 8), src.zb + gi);
-      }
-    }
-  }
-}
-
-// A chunk's pieces back out of its stage (p: the stage's generic address) in load_piece's form.
-template <Weights F>
-__device__ __forceinline__ void unstage_chunk(const uint8_t* p, RowPiece<F>& a, RowPiece<F>& b8, bool has_zeros) {
-  const int lane = threadIdx.x % 32, g = lane / 4;
-  const uint4* v = reinterpret_cast<const uint4*>(p);
-  if constexpr (kPieces<F> == 1) {
-    a.v = v[lane];
-    b8.v = v[32 + lane];
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      a.v[h] = v[h * 32 + lane];
-      b8.v[h] = v[(2 + h) * 32 + lane];
-    }
-  }
-  if constexpr (F != Weights::kDense) {
-    const float* sc = reinterpret_cast<const float*>(p + kCodeStageBytes<F>);
-    constexpr float kMid = F == Weights::kInt4Fact ? 8.0f : 128.0f;
-    a.scale = sc[g];
-    b8.scale = sc[g + 8];
-    a.zero = has_zeros ? sc[16 + g] : kMid;
-    b8.zero = has_zeros ? sc[16 + g + 8] : kMid;
-  }
-}
-
-template <typename T, Weights F, int NT, int kFuse>
-__global__ void __launch_bounds__(kWarps * 32, 2) skinny_stream_kernel(SkinnyGemmLaunch p, int64_t tiles) {
-  constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
-  constexpr int S = kStages<F>, kCk = kChunkOf<F>, kLaneK = kCk / 4, XH = kLaneK / 8;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t k = p.k, chunks = (k + kCk - 1) / kCk;  // chunks >= kWarps (skinny_stream_takes)
-  extern __shared__ uint4 smem[];
-  uint4* gamma_s = smem;  // the norm fusion's weights (K values of T), then the warps' rings
-  const int64_t gamma_words = kNorm ? k / 8 : 0;
-  uint8_t* ring = reinterpret_cast<uint8_t*>(smem + gamma_words) + warp * S * kStageBytes<F>;
-  const uint32_t ring_s = attn::smem_addr(ring);
-
-  // The issue cursor: the next chunk to copy (tile it_tile, chunk it_c), S - 1 ahead of the one computed.
-  int64_t it_tile = blockIdx.x, it_c = warp;
-  TileSrc<F> isrc;
-  tile_src<T, F, pair>(p, it_tile, isrc);
-  auto issue = [&](int stage) {
-    if (it_tile < tiles) {  // the same for the whole warp
-      stage_chunk<T, F>(ring_s + stage * kStageBytes<F>, isrc, it_c, k);
-      it_c += kWarps;
-      if (it_c >= chunks) {
-        it_c = warp;
-        it_tile += gridDim.x;
-        if (it_tile < tiles) tile_src<T, F, pair>(p, it_tile, isrc);
-      }
-    }
-    attn::cp_async_commit();  // empty past the last tile: the waits count groups
-  };
-  // The first S - 1 chunks go out before the wait for the kernel before (launch_pdl): no kernel writes weights.
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue(s);
-  pdl_wait();
-  pdl_trigger();
-  if constexpr (kNorm) {
-    const uint4* gamma = static_cast<const uint4*>(p.norm_w);
-    for (int64_t u = threadIdx.x; u < gamma_words; u += kWarps * 32) gamma_s[u] = __ldg(gamma + u);
-    __syncthreads();
-  }
-
-  const T* x0 = static_cast<const T*>(p.x) + g * k;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  auto load_x = [&](int64_t c, uint4 (&dst)[NT][XH]) {
-    const int64_t kk = c * kCk + kLaneK * t;
-#pragma unroll
-    for (int h = 0; h < XH; ++h)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-        dst[j][h] = kk + 8 * h < k && j * 8 + g < p.m
-                        ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
-                        : zero;
-  };
-  float acc[NT][4], ss[NT];
-  auto reset = [&] {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      ss[j] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-    }
-  };
-  reset();
-  int64_t tile = blockIdx.x, c = warp;
-  TileSrc<F> src;
-  tile_src<T, F, pair>(p, tile, src);
-  uint4 bx[NT][XH], bxn[NT][XH];
-  load_x(c, bxn);
-  int stage = 0;
-  while (tile < tiles) {  // the same tiles in the same order for every warp of the block
-    issue((stage + S - 1) % S);
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int h = 0; h < XH; ++h) bx[j][h] = bxn[j][h];
-    const int64_t c_next = c + kWarps < chunks ? c + kWarps : warp;  // x is the same for every tile
-    load_x(c_next, bxn);
-    cp_async_wait_mem<S - 1>();  // this chunk's group is complete (for this lane's copies)
-    __syncwarp();                // and for the lanes that copied the scales
-    RowPiece<F> a, b8;
-    unstage_chunk<F>(ring + stage * kStageBytes<F>, a, b8, src.za != nullptr);
-    __syncwarp();  // every lane has read the stage before the next issue refills it
-    if constexpr (kNorm) {
-      const int64_t kk = c * kCk + kLaneK * t;
-#pragma unroll
-      for (int h = 0; h < XH; ++h) {
-        const uint4 gv = kk + 8 * h < k ? gamma_s[(kk + 8 * h) / 8] : zero;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) bx[j][h] = norm_piece<T>(bx[j][h], gv, ss[j]);
-      }
-    }
-    if constexpr (kFactored<F>) {
-      any_factored_chunk<T, F, NT>(acc, a, b8, bx, p.fold_zeros);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t frag[4] = {piece_word<T, F>(a, 2 * i), piece_word<T, F>(b8, 2 * i),
-                                  piece_word<T, F>(a, 2 * i + 1), piece_word<T, F>(b8, 2 * i + 1)};
-#pragma unroll
-        for (int j = 0; j < NT; ++j) attn::mma16816<T>(acc[j], frag, word(bx[j], 2 * i), word(bx[j], 2 * i + 1));
-      }
-    }
-    stage = (stage + 1) % S;
-    c += kWarps;
-    if (c >= chunks) {
-      store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
-      __syncthreads();  // store_tile's shared partials are the next tile's
-      reset();
-      c = warp;
-      tile += gridDim.x;
-      if (tile < tiles) tile_src<T, F, pair>(p, tile, src);
-    }
-  }
-  cp_async_wait_mem<0>();
-}
-
-// Streaming where it applies (skinny_stream_takes) with PEREGRINE_SKINNY_STREAM=1 or set_skinny_streaming(true);
-// otherwise the rounds.
-std::atomic<int> g_streaming{-1};  // -1: from the environment
-std::atomic<int64_t> g_stream_launches{0};
-bool streaming_on() {
-  int v = g_streaming.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("PEREGRINE_SKINNY_STREAM");
-    v = e && std::string_view(e) == "1" ? 1 : 0;  // off until measured on the H200 (PEREGRINE_SKINNY_STREAM=1)
-    g_streaming.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
-
-// Blocks of a streaming kernel resident per SM at this shared-memory size (cached per kernel: size << 8 | blocks).
-template <typename T, Weights F, int NT, int kFuse> int stream_blocks_per_sm(size_t smem) {
-  auto kernel = skinny_stream_kernel<T, F, NT, kFuse>;
-  static std::atomic<uint64_t> cached{0};
-  const uint64_t c = cached.load(std::memory_order_relaxed);
-  if (c != 0 && (c >> 8) == smem) return static_cast<int>(c & 0xffu);
-  static const bool opted = [&] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-    return true;
-  }();
-  (void)opted;
-  int blocks = 0;
-  PEREGRINE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
-  blocks = std::clamp(blocks, 1, 255);
-  cached.store(static_cast<uint64_t>(smem) << 8 | static_cast<uint64_t>(blocks), std::memory_order_relaxed);
-  return blocks;
-}
-
-template <typename T, Weights F, int NT, int kFuse>
-void launch_stream_kernel(const SkinnyGemmLaunch& l, cudaStream_t stream) {
-  const int64_t tiles = launch_tiles(l);
-  const size_t gamma_bytes = kFuse != kFuseNone ? static_cast<size_t>(l.k) * sizeof(T) : 0;
-  const size_t smem = gamma_bytes + static_cast<size_t>(kWarps) * kStages<F> * kStageBytes<F>;
-  const int64_t resident = int64_t{stream_blocks_per_sm<T, F, NT, kFuse>(smem)} * std::max(1, l.sm_count);
-  const dim3 grid(static_cast<unsigned>(std::min(tiles, resident))), block(kWarps * 32);
-  launch_pdl(skinny_stream_kernel<T, F, NT, kFuse>, grid, block, smem, stream, l.m, l, tiles);
-  g_stream_launches.fetch_add(1, std::memory_order_relaxed);
-}
-
-template <typename T, Weights F, int NT>
-void launch_stream_fused(const SkinnyGemmLaunch& l, cudaStream_t stream) {
-  if (l.silu_pair) return launch_stream_kernel<T, F, NT, kFusePair>(l, stream);
-  if (l.norm_w) return launch_stream_kernel<T, F, NT, kFuseNorm>(l, stream);
-  launch_stream_kernel<T, F, NT, kFuseNone>(l, stream);
-}
-
-// Dense weights and the factored code path, when every warp has a chunk of every tile (K at least 8 chunks).
-template <Weights F> bool skinny_stream_takes(const SkinnyGemmLaunch& l) {
-  return streaming_on() && l.k >= int64_t{kWarps} * kChunkOf<F> && l.sm_count > 0;
-}
-
-template <typename T, Weights F> void launch_stream(const SkinnyGemmLaunch& l, cudaStream_t stream) {
-  if (l.m <= 8) {
-    launch_stream_fused<T, F, 1>(l, stream);
-  } else {
-    launch_stream_fused<T, F, 2>(l, stream);
-  }
-  PEREGRINE_CUDA_CHECK(cudaGetLastError());
-}
-
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
 bool skinny_plain() {
   static const bool plain = std::getenv("PEREGRINE_SKINNY_PLAIN") != nullptr;
@@ -891,7 +627,6 @@ void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
-  if (skinny_stream_takes<F>(l)) return launch_stream<T, F>(l, stream);
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
@@ -915,9 +650,6 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
       PEREGRINE_CUDA_CHECK(cudaGetLastError());
       return;
     }
-  }
-  if constexpr (F == Weights::kDense) {
-    if (skinny_stream_takes<F>(l)) return launch_stream<T, F>(l, stream);
   }
   if (l.m <= 8) {
     // Two blocks per SM with four chunks ahead, or three with two ahead when that fills the last wave of blocks
@@ -1377,9 +1109,6 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
 }
 
 }  // namespace
-
-void set_skinny_streaming(bool on) { g_streaming.store(on ? 1 : 0, std::memory_order_relaxed); }
-int64_t skinny_stream_launches() { return g_stream_launches.load(std::memory_order_relaxed); }
 
 bool skinny_gemm_supports(const SkinnyGemmLaunch& l) {
   if (l.dtype != DType::kBF16 && l.dtype != DType::kF16) return false;
