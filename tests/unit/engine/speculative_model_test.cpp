@@ -125,7 +125,7 @@ TEST(SpeculativeModel, ReducedDraftVocabularyKeepsGreedyOutput) {
   const std::string self = R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, )";
   std::vector<std::pair<std::string, int>> configs = {  // config, max_seqs
       {self + R"("draft_vocab_size": 0})", 8},  // the whole vocabulary (the default is a subset)
-      {self + R"("draft_vocab_size": 4096})", 8},  // one sequence at a time: GreedyIdenticalToPlainDecodingForEveryMethod
+      {self + R"("draft_vocab_size": 4096})", 8},  // (at max_seqs 1: the self run of GreedyIdenticalToPlainDecodingForEveryMethod)
       {self + R"("draft_vocab_size": 16})", 8},  // 64 rows: nearly every token left out
       {self + R"("speculative_token_map": ")" + (dir / "first500.json").string() + "\"}", 8},
   };
