@@ -58,7 +58,7 @@ if [ "$what" = bench ]; then
   rm -f /tmp/ddtest
 else
   [ -f .device/model/model.safetensors ] && cp .device/model/model.safetensors models/pycoder-tiny/
-  timeout 120 "$bin/engine_model_tests" --gtest_filter='*KvCacheOps*cuda*:EngineModelTest.*OnCuda' >"$out/tests.txt" 2>&1
+  timeout 120 "$bin/engine_model_tests" --gtest_filter='*KvCacheOps*cuda*:EngineModelTest.*OnCuda*' >"$out/tests.txt" 2>&1
   t "tier tests on CUDA rc=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.txt" | tr '\n' ' ')"
   grep -E "^\[  FAILED|Failure" -A3 "$out/tests.txt" | head -20
   timeout 50 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin/engine_model_tests" \
