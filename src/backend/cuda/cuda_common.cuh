@@ -79,8 +79,7 @@ template <typename T> __device__ __forceinline__ void store8(T* p, const float (
 // loaded). Kernels launched plainly may call both (no-ops there). The decode path's kernels are launched so when
 // their step has at most kPdlMaxRows rows (tokens or sequences): on the H200 (8B shape, 2026-12-04,
 // docs/BENCHMARKS.md) it made batch 1 faster (bf16 +5%, W4A16 +6%) and batches 8 and 16 slower (-17%, -10%).
-// PEREGRINE_PDL=0
-// launches them plainly; PEREGRINE_PDL_MAX_ROWS=N moves the bound (comparisons).
+// PEREGRINE_PDL=0 launches them plainly; PEREGRINE_PDL_MAX_ROWS=N moves the bound (comparisons).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
