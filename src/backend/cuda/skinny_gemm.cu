@@ -152,10 +152,14 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 //   uint8: (k 4m + s, k 4m + s + 2) for j = 2m + s (bytes 0 and 2 after a shift by 8s). In f16 a byte fits the
 //   1024 trick whole; bf16 has 8 significant bits, so a byte goes as two words, its low nibble (part 0) and 16 x its
 //   high nibble (part 1: (128 + h) x 16 - 2048, exact), whose products the same accumulator sums.
+// int4 code pair word j as (bias + c) in each half (128 + c in bf16, 1024 + c in f16), before the bias comes off.
+template <typename T> __device__ __forceinline__ uint32_t biased_int4_pair(const RowPiece<Weights::kInt4Fact>& r, int j) {
+  return lop3_and_or(word_of(r.v, j / 4) >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias);
+}
+
 template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(const RowPiece<F>& r, int j, int part) {
   if constexpr (F == Weights::kInt4Fact) {
-    const uint32_t q = word_of(r.v, j / 4);
-    return sub_bias<T>(lop3_and_or(q >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias));
+    return sub_bias<T>(biased_int4_pair<T>(r, j));
   } else {
     const uint32_t q = word_of(r.v[j / 8], (j / 2) % 4) >> (8 * (j % 2));
     if constexpr (std::is_same_v<T, f16>) {
@@ -242,7 +246,7 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<W
   };
   const uint32_t za = bias_of(a.zero), zb = bias_of(b8.zero);
   auto pair = [](const RowPiece<Weights::kInt4Fact>& r, int j, uint32_t nz) {
-    const uint32_t v = lop3_and_or(word_of(r.v, j / 4) >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias);
+    const uint32_t v = biased_int4_pair<T>(r, j);
     uint32_t out;
     if constexpr (std::is_same_v<T, bf16>) {
       asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(CodeMagic<bf16>::kOne), "r"(nz));
