@@ -604,6 +604,113 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
   store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
 }
 
+// The factored path as a ring (PEREGRINE_SKINNY_RING=1; not yet measured on the H200, so off by default): the
+// same chunks, sums and order as skinny_tile's rounds (so the same bits), but one chunk per turn of a loop that is
+// not unrolled: each warp holds U chunks of codes in flight and reloads the slot it just used, x one chunk ahead,
+// so loads never stop between rounds and the loop's code (one chunk's conversion and mma) stays small enough for
+// the instruction cache, where the rounds' unrolled chunks run through ~20 KB of straight-line code per tile.
+// Indices in 32 bits, the chunk's group without a division at group 128.
+template <typename T, Weights F, int NT, int U, int kFuse>
+__device__ __forceinline__ void skinny_tile_ring(const SkinnyGemmLaunch& p, int64_t tile) {
+  static_assert(kFactored<F>, "the ring takes the factored path only");
+  constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
+  TileSrc<F> src;
+  if (!tile_src<T, F, pair>(p, tile, src)) return pdl_wait();  // whole block: uniform
+  extern __shared__ uint4 gamma_s[];
+  if constexpr (kNorm) {
+    const uint4* gamma = static_cast<const uint4*>(p.norm_w);
+    for (int u = threadIdx.x; u < p.k / 8; u += kWarps * 32) gamma_s[u] = __ldg(gamma + u);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int k = static_cast<int>(p.k);
+  const int chunks = k / 128;  // the factored path: K a multiple of the group, the group of 128
+  constexpr int kRowBytesPerChunk = F == Weights::kInt4Fact ? 64 : 128;
+  const uint8_t* wa = static_cast<const uint8_t*>(src.wa) + (F == Weights::kInt4Fact ? 16 : 32) * t;
+  const uint8_t* wb = static_cast<const uint8_t*>(src.wb) + (F == Weights::kInt4Fact ? 16 : 32) * t;
+  const int gc = static_cast<int>(src.seg.group_size / 128), groups = static_cast<int>(src.seg.groups);
+  const uint4 zero4 = make_uint4(0, 0, 0, 0);
+  auto load_w = [&](int c, RowPiece<F>& ra, RowPiece<F>& rb) {
+    const bool in = c < chunks;  // warp-uniform
+    const int gi = !in || groups == 1 ? 0 : gc == 1 ? c : c / gc;
+    if constexpr (F == Weights::kInt4Fact) {
+      ra.v = in ? __ldcs(reinterpret_cast<const uint4*>(wa + c * kRowBytesPerChunk)) : zero4;
+      rb.v = in ? __ldcs(reinterpret_cast<const uint4*>(wb + c * kRowBytesPerChunk)) : zero4;
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        ra.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(wa + c * kRowBytesPerChunk + 16 * h)) : zero4;
+        rb.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(wb + c * kRowBytesPerChunk + 16 * h)) : zero4;
+      }
+    }
+    constexpr float kMid = F == Weights::kInt4Fact ? 8.0f : 128.0f;
+    ra.scale = in ? __ldg(src.sa + gi) : 0.0f;
+    rb.scale = in ? __ldg(src.sb + gi) : 0.0f;
+    ra.zero = src.za && in ? __ldg(src.za + gi) : kMid;
+    rb.zero = src.zb && in ? __ldg(src.zb + gi) : kMid;
+  };
+  const T* xl = static_cast<const T*>(p.x) + g * k + 32 * t;  // n-tile j's row: xl + 8j * k, when 8j + g < M
+  auto load_x = [&](int c, uint4 (&dst)[NT][4]) {
+    const bool in = c < chunks;
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int h = 0; h < 4; ++h)
+        dst[j][h] = in && j * 8 + g < p.m ? __ldg(reinterpret_cast<const uint4*>(xl + j * 8 * k + c * 128 + 8 * h))
+                                          : zero4;
+  };
+  float acc[NT][4], ss[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    ss[j] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  }
+  RowPiece<F> a[U], b8[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) load_w(warp + kWarps * u, a[u], b8[u]);  // before the wait: no kernel writes them
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (kNorm) __syncthreads();  // gamma_s
+  // x one chunk ahead where registers allow it (one n-tile, no norm); else loaded at the top of the turn.
+  constexpr bool kXNext = NT == 1 && !kNorm;
+  uint4 bx[NT][4];
+  if constexpr (kXNext) load_x(warp, bx);
+#pragma unroll 1
+  for (int c = warp; c < chunks; c += kWarps) {
+    uint4 nx[NT][4];
+    if constexpr (kXNext) load_x(c + kWarps, nx);
+    else load_x(c, bx);
+    if constexpr (kNorm) {
+      const int kk = c * 128 + 32 * t;
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const uint4 gv = gamma_s[(kk + 8 * h) / 8];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) bx[j][h] = norm_piece<T>(bx[j][h], gv, ss[j]);
+      }
+    }
+    any_factored_chunk<T, F, NT>(acc, a[0], b8[0], bx, p.fold_zeros);
+#pragma unroll
+    for (int u = 0; u + 1 < U; ++u) {
+      a[u] = a[u + 1];
+      b8[u] = b8[u + 1];
+    }
+    load_w(c + kWarps * U, a[U - 1], b8[U - 1]);
+    if constexpr (kXNext) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) bx[j][h] = nx[j][h];
+    }
+  }
+  store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
+}
+
+template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
+__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ring_kernel(SkinnyGemmLaunch p) {
+  skinny_tile_ring<T, F, NT, U, kFuse>(p, blockIdx.x);
+}
+
 template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
   skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
@@ -628,10 +735,33 @@ void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const
   launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
 }
 
+// PEREGRINE_SKINNY_RING=1: the factored path as a ring (skinny_tile_ring) instead of unrolled rounds (skinny_tile).
+bool skinny_ring() {
+  static const bool ring = [] {
+    const char* e = std::getenv("PEREGRINE_SKINNY_RING");
+    return e && std::string_view(e) == "1";
+  }();
+  return ring;
+}
+
+template <typename T, Weights F, int NT, int U, int MINB>
+void launch_ring(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
+  const size_t gamma_bytes = static_cast<size_t>(l.k) * sizeof(T);
+  if (l.silu_pair)
+    return launch_pdl(skinny_ring_kernel<T, F, NT, U, MINB, kFusePair>, grid, block, gamma_bytes, stream, l.m, l);
+  if (l.norm_w)
+    return launch_pdl(skinny_ring_kernel<T, F, NT, U, MINB, kFuseNorm>, grid, block, gamma_bytes, stream, l.m, l);
+  launch_pdl(skinny_ring_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
+}
+
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
+  if (skinny_ring()) {
+    if (l.m <= 8) return launch_ring<T, F, 1, kU1, 2>(grid, block, stream, l);
+    return launch_ring<T, F, 2, kFactU2, 2>(grid, block, stream, l);
+  }
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
