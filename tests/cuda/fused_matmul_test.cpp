@@ -4,6 +4,7 @@
 // gate/up as a silu pair; rows bitwise the same for every M <= 16; and what the backend refuses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <string>
@@ -24,14 +25,14 @@ struct Weights {
   ops::WeightQuant host_q, dev_q;
 };
 
-Weights make_weights(DType act, DType codes, int64_t n, int64_t k, std::mt19937& rng) {
+Weights make_weights(DType act, DType codes, int64_t n, int64_t k, std::mt19937& rng, int64_t group = 128) {
   Weights r;
   if (codes == kDense) {
     r.w = random_tensor(act, {n, k}, rng, 1.0 / std::sqrt(static_cast<double>(k)));
     r.d_w = DeviceTensor(r.w);
     return r;
   }
-  const int64_t group = 128, groups = k / group;
+  const int64_t groups = k / group;
   r.w = HostTensor(codes, {n, k});
   for (auto& b : r.w.bytes) b = static_cast<uint8_t>(rng());
   r.scales = HostTensor(DType::kF32, {n, groups});
@@ -55,10 +56,11 @@ Weights make_weights(DType act, DType codes, int64_t n, int64_t k, std::mt19937&
 }
 
 // One fused group of the given kind on both backends: every element against the ref.
-enum class Kind { kNormGroup, kResidual, kSiluPair };
+// kPlain: the group's matmuls one by one, without a fusion. Returns the device's outputs.
+enum class Kind { kNormGroup, kResidual, kSiluPair, kPlain };
 
-void check_group(Kind kind, DType act, DType codes, int64_t m, int64_t k, std::vector<int64_t> ns, bool bias,
-                 std::mt19937& rng) {
+std::vector<HostTensor> check_group(Kind kind, DType act, DType codes, int64_t m, int64_t k, std::vector<int64_t> ns,
+                                    bool bias, std::mt19937& rng, int64_t group = 128) {
   HostTensor x = random_tensor(act, {m, k}, rng, 3.0);  // a residual stream well away from unit scale
   HostTensor gamma = random_tensor(act, {k}, rng);
   DeviceTensor d_x(x), d_gamma(gamma);
@@ -66,7 +68,7 @@ void check_group(Kind kind, DType act, DType codes, int64_t m, int64_t k, std::v
   std::vector<HostTensor> b, want;
   std::vector<DeviceTensor> d_b, d_out;
   for (int64_t n : ns) {
-    ws.push_back(make_weights(act, codes, n, k, rng));
+    ws.push_back(make_weights(act, codes, n, k, rng, group));
     b.push_back(bias ? random_tensor(DType::kF32, {n}, rng) : HostTensor());
     d_b.push_back(bias ? DeviceTensor(b.back()) : DeviceTensor());
     want.push_back(kind == Kind::kResidual ? random_tensor(act, {m, n}, rng) : HostTensor(act, {m, n}));
@@ -79,7 +81,7 @@ void check_group(Kind kind, DType act, DType codes, int64_t m, int64_t k, std::v
     dp.push_back({d_x.view(), ws[i].d_w.view(), bias ? d_b[i].view() : TensorView(), d_out[i].view(), ws[i].dev_q});
   }
   ops::MatmulFusion hf, df;
-  if (kind != Kind::kResidual) {
+  if (kind != Kind::kResidual && kind != Kind::kPlain) {
     hf.norm_weight = gamma.view();
     df.norm_weight = d_gamma.view();
     hf.eps = df.eps = 1e-5f;
@@ -89,12 +91,23 @@ void check_group(Kind kind, DType act, DType codes, int64_t m, int64_t k, std::v
     df.residual = d_out[0].view();
   }
   hf.silu_mul = df.silu_mul = kind == Kind::kSiluPair;
-  ref().matmuls_fused(hp, hf);
-  gpu().matmuls_fused(dp, df);
+  if (kind == Kind::kPlain) {
+    for (size_t i = 0; i < ns.size(); ++i) {
+      ref().matmul(hp[i]);
+      gpu().matmul(dp[i]);
+    }
+  } else {
+    ref().matmuls_fused(hp, hf);
+    gpu().matmuls_fused(dp, df);
+  }
   const size_t outs = kind == Kind::kSiluPair ? 1 : ns.size();
-  for (size_t i = 0; i < outs; ++i)
-    EXPECT_TRUE(all_close(d_out[i].to_host(), want[i])) << dtype_name(act) << " codes " << dtype_name(codes) << " kind "
-                                                        << static_cast<int>(kind) << " M " << m << " out " << i;
+  std::vector<HostTensor> got;
+  for (size_t i = 0; i < outs; ++i) {
+    got.push_back(d_out[i].to_host());
+    EXPECT_TRUE(all_close(got.back(), want[i])) << dtype_name(act) << " codes " << dtype_name(codes) << " kind "
+                                                << static_cast<int>(kind) << " M " << m << " out " << i;
+  }
+  return got;
 }
 
 TEST(CudaFusedMatmul, MatchesTheReferenceOnEveryElement) {
@@ -147,6 +160,38 @@ TEST(CudaFusedMatmul, RowsDoNotDependOnM) {
     }
     EXPECT_TRUE(bad.empty()) << "codes " << dtype_name(codes) << ": rows differing at M =" << bad;
   }
+}
+
+// The factored code path as a ring (ops::set_skinny_ring) gives the same bits as its unrolled rounds, for every
+// fusion and without one, int4 and uint8 codes, bf16 and f16, one and two n-tiles, groups of 128, 256 and whole
+// rows (128 = one chunk per group, the others a division), K of one to many chunks per warp; and both against the
+// ref on every element (check_group).
+TEST(CudaFusedMatmul, RingEqualsRounds) {
+  gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
+  std::mt19937 rng(4104);
+  struct Case { Kind kind; int64_t k, group; std::vector<int64_t> ns; };
+  const Case cases[] = {{Kind::kPlain, 1024, 128, {272}},           {Kind::kPlain, 4096, 256, {136, 40}},
+                        {Kind::kPlain, 2816, 2816, {200}},          {Kind::kPlain, 128, 128, {64}},
+                        {Kind::kNormGroup, 512, 128, {384, 128, 136}}, {Kind::kResidual, 640, 128, {264}},
+                        {Kind::kSiluPair, 1536, 128, {1000, 1000}}};
+  for (DType act : {DType::kBF16, DType::kF16})
+    for (DType codes : {DType::kI4, DType::kU8})
+      for (int64_t m : {1, 5, 8, 9, 16})
+        for (const Case& c : cases) {
+          const std::mt19937 start = rng;
+          std::mt19937 r0 = start, r1 = start;
+          ops::set_skinny_ring(false);
+          const std::vector<HostTensor> rounds = check_group(c.kind, act, codes, m, c.k, c.ns, m % 2 == 1, r0, c.group);
+          ops::set_skinny_ring(true);
+          const std::vector<HostTensor> ring = check_group(c.kind, act, codes, m, c.k, c.ns, m % 2 == 1, r1, c.group);
+          ops::set_skinny_ring(false);
+          rng = r1;
+          ASSERT_EQ(rounds.size(), ring.size());
+          for (size_t i = 0; i < ring.size(); ++i)
+            EXPECT_TRUE(std::equal(ring[i].bytes.begin(), ring[i].bytes.end(), rounds[i].bytes.begin()))
+                << dtype_name(act) << " codes " << dtype_name(codes) << " kind " << static_cast<int>(c.kind) << " K "
+                << c.k << " group " << c.group << " M " << m << " out " << i;
+        }
 }
 
 // What has no fused kernel is refused by fuses_matmuls and by matmuls_fused (with an Error, not a wrong result).

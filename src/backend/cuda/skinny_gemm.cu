@@ -1,6 +1,7 @@
 #include "backend/cuda/skinny_gemm.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string_view>
 #include <type_traits>
@@ -735,13 +736,17 @@ void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const
   launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
 }
 
-// PEREGRINE_SKINNY_RING=1: the factored path as a ring (skinny_tile_ring) instead of unrolled rounds (skinny_tile).
+// The factored path as a ring (skinny_tile_ring) instead of unrolled rounds (skinny_tile): PEREGRINE_SKINNY_RING=1,
+// or ops::set_skinny_ring (tests). -1: not yet read from the environment.
+std::atomic<int> g_skinny_ring{-1};
 bool skinny_ring() {
-  static const bool ring = [] {
+  int v = g_skinny_ring.load(std::memory_order_relaxed);
+  if (v < 0) {
     const char* e = std::getenv("PEREGRINE_SKINNY_RING");
-    return e && std::string_view(e) == "1";
-  }();
-  return ring;
+    v = e && std::string_view(e) == "1" ? 1 : 0;
+    g_skinny_ring.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
 }
 
 template <typename T, Weights F, int NT, int U, int MINB>
@@ -1345,3 +1350,7 @@ void launch_skinny_w8a8(const SkinnyGemmLaunch& l, cudaStream_t stream) {
 }
 
 }  // namespace peregrine::cuda
+
+namespace peregrine::ops {
+void set_skinny_ring(bool on) { cuda::g_skinny_ring.store(on ? 1 : 0, std::memory_order_relaxed); }
+}  // namespace peregrine::ops
