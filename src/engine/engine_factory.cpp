@@ -29,8 +29,9 @@ namespace {
 
 // The drafter's reduced vocabulary (speculative_config draft_vocab_size / speculative_token_map) with its compact LM
 // head made on `drafter` (before a runner is built on it: the runner sizes its logits by it); nullopt for the whole
-// vocabulary. The method's default size falls back to the whole vocabulary where the LM head cannot be cut (GGUF
-// blocks, quantized heads); a size or map the config gives is then an error naming its key.
+// vocabulary. The method's default size falls back to the whole vocabulary where the LM head cannot be cut by rows
+// (Model::use_logits_subset: a head kept only in the backend's own packed layout); a size or map the config gives is
+// then an error naming its key.
 std::optional<engine::DraftVocab> make_draft_vocab(const SpeculativeConfig& spec, model::Model& drafter,
                                                    std::span<const int32_t> eos) {
   const int vocab = static_cast<int>(drafter.config().vocab_size);

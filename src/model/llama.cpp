@@ -96,9 +96,14 @@ class LlamaModel final : public Model {
   ops::DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   std::vector<int8_t> fused_;   // per t: -1 not asked yet, 0 / 1 fused_step's answer
   // The compact LM head (use_logits_subset): rows of the LM head's weight gathered by token id.
+  // A quantized head's compact copy is quantized alike: GGUF blocks or codes by rows, with the codes' scale and
+  // zero rows, and the backend's packed copy of the compact rows where the LM head has one.
   int64_t subset_rows_ = 0;        // 0: logits over the whole vocabulary
-  ops::DeviceBuffer subset_head_;  // [subset_rows_, hidden] in the LM head's dtype
+  ops::DeviceBuffer subset_head_;  // [subset_rows_, LM head row] in the LM head's dtype (blocks / codes as stored)
   ops::DeviceBuffer subset_ids_;   // [subset_rows_] int32: the gather's indices
+  ops::DeviceBuffer subset_scales_, subset_zeros_, subset_packed_;
+  ops::WeightQuant subset_quant_;  // the compact head's quantization (none for a dense head)
+  Linear subset_head() const;
 };
 
 void LlamaModel::allocate_workspace() {
@@ -252,27 +257,59 @@ void LlamaModel::compute_logits(const TensorView& rows, const TensorView& out) {
   const TensorView sel = act(selected_, n, h);
   backend_.gather_rows({normed, rows, sel});
   if (subset_rows_ > 0) {
-    const Linear head{TensorView(subset_head_.data(), weights_.lm_head.weight.dtype, {subset_rows_, h}), {}, {}};
-    backend_.matmul(head(sel, out));
+    backend_.matmul(subset_head()(sel, out));
     return;
   }
   backend_.matmul(weights_.lm_head(sel, out));
 }
 
+Linear LlamaModel::subset_head() const {
+  const TensorView& w = weights_.lm_head.weight;
+  return Linear{TensorView(subset_head_.data(), w.dtype, {subset_rows_, w.dim(1)}), {}, subset_quant_};
+}
+
 void LlamaModel::use_logits_subset(int64_t rows) {
   const Linear& lm = weights_.lm_head;
-  // NOTE: only a dense head's rows are independent byte rows: quantized codes share group scales and packed
-  // layouts interleave rows, so those would need their own compact packing.
-  if (lm.quant.quantized() || lm.quant.ggml_blocks() || lm.quant.packed || !lm.bias.empty())
-    throw Error(ErrorCode::kUnsupported, "a vocabulary subset needs a dense LM head without bias; this model's is " +
-                                             std::string(lm.quant.ggml_blocks() ? "GGUF blocks" : "quantized"));
+  const ops::WeightQuant& q = lm.quant;
+  // A head's rows are independent rows of bytes when dense, as GGUF blocks, or as codes with their own rows of
+  // scales and zeros, as long as the backend still reads them as stored: not where its packed copy replaced them
+  // (CUDA's GGUF layout) or where codes were packed into another format (the CPU's int8-activation blocks). Scales
+  // shared by several rows (block-wise FP8) cannot be cut by rows either.
+  const bool ggml = q.ggml_blocks(), codes = q.quantized();
+  const char* why = nullptr;
+  if (!lm.bias.empty()) why = "has a bias";
+  else if (q.packed && !(ggml && !backend_.packed_replaces_weight())) why = "is kept only in the backend's packed layout";
+  else if (codes && (q.block_rows != 1 || q.scales.dim(0) != lm.weight.dim(0))) why = "shares scales across rows";
+  if (why)
+    throw Error(ErrorCode::kUnsupported, std::string("a vocabulary subset needs an LM head cut by rows; this model's ") +
+                                             why);
   if (rows < 1 || rows > config_.vocab_size)
     throw Error(ErrorCode::kInvalidArgument, "a vocabulary subset of " + std::to_string(rows) + " rows: must be in [1, " +
                                                  std::to_string(config_.vocab_size) + "]");
-  const int64_t h = config_.hidden_size;
-  subset_head_ = ops::DeviceBuffer(backend_, dtype_bytes(lm.weight.dtype, static_cast<size_t>(rows * h)));
+  const TensorView& w = lm.weight;
+  subset_head_ = ops::DeviceBuffer(backend_, dtype_bytes(w.dtype, static_cast<size_t>(rows * w.dim(1))));
   subset_ids_ = ops::DeviceBuffer(backend_, sizeof(int32_t) * static_cast<size_t>(rows));
   subset_rows_ = rows;
+  subset_quant_ = ops::WeightQuant{};
+  if (ggml) {
+    subset_quant_.ggml = q.ggml;
+  } else if (codes) {
+    subset_quant_ = q;  // groups, g_idx and perm (per input column) stay the head's
+    auto rows_like = [&](const TensorView& t, ops::DeviceBuffer& buf) {
+      buf = ops::DeviceBuffer(backend_, dtype_bytes(t.dtype, static_cast<size_t>(rows * t.dim(1))));
+      return TensorView(buf.data(), t.dtype, {rows, t.dim(1)});
+    };
+    subset_quant_.scales = rows_like(q.scales, subset_scales_);
+    if (!q.zeros.empty()) subset_quant_.zeros = rows_like(q.zeros, subset_zeros_);
+  }
+  subset_packed_ = ops::DeviceBuffer();
+  if (q.packed) {  // the backend's packed copy of the compact rows, made group by group by set_logits_tokens
+    const ops::Backend::PackedRowGroup pg = backend_.packed_row_group(subset_head().weight, subset_quant_);
+    if (pg.rows <= 0)
+      throw Error(ErrorCode::kUnsupported, "a vocabulary subset: the backend cannot re-pack its LM head's rows");
+    subset_packed_ = ops::DeviceBuffer(backend_, static_cast<size_t>((rows + pg.rows - 1) / pg.rows) * pg.bytes);
+    subset_quant_.packed = subset_packed_.data();
+  }
   set_logits_tokens(std::vector<int32_t>(static_cast<size_t>(rows), 0), 0);
 }
 
@@ -288,11 +325,33 @@ void LlamaModel::set_logits_tokens(std::span<const int32_t> ids, int64_t first) 
   }
   if (n == 0) return;
   const Linear& lm = weights_.lm_head;
-  const int64_t h = config_.hidden_size;
   int32_t* idx = static_cast<int32_t*>(subset_ids_.data()) + first;
   backend_.copy_from_host(idx, ids.data(), sizeof(int32_t) * ids.size());
-  char* dst = static_cast<char*>(subset_head_.data()) + dtype_bytes(lm.weight.dtype, static_cast<size_t>(first * h));
-  backend_.gather_rows({lm.weight, TensorView(idx, DType::kI32, {n}), TensorView(dst, lm.weight.dtype, {n, h})});
+  const TensorView index(idx, DType::kI32, {n});
+  // Rows [first, first + n) of a [rows, cols] tensor in the compact buffer `base`, gathered from `src`'s rows.
+  auto gather = [&](const TensorView& src, void* base) {
+    char* dst = static_cast<char*>(base) + dtype_bytes(src.dtype, static_cast<size_t>(first * src.dim(1)));
+    backend_.gather_rows({src, index, TensorView(dst, src.dtype, {n, src.dim(1)})});
+  };
+  gather(lm.weight, subset_head_.data());
+  if (subset_scales_.data()) gather(lm.quant.scales, subset_scales_.data());
+  if (subset_zeros_.data()) gather(lm.quant.zeros, subset_zeros_.data());
+  if (subset_packed_.data()) {
+    // The backend packs rows in groups: re-pack the groups these rows touch (the packed bytes of a group depend on
+    // its rows alone, so a slice that starts at a group packs to the same bytes as inside the whole).
+    const TensorView cw = subset_head().weight;
+    const ops::Backend::PackedRowGroup pg = backend_.packed_row_group(cw, subset_quant_);
+    PEREGRINE_CHECK(pg.rows > 0, "the backend packed the compact LM head but names no row group");
+    const int64_t r0 = first / pg.rows * pg.rows, r1 = std::min(subset_rows_, (first + n + pg.rows - 1) / pg.rows * pg.rows);
+    const size_t row_bytes = dtype_bytes(cw.dtype, static_cast<size_t>(cw.dim(1)));
+    const TensorView slice(static_cast<char*>(cw.data) + static_cast<size_t>(r0) * row_bytes, cw.dtype,
+                           {r1 - r0, cw.dim(1)});
+    const ops::DeviceBuffer part = backend_.pack_weight(slice, subset_quant_);
+    const size_t at = static_cast<size_t>(r0 / pg.rows) * pg.bytes;
+    PEREGRINE_CHECK(part.data() != nullptr && at + part.bytes() <= subset_packed_.bytes(),
+                    "compact LM head: the backend's packed rows do not fit its packed copy");
+    backend_.copy_on_device(static_cast<char*>(subset_packed_.data()) + at, part.data(), part.bytes());
+  }
 }
 
 std::unique_ptr<Model> LlamaModel::layer_subset(std::span<const int> layers, const ModelOptions& options) const {

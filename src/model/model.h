@@ -91,7 +91,10 @@ class Model {
   // token set_logits_tokens last put in row j of a compact LM head, a copy of those rows of this model's LM head
   // (the LM head itself is untouched, so a model sharing it, self-speculation's target, is not affected). The
   // compact head's rows all hold token 0 until set. Call before a ModelRunner is built on the model: the runner
-  // sizes its logits by logits_width(). Throws Error(kUnsupported) where the LM head cannot be copied by rows.
+  // sizes its logits by logits_width(). Dense heads, GGUF blocks and W4A16 / W8A16 codes (with their scale and zero
+  // rows) are copied by rows, and re-packed group by group where the backend reads a packed copy; throws
+  // Error(kUnsupported) where the LM head cannot be copied by rows (a bias, a layout only the backend has, scales
+  // shared across rows).
   virtual void use_logits_subset(int64_t rows) {
     (void)rows;
     throw Error(ErrorCode::kUnsupported, "this architecture cannot compute logits over a subset of its vocabulary");

@@ -116,6 +116,19 @@ class Backend {
   // True when this backend never reads w once WeightQuant::packed is set (the CUDA backend: every path reads the
   // packed copy), so the caller may free w's own copy and point w at the packed bytes (same size and shape).
   virtual bool packed_replaces_weight() const { return false; }
+  // How pack_weight's layout groups w's rows: `rows` consecutive rows of w pack into `bytes` of the layout, group
+  // after group, the bytes of a group depending on its rows alone (so rows [r0, r1) with r0 a multiple of `rows`
+  // pack into the bytes at r0 / rows * bytes: a part of the weight can be re-packed in place). rows 0 where the
+  // backend has no such layout for w.
+  struct PackedRowGroup {
+    int64_t rows = 0;
+    size_t bytes = 0;
+  };
+  virtual PackedRowGroup packed_row_group(const TensorView& w, const WeightQuant& q) const {
+    (void)w;
+    (void)q;
+    return {};
+  }
 
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void matmul(const MatmulParams& p) = 0;

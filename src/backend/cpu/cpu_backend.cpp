@@ -200,6 +200,14 @@ class CpuBackend final : public Backend {
     return buf;
   }
 
+  // GGUF blocks (not W4A16 / W8A16 codes, whose packed copy starts with a header): groups of 16 rows.
+  PackedRowGroup packed_row_group(const TensorView& w, const WeightQuant& q) const override {
+    if (q.quantized() || !gp_ || !q.ggml_blocks() || !cpu::ggml_packable(q.ggml) || w.ndim != 2) return {};
+    const GgmlBlockInfo b = *ggml_block_info(q.ggml);
+    const int64_t k = w.dim(1) / b.type_size * b.block_size;
+    return {cpu::kGgmlPackRows, static_cast<size_t>(cpu::ggml_packed_group_bytes(q.ggml, k))};
+  }
+
   // W4A16 / W8A16 as GGUF blocks in the packed layout, behind a header naming the block type (quant_lowp.h); an
   // empty buffer where the weight keeps the float path.
   DeviceBuffer pack_lowp(const TensorView& w, const WeightQuant& q) {

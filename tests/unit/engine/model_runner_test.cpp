@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <span>
 
 #include "core/status.h"
@@ -13,6 +14,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/model_runner.h"
 #include "engine/step_builder.h"
+#include "io/gguf_config.h"
 #include "io/hf_config.h"
 #include "model/model.h"
 #include "test_fixtures.h"
@@ -353,64 +355,97 @@ TEST_F(RunnerOnModel, MalformedBatchesAreRefusedAndWarmUpRuns) {
 }
 
 // A compact LM head (model::Model::use_logits_subset, the drafters' reduced vocabulary): column j of its logits is
-// the full vocabulary's logit of the token in row j, on every backend here (ref, CPU; CUDA where a GPU is
-// visible), after rows are rewritten in place too; the model's own LM head is untouched.
+// the full vocabulary's logit of the token in row j, after rows are rewritten in place too; the model's own LM head
+// is untouched. On every backend here (ref, CPU; CUDA where a GPU is visible) for a dense head, and for quantized
+// heads cut by rows: GGUF blocks (the CPU re-packs the compact rows' groups in its packed layout) and W4A16 codes
+// with their scale and zero rows; where the backend keeps a head only in its own packed layout (the CPU's int8-
+// activation W4A16 blocks, CUDA's GGUF layout) use_logits_subset refuses with kUnsupported.
+void check_logits_subset(const std::filesystem::path& model, const char* device, const std::string& quantization) {
+  SCOPED_TRACE(model.filename().string() + " on " + device + (quantization.empty() ? "" : " as " + quantization));
+  const io::ModelConfig config = io::load_model_config_any(model);
+  const DeviceChoice choice = resolve_device(device, "auto", config.torch_dtype);
+  auto backend = create_backend(choice, 0);
+  model::ModelOptions mo;
+  mo.activation_dtype = choice.activation_dtype;
+  mo.max_num_tokens = 32;
+  mo.max_logits_rows = 4;
+  mo.quantization = quantization;  // a scheme: random weights of the model's shape in it (every matrix, the head too)
+  mo.random_weights = !quantization.empty();
+  mo.random_seed = 7;
+  auto load = [&] {
+    return quantization.empty() ? model::load_model(model, *backend, mo) : model::make_random_model(config, *backend, mo);
+  };
+  RunnerOptions ro;
+  ro.max_num_seqs = 2;
+  ro.max_num_batched_tokens = 32;
+  ro.max_model_len = 64;
+  ro.kv_dtype = choice.kv_dtype;
+  ro.use_graphs = false;
+  auto full_model = load();
+  auto sub_model = load();
+  EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{1}, 0), Error) << "no compact head yet";
+  constexpr int kRows = 64;
+  try {
+    sub_model->use_logits_subset(kRows);
+  } catch (const Error& e) {
+    const bool refused = std::string(device) == "cpu" && !quantization.empty();
+    EXPECT_TRUE(refused && e.code() == ErrorCode::kUnsupported) << e.message();
+    return;
+  }
+  EXPECT_EQ(sub_model->logits_width(), kRows);
+  std::vector<int32_t> ids(kRows);
+  for (int j = 0; j < kRows; ++j) ids[static_cast<size_t>(j)] = (j * 499 + 7) % static_cast<int32_t>(config.vocab_size);
+  sub_model->set_logits_tokens(ids, 0);
+  ids[10] = static_cast<int32_t>(config.vocab_size) - 1;
+  ids[11] = 2;
+  ids[40] = 5;
+  sub_model->set_logits_tokens(std::span(ids).subspan(10, 2), 10);  // rows rewritten in place (one packed group)
+  sub_model->set_logits_tokens(std::span(ids).subspan(40, 1), 40);  // and in another group
+  EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{static_cast<int32_t>(config.vocab_size)}, 0), Error);
+  EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{1, 2}, kRows - 1), Error);
+  ModelRunner full(nullptr, std::move(full_model), ro), sub(nullptr, std::move(sub_model), ro);
+  ASSERT_EQ(sub.logits_width(), kRows);
+  ASSERT_EQ(full.logits_width(), full.vocab_size());
+  full.allocate_kv_cache(4);
+  sub.allocate_kv_cache(4);
+  Sequence a = make_seq(12, 12, 0, 16, 0);
+  SchedulerOutput out;
+  out.seqs = {{&a, 12, true}};
+  LogitsRows rows;
+  std::vector<float> lf, ls;
+  full.prepare(out, {}, rows);
+  full.execute(lf);
+  sub.prepare(out, {}, rows);
+  sub.execute(ls);
+  ASSERT_EQ(ls.size(), static_cast<size_t>(kRows));
+  const bool host = std::string(device) != "cuda";
+  for (int j = 0; j < kRows; ++j) {
+    const float want = lf[static_cast<size_t>(ids[static_cast<size_t>(j)])];
+    if (host)
+      EXPECT_EQ(ls[static_cast<size_t>(j)], want) << "column " << j;
+    else
+      EXPECT_NEAR(ls[static_cast<size_t>(j)], want, 1e-3 * (1 + std::abs(want))) << "column " << j;
+  }
+}
+
 TEST(RunnerLogitsSubset, ColumnsAreTheFullLogitsOfTheirTokens) {
   auto shared = testing::shared_dir();
   const std::filesystem::path dir = shared ? *shared / "models" / "pycoder-tiny" : testing::source_dir() / "models" / "pycoder-tiny";
   if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << dir << " absent";
-  const io::ModelConfig config = io::load_model_config(dir);
   for (const char* device : {"ref", "cpu", "cuda"}) {
     if (std::string(device) == "cuda" && !ops::cuda_available()) continue;
-    const DeviceChoice choice = resolve_device(device, "auto", config.torch_dtype);
-    auto backend = create_backend(choice, 0);
-    model::ModelOptions mo;
-    mo.activation_dtype = choice.activation_dtype;
-    mo.max_num_tokens = 32;
-    mo.max_logits_rows = 4;
-    RunnerOptions ro;
-    ro.max_num_seqs = 2;
-    ro.max_num_batched_tokens = 32;
-    ro.max_model_len = 64;
-    ro.kv_dtype = choice.kv_dtype;
-    ro.use_graphs = false;
-    auto full_model = model::load_model(dir, *backend, mo);
-    auto sub_model = model::load_model(dir, *backend, mo);
-    EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{1}, 0), Error) << "no compact head yet";
-    sub_model->use_logits_subset(64);
-    EXPECT_EQ(sub_model->logits_width(), 64);
-    std::vector<int32_t> ids(64);
-    for (int j = 0; j < 64; ++j) ids[static_cast<size_t>(j)] = (j * 499 + 7) % static_cast<int32_t>(config.vocab_size);
-    sub_model->set_logits_tokens(ids, 0);
-    ids[10] = 31999;
-    ids[11] = 2;
-    sub_model->set_logits_tokens(std::span(ids).subspan(10, 2), 10);  // rows rewritten in place
-    EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{static_cast<int32_t>(config.vocab_size)}, 0), Error);
-    EXPECT_THROW(sub_model->set_logits_tokens(std::vector<int32_t>{1, 2}, 63), Error);
-    ModelRunner full(nullptr, std::move(full_model), ro), sub(nullptr, std::move(sub_model), ro);
-    ASSERT_EQ(sub.logits_width(), 64);
-    ASSERT_EQ(full.logits_width(), full.vocab_size());
-    full.allocate_kv_cache(4);
-    sub.allocate_kv_cache(4);
-    Sequence a = make_seq(12, 12, 0, 16, 0);
-    SchedulerOutput out;
-    out.seqs = {{&a, 12, true}};
-    LogitsRows rows;
-    std::vector<float> lf, ls;
-    full.prepare(out, {}, rows);
-    full.execute(lf);
-    sub.prepare(out, {}, rows);
-    sub.execute(ls);
-    ASSERT_EQ(ls.size(), 64u);
-    const bool host = std::string(device) != "cuda";
-    for (int j = 0; j < 64; ++j) {
-      const float want = lf[static_cast<size_t>(ids[static_cast<size_t>(j)])];
-      if (host)
-        EXPECT_EQ(ls[static_cast<size_t>(j)], want) << device << " column " << j;
-      else
-        EXPECT_NEAR(ls[static_cast<size_t>(j)], want, 1e-3 * (1 + std::abs(want))) << device << " column " << j;
-    }
+    check_logits_subset(dir, device, "");
+    check_logits_subset(dir, device, "w4a16");  // random codes, group 128, pycoder-tiny's shape
   }
+}
+
+// GGUF heads: Q8_0 and Q4_0 (the file's output.weight in those types) and the Q4_K mix's head, as llama.cpp wrote
+// them (../shared/models/gguf).
+TEST(RunnerLogitsSubset, GgufHeadsAreCutByRows) {
+  auto shared = testing::shared_dir();
+  if (!shared || !std::filesystem::exists(*shared / "models" / "gguf")) GTEST_SKIP() << "no ../shared/models/gguf";
+  for (const char* file : {"pycoder-tiny-q8_0.gguf", "pycoder-tiny-q4_0.gguf", "pycoder-tiny-q4_k.gguf"})
+    for (const char* device : {"ref", "cpu"}) check_logits_subset(*shared / "models" / "gguf" / file, device, "");
 }
 
 }  // namespace

@@ -41,9 +41,9 @@ std::vector<std::string> prompts() {
 }
 
 std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<std::string>& ps, int max_seqs,
-                               const std::string& device = "cpu") {
+                               const std::string& device = "cpu", const std::filesystem::path& model = kModel) {
   EngineConfig c;
-  c.model = kModel.string();
+  c.model = model.string();
   c.device = device;
   c.max_num_seqs = max_seqs;
   c.max_model_len = 2048;
@@ -149,6 +149,28 @@ TEST(SpeculativeModel, ReducedDraftVocabularyKeepsGreedyOutput) {
     std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json.c_str(), max_seqs, drafted, accepted);
   }
   std::filesystem::remove_all(dir);
+}
+
+// GGUF models as llama.cpp wrote them (../shared/models/gguf): self-speculation with a reduced draft vocabulary cuts
+// the file's own LM head by rows (Q4_0, and the Q4_K mix's head; RunnerLogitsSubset checks Q8_0's rows) and keeps
+// greedy output identical.
+TEST(SpeculativeModel, ReducedDraftVocabularyOnGgufHeads) {
+  auto shared = testing::shared_dir();
+  if (!shared || !std::filesystem::exists(*shared / "models" / "gguf")) GTEST_SKIP() << "no ../shared/models/gguf";
+  const auto ps = prompts();
+  for (const char* file : {"pycoder-tiny-q4_0.gguf", "pycoder-tiny-q4_k.gguf"}) {
+    const std::filesystem::path model = *shared / "models" / "gguf" / file;
+    const auto plain = run(SpeculativeConfig{}, ps, 8, "cpu", model);
+    for (const char* json : {R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, "draft_vocab_size": 512})",
+                             R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 4})"}) {
+      const auto got = run(SpeculativeConfig::parse(json), ps, 8, "cpu", model);
+      int drafted = 0, accepted = 0;
+      expect_same_as_plain(got, plain, std::string(file) + " " + json, &drafted, &accepted);
+      if (HasFatalFailure()) return;
+      EXPECT_GT(drafted, 0) << file << " " << json;
+      std::printf("%s %s: %d drafted, %d accepted\n", file, json, drafted, accepted);
+    }
+  }
 }
 
 // A draft vocabulary the engine cannot use is refused at startup, naming the key and the file.
