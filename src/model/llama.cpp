@@ -277,12 +277,15 @@ void LlamaModel::use_logits_subset(int64_t rows) {
   // shared by several rows (block-wise FP8) cannot be cut by rows either.
   const bool ggml = q.ggml_blocks(), codes = q.quantized();
   const char* why = nullptr;
-  if (!lm.bias.empty()) why = "has a bias";
-  else if (q.packed && !(ggml && !backend_.packed_replaces_weight())) why = "is kept only in the backend's packed layout";
-  else if (codes && (q.block_rows != 1 || q.scales.dim(0) != lm.weight.dim(0))) why = "shares scales across rows";
+  if (!lm.bias.empty())
+    why = "has a bias";
+  else if (q.packed && !(ggml && !backend_.packed_replaces_weight()))
+    why = "is kept only in the backend's packed layout";
+  else if (codes && (q.block_rows != 1 || q.scales.dim(0) != lm.weight.dim(0)))
+    why = "shares scales across rows";
   if (why)
-    throw Error(ErrorCode::kUnsupported, std::string("a vocabulary subset needs an LM head cut by rows; this model's ") +
-                                             why);
+    throw Error(ErrorCode::kUnsupported,
+                std::string("a vocabulary subset needs an LM head cut by rows; this model's ") + why);
   if (rows < 1 || rows > config_.vocab_size)
     throw Error(ErrorCode::kInvalidArgument, "a vocabulary subset of " + std::to_string(rows) + " rows: must be in [1, " +
                                                  std::to_string(config_.vocab_size) + "]");
@@ -342,7 +345,8 @@ void LlamaModel::set_logits_tokens(std::span<const int32_t> ids, int64_t first) 
     const TensorView cw = subset_head().weight;
     const ops::Backend::PackedRowGroup pg = backend_.packed_row_group(cw, subset_quant_);
     PEREGRINE_CHECK(pg.rows > 0, "the backend packed the compact LM head but names no row group");
-    const int64_t r0 = first / pg.rows * pg.rows, r1 = std::min(subset_rows_, (first + n + pg.rows - 1) / pg.rows * pg.rows);
+    const int64_t r0 = first / pg.rows * pg.rows,
+                  r1 = std::min(subset_rows_, (first + n + pg.rows - 1) / pg.rows * pg.rows);
     const size_t row_bytes = dtype_bytes(cw.dtype, static_cast<size_t>(cw.dim(1)));
     const TensorView slice(static_cast<char*>(cw.data) + static_cast<size_t>(r0) * row_bytes, cw.dtype,
                            {r1 - r0, cw.dim(1)});

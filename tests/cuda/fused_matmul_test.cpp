@@ -169,10 +169,17 @@ TEST(CudaFusedMatmul, RowsDoNotDependOnM) {
 TEST(CudaFusedMatmul, RingEqualsRounds) {
   gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
   std::mt19937 rng(4104);
-  struct Case { Kind kind; int64_t k, group; std::vector<int64_t> ns; };
-  const Case cases[] = {{Kind::kPlain, 1024, 128, {272}},           {Kind::kPlain, 4096, 256, {136, 40}},
-                        {Kind::kPlain, 2816, 2816, {200}},          {Kind::kPlain, 128, 128, {64}},
-                        {Kind::kNormGroup, 512, 128, {384, 128, 136}}, {Kind::kResidual, 640, 128, {264}},
+  struct Case {
+    Kind kind;
+    int64_t k, group;
+    std::vector<int64_t> ns;
+  };
+  const Case cases[] = {{Kind::kPlain, 1024, 128, {272}},
+                        {Kind::kPlain, 4096, 256, {136, 40}},
+                        {Kind::kPlain, 2816, 2816, {200}},
+                        {Kind::kPlain, 128, 128, {64}},
+                        {Kind::kNormGroup, 512, 128, {384, 128, 136}},
+                        {Kind::kResidual, 640, 128, {264}},
                         {Kind::kSiluPair, 1536, 128, {1000, 1000}}};
   for (DType act : {DType::kBF16, DType::kF16})
     for (DType codes : {DType::kI4, DType::kU8})

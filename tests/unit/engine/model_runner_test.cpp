@@ -373,7 +373,8 @@ void check_logits_subset(const std::filesystem::path& model, const char* device,
   mo.random_weights = !quantization.empty();
   mo.random_seed = 7;
   auto load = [&] {
-    return quantization.empty() ? model::load_model(model, *backend, mo) : model::make_random_model(config, *backend, mo);
+    return quantization.empty() ? model::load_model(model, *backend, mo)
+                                : model::make_random_model(config, *backend, mo);
   };
   RunnerOptions ro;
   ro.max_num_seqs = 2;

@@ -161,8 +161,9 @@ TEST(SpeculativeModel, ReducedDraftVocabularyOnGgufHeads) {
   for (const char* file : {"pycoder-tiny-q4_0.gguf", "pycoder-tiny-q4_k.gguf"}) {
     const std::filesystem::path model = *shared / "models" / "gguf" / file;
     const auto plain = run(SpeculativeConfig{}, ps, 8, "cpu", model);
-    for (const char* json : {R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, "draft_vocab_size": 512})",
-                             R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 4})"}) {
+    for (const char* json :
+         {R"({"method": "self", "draft_num_layers": 3, "num_speculative_tokens": 3, "draft_vocab_size": 512})",
+          R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 4})"}) {
       const auto got = run(SpeculativeConfig::parse(json), ps, 8, "cpu", model);
       int drafted = 0, accepted = 0;
       expect_same_as_plain(got, plain, std::string(file) + " " + json, &drafted, &accepted);
