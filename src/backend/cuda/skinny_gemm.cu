@@ -1233,11 +1233,68 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
   store_w8a8_tile<kFp8, NT>(p, seg, n0, acc);
 }
 
+// The same as a ring (PEREGRINE_SKINNY_RING=1, as the factored path's skinny_tile_ring): one chunk per turn of a
+// rolled loop, the slot just used reloading the chunk U turns ahead, so a warp's loads never stop between rounds;
+// the same chunks in the same order, so the same bits.
+template <bool kFp8, int NT, int U, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_ring_kernel(SkinnyGemmLaunch p) {
+  int64_t tile = blockIdx.x;
+  SkinnySegment seg{};
+  if (!find_segment<Weights::kW8>(p, tile, seg)) return;  // whole block: uniform
+  const int64_t n = seg.n;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t n0 = tile * kRowsPerTile;
+  const int chunks = static_cast<int>(p.k / 128);
+  const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
+  const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
+  const uint8_t* w = static_cast<const uint8_t*>(seg.w);
+  const uint8_t* wa = w + ra * p.k + 32 * t;
+  const uint8_t* wb = w + rb * p.k + 32 * t;
+  W8Acc<kFp8> acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0;
+  const uint4 z = make_uint4(0, 0, 0, 0);
+  auto load = [&](int c, uint4 (&la)[2], uint4 (&lb)[2]) {
+    const bool in_k = c < chunks;  // warp-uniform
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      la[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wa + c * 128 + 16 * h)) : z;
+      lb[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wb + c * 128 + 16 * h)) : z;
+    }
+  };
+  uint4 a[U][2], b8[U][2];
+#pragma unroll
+  for (int u = 0; u < U; ++u) load(warp + kWarps * u, a[u], b8[u]);
+#pragma unroll 1
+  for (int c = warp; c < chunks; c += kWarps) {
+    w8a8_chunk<kFp8, NT>(acc, a[0], b8[0], p, c, g, t);
+#pragma unroll
+    for (int u = 0; u + 1 < U; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        a[u][h] = a[u + 1][h];
+        b8[u][h] = b8[u + 1][h];
+      }
+    load(c + kWarps * U, a[U - 1], b8[U - 1]);
+  }
+  store_w8a8_tile<kFp8, NT>(p, seg, n0, acc);
+}
+
 template <bool kFp8>
 void launch_w8a8_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   int64_t tiles = 0;
   for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
+  if (skinny_ring() && l.m <= 16) {
+    if (l.m <= 8)
+      skinny_w8a8_ring_kernel<kFp8, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+    else
+      skinny_w8a8_ring_kernel<kFp8, 2, 2, 2><<<grid, block, 0, stream>>>(l);
+    PEREGRINE_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   if (l.m <= 8)
     skinny_w8a8_kernel<kFp8, 1, 4, 2><<<grid, block, 0, stream>>>(l);
   else if (l.m <= 16)
