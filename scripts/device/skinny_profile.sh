@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where the W4A16 skinny kernel's time goes at bs 1 (issue 11): Nsight Compute's full set on a few decode launches
 # (q/k/v, o, gate/up, down) with source-level SASS counters, beside bf16 and W4A16 decode figures of the same call.
-# Here: /tmp-style bundle of peregrine, cuda_ops_tests and engine_model_tests (.device/bin) with the 8B config
-# (.device/shared/configs) and the model's weights; there: source .device/carry_X/env.sh && scripts/device/skinny_profile.sh
+# Here: scripts/device/skinny_bundles.sh (its .device/carry_k1: peregrine, cuda_ops_tests and the configs) and
+# scripts/device/carry_light.sh on; there: source .device/carry_k1/env.sh && scripts/device/skinny_profile.sh
+# (ENGINE_TESTS needs engine_model_tests and the model's weights too: carry_k2, whose model goes to models/pycoder-tiny).
 # TESTS / ENGINE_TESTS: gtest filters run first. NCU=0 skips the profile; PROFILE_ENV=VAR=VALUE sets a switch for it. QUANT (default w4a16) picks the scheme profiled; SKIP / COUNT the
 # launches of skinny_gemm_kernel skipped and profiled.
 # Out: details.csv and source.csv (ncu's pages; read them here), and a short table on stdout.
