@@ -4,9 +4,11 @@
 # Here: scripts/device/skinny_bundles.sh (its .device/carry_k1: peregrine, cuda_ops_tests and the configs) and
 # scripts/device/carry_light.sh on; there: source .device/carry_k1/env.sh && scripts/device/skinny_profile.sh
 # (ENGINE_TESTS needs engine_model_tests and the model's weights too: carry_k2, whose model goes to models/pycoder-tiny).
-# TESTS / ENGINE_TESTS: gtest filters run first. NCU=0 skips the profile; PROFILE_ENV=VAR=VALUE sets a switch for it. QUANT (default w4a16) picks the scheme profiled; SKIP / COUNT the
-# launches of skinny_gemm_kernel skipped and profiled.
-# Out: details.csv and source.csv (ncu's pages; read them here), and a short table on stdout.
+# TESTS / ENGINE_TESTS: gtest filters run first. BENCH: the decode figures (see below). NCU=0 skips the profiles;
+# PROFILE_ENVS="VAR=VALUE ..." one profile per setting (X=1: none). QUANT (default w4a16) picks the scheme profiled;
+# SKIP / COUNT the skinny launches (rounds or ring) skipped and profiled. The profiles are left out once the call
+# has run 330 s (a device call has 600).
+# Out: details_N.csv and source_N.csv (ncu's pages per profile; read them here), and a short table on stdout.
 set -uo pipefail
 out=${OUT:-/tmp/skinny_profile}
 mkdir -p "$out"
@@ -30,7 +32,7 @@ lat() {  # label quant [env...]
     --input-len 1024 --output-len 64 --batch-size 1 --iterations 2 $qf >"$out/lat_$label.txt" 2>&1
   t "latency $label rc=$? $(grep -E '^decode' "$out/lat_$label.txt" | head -1)"
 }
-# BENCH: label:scheme[:ENV=VALUE], e.g. "bf16:bf16 w4_rounds:w4a16:PEREGRINE_SKINNY_RING=0"
+# BENCH: label:scheme[:ENV=VALUE], e.g. "bf16:bf16 w4:w4a16 w4ring:w4a16:PEREGRINE_SKINNY_RING=1"
 for spec in ${BENCH:-bf16:bf16 w4a16:w4a16}; do
   IFS=: read -r label scheme envv <<<"$spec"
   lat "$label" "$scheme" "${envv:-X=1}"
@@ -40,7 +42,8 @@ q=${QUANT:-w4a16}
 n=0
 for penv in ${PROFILE_ENVS:-X=1}; do  # one profile per switch setting: details_N.csv, source_N.csv
   n=$((n + 1))
-  env "$penv" timeout 200 ncu --kernel-name regex:'skinny_(gemm|ring)_kernel' --launch-skip "${SKIP:-129}" \
+  [ $(( $(date +%s) - start )) -gt 330 ] && { t "profile $n ($penv) left out: no time"; continue; }
+  env "$penv" timeout 150 ncu --kernel-name regex:'skinny_(gemm|ring)_kernel' --launch-skip "${SKIP:-129}" \
     --launch-count "${COUNT:-4}" --set full --import-source yes -f -o "$out/prof" "$bin/peregrine" bench latency \
     --random-weights --config "$cfg" --device cuda --input-len 128 --output-len 4 --batch-size 1 --iterations 1 \
     --quantization "$q" >"$out/ncu_run_$n.txt" 2>&1
