@@ -16,6 +16,10 @@ struct Simd {
   static constexpr int kGemvNr = 8;
   static constexpr int kGemmMr = 4;
   static constexpr int kGemmNr = 3;
+  // The tile for a few rows of x against short weight rows (matmul_impl.h: verify steps of small models): eight x
+  // rows per weight vector, the weights read one row at a time (one sequential stream).
+  static constexpr int kShortMr = 8;
+  static constexpr int kShortNr = 1;
   // Quantized matmul tiles (quant_matmul_impl.h).
   static constexpr int kQGemvNr = 4;
   static constexpr int kQGemmMr = 2;

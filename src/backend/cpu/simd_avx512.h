@@ -22,6 +22,8 @@ struct Simd {
   static constexpr int kGemvNr = 8;
   static constexpr int kGemmMr = 4;
   static constexpr int kGemmNr = 6;
+  static constexpr int kShortMr = kGemmMr;  // matmul_impl.h's short-row tile: the GEMM tile here
+  static constexpr int kShortNr = kGemmNr;
   // Quantized matmul tiles (quant_matmul_impl.h).
   static constexpr int kQGemvNr = 4;
   static constexpr int kQGemmMr = 4;

@@ -21,6 +21,8 @@ struct Simd {
   static constexpr int kGemvNr = 4;
   static constexpr int kGemmMr = 2;
   static constexpr int kGemmNr = 2;
+  static constexpr int kShortMr = kGemmMr;  // matmul_impl.h's short-row tile: the GEMM tile here
+  static constexpr int kShortNr = kGemmNr;
   static constexpr int kQGemvNr = 4;
   static constexpr int kQGemmMr = 2;
   static constexpr int kQGemmNr = 2;
