@@ -707,14 +707,13 @@ __device__ __forceinline__ void skinny_tile_ring(const SkinnyGemmLaunch& p, int6
   store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
 }
 
-template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
-__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ring_kernel(SkinnyGemmLaunch p) {
-  skinny_tile_ring<T, F, NT, U, kFuse>(p, blockIdx.x);
-}
-
-template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
+// kRing: the factored path's ring (skinny_tile_ring) instead of the rounds (skinny_tile).
+template <typename T, Weights F, int NT, int U, int MINB, int kFuse, bool kRing>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
-  skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
+  if constexpr (kRing)
+    skinny_tile_ring<T, F, NT, U, kFuse>(p, blockIdx.x);
+  else
+    skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
 }
 
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
@@ -723,17 +722,20 @@ bool skinny_plain() {
   return plain;
 }
 
-// One kernel of the set, with the fusion l asks for (dense weights and the factored path only).
-template <typename T, Weights F, int NT, int U, int MINB>
+// One kernel of the set, with the fusion l asks for (dense weights and the factored path only); kRing on the
+// factored path only.
+template <typename T, Weights F, int NT, int U, int MINB, bool kRing = false>
 void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
   if constexpr (F == Weights::kDense || kFactored<F>) {
     const size_t gamma_bytes = static_cast<size_t>(l.k) * sizeof(T);
     if (l.silu_pair)
-      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair>, grid, block, gamma_bytes, stream, l.m, l);
+      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair, kRing>, grid, block, gamma_bytes, stream,
+                        l.m, l);
     if (l.norm_w)
-      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNorm>, grid, block, gamma_bytes, stream, l.m, l);
+      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNorm, kRing>, grid, block, gamma_bytes, stream,
+                        l.m, l);
   }
-  launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
+  launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone, kRing>, grid, block, 0, stream, l.m, l);
 }
 
 // The factored path as a ring (skinny_tile_ring) instead of unrolled rounds (skinny_tile): PEREGRINE_SKINNY_RING=1,
@@ -749,23 +751,13 @@ bool skinny_ring() {
   return v == 1;
 }
 
-template <typename T, Weights F, int NT, int U, int MINB>
-void launch_ring(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
-  const size_t gamma_bytes = static_cast<size_t>(l.k) * sizeof(T);
-  if (l.silu_pair)
-    return launch_pdl(skinny_ring_kernel<T, F, NT, U, MINB, kFusePair>, grid, block, gamma_bytes, stream, l.m, l);
-  if (l.norm_w)
-    return launch_pdl(skinny_ring_kernel<T, F, NT, U, MINB, kFuseNorm>, grid, block, gamma_bytes, stream, l.m, l);
-  launch_pdl(skinny_ring_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
-}
-
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
   if (skinny_ring()) {
-    if (l.m <= 8) return launch_ring<T, F, 1, kU1, 2>(grid, block, stream, l);
-    return launch_ring<T, F, 2, kFactU2, 2>(grid, block, stream, l);
+    if (l.m <= 8) return launch_kernel<T, F, 1, kU1, 2, true>(grid, block, stream, l);
+    return launch_kernel<T, F, 2, kFactU2, 2, true>(grid, block, stream, l);
   }
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
@@ -1192,7 +1184,10 @@ __device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const
   }
 }
 
-template <bool kFp8, int NT, int U, int MINB>
+// kRing (PEREGRINE_SKINNY_RING=1, as the factored path's skinny_tile_ring): one chunk per turn of a rolled loop,
+// the slot just used reloading the chunk U turns ahead, so a warp's loads never stop between rounds; otherwise U
+// chunks loaded, then computed, round after round. The same chunks in the same order either way: the same bits.
+template <bool kFp8, int NT, int U, int MINB, bool kRing>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGemmLaunch p) {
   int64_t tile = blockIdx.x;
   SkinnySegment seg{};
@@ -1211,52 +1206,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0;
   const uint4 z = make_uint4(0, 0, 0, 0);
-  uint4 a[U][2], b8[U][2];
-  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + int64_t{u} * kWarps;
-      const bool in_k = c < chunks;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        a[u][h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wa + c * 128 + 16 * h)) : z;
-        b8[u][h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wb + c * 128 + 16 * h)) : z;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + int64_t{u} * kWarps;
-      if (c >= chunks) break;  // warp-uniform; depends on K alone
-      w8a8_chunk<kFp8, NT>(acc, a[u], b8[u], p, c, g, t);
-    }
-  }
-  store_w8a8_tile<kFp8, NT>(p, seg, n0, acc);
-}
-
-// The same as a ring (PEREGRINE_SKINNY_RING=1, as the factored path's skinny_tile_ring): one chunk per turn of a
-// rolled loop, the slot just used reloading the chunk U turns ahead, so a warp's loads never stop between rounds;
-// the same chunks in the same order, so the same bits.
-template <bool kFp8, int NT, int U, int MINB>
-__global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_ring_kernel(SkinnyGemmLaunch p) {
-  int64_t tile = blockIdx.x;
-  SkinnySegment seg{};
-  if (!find_segment<Weights::kW8>(p, tile, seg)) return;  // whole block: uniform
-  const int64_t n = seg.n;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t n0 = tile * kRowsPerTile;
-  const int chunks = static_cast<int>(p.k / 128);
-  const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
-  const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
-  const uint8_t* w = static_cast<const uint8_t*>(seg.w);
-  const uint8_t* wa = w + ra * p.k + 32 * t;
-  const uint8_t* wb = w + rb * p.k + 32 * t;
-  W8Acc<kFp8> acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0;
-  const uint4 z = make_uint4(0, 0, 0, 0);
-  auto load = [&](int c, uint4 (&la)[2], uint4 (&lb)[2]) {
+  auto load = [&](int64_t c, uint4 (&la)[2], uint4 (&lb)[2]) {
     const bool in_k = c < chunks;  // warp-uniform
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1265,19 +1215,32 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_ring_kernel(Ski
     }
   };
   uint4 a[U][2], b8[U][2];
+  if constexpr (kRing) {
 #pragma unroll
-  for (int u = 0; u < U; ++u) load(warp + kWarps * u, a[u], b8[u]);
+    for (int u = 0; u < U; ++u) load(warp + int64_t{kWarps} * u, a[u], b8[u]);
 #pragma unroll 1
-  for (int c = warp; c < chunks; c += kWarps) {
-    w8a8_chunk<kFp8, NT>(acc, a[0], b8[0], p, c, g, t);
+    for (int64_t c = warp; c < chunks; c += kWarps) {
+      w8a8_chunk<kFp8, NT>(acc, a[0], b8[0], p, c, g, t);
 #pragma unroll
-    for (int u = 0; u + 1 < U; ++u)
+      for (int u = 0; u + 1 < U; ++u)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        a[u][h] = a[u + 1][h];
-        b8[u][h] = b8[u + 1][h];
+        for (int h = 0; h < 2; ++h) {
+          a[u][h] = a[u + 1][h];
+          b8[u][h] = b8[u + 1][h];
+        }
+      load(c + int64_t{kWarps} * U, a[U - 1], b8[U - 1]);
+    }
+  } else {
+    for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) load(c0 + int64_t{u} * kWarps, a[u], b8[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = c0 + int64_t{u} * kWarps;
+        if (c >= chunks) break;  // warp-uniform; depends on K alone
+        w8a8_chunk<kFp8, NT>(acc, a[u], b8[u], p, c, g, t);
       }
-    load(c + kWarps * U, a[U - 1], b8[U - 1]);
+    }
   }
   store_w8a8_tile<kFp8, NT>(p, seg, n0, acc);
 }
@@ -1287,20 +1250,17 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   int64_t tiles = 0;
   for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
-  if (skinny_ring() && l.m <= 16) {
-    if (l.m <= 8)
-      skinny_w8a8_ring_kernel<kFp8, 1, 4, 2><<<grid, block, 0, stream>>>(l);
-    else
-      skinny_w8a8_ring_kernel<kFp8, 2, 2, 2><<<grid, block, 0, stream>>>(l);
-    PEREGRINE_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
-  if (l.m <= 8)
-    skinny_w8a8_kernel<kFp8, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+  const bool ring = skinny_ring();  // M <= 16 (NT 4 keeps its rounds)
+  if (l.m <= 8 && ring)
+    skinny_w8a8_kernel<kFp8, 1, 4, 2, true><<<grid, block, 0, stream>>>(l);
+  else if (l.m <= 8)
+    skinny_w8a8_kernel<kFp8, 1, 4, 2, false><<<grid, block, 0, stream>>>(l);
+  else if (l.m <= 16 && ring)
+    skinny_w8a8_kernel<kFp8, 2, 2, 2, true><<<grid, block, 0, stream>>>(l);
   else if (l.m <= 16)
-    skinny_w8a8_kernel<kFp8, 2, 2, 2><<<grid, block, 0, stream>>>(l);
+    skinny_w8a8_kernel<kFp8, 2, 2, 2, false><<<grid, block, 0, stream>>>(l);
   else
-    skinny_w8a8_kernel<kFp8, 4, 2, 1><<<grid, block, 0, stream>>>(l);
+    skinny_w8a8_kernel<kFp8, 4, 2, 1, false><<<grid, block, 0, stream>>>(l);
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 
