@@ -66,14 +66,6 @@ void matmul_tile_n(int nr, const float* x, const typename E::T* w, int64_t k, co
   if constexpr (NR > 1) return matmul_tile_n<E, MR, NR - 1>(nr, x, w, k, bias, out, ldo);
 }
 
-// Calls matmul_tile<E, mr, nr> for run-time mr in [1, MR], nr in [1, NR].
-template <class E, int MR, int NR>
-void matmul_tile_mn(int mr, int nr, const float* x, const typename E::T* w, int64_t k, const float* bias, float* out,
-                    int64_t ldo) {
-  if (mr == MR) return matmul_tile_n<E, MR, NR>(nr, x, w, k, bias, out, ldo);
-  if constexpr (MR > 1) return matmul_tile_mn<E, MR - 1, NR>(mr, nr, x, w, k, bias, out, ldo);
-}
-
 // Rows [i, i + mr) of x (a run-time mr in [1, MR]) against weight rows [j0, j1), in MR x NR tiles; a single row
 // takes the GEMV's kGemvNr columns (one accumulator per column would be a chain of dependent FMAs).
 template <class E, int MR, int NR>
@@ -93,46 +85,27 @@ template <class E>
 void matmul_typed(const peregrine::cpu::MatmulArgs& a, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   const auto* w = static_cast<const typename E::T*>(a.w);
   const int64_t k = a.k, n = a.n;
-  auto bias_at = [&](int64_t j) { return a.bias ? a.bias + j : nullptr; };
-  if (m1 - m0 == 1) {
-    // Decode GEMV: stream kGemvNr weight rows at a time, each with its own accumulator.
-    const float* x = a.x + m0 * k;
-    for (int64_t j = n0; j < n1; j += Simd::kGemvNr) {
-      int nr = static_cast<int>(min_i(Simd::kGemvNr, n1 - j));
-      matmul_tile_n<E, 1, Simd::kGemvNr>(nr, x, w + j * k, k, bias_at(j), a.out + m0 * n + j, n);
-    }
-    return;
-  }
-  // A few rows of x (a verify step) against short weight rows (K * sizeof(T) <= 2 KiB: the small models whose
-  // verify steps speculation runs): Simd's short tile, which reads the weights one row at a time, where the
-  // GEMM tile's several rows at a time are as many short streams (measured on Zen 1: 1.2-1.7x at M 2-16, K 384).
-  // The tile never changes an element's arithmetic (see matmul_tile), so a row's bits stay those of any M.
+  // Decode GEMV: stream kGemvNr weight rows at a time, each with its own accumulator.
+  if (m1 - m0 == 1) return matmul_rows<E, 1, Simd::kGemvNr>(1, a.x + m0 * k, w, k, n0, n1, a.bias, a.out + m0 * n, n);
+  // Prefill GEMM: a panel of weight rows (at most ~256 KiB, so it stays in L2 next to an x row tile) is reused
+  // by every row tile of x. A few rows of x (a verify step) against short weight rows (K * sizeof(T) <= 2 KiB: the
+  // small models whose verify steps speculation runs) take Simd's short tile, which reads the weights one row at a
+  // time, where the GEMM tile's several rows at a time are as many short streams (measured on Zen 1: 1.2-1.9x at
+  // M 2-16, K 384). The tile never changes an element's arithmetic (see matmul_tile): a row's bits are those of any M.
   constexpr int64_t kPanelBytes = int64_t{256} << 10;
   const int64_t row_bytes = k * static_cast<int64_t>(sizeof(typename E::T));
   const int64_t panel_rows = kPanelBytes / row_bytes;
-  if (m1 - m0 <= 16 && row_bytes <= 2048) {
-    const int64_t block_n = max_i(Simd::kGemvNr, min_i(16 * Simd::kGemvNr, panel_rows / Simd::kGemvNr * Simd::kGemvNr));
-    for (int64_t jb = n0; jb < n1; jb += block_n) {
-      const int64_t jb_end = min_i(n1, jb + block_n);
-      for (int64_t i = m0; i < m1; i += Simd::kShortMr) {
-        const int mr = static_cast<int>(min_i(Simd::kShortMr, m1 - i));
-        matmul_rows<E, Simd::kShortMr, Simd::kShortNr>(mr, a.x + i * k, w, k, jb, jb_end, a.bias, a.out + i * n, n);
-      }
-    }
-    return;
-  }
-  // Prefill GEMM: a panel of weight rows (at most ~256 KiB, so it stays in L2 next to an x row tile) is reused
-  // by every row tile of x.
-  const int64_t block_n = max_i(Simd::kGemmNr, min_i(16 * Simd::kGemmNr, panel_rows / Simd::kGemmNr * Simd::kGemmNr));
+  const bool short_rows = m1 - m0 <= 16 && row_bytes <= 2048;
+  const int64_t step = short_rows ? Simd::kGemvNr : Simd::kGemmNr, mr_max = short_rows ? Simd::kShortMr : Simd::kGemmMr;
+  const int64_t block_n = max_i(step, min_i(16 * step, panel_rows / step * step));
   for (int64_t jb = n0; jb < n1; jb += block_n) {
     const int64_t jb_end = min_i(n1, jb + block_n);
-    for (int64_t i = m0; i < m1; i += Simd::kGemmMr) {
-      int mr = static_cast<int>(min_i(Simd::kGemmMr, m1 - i));
-      for (int64_t j = jb; j < jb_end; j += Simd::kGemmNr) {
-        int nr = static_cast<int>(min_i(Simd::kGemmNr, jb_end - j));
-        matmul_tile_mn<E, Simd::kGemmMr, Simd::kGemmNr>(mr, nr, a.x + i * k, w + j * k, k, bias_at(j),
-                                                        a.out + i * n + j, n);
-      }
+    for (int64_t i = m0; i < m1; i += mr_max) {
+      const int mr = static_cast<int>(min_i(mr_max, m1 - i));
+      if (short_rows)
+        matmul_rows<E, Simd::kShortMr, Simd::kShortNr>(mr, a.x + i * k, w, k, jb, jb_end, a.bias, a.out + i * n, n);
+      else
+        matmul_rows<E, Simd::kGemmMr, Simd::kGemmNr>(mr, a.x + i * k, w, k, jb, jb_end, a.bias, a.out + i * n, n);
     }
   }
 }
