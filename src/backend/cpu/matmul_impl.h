@@ -24,6 +24,14 @@ void matmul_tile(const float* x, const typename E::T* w, int64_t k, const float*
   int64_t kk = 0;
   for (; kk < k_main; kk += kLanes) {
     if constexpr (MR == 1) {  // GEMV: one weight vector live at a time, so NR accumulators fit in registers
+      // The next tile's rows at this offset, once per cache line: the tile reads NR short streams at once, which
+      // the hardware prefetchers follow poorly (past the matrix's end a prefetch is a no-op).
+      if constexpr (Simd::kGemvPrefetch) {
+        if ((kk * static_cast<int64_t>(sizeof(typename E::T))) % 64 == 0) {
+#pragma GCC unroll 8
+          for (int j = 0; j < NR; ++j) __builtin_prefetch(w + (NR + j) * k + kk);
+        }
+      }
       const V xv = Simd::load(x + kk);
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[0][j] = Simd::fma(xv, E::load(w + j * k + kk), acc[0][j]);

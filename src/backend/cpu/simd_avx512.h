@@ -20,6 +20,7 @@ struct Simd {
   static constexpr const char* kName = "avx512";
   // Matmul register tiles: the decode GEMV streams kGemvNr weight rows; the prefill GEMM tile is kGemmMr × kGemmNr.
   static constexpr int kGemvNr = 8;
+  static constexpr bool kGemvPrefetch = false;  // measured only on AVX2 (simd_avx2.h)
   static constexpr int kGemmMr = 4;
   static constexpr int kGemmNr = 6;
   static constexpr int kShortMr = kGemmMr;  // matmul_impl.h's short-row tile: the GEMM tile here
