@@ -104,8 +104,10 @@ void matmul_typed(const peregrine::cpu::MatmulArgs& a, int64_t m0, int64_t m1, i
   const int64_t row_bytes = k * static_cast<int64_t>(sizeof(typename E::T));
   const int64_t panel_rows = kPanelBytes / row_bytes;
   const bool short_rows = m1 - m0 <= 16 && row_bytes <= 2048;
-  const int64_t step = short_rows ? Simd::kGemvNr : Simd::kGemmNr, mr_max = short_rows ? Simd::kShortMr : Simd::kGemmMr;
-  const int64_t block_n = max_i(step, min_i(16 * step, panel_rows / step * step));
+  const int64_t mr_max = short_rows ? Simd::kShortMr : Simd::kGemmMr;
+  // Short rows: 128 weight rows (at most 256 KiB) per panel; longer ones as many kGemmNr-row tiles as fit.
+  const int64_t block_n =
+      short_rows ? 128 : max_i(Simd::kGemmNr, min_i(16 * Simd::kGemmNr, panel_rows / Simd::kGemmNr * Simd::kGemmNr));
   for (int64_t jb = n0; jb < n1; jb += block_n) {
     const int64_t jb_end = min_i(n1, jb + block_n);
     for (int64_t i = m0; i < m1; i += mr_max) {
