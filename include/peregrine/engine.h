@@ -148,6 +148,9 @@ struct EngineStats {
   uint64_t spec_num_draft_tokens = 0;
   uint64_t spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_position;
+  // Verify rows of the LM head computed on demand (host backends): the extra rounds and the rows they computed.
+  uint64_t spec_lazy_rounds = 0;
+  uint64_t spec_lazy_rows = 0;
   uint64_t requests_finished_stop = 0;
   uint64_t requests_finished_length = 0;
   uint64_t requests_finished_abort = 0;

@@ -365,28 +365,38 @@ void EngineCore::apply_grammar_mask(const SeqState& ss, const RequestState& req,
   }
 }
 
-int EngineCore::verify_drafts(RequestState& req, SeqState& ss, const float* rows, int num_drafts, double now) {
-  const int vocab = runner_->vocab_size();
-  Sequence& seq = ss.seq;
-  const std::vector<int32_t> drafts(seq.draft_tokens.begin(), seq.draft_tokens.begin() + num_drafts);
-  const std::vector<int32_t> parents(seq.draft_parents.begin(), seq.draft_parents.begin() + num_drafts);
-  const int first_slot = seq.num_computed_tokens;  // draft c's KV is at sequence slot first_slot + c
-  // Walk the tree from the last real token: at each node its children are the candidates (in the proposer's
-  // order); the emitted token either is one of them (accepted: go down) or ends the walk. A chain is a tree.
-  int accepted = 0;
-  int node = -1;
-  std::vector<int32_t> candidates, path;
-  for (;;) {
+EngineCore::DraftWalk EngineCore::start_walk(RequestState& req, SeqState& ss, int first_row, int num_drafts) const {
+  DraftWalk w;
+  w.req = &req;
+  w.ss = &ss;
+  w.first_row = first_row;
+  const Sequence& seq = ss.seq;
+  w.first_slot = seq.num_computed_tokens;
+  w.drafts.assign(seq.draft_tokens.begin(), seq.draft_tokens.begin() + num_drafts);
+  w.parents.assign(seq.draft_parents.begin(), seq.draft_parents.begin() + num_drafts);
+  return w;
+}
+
+int EngineCore::walk_drafts(DraftWalk& w, const std::vector<uint8_t>& ready, double now) {
+  const size_t vocab = static_cast<size_t>(runner_->vocab_size());
+  const int num_drafts = static_cast<int>(w.drafts.size());
+  // At each node its children are the candidates (in the proposer's order); the emitted token either is one of
+  // them (accepted: go down) or ends the walk.
+  std::vector<int32_t> candidates;
+  std::vector<int> child_of;
+  while (!w.done) {
+    const int row = w.first_row + w.node + 1;
+    if (!ready.empty() && !ready[static_cast<size_t>(row)]) return row;
     candidates.clear();
-    std::vector<int> child_of;
+    child_of.clear();
     for (int c = 0; c < num_drafts; ++c) {
-      if (parents[static_cast<size_t>(c)] == node) {
-        candidates.push_back(drafts[static_cast<size_t>(c)]);
+      if (w.parents[static_cast<size_t>(c)] == w.node) {
+        candidates.push_back(w.drafts[static_cast<size_t>(c)]);
         child_of.push_back(c);
       }
     }
-    float* row = const_cast<float*>(rows) + static_cast<size_t>(node + 1) * vocab;
-    const int32_t token = sample_token(ss, req, row, workspaces_[0], candidates);
+    const int32_t token = sample_token(*w.ss, *w.req, logits_.data() + static_cast<size_t>(row) * vocab, workspaces_[0],
+                                       candidates);
     int hit = -1;
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (candidates[i] == token) {
@@ -395,25 +405,34 @@ int EngineCore::verify_drafts(RequestState& req, SeqState& ss, const float* rows
       }
     }
     if (hit >= 0) {
-      const size_t depth = path.size();
+      const size_t depth = w.path.size();
       if (depth < stats_.spec_accepted_per_position.size()) ++stats_.spec_accepted_per_position[depth];
-      ++accepted;
-      path.push_back(hit);
+      w.path.push_back(hit);
     }
-    process_token(req, ss, token, now);
-    if (ss.finished() || hit < 0) break;
-    node = hit;
+    process_token(*w.req, *w.ss, token, now);
+    if (w.ss->finished() || hit < 0) w.done = true;
+    w.node = hit;
   }
-  spec_controller_.record_verify(step_draft_limit_, path, num_drafts);
+  return -1;
+}
+
+int EngineCore::finish_walk(DraftWalk& w) {
+  SeqState& ss = *w.ss;
+  Sequence& seq = ss.seq;
+  const int num_drafts = static_cast<int>(w.drafts.size());
+  const int accepted = static_cast<int>(w.path.size());
+  const int first_slot = w.first_slot;
+  spec_controller_.record_verify(step_draft_limit_, w.path, num_drafts);
   // The accepted path's KV moves to consecutive positions (a no-op for a chain), as decoding it would have left it.
-  if (!ss.finished() && !path.empty()) {
+  if (!ss.finished() && !w.path.empty()) {
     std::vector<std::pair<int64_t, int64_t>> moves;
     const int bs = runner_->kv_cache().block_size();
     auto physical = [&](int64_t slot) {
       return static_cast<int64_t>(seq.block_table[static_cast<size_t>(slot / bs)]) * bs + slot % bs;
     };
-    for (size_t m = 0; m < path.size(); ++m) {
-      if (path[m] != static_cast<int32_t>(m)) moves.emplace_back(physical(first_slot + path[m]), physical(first_slot + static_cast<int64_t>(m)));
+    for (size_t m = 0; m < w.path.size(); ++m) {
+      if (w.path[m] != static_cast<int32_t>(m))
+        moves.emplace_back(physical(first_slot + w.path[m]), physical(first_slot + static_cast<int64_t>(m)));
     }
     if (!moves.empty()) runner_->kv_cache().copy_token_slots(moves);
   }
@@ -563,8 +582,24 @@ void EngineCore::step() {
       };
     }
   }
+  // A host backend computes the LM head's rows of verified drafts on demand: each walk's first lazy_chunk_ rows
+  // now, the others when the walk reaches them (most walks end at a rejected draft, whose later rows no one reads).
+  deferred_.clear();
+  if (runner_->lazy_logits()) {
+    int verifying = 0;
+    for (size_t i = 0; i < out.seqs.size(); ++i) verifying += out.seqs[i].num_draft_tokens > 0 && rows_.sample_row[i] >= 0;
+    if (verifying > 0) {
+      lazy_chunk_ = verifying == 1 ? 4 : 2;
+      deferred_.assign(static_cast<size_t>(rows_.num_rows), 0);
+      for (size_t i = 0; i < out.seqs.size(); ++i) {
+        const int drafts = out.seqs[i].num_draft_tokens;
+        if (drafts == 0 || rows_.sample_row[i] < 0) continue;
+        for (int r = lazy_chunk_; r <= drafts; ++r) deferred_[static_cast<size_t>(rows_.sample_row[i] + r)] = 1;
+      }
+    }
+  }
   try {
-    runner_->execute(logits_, device_rows_.rows.empty() ? nullptr : &device_rows_);
+    runner_->execute(logits_, device_rows_.rows.empty() ? nullptr : &device_rows_, deferred_.empty() ? nullptr : &deferred_);
   } catch (...) {
     device_rows_.fill_mask = nullptr;
     if (warming.valid()) warming.wait();
@@ -631,16 +666,45 @@ void EngineCore::step() {
   const double t_now = now();
   for (auto& [ss, token] : sampled) process_token(*ss->seq.request, *ss, token, t_now);
   // Sequences that verify drafts: their rows are sampled in order (each with the state the earlier tokens left)
-  // and the tokens processed as they come, so the result is what decoding them one by one gives.
+  // and the tokens processed as they come, so the result is what decoding them one by one gives. Rows the step
+  // deferred are computed in rounds, a few rows of every walk that waits for one per round.
+  walks_.clear();
+  std::vector<size_t> walk_seq;
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     const int drafts = out.seqs[i].num_draft_tokens;
     if (drafts == 0 || rows_.sample_row[i] < 0) continue;
     Sequence& seq = *out.seqs[i].seq;
     RequestState& req = *seq.request;
-    SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
-    const int accepted =
-        verify_drafts(req, ss, logits_.data() + static_cast<size_t>(rows_.sample_row[i]) * vocab, drafts, t_now);
-    if (!ss.finished()) scheduler_.accept_drafts(&seq, accepted);
+    walks_.push_back(start_walk(req, *req.seqs[static_cast<size_t>(seq.index)], rows_.sample_row[i], drafts));
+    walk_seq.push_back(i);
+  }
+  std::vector<uint8_t> ready;
+  if (runner_->deferred_rows()) {
+    ready.resize(deferred_.size());
+    for (size_t r = 0; r < ready.size(); ++r) ready[r] = !deferred_[r];
+  }
+  std::vector<int32_t> need;
+  for (;;) {
+    need.clear();
+    for (DraftWalk& w : walks_) {
+      const int row = walk_drafts(w, ready, t_now);
+      if (row < 0) continue;
+      const int end = std::min(w.first_row + static_cast<int>(w.drafts.size()) + 1, row + lazy_chunk_);
+      for (int r = row; r < end; ++r) {
+        if (ready[static_cast<size_t>(r)]) continue;
+        ready[static_cast<size_t>(r)] = 1;
+        need.push_back(r);
+      }
+    }
+    if (need.empty()) break;
+    runner_->compute_rows(need, logits_);
+    ++stats_.spec_lazy_rounds;
+    stats_.spec_lazy_rows += need.size();
+  }
+  for (size_t j = 0; j < walks_.size(); ++j) {
+    DraftWalk& w = walks_[j];
+    const int accepted = finish_walk(w);
+    if (!w.ss->finished()) scheduler_.accept_drafts(out.seqs[walk_seq[j]].seq, accepted);
   }
   for (const ScheduledSeq& s : out.seqs) {
     s.seq->draft_tokens.clear();

@@ -115,9 +115,24 @@ class EngineCore {
   // drafts: the tokens proposed for this position (verification); empty for plain sampling.
   int32_t sample_token(SeqState& ss, RequestState& req, float* row, SamplingWorkspace& ws,
                        std::span<const int32_t> drafts = {}) const;
-  // Verifies one sequence's drafts on its rows (in order, each sampled with what the earlier tokens left) and
-  // processes the tokens it emits; returns the number of drafts accepted.
-  int verify_drafts(RequestState& req, SeqState& ss, const float* rows, int num_drafts, double now);
+  // One sequence's drafts under verification: the tree (a chain is one) walked from the last real token, each
+  // node's row sampled with what the earlier tokens left, the emitted token processed as it comes.
+  struct DraftWalk {
+    RequestState* req = nullptr;
+    SeqState* ss = nullptr;
+    int first_row = 0;  // the logits row of the last real token; draft c's row is first_row + c + 1
+    int first_slot = 0;  // draft c's KV is at sequence slot first_slot + c
+    std::vector<int32_t> drafts, parents;
+    int node = -1;               // the node whose row is sampled next (-1: the last real token)
+    std::vector<int32_t> path;   // the drafts accepted, in order
+    bool done = false;
+  };
+  DraftWalk start_walk(RequestState& req, SeqState& ss, int first_row, int num_drafts) const;
+  // Walks on while the rows it needs are computed (ready: one flag per logits row; empty: all are). Returns the
+  // row it waits for, or -1 once the walk has ended (a draft rejected, all accepted, or the sequence finished).
+  int walk_drafts(DraftWalk& w, const std::vector<uint8_t>& ready, double now);
+  // After the walk: the accepted path's KV, the counts, the adaptive length. Returns the drafts accepted.
+  int finish_walk(DraftWalk& w);
   // Fills the drafts of the sequences that decode next (the proposer, the adaptive lengths, the batch limit).
   void propose_drafts();
   void process_token(RequestState& req, SeqState& ss, int32_t token, double now);
@@ -139,6 +154,11 @@ class EngineCore {
   std::unique_ptr<ThreadPool> sampling_pool_;  // null when one thread samples
   std::vector<SamplingWorkspace> workspaces_;  // one per sampling thread
   std::vector<float> logits_;
+  // Lazy verify rows (ModelRunner::lazy_logits): this step's deferred rows, the rows a walk takes per round, and
+  // the walks.
+  std::vector<uint8_t> deferred_;
+  int lazy_chunk_ = 4;
+  std::vector<DraftWalk> walks_;
   std::vector<LogitsRequest> logits_requests_;
   LogitsRows rows_;
   std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;

@@ -206,6 +206,10 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
   runner_options.kv_dtype = choice.kv_dtype;
   runner_options.use_graphs = !config.enforce_eager;
   if (config.speculative.enabled()) {
+    // Verify rows' logits on demand where the backend allows it (host backends); PEREGRINE_LAZY_VERIFY=0 computes
+    // every row with the step (comparisons).
+    const char* lazy = std::getenv("PEREGRINE_LAZY_VERIFY");
+    runner_options.lazy_logits = !(lazy && std::string(lazy) == "0");
     runner_options.verify_rows = 2;
     while (runner_options.verify_rows < 1 + config.speculative.max_verify_tokens() && runner_options.verify_rows < 16)
       runner_options.verify_rows *= 2;

@@ -66,6 +66,7 @@ ModelRunner::ModelRunner(std::unique_ptr<ops::Backend> backend, std::unique_ptr<
   layout_.seq_lens = take(s);
   layout_.logits = take(t);
   layout_.parents = take(t);
+  layout_.lazy = take(static_cast<size_t>(max_rows_per_chunk_));
   layout_.tables = take(s * static_cast<size_t>(max_blocks_per_seq_));
   layout_.piece_qsl = take(pc + 1);
   layout_.piece_lens = take(pc);
@@ -154,12 +155,34 @@ void ModelRunner::prepare(const SchedulerOutput& output, std::span<const LogitsR
   build_forward_batch(output, requests, options_.block_size, batch_, rows);
 }
 
-void ModelRunner::execute(std::vector<float>& logits, DeviceSampling* sampling) {
+void ModelRunner::execute(std::vector<float>& logits, DeviceSampling* sampling, const std::vector<uint8_t>* deferred) {
   if (batch_.token_ids.empty()) {
     logits.clear();
     return;
   }
-  execute(batch_, logits, sampling);
+  execute(batch_, logits, sampling, deferred);
+}
+
+void ModelRunner::compute_rows(std::span<const int32_t> rows, std::vector<float>& logits) {
+  const int64_t real_rows = static_cast<int64_t>(lazy_indices_.size());
+  PEREGRINE_CHECK(logits.size() == static_cast<size_t>(real_rows * logits_width_), "compute_rows without a lazy step");
+  const size_t width = static_cast<size_t>(logits_width_);
+  for (size_t begin = 0; begin < rows.size(); begin += static_cast<size_t>(max_rows_per_chunk_)) {
+    const size_t n = std::min(rows.size() - begin, static_cast<size_t>(max_rows_per_chunk_));
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t r = rows[begin + i];
+      PEREGRINE_CHECK(r >= 0 && r < real_rows, "compute_rows: a row past the step's logits rows");
+      staging_[layout_.lazy + i] = lazy_indices_[static_cast<size_t>(r)];
+    }
+    int32_t* idx = static_cast<int32_t*>(inputs_.data()) + layout_.lazy;
+    backend_.copy_from_host_async(idx, staging_ + layout_.lazy, n * sizeof(int32_t));
+    const int64_t ni = static_cast<int64_t>(n);
+    model_->compute_logits(TensorView(idx, DType::kI32, {ni}), TensorView(logits_.data(), DType::kF32, {ni, logits_width_}));
+    for (size_t i = 0; i < n; ++i) {
+      backend_.copy_to_host(logits.data() + static_cast<size_t>(rows[begin + i]) * width,
+                            static_cast<const float*>(logits_.data()) + i * width, sizeof(float) * width);
+    }
+  }
 }
 
 void ModelRunner::validate(const ForwardBatch& b) const {
@@ -245,8 +268,10 @@ void ModelRunner::run_compute(int64_t tokens, int64_t seqs, int64_t rows, int ma
   }
 }
 
-void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, DeviceSampling* sampling) {
+void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, DeviceSampling* sampling,
+                          const std::vector<uint8_t>* deferred) {
   validate(b);
+  lazy_indices_.clear();
   int max_q = 0;
   for (int i = 0; i < b.num_seqs(); ++i) max_q = std::max(max_q, b.query_start_loc[i + 1] - b.query_start_loc[i]);
   const int max_len = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
@@ -380,7 +405,24 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
       g = backend_.capture_graph([&] { run_compute(t, att_seqs, r, att_q, kv_len, false, pieces); });
     }
   } else {
-    run_compute(t, att_seqs, r, att_q, max_len, tree_rows, pieces);
+    // Deferred rows (a host backend, no sampling on it): the forward alone, then the rows wanted now.
+    const bool lazy = deferred && lazy_logits() && (!sampling || sampling->rows.empty()) &&
+                      deferred->size() == b.logits_indices.size() &&
+                      std::find(deferred->begin(), deferred->end(), uint8_t{1}) != deferred->end();
+    run_compute(t, att_seqs, lazy ? 0 : r, att_q, max_len, tree_rows, pieces);
+    if (lazy) {
+      if (sampling) {
+        sampling->done = false;
+        sampling->tokens.clear();
+      }
+      lazy_indices_ = b.logits_indices;
+      logits.resize(lazy_indices_.size() * static_cast<size_t>(logits_width_));
+      std::vector<int32_t> now;
+      for (size_t i = 0; i < deferred->size(); ++i)
+        if (!(*deferred)[i]) now.push_back(static_cast<int32_t>(i));
+      compute_rows(now, logits);
+      return;
+    }
   }
 
   // Logits of the real rows back to the host as f32; rows past the first chunk (prompt logprobs of long

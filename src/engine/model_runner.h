@@ -37,6 +37,9 @@ struct RunnerOptions {
   bool row_exact_verify = true;
   // Tests: cut short sequences' rows into pieces by this rule even where the backend needs none.
   ops::Backend::RowExactLayout row_exact_override{};
+  // Logits rows on demand (execute's `deferred`, then compute_rows): only on a host backend, whose matmul rows
+  // never depend on the rows beside them, so a row computed later has the bits it would have had in the step.
+  bool lazy_logits = false;
 };
 
 // Sampling on the backend (ops::Backend::sample) for some logits rows of a step: those rows are sampled where the
@@ -117,11 +120,22 @@ class ModelRunner {
   // Builds the step's batch (the one step builder; requests may be empty: one sampling row per sampler).
   void prepare(const SchedulerOutput& output, std::span<const LogitsRequest> requests, LogitsRows& rows);
   // Runs the prepared batch: logits becomes [rows.num_rows * vocab] f32 on the host. With sampling (may be null),
-  // its rows are sampled on the backend instead and their logits rows are left unset.
-  void execute(std::vector<float>& logits, DeviceSampling* sampling = nullptr);
+  // its rows are sampled on the backend instead and their logits rows are left unset. With deferred (one flag per
+  // logits row; lazy_logits() only), the flagged rows are left uncomputed for compute_rows.
+  void execute(std::vector<float>& logits, DeviceSampling* sampling = nullptr,
+               const std::vector<uint8_t>* deferred = nullptr);
+  // Whether execute may defer rows (RunnerOptions::lazy_logits on a host backend).
+  bool lazy_logits() const { return options_.lazy_logits && backend_.is_host(); }
+  // Computes logits rows the last execute deferred (indices into its logits rows) into their places in logits,
+  // with the bits the step would have given them. Valid until the next execute on this runner. Rows already
+  // computed are computed again (the same bits).
+  void compute_rows(std::span<const int32_t> rows, std::vector<float>& logits);
+  // Whether the last execute left its deferred rows uncomputed (it may compute them all instead).
+  bool deferred_rows() const { return !lazy_indices_.empty(); }
   const ForwardBatch& batch() const { return batch_; }
   // Runs an already built batch (tests, warm-up). Throws Error(kInvalidArgument) on a malformed batch.
-  void execute(const ForwardBatch& batch, std::vector<float>& logits, DeviceSampling* sampling = nullptr);
+  void execute(const ForwardBatch& batch, std::vector<float>& logits, DeviceSampling* sampling = nullptr,
+               const std::vector<uint8_t>* deferred = nullptr);
 
   // One one-token step on a one-block cache, so first-use allocations happen before memory is measured. Leaves
   // that one-block cache allocated.
@@ -134,7 +148,7 @@ class ModelRunner {
 
  private:
   struct InputLayout {
-    size_t ids, positions, slots, qsl, seq_lens, logits, parents, tables;  // offsets in int32 elements
+    size_t ids, positions, slots, qsl, seq_lens, logits, parents, tables, lazy;  // offsets in int32 elements
     // Row-exact pieces (copied only in steps that use them): their qsl, seq_lens, block-table rows, key tails.
     size_t piece_qsl, piece_lens, piece_table, tail_from, tail_offset, tails, total;
   };
@@ -171,6 +185,8 @@ class ModelRunner {
   std::vector<int> tree_depth_, tree_path_;
   std::unique_ptr<KvCache> kv_;
   ForwardBatch batch_;
+  // The last execute's logits rows, when it deferred some (compute_rows reads them); empty otherwise.
+  std::vector<int32_t> lazy_indices_;
 
   InputLayout layout_{};
   ops::DeviceBuffer inputs_;     // [layout_.total] int32 on the device

@@ -314,6 +314,113 @@ TEST_F(RunnerOnModel, TreeVerifyAsKeyTailPiecesGivesTheSameRows) {
   }
 }
 
+TEST_F(RunnerOnModel, DeferredRowsComputedLaterHaveTheStepsBits) {
+  // Lazy logits rows (host backends): a step whose verify rows are deferred, then computed a few at a time, in any
+  // order, repeated, more at once than one logits chunk holds, gives every row the bits of the step that computed
+  // them all. Rows not deferred (a prompt's logprob rows, a plain decode) come with the step.
+  const io::ModelConfig config = io::load_model_config(dir_);
+  auto make = [&](bool lazy) {
+    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
+    model::ModelOptions mo;
+    mo.max_num_tokens = 256;
+    mo.max_logits_rows = 4;  // compute_rows takes several chunks for some calls below
+    auto model = model::load_model(dir_, *backend, mo);
+    RunnerOptions ro;
+    ro.max_num_seqs = 8;
+    ro.max_num_batched_tokens = 256;
+    ro.max_model_len = 512;
+    ro.lazy_logits = lazy;
+    auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
+    r->allocate_kv_cache(64);
+    return r;
+  };
+  auto run = [&](ModelRunner& runner, const std::vector<uint8_t>* deferred, std::vector<float>& logits, LogitsRows& rows) {
+    std::vector<Sequence> seqs;
+    for (int i = 0; i < 3; ++i) {
+      seqs.push_back(make_seq(60, 30 + 5 * i, 0, 16, i * 4));
+      seqs.back().token_ids.resize(static_cast<size_t>(30 + 5 * i));
+    }
+    std::vector<float> scratch;
+    for (size_t i = 0; i < seqs.size(); ++i) {  // prefill each context but its last token (sequence 1: 3 tokens)
+      Sequence& q = seqs[i];
+      const int left = i == 1 ? 3 : 1;
+      SchedulerOutput out;
+      out.seqs = {{&q, q.num_tokens() - left, false}};
+      runner.prepare(out, {}, rows);
+      runner.execute(scratch);
+      q.num_computed_tokens = q.num_tokens() - left;
+    }
+    // Sequence 0 verifies 6 drafts, 1 computes its last 3 prompt tokens with prompt logprobs, 2 verifies 3 drafts.
+    SchedulerOutput out;
+    std::vector<LogitsRequest> req;
+    for (int i = 0; i < 3; ++i) {
+      Sequence& q = seqs[static_cast<size_t>(i)];
+      const int drafts = i == 0 ? 6 : i == 2 ? 3 : 0;
+      for (int j = 0; j < drafts; ++j) {
+        q.draft_tokens.push_back(60 + 11 * j + i);
+        q.draft_parents.push_back(j - 1);
+      }
+      out.seqs.push_back({&q, q.num_tokens() - q.num_computed_tokens + drafts, true, drafts});
+      req.push_back({i == 1, 1 + drafts});
+    }
+    runner.prepare(out, req, rows);
+    runner.execute(logits, nullptr, deferred);
+  };
+  auto eager = make(false);
+  std::vector<float> want;
+  LogitsRows rows;
+  run(*eager, nullptr, want, rows);
+  const int total = rows.num_rows;
+  ASSERT_EQ(total, 7 + 3 + 4);
+  ASSERT_EQ(want.size(), static_cast<size_t>(total) * vocab_);
+  EXPECT_FALSE(eager->deferred_rows());
+
+  auto lazy = make(true);
+  ASSERT_TRUE(lazy->lazy_logits());
+  // Defer all but the first two rows of each verifying sequence.
+  std::vector<uint8_t> deferred(static_cast<size_t>(total), 0);
+  std::vector<int32_t> later;
+  for (int i : {0, 2}) {
+    for (int r = 2; r < rows.sample_row_count[static_cast<size_t>(i)]; ++r) {
+      deferred[static_cast<size_t>(rows.sample_row[static_cast<size_t>(i)] + r)] = 1;
+      later.push_back(rows.sample_row[static_cast<size_t>(i)] + r);
+    }
+  }
+  ASSERT_EQ(later.size(), 5u + 2u);
+  std::vector<float> got;
+  LogitsRows lazy_rows;
+  run(*lazy, &deferred, got, lazy_rows);
+  ASSERT_TRUE(lazy->deferred_rows());
+  ASSERT_EQ(got.size(), want.size());
+  auto same = [&](int r) {
+    return std::memcmp(want.data() + static_cast<size_t>(r) * vocab_, got.data() + static_cast<size_t>(r) * vocab_,
+                       sizeof(float) * vocab_) == 0;
+  };
+  for (int r = 0; r < total; ++r) {
+    if (!deferred[static_cast<size_t>(r)]) {
+      EXPECT_TRUE(same(r)) << "row " << r << " (computed with the step)";
+    }
+  }
+  // One row, then the rest backwards with a repeat (two chunks of 4).
+  lazy->compute_rows(std::vector<int32_t>{later[2]}, got);
+  EXPECT_TRUE(same(later[2]));
+  std::vector<int32_t> rest(later.rbegin(), later.rend());
+  rest.push_back(later[2]);
+  lazy->compute_rows(rest, got);
+  for (int r = 0; r < total; ++r) EXPECT_TRUE(same(r)) << "row " << r;
+  EXPECT_THROW(lazy->compute_rows(std::vector<int32_t>{total}, got), Error);
+
+  // Nothing deferred (or no lazy runner): every row with the step, and compute_rows has nothing to work on.
+  std::vector<uint8_t> none(static_cast<size_t>(total), 0);
+  run(*lazy, &none, got, lazy_rows);
+  EXPECT_FALSE(lazy->deferred_rows());
+  EXPECT_EQ(got, want);
+  EXPECT_THROW(lazy->compute_rows(std::vector<int32_t>{0}, got), Error);
+  run(*eager, &deferred, got, rows);
+  EXPECT_FALSE(eager->deferred_rows());
+  EXPECT_EQ(got, want);
+}
+
 TEST_F(RunnerOnModel, MalformedBatchesAreRefusedAndWarmUpRuns) {
   ForwardBatch b;
   b.token_ids = {1, 2};

@@ -41,7 +41,8 @@ std::vector<std::string> prompts() {
 }
 
 std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<std::string>& ps, int max_seqs,
-                               const std::string& device = "cpu", const std::filesystem::path& model = kModel) {
+                               const std::string& device = "cpu", const std::filesystem::path& model = kModel,
+                               EngineStats* stats = nullptr) {
   EngineConfig c;
   c.model = model.string();
   c.device = device;
@@ -56,12 +57,14 @@ std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<
   p.logprobs = 2;
   std::vector<std::vector<int32_t>> ids;
   for (const auto& s : ps) ids.push_back(engine->tokenize(s, true));
+  std::vector<RequestOutput> out;
   if (max_seqs == 1) {
-    std::vector<RequestOutput> out;
     for (const auto& one : ids) out.push_back(engine->generate({one}, p).at(0));
-    return out;
+  } else {
+    out = engine->generate(ids, p);
   }
-  return engine->generate(ids, p);
+  if (stats) *stats = engine->stats();
+  return out;
 }
 
 // Each request's tokens and chosen logprobs in got equal plain's; adds up the drafted and accepted tokens.
@@ -102,6 +105,44 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
       if (HasFatalFailure()) return;
       EXPECT_GT(accepted, 0) << json;
       std::printf("%s max_seqs %d: %d drafted, %d accepted\n", json.c_str(), max_seqs, drafted, accepted);
+    }
+  }
+}
+
+// On the CPU the LM head's verify rows are computed as the walk over the drafts reaches them (rows past a rejected
+// draft never are): output and logprobs identical to plain decoding, and to every row computed with the step
+// (PEREGRINE_LAZY_VERIFY=0), with fixed-length chains and with trees.
+TEST(SpeculativeModel, VerifyRowsOnDemandKeepGreedyOutput) {
+  if (!std::filesystem::exists(kModel / "config.json")) GTEST_SKIP() << kModel << " absent";
+  const auto ps = prompts();
+  const auto plain = run(SpeculativeConfig{}, ps, 8);
+  for (const char* json : {R"({"method": "ngram", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "adaptive": false})",
+                           R"({"method": "lookahead", "num_speculative_tokens": 5, "num_branches": 3, "max_tree_tokens": 12, "adaptive": false})"}) {
+    const SpeculativeConfig spec = SpeculativeConfig::parse(json);
+    const bool tree = std::string(json).find("max_tree_tokens") != std::string::npos;
+    for (int max_seqs : {1, 8}) {
+      if (tree && max_seqs == 1) continue;  // trees alone: GreedyIdenticalToPlainDecodingForEveryMethod
+      const std::string what = std::string(json) + " max_seqs " + std::to_string(max_seqs);
+      EngineStats lazy_stats, eager_stats;
+      const auto lazy = run(spec, ps, max_seqs, "cpu", kModel, &lazy_stats);
+      ::setenv("PEREGRINE_LAZY_VERIFY", "0", 1);
+      const auto eager = run(spec, ps, max_seqs, "cpu", kModel, &eager_stats);
+      ::unsetenv("PEREGRINE_LAZY_VERIFY");
+      int drafted = 0, accepted = 0;
+      expect_same_as_plain(lazy, plain, what, &drafted, &accepted);
+      expect_same_as_plain(eager, plain, what + " (eager rows)", &drafted, &accepted);
+      if (HasFatalFailure()) return;
+      EXPECT_GT(lazy_stats.spec_lazy_rounds, 0u) << what;
+      EXPECT_GT(lazy_stats.spec_lazy_rows, 0u) << what;
+      EXPECT_EQ(eager_stats.spec_lazy_rounds, 0u) << what;
+      EXPECT_EQ(lazy_stats.spec_num_accepted_tokens, eager_stats.spec_num_accepted_tokens) << what;
+      // The later rounds computed fewer rows than the steps deferred (at least one per draft past the first rows).
+      EXPECT_LT(lazy_stats.spec_lazy_rows, lazy_stats.spec_num_draft_tokens) << what;
+      std::printf("%s: %llu verify steps, %llu drafts, %llu rows in %llu later rounds\n", what.c_str(),
+                  static_cast<unsigned long long>(lazy_stats.spec_num_drafts),
+                  static_cast<unsigned long long>(lazy_stats.spec_num_draft_tokens),
+                  static_cast<unsigned long long>(lazy_stats.spec_lazy_rows),
+                  static_cast<unsigned long long>(lazy_stats.spec_lazy_rounds));
     }
   }
 }
