@@ -395,8 +395,13 @@ int EngineCore::walk_drafts(DraftWalk& w, const std::vector<uint8_t>& ready, dou
         child_of.push_back(c);
       }
     }
-    const int32_t token = sample_token(*w.ss, *w.req, logits_.data() + static_cast<size_t>(row) * vocab, workspaces_[0],
-                                       candidates);
+    int32_t token = 0;
+    if (w.device_tokens) {
+      token = w.device_tokens[w.node + 1];  // sampled where the logits are (a greedy row: its argmax)
+      ++stats_.backend_sampled_tokens;
+    } else {
+      token = sample_token(*w.ss, *w.req, logits_.data() + static_cast<size_t>(row) * vocab, workspaces_[0], candidates);
+    }
     int hit = -1;
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (candidates[i] == token) {
@@ -538,31 +543,40 @@ void EngineCore::step() {
     for (size_t i = 0; i < out.seqs.size(); ++i) {
       const Sequence& seq = *out.seqs[i].seq;
       const RequestState& req = *seq.request;
-      if (rows_.sample_row[i] < 0 || out.seqs[i].num_draft_tokens > 0 || !device_samplable(req)) continue;
+      if (rows_.sample_row[i] < 0 || !device_samplable(req)) continue;
+      // A greedy sequence's verify rows too (each row's token is its argmax whatever the drafts before it, so
+      // only the tokens come back; the walk reads them): without penalties or a constraint, whose state would
+      // depend on the drafts.
+      const int drafts = out.seqs[i].num_draft_tokens;
+      const SamplingParams& p = req.params;
+      if (drafts > 0 && !(p.temperature <= 0.0f && req.grammar == nullptr && p.repetition_penalty == 1.0f &&
+                          p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f))
+        continue;
       const SeqState& ss = *req.seqs[static_cast<size_t>(seq.index)];
       device_row_of_[i] = static_cast<int>(device_rows_.rows.size());
-      device_rows_.rows.push_back(rows_.sample_row[i]);
-      device_rows_.temperature.push_back(req.params.temperature);
-      device_rows_.top_p.push_back(req.params.top_p);
-      device_rows_.min_p.push_back(req.params.min_p);
-      device_rows_.top_k.push_back(req.params.top_k);
-      device_rows_.seeds.push_back(static_cast<int64_t>(ss.seed));
-      device_rows_.offsets.push_back(seq.num_output_tokens());
-      const SamplingParams& p = req.params;
-      device_rows_.repetition.push_back(p.repetition_penalty);
-      device_rows_.presence.push_back(p.presence_penalty);
-      device_rows_.frequency.push_back(p.frequency_penalty);
-      if (p.repetition_penalty != 1.0f) {
-        device_rows_.prompt_tokens.insert(device_rows_.prompt_tokens.end(), req.prompt.begin(), req.prompt.end());
+      for (int r = 0; r <= drafts; ++r) {
+        device_rows_.rows.push_back(rows_.sample_row[i] + r);
+        device_rows_.temperature.push_back(p.temperature);
+        device_rows_.top_p.push_back(p.top_p);
+        device_rows_.min_p.push_back(p.min_p);
+        device_rows_.top_k.push_back(p.top_k);
+        device_rows_.seeds.push_back(static_cast<int64_t>(ss.seed));
+        device_rows_.offsets.push_back(seq.num_output_tokens() + r);
+        device_rows_.repetition.push_back(p.repetition_penalty);
+        device_rows_.presence.push_back(p.presence_penalty);
+        device_rows_.frequency.push_back(p.frequency_penalty);
+        if (p.repetition_penalty != 1.0f) {
+          device_rows_.prompt_tokens.insert(device_rows_.prompt_tokens.end(), req.prompt.begin(), req.prompt.end());
+        }
+        if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+          any_penalty = true;
+          device_rows_.output_tokens.insert(device_rows_.output_tokens.end(),
+                                            seq.token_ids.begin() + seq.num_prompt_tokens, seq.token_ids.end());
+        }
+        device_rows_.prompt_offsets.push_back(static_cast<int32_t>(device_rows_.prompt_tokens.size()));
+        device_rows_.output_offsets.push_back(static_cast<int32_t>(device_rows_.output_tokens.size()));
+        device_masks_.emplace_back(req.grammar.get(), ss.grammar_state);
       }
-      if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-        any_penalty = true;
-        device_rows_.output_tokens.insert(device_rows_.output_tokens.end(),
-                                          seq.token_ids.begin() + seq.num_prompt_tokens, seq.token_ids.end());
-      }
-      device_rows_.prompt_offsets.push_back(static_cast<int32_t>(device_rows_.prompt_tokens.size()));
-      device_rows_.output_offsets.push_back(static_cast<int32_t>(device_rows_.output_tokens.size()));
-      device_masks_.emplace_back(req.grammar.get(), ss.grammar_state);
     }
     if (!any_penalty) {  // the op then runs without the penalty pass
       device_rows_.drop_penalties();
@@ -676,6 +690,8 @@ void EngineCore::step() {
     Sequence& seq = *out.seqs[i].seq;
     RequestState& req = *seq.request;
     walks_.push_back(start_walk(req, *req.seqs[static_cast<size_t>(seq.index)], rows_.sample_row[i], drafts));
+    if (device_rows_.done && device_row_of_[i] >= 0)
+      walks_.back().device_tokens = device_rows_.tokens.data() + device_row_of_[i];
     walk_seq.push_back(i);
   }
   std::vector<uint8_t> ready;

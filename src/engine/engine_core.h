@@ -123,6 +123,7 @@ class EngineCore {
     int first_row = 0;  // the logits row of the last real token; draft c's row is first_row + c + 1
     int first_slot = 0;  // draft c's KV is at sequence slot first_slot + c
     std::vector<int32_t> drafts, parents;
+    const int32_t* device_tokens = nullptr;  // the rows' tokens when the backend sampled them (greedy), else null
     int node = -1;               // the node whose row is sampled next (-1: the last real token)
     std::vector<int32_t> path;   // the drafts accepted, in order
     bool done = false;
