@@ -17,10 +17,10 @@ if [ "$what" = all ]; then
     --prompt-len 8000 --cached-len 7200 --repeats 3 --kv-offloading-size 16 --kv-cache-memory-bytes 4294967296 \
     >"$out/host.txt" 2>&1
   t "host tier rc=$?"; grep -E "$lines" "$out/host.txt"
-  PEREGRINE_KV_LAYERED_LOADS=1 timeout 100 "$bin/peregrine" bench prefix-cache --model "$tok" --random-weights \
+  PEREGRINE_KV_LAYERED_LOADS=0 timeout 100 "$bin/peregrine" bench prefix-cache --model "$tok" --random-weights \
     --config "$cfg" --device cuda --prompt-len 8000 --cached-len 7200 --repeats 3 --kv-offloading-size 16 \
-    --kv-cache-memory-bytes 4294967296 >"$out/host_layered.txt" 2>&1
-  t "host tier, layered loads rc=$?"; grep -E "$lines" "$out/host_layered.txt"
+    --kv-cache-memory-bytes 4294967296 >"$out/host_whole.txt" 2>&1
+  t "host tier, whole loads rc=$?"; grep -E "$lines" "$out/host_whole.txt"
   rm -rf /tmp/peregrine_kvdisk
   timeout 100 "$bin/peregrine" bench prefix-cache --model "$tok" --random-weights --config "$cfg" --device cuda \
     --prompt-len 8000 --cached-len 7200 --repeats 2 --kv-offloading-size 0.25 --kv-cache-dir /tmp/peregrine_kvdisk \

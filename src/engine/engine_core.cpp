@@ -115,9 +115,9 @@ EngineCore::EngineCore(std::unique_ptr<ModelRunner> runner, std::shared_ptr<cons
     int ahead = to_disk ? config.num_blocks / 4 : std::min(config.num_blocks / 4, config.host_kv_blocks / 16);
     ahead = std::max(0, env_int("PEREGRINE_KV_COPY_AHEAD", ahead));
     host_tier_->set_ahead_to_disk(to_disk);
-    // PEREGRINE_KV_LAYERED_LOADS=1: a hit that runs alone waits for its load layer by layer (not yet measured or
-    // checked on the H200, so off by default; scripts/device/tier_ttft.sh checks and measures it).
-    host_tier_->set_layered_loads(env_int("PEREGRINE_KV_LAYERED_LOADS", 0) > 0);
+    // A hit that runs alone waits for its load layer by layer (checked on CUDA by EngineModelTest's layered-loads
+    // case; scripts/device/tier_ttft.sh measures it); PEREGRINE_KV_LAYERED_LOADS=0 waits for the whole load first.
+    host_tier_->set_layered_loads(env_int("PEREGRINE_KV_LAYERED_LOADS", 1) > 0);
     if (env_int("PEREGRINE_KV_DISK_SKIP", 1) == 0) disk_skip_ = false;
     scheduler_.kv().set_copy_ahead(ahead);
   }

@@ -389,10 +389,11 @@ TEST_F(EngineModelTest, HostTierHitsEqualDeviceHitsOnCuda) {
   host_tier_hits_equal_device_hits("cuda");
 }
 
-// The same with the hits that run alone waiting for their loads layer by layer (PEREGRINE_KV_LAYERED_LOADS=1).
-TEST_F(EngineModelTest, HostTierHitsEqualDeviceHitsOnCudaWithLayeredLoads) {
+// The same with the hits that run alone waiting for their whole loads before the step (PEREGRINE_KV_LAYERED_LOADS=0;
+// by default they wait layer by layer).
+TEST_F(EngineModelTest, HostTierHitsEqualDeviceHitsOnCudaWithWholeLoads) {
   if (!ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
-  setenv("PEREGRINE_KV_LAYERED_LOADS", "1", 1);
+  setenv("PEREGRINE_KV_LAYERED_LOADS", "0", 1);
   host_tier_hits_equal_device_hits("cuda");
   unsetenv("PEREGRINE_KV_LAYERED_LOADS");
 }
