@@ -6,7 +6,7 @@
 # (ENGINE_TESTS needs engine_model_tests and the model's weights too: carry_k2, whose model goes to models/pycoder-tiny).
 # TESTS / ENGINE_TESTS: gtest filters run first. BENCH: the decode figures (see below). NCU=0 skips the profiles;
 # PROFILE_ENVS="VAR=VALUE ..." one profile per setting (X=1: none). QUANT (default w4a16) picks the scheme profiled;
-# SKIP / COUNT the skinny launches (rounds or ring) skipped and profiled. The profiles are left out once the call
+# SKIP / COUNT the skinny launches skipped and profiled. The profiles are left out once the call
 # has run 330 s (a device call has 600).
 # Out: details_N.csv and source_N.csv (ncu's pages per profile; read them here), and a short table on stdout.
 set -uo pipefail
@@ -32,7 +32,7 @@ lat() {  # label quant [env...]
     --input-len 1024 --output-len 64 --batch-size 1 --iterations 2 $qf >"$out/lat_$label.txt" 2>&1
   t "latency $label rc=$? $(grep -E '^decode' "$out/lat_$label.txt" | head -1)"
 }
-# BENCH: label:scheme[:ENV=VALUE], e.g. "bf16:bf16 w4:w4a16 w4ring:w4a16:PEREGRINE_SKINNY_RING=1"
+# BENCH: label:scheme[:ENV=VALUE], e.g. "bf16:bf16 w4:w4a16 w4nofold:w4a16:PEREGRINE_SKINNY_FOLD=0"
 for spec in ${BENCH:-bf16:bf16 w4a16:w4a16}; do
   IFS=: read -r label scheme envv <<<"$spec"
   lat "$label" "$scheme" "${envv:-X=1}"
@@ -43,7 +43,7 @@ n=0
 for penv in ${PROFILE_ENVS:-X=1}; do  # one profile per switch setting: details_N.csv, source_N.csv
   n=$((n + 1))
   [ $(( $(date +%s) - start )) -gt 330 ] && { t "profile $n ($penv) left out: no time"; continue; }
-  env "$penv" timeout 150 ncu --kernel-name regex:'skinny_(gemm|ring)_kernel' --launch-skip "${SKIP:-129}" \
+  env "$penv" timeout 150 ncu --kernel-name regex:'skinny_gemm_kernel' --launch-skip "${SKIP:-129}" \
     --launch-count "${COUNT:-4}" --set full --import-source yes -f -o "$out/prof" "$bin/peregrine" bench latency \
     --random-weights --config "$cfg" --device cuda --input-len 128 --output-len 4 --batch-size 1 --iterations 1 \
     --quantization "$q" >"$out/ncu_run_$n.txt" 2>&1

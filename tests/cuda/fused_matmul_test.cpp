@@ -162,45 +162,6 @@ TEST(CudaFusedMatmul, RowsDoNotDependOnM) {
   }
 }
 
-// The factored code path as a ring (ops::set_skinny_ring) gives the same bits as its unrolled rounds, for every
-// fusion and without one, int4 and uint8 codes, bf16 and f16, one and two n-tiles, groups of 128, 256 and whole
-// rows (128 = one chunk per group, the others a division), K of one to many chunks per warp; and both against the
-// ref on every element (check_group).
-TEST(CudaFusedMatmul, RingEqualsRounds) {
-  gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
-  std::mt19937 rng(4104);
-  struct Case {
-    Kind kind;
-    int64_t k, group;
-    std::vector<int64_t> ns;
-  };
-  const Case cases[] = {{Kind::kPlain, 1024, 128, {272}},
-                        {Kind::kPlain, 4096, 256, {136, 40}},
-                        {Kind::kPlain, 2816, 2816, {200}},
-                        {Kind::kPlain, 128, 128, {64}},
-                        {Kind::kNormGroup, 512, 128, {384, 128, 136}},
-                        {Kind::kResidual, 640, 128, {264}},
-                        {Kind::kSiluPair, 1536, 128, {1000, 1000}}};
-  for (DType act : {DType::kBF16, DType::kF16})
-    for (DType codes : {DType::kI4, DType::kU8})
-      for (int64_t m : {1, 5, 8, 9, 16})
-        for (const Case& c : cases) {
-          const std::mt19937 start = rng;
-          std::mt19937 r0 = start, r1 = start;
-          ops::set_skinny_ring(false);
-          const std::vector<HostTensor> rounds = check_group(c.kind, act, codes, m, c.k, c.ns, m % 2 == 1, r0, c.group);
-          ops::set_skinny_ring(true);
-          const std::vector<HostTensor> ring = check_group(c.kind, act, codes, m, c.k, c.ns, m % 2 == 1, r1, c.group);
-          ops::set_skinny_ring(false);
-          rng = r1;
-          ASSERT_EQ(rounds.size(), ring.size());
-          for (size_t i = 0; i < ring.size(); ++i)
-            EXPECT_TRUE(std::equal(ring[i].bytes.begin(), ring[i].bytes.end(), rounds[i].bytes.begin()))
-                << dtype_name(act) << " codes " << dtype_name(codes) << " kind " << static_cast<int>(c.kind) << " K "
-                << c.k << " group " << c.group << " M " << m << " out " << i;
-        }
-}
-
 // What has no fused kernel is refused by fuses_matmuls and by matmuls_fused (with an Error, not a wrong result).
 TEST(CudaFusedMatmul, RefusesWhatItHasNoKernelFor) {
   gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);

@@ -110,74 +110,68 @@ W8Weight make_w8(DType codes_t, int64_t n, int64_t k, std::mt19937& rng) {
 // W8A8 per channel at small M takes the 8-bit tensor-core kernel (skinny_gemm.cuh): int8 rows are the warp
 // kernel's (M = 40) bit for bit at every M up to 32; FP8 rows (M <= 32) are within 1e-3 of max|y| of the ref (the
 // tensor cores sum 32 products at a time) and the same bits for every M <= 32; grouped launches (q/k/v) give the
-// bits of separate ones. Both ways of running M <= 16 (rounds, and the ring of ops::set_skinny_ring) against the
-// same M = 32 rows (always rounds).
+// bits of separate ones.
 TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
-  for (bool ring : {false, true}) {
-    SCOPED_TRACE(ring ? "ring" : "rounds");
-    ops::set_skinny_ring(ring);
-    std::mt19937 rng(32);
-    const int64_t k = 4096;
-    const int64_t ns[] = {1040, 136, 200};  // 65 tiles of 16 rows; rows that do not fill a tile
-    for (DType codes_t : {DType::kI8, DType::kF8E4M3}) {
-      const bool fp8 = codes_t == DType::kF8E4M3;
-      std::vector<W8Weight> ws;
-      for (int64_t n : ns) ws.push_back(make_w8(codes_t, n, k, rng));
-      HostTensor bias = random_tensor(DType::kBF16, {ns[2]}, rng);
-      DeviceTensor d_bias(bias);
-      for (DType act : {DType::kBF16, DType::kF32}) {
-        const int64_t big = fp8 ? 32 : 40;  // int8: M = 40 is cuBLASLt's int8 GEMM (or the warp kernel), the same bits
-        HostTensor x = random_tensor(act, {big, k}, rng);
-        DeviceTensor d_x(x);
-        const std::string what = std::string(dtype_name(codes_t)) + " x " + std::string(dtype_name(act));
-        auto run = [&](int64_t m, size_t i) {
-          DeviceTensor d_out(HostTensor(act, {m, ns[i]}));
-          d_out.poison();
-          gpu().matmul({d_x.view().slice_rows(0, m), ws[i].d_codes.view(), i == 2 ? d_bias.view() : TensorView(),
-                        d_out.view(), ws[i].dq});
-          return d_out.to_host();
-        };
-        std::vector<HostTensor> full;
-        for (size_t i = 0; i < ws.size(); ++i) full.push_back(run(big, i));
-        // Against the ref (FP8 at M = 32: the kernel itself; int8 at 40 is checked by the test below).
-        if (fp8) {
-          for (size_t i = 0; i < ws.size(); ++i) {
-            HostTensor want(act, {big, ns[i]});
-            ref().matmul({x.view(), ws[i].codes.view(), i == 2 ? bias.view() : TensorView(), want.view(), ws[i].hq});
-            double ymax = 0;
-            for (int64_t e = 0; e < want.numel(); ++e) ymax = std::max(ymax, std::fabs(want.get(e)));
-            const double tol = (act == DType::kF32 ? 1e-3 : 1e-2) * ymax;
-            int bad = 0;
-            for (int64_t e = 0; e < want.numel(); ++e) bad += !(std::fabs(full[i].get(e) - want.get(e)) <= tol);
-            EXPECT_EQ(bad, 0) << what << " #" << i;
-          }
+  std::mt19937 rng(32);
+  const int64_t k = 4096;
+  const int64_t ns[] = {1040, 136, 200};  // 65 tiles of 16 rows; rows that do not fill a tile
+  for (DType codes_t : {DType::kI8, DType::kF8E4M3}) {
+    const bool fp8 = codes_t == DType::kF8E4M3;
+    std::vector<W8Weight> ws;
+    for (int64_t n : ns) ws.push_back(make_w8(codes_t, n, k, rng));
+    HostTensor bias = random_tensor(DType::kBF16, {ns[2]}, rng);
+    DeviceTensor d_bias(bias);
+    for (DType act : {DType::kBF16, DType::kF32}) {
+      const int64_t big = fp8 ? 32 : 40;  // int8: M = 40 is cuBLASLt's int8 GEMM (or the warp kernel), the same bits
+      HostTensor x = random_tensor(act, {big, k}, rng);
+      DeviceTensor d_x(x);
+      const std::string what = std::string(dtype_name(codes_t)) + " x " + std::string(dtype_name(act));
+      auto run = [&](int64_t m, size_t i) {
+        DeviceTensor d_out(HostTensor(act, {m, ns[i]}));
+        d_out.poison();
+        gpu().matmul({d_x.view().slice_rows(0, m), ws[i].d_codes.view(), i == 2 ? d_bias.view() : TensorView(),
+                      d_out.view(), ws[i].dq});
+        return d_out.to_host();
+      };
+      std::vector<HostTensor> full;
+      for (size_t i = 0; i < ws.size(); ++i) full.push_back(run(big, i));
+      // Against the ref (FP8 at M = 32: the kernel itself; int8 at 40 is checked by the test below).
+      if (fp8) {
+        for (size_t i = 0; i < ws.size(); ++i) {
+          HostTensor want(act, {big, ns[i]});
+          ref().matmul({x.view(), ws[i].codes.view(), i == 2 ? bias.view() : TensorView(), want.view(), ws[i].hq});
+          double ymax = 0;
+          for (int64_t e = 0; e < want.numel(); ++e) ymax = std::max(ymax, std::fabs(want.get(e)));
+          const double tol = (act == DType::kF32 ? 1e-3 : 1e-2) * ymax;
+          int bad = 0;
+          for (int64_t e = 0; e < want.numel(); ++e) bad += !(std::fabs(full[i].get(e) - want.get(e)) <= tol);
+          EXPECT_EQ(bad, 0) << what << " #" << i;
         }
-        for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 31, 32}) {
-          if (m > big) continue;
-          for (size_t i = 0; i < ws.size(); ++i) {
-            const HostTensor got = run(m, i);
-            EXPECT_EQ(std::memcmp(got.bytes.data(), full[i].bytes.data(), got.bytes.size()), 0)
-                << what << " M " << m << " #" << i;
-          }
+      }
+      for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 31, 32}) {
+        if (m > big) continue;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const HostTensor got = run(m, i);
+          EXPECT_EQ(std::memcmp(got.bytes.data(), full[i].bytes.data(), got.bytes.size()), 0)
+              << what << " M " << m << " #" << i;
         }
-        for (int64_t m : {int64_t{1}, int64_t{12}, int64_t{32}}) {  // q/k/v as one launch
-          std::vector<DeviceTensor> grouped;
-          std::vector<ops::MatmulParams> ps;
-          for (size_t i = 0; i < ws.size(); ++i) grouped.emplace_back(HostTensor(act, {m, ns[i]}));
-          for (size_t i = 0; i < ws.size(); ++i)
-            ps.push_back({d_x.view().slice_rows(0, m), ws[i].d_codes.view(), i == 2 ? d_bias.view() : TensorView(),
-                          grouped[i].view(), ws[i].dq});
-          gpu().matmuls(ps);
-          for (size_t i = 0; i < ws.size(); ++i) {
-            const HostTensor got = grouped[i].to_host();
-            EXPECT_EQ(std::memcmp(got.bytes.data(), full[i].bytes.data(), got.bytes.size()), 0)
-                << what << " grouped M " << m << " #" << i;
-          }
+      }
+      for (int64_t m : {int64_t{1}, int64_t{12}, int64_t{32}}) {  // q/k/v as one launch
+        std::vector<DeviceTensor> grouped;
+        std::vector<ops::MatmulParams> ps;
+        for (size_t i = 0; i < ws.size(); ++i) grouped.emplace_back(HostTensor(act, {m, ns[i]}));
+        for (size_t i = 0; i < ws.size(); ++i)
+          ps.push_back({d_x.view().slice_rows(0, m), ws[i].d_codes.view(), i == 2 ? d_bias.view() : TensorView(),
+                        grouped[i].view(), ws[i].dq});
+        gpu().matmuls(ps);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const HostTensor got = grouped[i].to_host();
+          EXPECT_EQ(std::memcmp(got.bytes.data(), full[i].bytes.data(), got.bytes.size()), 0)
+              << what << " grouped M " << m << " #" << i;
         }
       }
     }
   }
-  ops::set_skinny_ring(false);
 }
 
 // int8 W8A8 per channel beyond the skinny kernel's M: cuBLASLt's int8 GEMM (N % 16 == 0) or the warp kernel (other

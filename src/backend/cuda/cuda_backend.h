@@ -18,10 +18,6 @@ int cuda_device_count();
 // Largest M the skinny bf16/f16 matmul kernel takes under MatmulPolicy::kSkinnySmallM.
 constexpr int64_t kSkinnyMatmulMaxM = 16;
 
-// The skinny kernel's factored W4A16 / W8A16 path as a ring (one chunk per turn of a rolled loop) or in unrolled
-// rounds (the default); the same bits either way. PEREGRINE_SKINNY_RING=1 sets it at start; for tests and comparisons.
-void set_skinny_ring(bool on);
-
 // How matmul picks its kernels and cuBLASLt algorithms.
 enum class MatmulPolicy {
   // The default. bf16/f16 matmuls with M <= 16 (decode and verify steps) run the skinny tensor-core kernel

@@ -1,7 +1,6 @@
 #include "backend/cuda/skinny_gemm.cuh"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <string_view>
 #include <type_traits>
@@ -605,115 +604,9 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
   store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
 }
 
-// The factored path as a ring (PEREGRINE_SKINNY_RING=1; not yet measured on the H200, so off by default): the
-// same chunks, sums and order as skinny_tile's rounds (so the same bits), but one chunk per turn of a loop that is
-// not unrolled: each warp holds U chunks of codes in flight and reloads the slot it just used, x one chunk ahead,
-// so loads never stop between rounds and the loop's code (one chunk's conversion and mma) stays small enough for
-// the instruction cache, where the rounds' unrolled chunks run through ~20 KB of straight-line code per tile.
-// Indices in 32 bits, the chunk's group without a division at group 128.
-template <typename T, Weights F, int NT, int U, int kFuse>
-__device__ __forceinline__ void skinny_tile_ring(const SkinnyGemmLaunch& p, int64_t tile) {
-  static_assert(kFactored<F>, "the ring takes the factored path only");
-  constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
-  TileSrc<F> src;
-  if (!tile_src<T, F, pair>(p, tile, src)) return pdl_wait();  // whole block: uniform
-  extern __shared__ uint4 gamma_s[];
-  if constexpr (kNorm) {
-    const uint4* gamma = static_cast<const uint4*>(p.norm_w);
-    for (int u = threadIdx.x; u < p.k / 8; u += kWarps * 32) gamma_s[u] = __ldg(gamma + u);
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int k = static_cast<int>(p.k);
-  const int chunks = k / 128;  // the factored path: K a multiple of the group, the group of 128
-  constexpr int kRowBytesPerChunk = F == Weights::kInt4Fact ? 64 : 128;
-  const uint8_t* wa = static_cast<const uint8_t*>(src.wa) + (F == Weights::kInt4Fact ? 16 : 32) * t;
-  const uint8_t* wb = static_cast<const uint8_t*>(src.wb) + (F == Weights::kInt4Fact ? 16 : 32) * t;
-  const int gc = static_cast<int>(src.seg.group_size / 128), groups = static_cast<int>(src.seg.groups);
-  const uint4 zero4 = make_uint4(0, 0, 0, 0);
-  auto load_w = [&](int c, RowPiece<F>& ra, RowPiece<F>& rb) {
-    const bool in = c < chunks;  // warp-uniform
-    const int gi = !in || groups == 1 ? 0 : gc == 1 ? c : c / gc;
-    if constexpr (F == Weights::kInt4Fact) {
-      ra.v = in ? __ldcs(reinterpret_cast<const uint4*>(wa + c * kRowBytesPerChunk)) : zero4;
-      rb.v = in ? __ldcs(reinterpret_cast<const uint4*>(wb + c * kRowBytesPerChunk)) : zero4;
-    } else {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        ra.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(wa + c * kRowBytesPerChunk + 16 * h)) : zero4;
-        rb.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(wb + c * kRowBytesPerChunk + 16 * h)) : zero4;
-      }
-    }
-    constexpr float kMid = F == Weights::kInt4Fact ? 8.0f : 128.0f;
-    ra.scale = in ? __ldg(src.sa + gi) : 0.0f;
-    rb.scale = in ? __ldg(src.sb + gi) : 0.0f;
-    ra.zero = src.za && in ? __ldg(src.za + gi) : kMid;
-    rb.zero = src.zb && in ? __ldg(src.zb + gi) : kMid;
-  };
-  const T* xl = static_cast<const T*>(p.x) + g * k + 32 * t;  // n-tile j's row: xl + 8j * k, when 8j + g < M
-  auto load_x = [&](int c, uint4 (&dst)[NT][4]) {
-    const bool in = c < chunks;
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int h = 0; h < 4; ++h)
-        dst[j][h] = in && j * 8 + g < p.m ? __ldg(reinterpret_cast<const uint4*>(xl + j * 8 * k + c * 128 + 8 * h))
-                                          : zero4;
-  };
-  float acc[NT][4], ss[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    ss[j] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-  }
-  RowPiece<F> a[U], b8[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) load_w(warp + kWarps * u, a[u], b8[u]);  // before the wait: no kernel writes them
-  pdl_wait();
-  pdl_trigger();
-  if constexpr (kNorm) __syncthreads();  // gamma_s
-  // x one chunk ahead where registers allow it (one n-tile, no norm); else loaded at the top of the turn.
-  constexpr bool kXNext = NT == 1 && !kNorm;
-  uint4 bx[NT][4];
-  if constexpr (kXNext) load_x(warp, bx);
-#pragma unroll 1
-  for (int c = warp; c < chunks; c += kWarps) {
-    uint4 nx[NT][4];
-    if constexpr (kXNext) load_x(c + kWarps, nx);
-    else load_x(c, bx);
-    if constexpr (kNorm) {
-      const int kk = c * 128 + 32 * t;
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const uint4 gv = gamma_s[(kk + 8 * h) / 8];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) bx[j][h] = norm_piece<T>(bx[j][h], gv, ss[j]);
-      }
-    }
-    any_factored_chunk<T, F, NT>(acc, a[0], b8[0], bx, p.fold_zeros);
-#pragma unroll
-    for (int u = 0; u + 1 < U; ++u) {
-      a[u] = a[u + 1];
-      b8[u] = b8[u + 1];
-    }
-    load_w(c + kWarps * U, a[U - 1], b8[U - 1]);
-    if constexpr (kXNext) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int h = 0; h < 4; ++h) bx[j][h] = nx[j][h];
-    }
-  }
-  store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
-}
-
-// kRing: the factored path's ring (skinny_tile_ring) instead of the rounds (skinny_tile).
-template <typename T, Weights F, int NT, int U, int MINB, int kFuse, bool kRing>
+template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
-  if constexpr (kRing)
-    skinny_tile_ring<T, F, NT, U, kFuse>(p, blockIdx.x);
-  else
-    skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
+  skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
 }
 
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
@@ -722,43 +615,23 @@ bool skinny_plain() {
   return plain;
 }
 
-// One kernel of the set, with the fusion l asks for (dense weights and the factored path only); kRing on the
-// factored path only.
-template <typename T, Weights F, int NT, int U, int MINB, bool kRing = false>
+// One kernel of the set, with the fusion l asks for (dense weights and the factored path only).
+template <typename T, Weights F, int NT, int U, int MINB>
 void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
   if constexpr (F == Weights::kDense || kFactored<F>) {
     const size_t gamma_bytes = static_cast<size_t>(l.k) * sizeof(T);
     if (l.silu_pair)
-      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair, kRing>, grid, block, gamma_bytes, stream,
-                        l.m, l);
+      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair>, grid, block, gamma_bytes, stream, l.m, l);
     if (l.norm_w)
-      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNorm, kRing>, grid, block, gamma_bytes, stream,
-                        l.m, l);
+      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNorm>, grid, block, gamma_bytes, stream, l.m, l);
   }
-  launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone, kRing>, grid, block, 0, stream, l.m, l);
-}
-
-// The factored path as a ring (skinny_tile_ring) instead of unrolled rounds (skinny_tile): PEREGRINE_SKINNY_RING=1,
-// or ops::set_skinny_ring (tests). -1: not yet read from the environment.
-std::atomic<int> g_skinny_ring{-1};
-bool skinny_ring() {
-  int v = g_skinny_ring.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("PEREGRINE_SKINNY_RING");
-    v = e && std::string_view(e) == "1" ? 1 : 0;
-    g_skinny_ring.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
+  launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
 }
 
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
-  if (skinny_ring()) {
-    if (l.m <= 8) return launch_kernel<T, F, 1, kU1, 2, true>(grid, block, stream, l);
-    return launch_kernel<T, F, 2, kFactU2, 2, true>(grid, block, stream, l);
-  }
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
@@ -1184,10 +1057,8 @@ __device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const
   }
 }
 
-// kRing (PEREGRINE_SKINNY_RING=1, as the factored path's skinny_tile_ring): one chunk per turn of a rolled loop,
-// the slot just used reloading the chunk U turns ahead, so a warp's loads never stop between rounds; otherwise U
-// chunks loaded, then computed, round after round. The same chunks in the same order either way: the same bits.
-template <bool kFp8, int NT, int U, int MINB, bool kRing>
+// U chunks loaded, then computed, round after round.
+template <bool kFp8, int NT, int U, int MINB>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGemmLaunch p) {
   int64_t tile = blockIdx.x;
   SkinnySegment seg{};
@@ -1215,31 +1086,14 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
     }
   };
   uint4 a[U][2], b8[U][2];
-  if constexpr (kRing) {
+  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) load(warp + int64_t{kWarps} * u, a[u], b8[u]);
-#pragma unroll 1
-    for (int64_t c = warp; c < chunks; c += kWarps) {
-      w8a8_chunk<kFp8, NT>(acc, a[0], b8[0], p, c, g, t);
+    for (int u = 0; u < U; ++u) load(c0 + int64_t{u} * kWarps, a[u], b8[u]);
 #pragma unroll
-      for (int u = 0; u + 1 < U; ++u)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          a[u][h] = a[u + 1][h];
-          b8[u][h] = b8[u + 1][h];
-        }
-      load(c + int64_t{kWarps} * U, a[U - 1], b8[U - 1]);
-    }
-  } else {
-    for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) load(c0 + int64_t{u} * kWarps, a[u], b8[u]);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = c0 + int64_t{u} * kWarps;
-        if (c >= chunks) break;  // warp-uniform; depends on K alone
-        w8a8_chunk<kFp8, NT>(acc, a[u], b8[u], p, c, g, t);
-      }
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + int64_t{u} * kWarps;
+      if (c >= chunks) break;  // warp-uniform; depends on K alone
+      w8a8_chunk<kFp8, NT>(acc, a[u], b8[u], p, c, g, t);
     }
   }
   store_w8a8_tile<kFp8, NT>(p, seg, n0, acc);
@@ -1250,17 +1104,12 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   int64_t tiles = 0;
   for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
-  const bool ring = skinny_ring();  // M <= 16 (NT 4 keeps its rounds)
-  if (l.m <= 8 && ring)
-    skinny_w8a8_kernel<kFp8, 1, 4, 2, true><<<grid, block, 0, stream>>>(l);
-  else if (l.m <= 8)
-    skinny_w8a8_kernel<kFp8, 1, 4, 2, false><<<grid, block, 0, stream>>>(l);
-  else if (l.m <= 16 && ring)
-    skinny_w8a8_kernel<kFp8, 2, 2, 2, true><<<grid, block, 0, stream>>>(l);
+  if (l.m <= 8)
+    skinny_w8a8_kernel<kFp8, 1, 4, 2><<<grid, block, 0, stream>>>(l);
   else if (l.m <= 16)
-    skinny_w8a8_kernel<kFp8, 2, 2, 2, false><<<grid, block, 0, stream>>>(l);
+    skinny_w8a8_kernel<kFp8, 2, 2, 2><<<grid, block, 0, stream>>>(l);
   else
-    skinny_w8a8_kernel<kFp8, 4, 2, 1, false><<<grid, block, 0, stream>>>(l);
+    skinny_w8a8_kernel<kFp8, 4, 2, 1><<<grid, block, 0, stream>>>(l);
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -1367,7 +1216,3 @@ void launch_skinny_w8a8(const SkinnyGemmLaunch& l, cudaStream_t stream) {
 }
 
 }  // namespace peregrine::cuda
-
-namespace peregrine::ops {
-void set_skinny_ring(bool on) { cuda::g_skinny_ring.store(on ? 1 : 0, std::memory_order_relaxed); }
-}  // namespace peregrine::ops
