@@ -596,19 +596,20 @@ void EngineCore::step() {
       };
     }
   }
-  // A host backend computes the LM head's rows of verified drafts on demand: each walk's first lazy_chunk_ rows
+  // A host backend computes the LM head's rows of verified drafts on demand: each walk's first lazy_chunk rows
   // now, the others when the walk reaches them (most walks end at a rejected draft, whose later rows no one reads).
   deferred_.clear();
+  int lazy_chunk = 0;
   if (runner_->lazy_logits()) {
     int verifying = 0;
     for (size_t i = 0; i < out.seqs.size(); ++i) verifying += out.seqs[i].num_draft_tokens > 0 && rows_.sample_row[i] >= 0;
     if (verifying > 0) {
-      lazy_chunk_ = verifying == 1 ? 4 : 2;
+      lazy_chunk = verifying == 1 ? 4 : 2;
       deferred_.assign(static_cast<size_t>(rows_.num_rows), 0);
       for (size_t i = 0; i < out.seqs.size(); ++i) {
         const int drafts = out.seqs[i].num_draft_tokens;
         if (drafts == 0 || rows_.sample_row[i] < 0) continue;
-        for (int r = lazy_chunk_; r <= drafts; ++r) deferred_[static_cast<size_t>(rows_.sample_row[i] + r)] = 1;
+        for (int r = lazy_chunk; r <= drafts; ++r) deferred_[static_cast<size_t>(rows_.sample_row[i] + r)] = 1;
       }
     }
   }
@@ -705,7 +706,7 @@ void EngineCore::step() {
     for (DraftWalk& w : walks_) {
       const int row = walk_drafts(w, ready, t_now);
       if (row < 0) continue;
-      const int end = std::min(w.first_row + static_cast<int>(w.drafts.size()) + 1, row + lazy_chunk_);
+      const int end = std::min(w.first_row + static_cast<int>(w.drafts.size()) + 1, row + lazy_chunk);
       for (int r = row; r < end; ++r) {
         if (ready[static_cast<size_t>(r)]) continue;
         ready[static_cast<size_t>(r)] = 1;

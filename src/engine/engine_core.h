@@ -155,10 +155,8 @@ class EngineCore {
   std::unique_ptr<ThreadPool> sampling_pool_;  // null when one thread samples
   std::vector<SamplingWorkspace> workspaces_;  // one per sampling thread
   std::vector<float> logits_;
-  // Lazy verify rows (ModelRunner::lazy_logits): this step's deferred rows, the rows a walk takes per round, and
-  // the walks.
+  // Lazy verify rows (ModelRunner::lazy_logits): this step's deferred rows, and its walks.
   std::vector<uint8_t> deferred_;
-  int lazy_chunk_ = 4;
   std::vector<DraftWalk> walks_;
   std::vector<LogitsRequest> logits_requests_;
   LogitsRows rows_;

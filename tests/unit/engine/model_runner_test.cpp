@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <span>
 
 #include "core/status.h"
@@ -127,6 +128,24 @@ class RunnerOnModel : public ::testing::Test {
     runner_->allocate_kv_cache(64);
     vocab_ = runner_->vocab_size();
   }
+  // A runner of its own on the CPU (8 sequences, 256 tokens a step, 512 positions, a 64-block cache), with the
+  // options tweak sets.
+  std::unique_ptr<ModelRunner> make_runner(int max_logits_rows, const std::function<void(RunnerOptions&)>& tweak) const {
+    const io::ModelConfig config = io::load_model_config(dir_);
+    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
+    model::ModelOptions mo;
+    mo.max_num_tokens = 256;
+    mo.max_logits_rows = max_logits_rows;
+    auto model = model::load_model(dir_, *backend, mo);
+    RunnerOptions ro;
+    ro.max_num_seqs = 8;
+    ro.max_num_batched_tokens = 256;
+    ro.max_model_len = 512;
+    tweak(ro);
+    auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
+    r->allocate_kv_cache(64);
+    return r;
+  }
   std::filesystem::path dir_;
   std::unique_ptr<ModelRunner> runner_;
   int vocab_ = 0;
@@ -182,27 +201,16 @@ TEST_F(RunnerOnModel, PaddedVerifyLayoutGivesTheSameRows) {
   // Three sequences verifying 4, 2 and 0 drafts; the padded layout (what verify graphs replay) and row-exact pieces
   // (what the CUDA backend asks for: short sequences cut into pieces of few rows within one key granule, plus
   // empty ones) must give the same logits, bit for bit, as the plain one.
-  const io::ModelConfig config = io::load_model_config(dir_);
   struct Mode {
     bool pad;
     ops::Backend::RowExactLayout pieces;
   };
   const Mode modes[] = {{false, {}}, {true, {}}, {false, {2, 4}}, {true, {2, 4}}, {false, {1, 0}}, {true, {3, 0}}};
   auto make = [&](const Mode& m) {
-    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
-    model::ModelOptions mo;
-    mo.max_num_tokens = 256;
-    mo.max_logits_rows = 64;
-    auto model = model::load_model(dir_, *backend, mo);
-    RunnerOptions ro;
-    ro.max_num_seqs = 8;
-    ro.max_num_batched_tokens = 256;
-    ro.max_model_len = 512;
-    ro.pad_verify_steps = m.pad;
-    ro.row_exact_override = m.pieces;
-    auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
-    r->allocate_kv_cache(64);
-    return r;
+    return make_runner(64, [&](RunnerOptions& ro) {
+      ro.pad_verify_steps = m.pad;
+      ro.row_exact_override = m.pieces;
+    });
   };
   std::vector<float> plain_logits;
   for (const Mode& mode : modes) {
@@ -251,21 +259,8 @@ TEST_F(RunnerOnModel, PaddedVerifyLayoutGivesTheSameRows) {
 TEST_F(RunnerOnModel, TreeVerifyAsKeyTailPiecesGivesTheSameRows) {
   // Two sequences verifying token trees and one a chain: laid out as pieces with key tails (how backends without
   // tree_parents verify trees) the logits must equal, bit for bit, those of tree attention.
-  const io::ModelConfig config = io::load_model_config(dir_);
   auto make = [&](ops::Backend::RowExactLayout pieces) {
-    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
-    model::ModelOptions mo;
-    mo.max_num_tokens = 256;
-    mo.max_logits_rows = 64;
-    auto model = model::load_model(dir_, *backend, mo);
-    RunnerOptions ro;
-    ro.max_num_seqs = 8;
-    ro.max_num_batched_tokens = 256;
-    ro.max_model_len = 512;
-    ro.row_exact_override = pieces;
-    auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
-    r->allocate_kv_cache(64);
-    return r;
+    return make_runner(64, [&](RunnerOptions& ro) { ro.row_exact_override = pieces; });
   };
   const std::vector<std::vector<int32_t>> parents = {{-1, 0, 0, 1, 1, 2, 4}, {-1, 0, 1, 2}, {-1, -1, 1, 1, 0}};
   std::vector<float> want;
@@ -318,22 +313,8 @@ TEST_F(RunnerOnModel, DeferredRowsComputedLaterHaveTheStepsBits) {
   // Lazy logits rows (host backends): a step whose verify rows are deferred, then computed a few at a time, in any
   // order, repeated, more at once than one logits chunk holds, gives every row the bits of the step that computed
   // them all. Rows not deferred (a prompt's logprob rows, a plain decode) come with the step.
-  const io::ModelConfig config = io::load_model_config(dir_);
-  auto make = [&](bool lazy) {
-    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
-    model::ModelOptions mo;
-    mo.max_num_tokens = 256;
-    mo.max_logits_rows = 4;  // compute_rows takes several chunks for some calls below
-    auto model = model::load_model(dir_, *backend, mo);
-    RunnerOptions ro;
-    ro.max_num_seqs = 8;
-    ro.max_num_batched_tokens = 256;
-    ro.max_model_len = 512;
-    ro.lazy_logits = lazy;
-    auto r = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
-    r->allocate_kv_cache(64);
-    return r;
-  };
+  // 4 logits rows per chunk: compute_rows takes several chunks for some calls below.
+  auto make = [&](bool lazy) { return make_runner(4, [&](RunnerOptions& ro) { ro.lazy_logits = lazy; }); };
   auto run = [&](ModelRunner& runner, const std::vector<uint8_t>* deferred, std::vector<float>& logits, LogitsRows& rows) {
     std::vector<Sequence> seqs;
     for (int i = 0; i < 3; ++i) {

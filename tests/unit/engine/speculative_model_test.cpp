@@ -5,9 +5,11 @@
 // The drafters' reduced vocabulary (draft_vocab_size, speculative_token_map) keeps the output identical too.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <unistd.h>
 
 #include "ops/backend.h"
@@ -63,7 +65,16 @@ std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<
   } else {
     out = engine->generate(ids, p);
   }
-  if (stats) *stats = engine->stats();
+  if (stats) {
+    // The stats snapshot is published after the step that delivered the last output: wait for it.
+    uint64_t tokens = 0;
+    for (const RequestOutput& o : out) tokens += o.outputs.at(0).token_ids.size();
+    *stats = engine->stats();
+    for (int spin = 0; spin < 400 && stats->generation_tokens < tokens; ++spin) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      *stats = engine->stats();
+    }
+  }
   return out;
 }
 
@@ -135,7 +146,11 @@ TEST(SpeculativeModel, VerifyRowsOnDemandKeepGreedyOutput) {
       EXPECT_GT(lazy_stats.spec_lazy_rounds, 0u) << what;
       EXPECT_GT(lazy_stats.spec_lazy_rows, 0u) << what;
       EXPECT_EQ(eager_stats.spec_lazy_rounds, 0u) << what;
-      EXPECT_EQ(lazy_stats.spec_num_accepted_tokens, eager_stats.spec_num_accepted_tokens) << what;
+      // ngram drafts from each request's own tokens: the same drafts either way. The lookahead trie learns from
+      // every request in the order their steps ran, which a batch's arrival may change: not compared.
+      if (!tree) {
+        EXPECT_EQ(lazy_stats.spec_num_accepted_tokens, eager_stats.spec_num_accepted_tokens) << what;
+      }
       // The later rounds computed fewer rows than the steps deferred (at least one per draft past the first rows).
       EXPECT_LT(lazy_stats.spec_lazy_rows, lazy_stats.spec_num_draft_tokens) << what;
       std::printf("%s: %llu verify steps, %llu drafts, %llu rows in %llu later rounds\n", what.c_str(),
