@@ -5,7 +5,8 @@
 // timings are medians of CUDA-graph replays.
 // --ggml-only: the HBM ceilings, then GGUF block matmuls (Q8_0/Q4_0/Q4_K/Q6_K, 8B shapes, M = 1/8/32) only.
 // --skinny-only: the HBM ceilings, then the skinny bf16 kernel against split-K cuBLASLt at M = 1..16 only.
-// Usage: cuda_ops_bench [--gemm-only | --ggml-only | --skinny-only] [output.md]
+// --kv-cache-only: the HBM ceilings, then decode and prefill attention over bf16, fp8 and int8 KV caches only.
+// Usage: cuda_ops_bench [--gemm-only | --ggml-only | --skinny-only | --kv-cache-only] [output.md]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -168,22 +169,34 @@ double time_fp8_matmul(Bench& b, int64_t m, int64_t n, int64_t k) {
 
 struct AttnSetup {
   DeviceBuffer k_pool, v_pool, q, out, qsl, lens;
+  DeviceBuffer k_scales, v_scales;  // 8-bit caches: one f32 per (slot, KV head)
   std::vector<DeviceBuffer> tables;
   int num_seqs = 0, q_len = 0, ctx = 0, blocks_per_seq = 0;
+  DType cache = DType::kBF16;
 };
 
 constexpr int kHq = 32, kHkv = 8, kHd = 128, kBlock = 16;
 
-AttnSetup make_attention(Bench& b, int num_seqs, int q_len, int ctx, int sets, std::mt19937& rng) {
+// cache: bf16, or int8 / fp8 e4m3 codes (random bytes: timing does not depend on their values) with random scales.
+AttnSetup make_attention(Bench& b, int num_seqs, int q_len, int ctx, int sets, std::mt19937& rng,
+                         DType cache = DType::kBF16) {
   AttnSetup a;
   a.num_seqs = num_seqs;
   a.q_len = q_len;
   a.ctx = ctx;
+  a.cache = cache;
   a.blocks_per_seq = ctx / kBlock;
   const int64_t set_blocks = static_cast<int64_t>(num_seqs) * a.blocks_per_seq;
   const int64_t pool_elems = sets * set_blocks * kBlock * kHkv * kHd;
-  a.k_pool = b.random_buffer(DType::kBF16, pool_elems);
-  a.v_pool = b.random_buffer(DType::kBF16, pool_elems);
+  if (cache == DType::kBF16) {
+    a.k_pool = b.random_buffer(DType::kBF16, pool_elems);
+    a.v_pool = b.random_buffer(DType::kBF16, pool_elems);
+  } else {
+    a.k_pool = b.random_buffer(DType::kBF16, pool_elems / 2);
+    a.v_pool = b.random_buffer(DType::kBF16, pool_elems / 2);
+    a.k_scales = b.random_buffer(DType::kF32, pool_elems / kHd, 0.01f);
+    a.v_scales = b.random_buffer(DType::kF32, pool_elems / kHd, 0.01f);
+  }
   a.q = b.random_buffer(DType::kBF16, static_cast<size_t>(num_seqs) * q_len * kHq * kHd);
   a.out = DeviceBuffer(b.be(), static_cast<size_t>(num_seqs) * q_len * kHq * kHd * 2);
   std::vector<int32_t> qsl(num_seqs + 1), lens(num_seqs, ctx);
@@ -203,11 +216,12 @@ AttnSetup make_attention(Bench& b, int num_seqs, int q_len, int ctx, int sets, s
 }
 
 ops::AttentionParams attention_params(AttnSetup& a, int set) {
-  const int64_t pool_blocks = static_cast<int64_t>(a.k_pool.bytes() / (kBlock * kHkv * kHd * 2));
+  const int64_t pool_blocks = static_cast<int64_t>(a.k_pool.bytes() / dtype_bytes(a.cache, kBlock * kHkv * kHd));
   const int64_t tokens = static_cast<int64_t>(a.num_seqs) * a.q_len;
-  return {a.q.view(DType::kBF16, {tokens, kHq, kHd}),
-          a.k_pool.view(DType::kBF16, {pool_blocks, kBlock, kHkv, kHd}),
-          a.v_pool.view(DType::kBF16, {pool_blocks, kBlock, kHkv, kHd}),
+  ops::AttentionParams p{
+          a.q.view(DType::kBF16, {tokens, kHq, kHd}),
+          a.k_pool.view(a.cache, {pool_blocks, kBlock, kHkv, kHd}),
+          a.v_pool.view(a.cache, {pool_blocks, kBlock, kHkv, kHd}),
           a.out.view(DType::kBF16, {tokens, kHq, kHd}),
           a.qsl.view(DType::kI32, {a.num_seqs + 1}),
           a.lens.view(DType::kI32, {a.num_seqs}),
@@ -216,6 +230,48 @@ ops::AttentionParams attention_params(AttnSetup& a, int set) {
           0,
           a.q_len,
           a.ctx, {}, {}, {}, {}, {}};
+  if (a.cache != DType::kBF16) {
+    p.k_scales = a.k_scales.view(DType::kF32, {pool_blocks, kBlock, kHkv});
+    p.v_scales = a.v_scales.view(DType::kF32, {pool_blocks, kBlock, kHkv});
+  }
+  return p;
+}
+
+// Decode (bs 1 / 8 / 64 at 2K..32K) and 8K causal prefill attention over bf16, fp8 e4m3 and int8 caches, each
+// 8-bit figure beside the bf16 cache's in the same run (issue 12's goal: fp8 at 32K, bs 8 >= 1.8x bf16).
+void add_kv_cache_rows(Bench& b, std::vector<Row>& rows, double copy_tbps, std::mt19937& rng) {
+  struct Shape { int ctx, bs; };
+  for (Shape sh : {Shape{2048, 64}, Shape{8192, 8}, Shape{32768, 1}, Shape{32768, 8}}) {
+    double bf16_ms = 0;
+    for (DType cache : {DType::kBF16, DType::kF8E4M3, DType::kI8}) {
+      const size_t kv_bytes = static_cast<size_t>(sh.bs) * sh.ctx * kHkv * (dtype_bytes(cache, kHd) + (cache == DType::kBF16 ? 0 : 4)) * 2;
+      const int sets = sets_for(kv_bytes);
+      AttnSetup a = make_attention(b, sh.bs, 1, sh.ctx, sets, rng, cache);
+      std::vector<ops::AttentionParams> params;
+      for (int s = 0; s < sets; ++s) params.push_back(attention_params(a, s));
+      const int calls = sets * std::max(1, 16 / sets);
+      const double ms = b.time_calls(calls, [&](int i) { b.be().attention(params[i % sets]); });
+      if (cache == DType::kBF16) bf16_ms = ms;
+      const double tbps = kv_bytes / (ms * 1e-3) / 1e12;
+      rows.push_back({"decode attention ctx " + std::to_string(sh.ctx / 1024) + "K bs " + std::to_string(sh.bs) + " " +
+                          std::string(dtype_name(cache)) + " cache (32q/8kv, d128): " + fmt("%.1f us", ms * 1e3),
+                      fmt("%.2f TB/s of cache read", tbps),
+                      fmt("%.0f%% of copy BW; ", 100 * tbps / copy_tbps) + fmt("%.2fx the bf16 cache", bf16_ms / ms)});
+      std::fflush(stdout);
+    }
+  }
+  double bf16_ms = 0;
+  for (DType cache : {DType::kBF16, DType::kF8E4M3, DType::kI8}) {
+    const int s = 8192;
+    AttnSetup a = make_attention(b, 1, s, s, 1, rng, cache);
+    ops::AttentionParams p = attention_params(a, 0);
+    const double ms = b.time_calls(3, [&](int) { b.be().attention(p); });
+    if (cache == DType::kBF16) bf16_ms = ms;
+    const double flops = 4.0 * kHq * kHd * (static_cast<double>(s) * (s + 1) / 2);
+    rows.push_back({std::string("prefill attention 8K causal ") + std::string(dtype_name(cache)) + " cache: " + fmt("%.2f ms", ms),
+                    fmt("%.0f TFLOP/s", flops / (ms * 1e-3) / 1e12), fmt("%.2fx the bf16 cache", bf16_ms / ms)});
+    std::fflush(stdout);
+  }
 }
 
 // The split count in a describe_last_matmul() string.
@@ -408,13 +464,15 @@ int main(int argc, char** argv) {
       std::printf("cuda_ops_bench: no CUDA device\n");
       return 0;
     }
-    bool gemm_only = false, ggml_only = false, fp8 = false, fp8_only = false, skinny_only = false;
+    bool gemm_only = false, ggml_only = false, fp8 = false, fp8_only = false, skinny_only = false, kv_only = false;
     const char* out_path = nullptr;
     for (int i = 1; i < argc; ++i) {
       if (std::string(argv[i]) == "--gemm-only") {
         gemm_only = true;
       } else if (std::string(argv[i]) == "--skinny-only") {
         skinny_only = true;
+      } else if (std::string(argv[i]) == "--kv-cache-only") {
+        kv_only = true;
       } else if (std::string(argv[i]) == "--ggml-only") {
         ggml_only = true;
       } else if (std::string(argv[i]) == "--fp8") {
@@ -435,9 +493,10 @@ int main(int argc, char** argv) {
     rows.push_back({"HBM copy, 16-byte kernel (2 GiB, read+write)", fmt("%.2f TB/s", bw.copy_tbps), "ceiling"});
     rows.push_back({"HBM copy, cudaMemcpyAsync D2D in a graph", fmt("%.2f TB/s", bw.memcpy_tbps), "(copy engine)"});
     rows.push_back({"HBM read-only kernel (2 GiB)", fmt("%.2f TB/s", read_tbps), "ceiling for reads"});
-    if (ggml_only || skinny_only) {
+    if (ggml_only || skinny_only || kv_only) {
       if (ggml_only) add_ggml_rows(b, rows, copy_tbps, read_tbps);
       if (skinny_only) add_skinny_rows(b, rows, read_tbps);
+      if (kv_only) add_kv_cache_rows(b, rows, copy_tbps, rng);
       std::string table = "| measurement | figure | versus |\n| --- | --- | --- |\n";
       for (const Row& r : rows) table += "| " + r.what + " | " + r.value + " | " + r.versus + " |\n";
       std::printf("\n%s", table.c_str());

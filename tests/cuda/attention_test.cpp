@@ -1,11 +1,13 @@
 // CUDA vs ref paged attention: ragged batches mixing decodes, chunks over a cached prefix and whole
 // prefills; block tables with holes (unused blocks and padding poisoned with NaN, -1 entries); GQA ratios
 // 1, 3, 4, 8; head_dim 64/128/256; bf16, f16, f32 and mixed dtypes; sliding windows; contexts 1 to 32K;
-// and determinism: a sequence's output is bitwise identical alone and inside any batch.
+// and determinism: a sequence's output is bitwise identical alone and inside any batch. int8 / fp8 e4m3 caches
+// (codes and per-(slot, head) scales written by the ref backend's kv_write) take the same cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "cuda_test_util.h"
 
@@ -21,11 +23,16 @@ struct AttnCase {
   int hq = 8, hkv = 2, hd = 128, block_size = 16;
   DType act = DType::kBF16, cache = DType::kBF16;
   int window = 0;
+  // Values: 0 normal(0, 1); 1 (8-bit caches) one element of every head row large (K ±1, V 100), the rest small
+  // positive values whose e4m3 codes are subnormal, checked element by element (atol_scale).
+  int values = 0;
+  double atol_scale = -1;
 };
 
 // Host-side inputs of one attention call; tables use a shuffled block pool with unused (NaN) blocks.
 struct AttnInputs {
   HostTensor q, k_cache, v_cache, qsl, lens, tables;
+  HostTensor k_scales, v_scales;  // quantized caches only (else empty)
   int max_query_len = 0, max_seq_len = 0;
 };
 
@@ -47,6 +54,10 @@ AttnInputs make_inputs(const AttnCase& c, std::mt19937& rng) {
   std::shuffle(perm.begin(), perm.end(), rng);
 
   in.q = random_tensor(c.act, {tokens, c.hq, c.hd}, rng);
+  // Quantized caches: values go to f32 rows first and are quantized into the (poisoned) cache at the end.
+  const bool quantized = c.cache == DType::kI8 || c.cache == DType::kF8E4M3;
+  std::vector<int32_t> used_slots;
+  std::vector<float> k_rows, v_rows;
   in.k_cache = HostTensor(c.cache, {pool, c.block_size, c.hkv, c.hd});
   in.v_cache = HostTensor(c.cache, {pool, c.block_size, c.hkv, c.hd});
   in.k_cache.poison();
@@ -73,15 +84,40 @@ AttnInputs make_inputs(const AttnCase& c, std::mt19937& rng) {
       for (int off = 0; off < c.block_size; ++off) {
         if (b * c.block_size + off >= sq.seq_len) break;  // the tail of the last block stays NaN
         const int64_t base = (static_cast<int64_t>(id) * c.block_size + off) * row;
+        if (quantized) used_slots.push_back(id * c.block_size + off);
         for (int64_t i = 0; i < row; ++i) {
-          in.k_cache.set(base + i, dist(rng));
-          in.v_cache.set(base + i, dist(rng));
+          double kx = dist(rng), vx = dist(rng);
+          if (c.values == 1) {  // e4m3 codes below 2^-6 are subnormal: |x| < amax / 448 / 64
+            const bool big = i % c.hd == 0;
+            kx = big ? (kx < 0 ? -1.0 : 1.0) : 2e-6 + 3e-5 * std::fabs(kx) / 3.0;
+            vx = big ? 100.0 : 2e-4 + 3e-3 * std::fabs(vx) / 3.0;  // all positive: no cancellation
+          }
+          if (quantized) {
+            k_rows.push_back(static_cast<float>(kx));
+            v_rows.push_back(static_cast<float>(vx));
+          } else {
+            in.k_cache.set(base + i, kx);
+            in.v_cache.set(base + i, vx);
+          }
         }
       }
     }
   }
   in.qsl = int_tensor(qsl);
   in.lens = int_tensor(lens);
+  if (quantized) {
+    in.k_scales = HostTensor(DType::kF32, {pool, c.block_size, c.hkv});
+    in.v_scales = HostTensor(DType::kF32, {pool, c.block_size, c.hkv});
+    in.k_scales.poison();
+    in.v_scales.poison();
+    const int64_t n = static_cast<int64_t>(used_slots.size());
+    HostTensor k(DType::kF32, {n, c.hkv, c.hd}), v(DType::kF32, {n, c.hkv, c.hd});
+    std::memcpy(k.bytes.data(), k_rows.data(), k_rows.size() * 4);
+    std::memcpy(v.bytes.data(), v_rows.data(), v_rows.size() * 4);
+    HostTensor slots = int_tensor(used_slots);
+    ref().kv_write({k.view(), v.view(), slots.view(), in.k_cache.view(), in.v_cache.view(), in.k_scales.view(),
+                    in.v_scales.view()});
+  }
   return in;
 }
 
@@ -90,6 +126,8 @@ HostTensor run_ref(const AttnCase& c, const AttnInputs& in) {
   ops::AttentionParams p{in.q.view(), in.k_cache.view(), in.v_cache.view(), out.view(), in.qsl.view(),
                          in.lens.view(), in.tables.view(), 1.0f / std::sqrt(static_cast<float>(c.hd)), c.window,
                          in.max_query_len, in.max_seq_len, {}, {}, {}, {}, {}};
+  p.k_scales = in.k_scales.view();
+  p.v_scales = in.v_scales.view();
   ref().attention(p);
   return out;
 }
@@ -101,6 +139,13 @@ HostTensor run_gpu(const AttnCase& c, const AttnInputs& in) {
   ops::AttentionParams p{q.view(), kc.view(), vc.view(), out.view(), qsl.view(), lens.view(), tables.view(),
                          1.0f / std::sqrt(static_cast<float>(c.hd)), c.window, in.max_query_len, in.max_seq_len, {},
                          {}, {}, {}, {}};
+  std::optional<DeviceTensor> ks, vs;
+  if (!in.k_scales.bytes.empty()) {
+    ks.emplace(in.k_scales);
+    vs.emplace(in.v_scales);
+    p.k_scales = ks->view();
+    p.v_scales = vs->view();
+  }
   gpu().attention(p);
   return out.to_host();
 }
@@ -110,7 +155,7 @@ void check_case(const AttnCase& c, uint32_t seed, const char* what) {
   AttnInputs in = make_inputs(c, rng);
   HostTensor want = run_ref(c, in);
   HostTensor got = run_gpu(c, in);
-  EXPECT_TRUE(all_close(got, want)) << what << ": " << dtype_name(c.act) << "/" << dtype_name(c.cache) << " hq "
+  EXPECT_TRUE(all_close(got, want, -1, c.atol_scale)) << what << ": " << dtype_name(c.act) << "/" << dtype_name(c.cache) << " hq "
                                     << c.hq << " hkv " << c.hkv << " hd " << c.hd << " window " << c.window;
 }
 
@@ -185,9 +230,11 @@ TEST(CudaAttention, LongContextsTo32K) {
 
 // The same sequences alone and inside bigger, differently ordered batches must give identical bits.
 TEST(CudaAttention, ResultDoesNotDependOnBatch) {
+  for (DType cache : {DType::kBF16, DType::kI8, DType::kF8E4M3})
   for (int hd : {128, 64}) {
     AttnCase target;
     target.hd = hd;
+    target.cache = cache;
     target.seqs = {{1, 5000}, {70, 700}, {3, 900}};
     AttnCase big = target;
     big.seqs = {{9, 9}, {1, 30000}, {1, 5000}, {300, 4000}, {70, 700}, {2, 2}, {3, 900}};
@@ -215,7 +262,7 @@ TEST(CudaAttention, ResultDoesNotDependOnBatch) {
       const bool same = std::memcmp(one_out.bytes.data(), batch_out.bytes.data() + qsl[s] * row_bytes,
                                     sq.q_len * row_bytes) == 0;
       EXPECT_TRUE(same) << "sequence " << s << " (q_len " << sq.q_len << ", len " << sq.seq_len << ", hd " << hd
-                        << ") differs alone vs in batch";
+                        << ", cache " << dtype_name(cache) << ") differs alone vs in batch";
     }
   }
 }
@@ -225,9 +272,10 @@ TEST(CudaAttention, ResultDoesNotDependOnBatch) {
 // (1) match the reference (tree_parents form) and (2) be bit-identical to decoding each row alone over the same
 // keys at consecutive positions, which is what makes speculative output equal plain decoding.
 TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
-  for (DType dt : {DType::kBF16, DType::kF32}) {
+  for (DType dt : {DType::kBF16, DType::kF32, DType::kI8, DType::kF8E4M3}) {
     AttnCase c;
     c.act = c.cache = dt;
+    if (dt == DType::kI8 || dt == DType::kF8E4M3) c.act = DType::kBF16;  // 8-bit caches under bf16
     c.hq = 12;
     c.hkv = 4;  // group 3: pieces of at most 5 rows
     c.hd = 64;
@@ -285,6 +333,8 @@ TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
     ops::AttentionParams pr{in.q.view(), in.k_cache.view(), in.v_cache.view(), want.view(), in.qsl.view(),
                             in.lens.view(), in.tables.view(), scale, 0, in.max_query_len, in.max_seq_len,
                             tree.view(), {}, {}, {}, {}};
+    pr.k_scales = in.k_scales.view();
+    pr.v_scales = in.v_scales.view();
     ref().attention(pr);
     DeviceTensor q(in.q), kc(in.k_cache), vc(in.v_cache), tables(in.tables), dq(int_tensor(pqsl)),
         dl(int_tensor(plens)), di(int_tensor(pindex)), df(int_tensor(pfrom)), dof(int_tensor(poff)),
@@ -293,6 +343,14 @@ TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
     out.poison();
     ops::AttentionParams pg{q.view(), kc.view(), vc.view(), out.view(), dq.view(), dl.view(), tables.view(),
                             scale, 0, 5, in.max_seq_len, {}, di.view(), df.view(), dof.view(), dt_.view()};
+    const bool quantized = !in.k_scales.bytes.empty();
+    std::optional<DeviceTensor> dks, dvs;
+    if (quantized) {
+      dks.emplace(in.k_scales);
+      dvs.emplace(in.v_scales);
+      pg.k_scales = dks->view();
+      pg.v_scales = dvs->view();
+    }
     gpu().attention(pg);
     const HostTensor got = out.to_host();
     EXPECT_TRUE(all_close(got, want)) << "pieces and key tails vs the reference's trees, " << dtype_name(dt);
@@ -300,6 +358,7 @@ TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
     // (2) each row alone: a decode over its path's KV copied to consecutive slots of a fresh block table.
     const int64_t kv_row = static_cast<int64_t>(c.hkv) * c.hd;
     const size_t slot_bytes = dtype_bytes(c.cache, static_cast<size_t>(kv_row));
+    const size_t scale_bytes = static_cast<size_t>(c.hkv) * 4;  // quantized caches: a slot's K or V scales
     const size_t row_bytes = dtype_bytes(c.act, static_cast<size_t>(c.hq) * c.hd);
     const int max_blocks = static_cast<int>(in.tables.shape[1]);
     int mismatches = 0;
@@ -309,7 +368,7 @@ TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
       const int ctx = c.seqs[static_cast<size_t>(s)].seq_len - q_len;
       for (int i = 0; i < q_len; ++i) {
         const auto& path = row_path[static_cast<size_t>(row0 + i)];
-        HostTensor k1 = in.k_cache, v1 = in.v_cache;
+        HostTensor k1 = in.k_cache, v1 = in.v_cache, ks1 = in.k_scales, vs1 = in.v_scales;
         auto slot_of = [&](int64_t j) {
           return static_cast<int64_t>(in.tables.get(static_cast<int64_t>(s) * max_blocks + j / c.block_size)) * c.block_size +
                  j % c.block_size;
@@ -318,6 +377,10 @@ TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
           const int64_t from = slot_of(path[m]), to = slot_of(ctx + static_cast<int64_t>(m));
           std::memcpy(k1.bytes.data() + to * slot_bytes, in.k_cache.bytes.data() + from * slot_bytes, slot_bytes);
           std::memcpy(v1.bytes.data() + to * slot_bytes, in.v_cache.bytes.data() + from * slot_bytes, slot_bytes);
+          if (quantized) {
+            std::memcpy(ks1.bytes.data() + to * scale_bytes, in.k_scales.bytes.data() + from * scale_bytes, scale_bytes);
+            std::memcpy(vs1.bytes.data() + to * scale_bytes, in.v_scales.bytes.data() + from * scale_bytes, scale_bytes);
+          }
         }
         HostTensor q1(c.act, {1, c.hq, c.hd});
         std::memcpy(q1.bytes.data(), in.q.bytes.data() + static_cast<size_t>(row0 + i) * row_bytes, row_bytes);
@@ -328,6 +391,13 @@ TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
         DeviceTensor o1(HostTensor(c.act, {1, c.hq, c.hd}));
         ops::AttentionParams p1{dq1.view(), dk1.view(), dv1.view(), o1.view(), dqsl.view(), dlen.view(), dt1.view(),
                                 scale, 0, 1, ctx + static_cast<int>(path.size()), {}, {}, {}, {}, {}};
+        std::optional<DeviceTensor> dks1, dvs1;
+        if (quantized) {
+          dks1.emplace(ks1);
+          dvs1.emplace(vs1);
+          p1.k_scales = dks1->view();
+          p1.v_scales = dvs1->view();
+        }
         gpu().attention(p1);
         const HostTensor alone = o1.to_host();
         if (std::memcmp(alone.bytes.data(), got.bytes.data() + static_cast<size_t>(row0 + i) * row_bytes, row_bytes) != 0) {
@@ -339,6 +409,49 @@ TEST(CudaAttention, RowExactPiecesAndKeyTailsEqualTheirOwnDecodes) {
       row0 += q_len;
     }
     EXPECT_EQ(mismatches, 0) << "of " << tokens << " rows (" << n << " pieces)";
+  }
+}
+
+// 8-bit caches on the tensor-core kernels (bf16 and f16 activations) and on the generic one (f32 activations):
+// the reference dequantizes each code times its (slot, head) scale in f32.
+TEST(CudaAttention, QuantizedCaches) {
+  for (DType cache : {DType::kI8, DType::kF8E4M3}) {
+    AttnCase c;
+    c.seqs = kMixed;
+    c.cache = cache;
+    for (DType act : {DType::kBF16, DType::kF16, DType::kF32}) {
+      c.act = act;
+      check_case(c, 70 + static_cast<int>(act), "8-bit cache, mixed batch");
+    }
+    c.act = DType::kBF16;
+    struct Shape { int hq, hkv, hd; };
+    for (Shape s : {Shape{6, 2, 64}, Shape{4, 1, 256}, Shape{32, 4, 128}, Shape{8, 8, 128}}) {
+      c.hq = s.hq;
+      c.hkv = s.hkv;
+      c.hd = s.hd;
+      check_case(c, 80 + s.hq + s.hd, "8-bit cache, gqa/head_dim");
+    }
+    c.hq = 8;
+    c.hkv = 2;
+    c.hd = 128;
+    c.block_size = 24;
+    check_case(c, 90, "8-bit cache, block 24");
+    c.block_size = 16;
+    c.seqs = {{1, 500}, {50, 300}, {200, 200}, {2, 70}, {1, 3000}, {4, 129}};
+    c.window = 64;
+    check_case(c, 91, "8-bit cache, window 64");
+    c.window = 0;
+    c.hq = 4;
+    c.hkv = 1;
+    c.seqs = {{1, 32768}, {16, 32768}, {1, 8191}, {1, 12345}};
+    check_case(c, 92, "8-bit cache, 32K");
+    c.seqs = {{1, 300}, {40, 200}, {3, 1000}};
+    c.values = 1;  // tiny codes (subnormal in e4m3) must keep their values: every element within rtol of its own
+    c.atol_scale = 1e-7;
+    for (DType act : {DType::kBF16, DType::kF16}) {
+      c.act = act;
+      check_case(c, 93, "8-bit cache, tiny values");
+    }
   }
 }
 

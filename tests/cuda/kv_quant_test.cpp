@@ -1,6 +1,7 @@
 // CUDA quantized KV caches (int8 / fp8 e4m3, one scale per token and KV head) vs the ref backend: kv_write gives
-// the same codes and scales bit for bit (bf16 and f32 activations), and attention over those caches (the generic
-// kernel, dequantizing in its key loop) matches the ref backend on every output element for ragged batches.
+// the same codes and scales bit for bit (bf16 and f32 activations), and attention over those caches (bf16: the
+// tensor-core kernels; f32: the generic one) matches the ref backend on every output element for ragged batches.
+// attention_test.cpp takes 8-bit caches through every attention case.
 #include <gtest/gtest.h>
 
 #include <algorithm>

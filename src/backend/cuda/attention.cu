@@ -1,5 +1,5 @@
-// Attention dispatch: picks tensor-core kernels (bf16/f16 with a matching cache, head_dim 64/128/256) or
-// the generic one, sizes the split-K workspace, and launches the decode and prefill families.
+// Attention dispatch: picks tensor-core kernels (bf16/f16 activations with a matching cache or an int8 / fp8
+// e4m3 one, head_dim 64/128/256) or the generic one, sizes the split-K workspace, and launches the decode and prefill families.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
@@ -26,7 +26,9 @@ DecodeGeometry decode_geometry(const AttentionLaunch& p) {
 }  // namespace
 
 bool attention_uses_tensor_cores(const AttentionLaunch& p) {
-  const bool dtype_ok = p.act == p.cache && (p.act == DType::kBF16 || p.act == DType::kF16);
+  const bool b16 = p.act == DType::kBF16 || p.act == DType::kF16;
+  const bool codes = (p.cache == DType::kI8 || p.cache == DType::kF8E4M3) && p.k_scales && p.v_scales;
+  const bool dtype_ok = b16 && (p.act == p.cache || codes);
   const bool dim_ok = p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256;
   return dtype_ok && dim_ok && aligned16(p.q) && aligned16(p.out) && aligned16(p.k_cache) && aligned16(p.v_cache);
 }

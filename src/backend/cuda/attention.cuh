@@ -4,8 +4,11 @@
 //           16-row tensor-core tile, four warps splitting every 64-key tile, then a combine kernel;
 //   prefill (otherwise): FlashAttention-2 style 64-row tiles of packed (token, head) rows, causal/window
 //           masks, a chunk attending to its cached prefix;
-//   generic: any head_dim or dtype mix (f32 activations, f32 cache, int8 / fp8 caches with their scales): one
-//           warp per (query, head), f32.
+//   generic: any other head_dim or dtype mix (f32 activations or cache, int8 / fp8 caches under f32
+//           activations): one warp per (query, head), f32.
+// The decode and prefill kernels also read int8 / fp8 e4m3 caches (bf16/f16 activations): codes and per-(slot,
+// head) scales staged per tile, codes turned exactly into b16 values, scales applied in f32 to scores and
+// probabilities.
 // Split boundaries are fixed absolute key positions derived from the sequence alone.
 #pragma once
 
@@ -34,7 +37,6 @@ struct AttentionLaunch {
   const int32_t* tail;
   DType act, cache;
   // Quantized caches (int8 / fp8 e4m3): one scale per (slot, KV head), [num_blocks * block_size, Hkv]; else null.
-  // They take the generic kernel.
   const float* k_scales;
   const float* v_scales;
   int num_seqs, num_q_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq;

@@ -2,6 +2,8 @@
 // (q_len * group <= 16, packed as token-major (token, head) rows) form one 16-row mma tile shared by four
 // warps; each 64-key tile streams through a 3-stage cp.async pipeline and each warp handles 16 of its
 // keys. Warps merge in shared memory; splits merge in decode_combine_kernel (fixed order: deterministic).
+// 8-bit caches (int8 / fp8 e4m3) stream their codes and scales instead and turn each tile into b16 values in
+// shared memory before the mma loops (attention_mma.cuh); the scales multiply scores and probabilities in f32.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -11,17 +13,24 @@ namespace {
 
 using namespace attn;
 
-template <int D> struct DecodeCfg {
+// Shared memory: the Q tile, then either kStages (K, V) tile pairs (b16 caches) or one (K, V) pair the mma loops
+// read plus kStages code staging areas (8-bit caches, attention_mma.cuh).
+template <int D, KvQuant Q> struct DecodeCfg {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 128;
   static constexpr int kKeys = kDecodeTileKeys;  // per tile; 16 per warp
   static constexpr int kStages = D <= 128 ? 3 : 2;
   static constexpr bool kQInRegs = D <= 128;
+  static constexpr bool kCodes = Q != KvQuant::kNone;
   static constexpr int kQBytes = kDecodeMaxRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
-  static constexpr int kSmem = kQBytes + kStages * 2 * kTileBytes;
+  static constexpr int kStageBytes = kCodes ? CodeStage<D, kKeys>::kBytes : 2 * kTileBytes;
+  static constexpr int kPipeBytes = (kCodes ? 2 * kTileBytes : 0) + kStages * kStageBytes;
+  static constexpr int kSmem = kQBytes + kPipeBytes;
   static constexpr int kMergeBytes = (kWarps * kDecodeMaxRows * D + 2 * kWarps * kDecodeMaxRows) * 4;
-  static_assert(kMergeBytes <= kStages * 2 * kTileBytes, "merge scratch must fit in the pipeline buffers");
+  static_assert(kMergeBytes <= kPipeBytes, "merge scratch must fit in the pipeline buffers");
+  // Byte offset (from the pipeline's start) of stage st: its (K, V) tiles or its code staging area.
+  __host__ __device__ static constexpr uint32_t stage(int st) { return (kCodes ? 2 * kTileBytes : 0) + st * kStageBytes; }
 };
 
 struct DecodeSeq {
@@ -48,11 +57,13 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   return d;
 }
 
-template <typename T, int D>
+template <typename T, int D, KvQuant Q>
 __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
   pdl_wait();
   pdl_trigger();
-  using C = DecodeCfg<D>;
+  using C = DecodeCfg<D, Q>;
+  using S = CodeStage<D, C::kKeys>;
+  using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int split = blockIdx.x, s = blockIdx.y, kvh = blockIdx.z;
   const int group = p.num_q_heads / p.num_kv_heads;
@@ -63,8 +74,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c4 = lane % 4;
   const T* q = static_cast<const T*>(p.q);
-  const T* kc = static_cast<const T*>(p.k_cache);
-  const T* vc = static_cast<const T*>(p.v_cache);
+  const KvT* kc = static_cast<const KvT*>(p.k_cache);
+  const KvT* vc = static_cast<const KvT*>(p.v_cache);
   PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
              static_cast<int64_t>(kvh) * D};
   if (p.tail_from && p.tail_from[s] < p.seq_lens[s]) {
@@ -73,6 +84,16 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   }
   const uint32_t q_s = smem_addr(smem);
   const uint32_t kv_s = q_s + C::kQBytes;
+  auto load_tile = [&](int st, int tile) {
+    const uint32_t at = kv_s + C::stage(st);
+    if constexpr (C::kCodes) {
+      load_kv_codes<D, C::kKeys, C::kThreads>(at, kc, vc, p.k_scales, p.v_scales, kv, tile * C::kKeys, d.kv_lo,
+                                              d.kv_hi);
+    } else {
+      load_kv_tile<T, D, C::kKeys, C::kThreads>(at, at + C::kTileBytes, kc, vc, kv, tile * C::kKeys, d.kv_lo,
+                                                d.kv_hi);
+    }
+  };
   // A tile is visible to every row when its keys lie in [lo of the last row, pos of the first row].
   const int pos_min = d.first_pos;
   const int lo_max = p.sliding_window > 0 ? d.first_pos + (d.rows - 1) / group - p.sliding_window + 1 : 0;
@@ -88,9 +109,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   }
 #pragma unroll
   for (int st = 0; st < C::kStages - 1; ++st) {
-    if (t_begin + st < t_end)
-      load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s + st * 2 * C::kTileBytes, kv_s + st * 2 * C::kTileBytes + C::kTileBytes,
-                                                kc, vc, kv, (t_begin + st) * C::kKeys, d.kv_lo, d.kv_hi);
+    if (t_begin + st < t_end) load_tile(st, t_begin + st);
     cp_async_commit();
   }
 
@@ -124,13 +143,20 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
     {
       const int next = t + C::kStages - 1;
       const int st = (it + C::kStages - 1) % C::kStages;
-      if (next < t_end)
-        load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s + st * 2 * C::kTileBytes, kv_s + st * 2 * C::kTileBytes + C::kTileBytes,
-                                                  kc, vc, kv, next * C::kKeys, d.kv_lo, d.kv_hi);
+      if (next < t_end) load_tile(st, next);
       cp_async_commit();
     }
     const int st = it % C::kStages;
-    const uint32_t k_s = kv_s + st * 2 * C::kTileBytes, v_s = k_s + C::kTileBytes;
+    uint32_t k_s = kv_s + C::stage(st), v_s = k_s + C::kTileBytes;
+    // 8-bit caches: this tile's K and V scales (f32 per key) in the staging area.
+    const float* k_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(st) + S::kKScales);
+    const float* v_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(st) + S::kVScales);
+    if constexpr (C::kCodes) {
+      convert_kv_codes<T, Q, D, C::kKeys, C::kThreads>(k_s, kv_s, kv_s + C::kTileBytes);
+      k_s = kv_s;
+      v_s = kv_s + C::kTileBytes;
+      __syncthreads();
+    }
 
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
@@ -157,13 +183,23 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
         const int key = key_base + nt * 8 + c4 * 2 + e;
         const bool v0 = full || (row_ok[0] && key <= row_pos[0] && key >= row_lo[0]);
         const bool v1 = full || (row_ok[1] && key <= row_pos[1] && key >= row_lo[1]);
-        s0[nt * 2 + e] = v0 ? sc[nt][e] * scale_log2 : -INFINITY;
-        s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * scale_log2 : -INFINITY;
+        const float f = C::kCodes ? k_scale[warp * 16 + nt * 8 + c4 * 2 + e] * scale_log2 : scale_log2;
+        s0[nt * 2 + e] = v0 ? sc[nt][e] * f : -INFINITY;
+        s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * f : -INFINITY;
       }
     }
     const float alpha0 = softmax_update(s0, m[0], l[0]);
     const float alpha1 = softmax_update(s1, m[1], l[1]);
     rescale_rows(o, alpha0, alpha1);
+    if constexpr (C::kCodes) {  // V's scales ride on the probabilities (l keeps the unscaled ones)
+      // (times 2^8 for f16, whose range would flush small p * scale; l takes the 2^8 after the loop)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float vs = kVFactor<T, Q> * v_scale[warp * 16 + (i / 2) * 8 + c4 * 2 + i % 2];
+        s0[i] *= vs;
+        s1[i] *= vs;
+      }
+    }
     const uint32_t pa[4] = {pack2<T>(s0[0], s0[1]), pack2<T>(s1[0], s1[1]), pack2<T>(s0[2], s0[3]),
                             pack2<T>(s1[2], s1[3])};
 #pragma unroll
@@ -182,6 +218,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] *= kVFactor<T, Q>;  // 1 except f16 over 8-bit caches (exact: a power of two)
   }
   float* so = reinterpret_cast<float*>(smem + C::kQBytes);  // [warp][16][D]
   float* sm = so + C::kWarps * kDecodeMaxRows * D;            // [warp][16]
@@ -265,31 +302,42 @@ __global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, 
   }
 }
 
-template <typename T, int D>
+template <typename T, int D, KvQuant Q>
 void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
-  using C = DecodeCfg<D>;
+  using C = DecodeCfg<D, Q>;
   static const bool attribute_set = [] {
     PEREGRINE_CUDA_CHECK(
-        cudaFuncSetAttribute(decode_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+        cudaFuncSetAttribute(decode_kernel<T, D, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   dim3 grid(static_cast<unsigned>(grid_splits), static_cast<unsigned>(p.num_seqs),
             static_cast<unsigned>(p.num_kv_heads));
-  launch_pdl(decode_kernel<T, D>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits, rows_cap);
+  launch_pdl(decode_kernel<T, D, Q>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits, rows_cap);
   if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
     launch_pdl(decode_combine_kernel<T>, cgrid, 128, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
   }
 }
 
-template <typename T>
+template <typename T, KvQuant Q>
 void launch_decode_dim(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: launch_decode_typed<T, 64>(p, grid_splits, rows_cap, stream); return;
-    case 128: launch_decode_typed<T, 128>(p, grid_splits, rows_cap, stream); return;
-    case 256: launch_decode_typed<T, 256>(p, grid_splits, rows_cap, stream); return;
+    case 64: launch_decode_typed<T, 64, Q>(p, grid_splits, rows_cap, stream); return;
+    case 128: launch_decode_typed<T, 128, Q>(p, grid_splits, rows_cap, stream); return;
+    case 256: launch_decode_typed<T, 256, Q>(p, grid_splits, rows_cap, stream); return;
     default: throw Error(ErrorCode::kInternal, "attention decode: unsupported head_dim");
+  }
+}
+
+template <typename T>
+void launch_decode_cache(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
+  if (p.cache == DType::kF8E4M3) {
+    launch_decode_dim<T, KvQuant::kF8>(p, grid_splits, rows_cap, stream);
+  } else if (p.cache == DType::kI8) {
+    launch_decode_dim<T, KvQuant::kI8>(p, grid_splits, rows_cap, stream);
+  } else {
+    launch_decode_dim<T, KvQuant::kNone>(p, grid_splits, rows_cap, stream);
   }
 }
 
@@ -297,9 +345,9 @@ void launch_decode_dim(const AttentionLaunch& p, int grid_splits, int rows_cap, 
 
 void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
   if (p.act == DType::kBF16) {
-    launch_decode_dim<bf16>(p, grid_splits, rows_cap, stream);
+    launch_decode_cache<bf16>(p, grid_splits, rows_cap, stream);
   } else {
-    launch_decode_dim<f16>(p, grid_splits, rows_cap, stream);
+    launch_decode_cache<f16>(p, grid_splits, rows_cap, stream);
   }
 }
 

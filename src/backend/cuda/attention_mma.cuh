@@ -84,6 +84,20 @@ struct PagedKv {
   int tail_from = 0x7fffffff;
 };
 
+// The cache slot of key position `key` (a valid key: inside the sequence's visible range).
+__device__ __forceinline__ int64_t kv_slot(const PagedKv& kv, int key) {
+  const int slot_pos = key >= kv.tail_from ? __ldg(kv.tail + (key - kv.tail_from)) : key;
+  int block_index, in_block;
+  if (kv.block_shift >= 0) {
+    block_index = slot_pos >> kv.block_shift;
+    in_block = slot_pos & (kv.block_size - 1);
+  } else {
+    block_index = slot_pos / kv.block_size;
+    in_block = slot_pos % kv.block_size;
+  }
+  return static_cast<int64_t>(__ldg(kv.table + block_index)) * kv.block_size + in_block;
+}
+
 // Loads keys [tile_start, tile_start + kKeys) into swizzled K and V tiles. Keys outside [lo, hi) are
 // zero-filled and never read (their block-table entries may be holes).
 template <typename T, int D, int kKeys, int kThreads>
@@ -99,22 +113,146 @@ __device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, c
     const int key = tile_start + row;
     const bool valid = key >= lo && key < hi;
     int64_t offset = 0;
-    if (valid) {
-      const int slot_pos = key >= kv.tail_from ? __ldg(kv.tail + (key - kv.tail_from)) : key;
-      int block_index, in_block;
-      if (kv.block_shift >= 0) {
-        block_index = slot_pos >> kv.block_shift;
-        in_block = slot_pos & (kv.block_size - 1);
-      } else {
-        block_index = slot_pos / kv.block_size;
-        in_block = slot_pos % kv.block_size;
-      }
-      const int64_t slot = static_cast<int64_t>(__ldg(kv.table + block_index)) * kv.block_size + in_block;
-      offset = slot * kv.row_stride + kv.head_offset + chunk * 8;
-    }
+    if (valid) offset = kv_slot(kv, key) * kv.row_stride + kv.head_offset + chunk * 8;
     const uint32_t dst = swizzle<D>(row, chunk * 8);
     cp_async16(k_smem + dst, k_cache + offset, valid);
     cp_async16(v_smem + dst, v_cache + offset, valid);
+  }
+}
+
+// ---- 8-bit KV caches (int8 / fp8 e4m3 codes with one f32 scale per (slot, KV head)) ----
+// A tile's codes stream into a plain [kKeys][D] byte staging area with its keys' K and V scales; one pass
+// turns the codes (not the scaled values) into the activation type -- exactly: every int8 and e4m3 value is
+// a bf16 and an f16 value -- in the swizzled tiles the mma loops read. The scales are applied in f32 to the
+// scores (K) and to the probabilities before they are rounded for the PV mma (V).
+enum class KvQuant { kNone, kI8, kF8 };
+
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+// The factor on p * v_scale before it is rounded to T for the PV mma: f16's exponent range would flush small
+// products (2^8 keeps every f16-range scale, <= 65504 / 448, finite); the row sums l carry it back.
+template <typename T, KvQuant Q>
+inline constexpr float kVFactor = (Q != KvQuant::kNone && std::is_same_v<T, __half>) ? 256.0f : 1.0f;
+
+// Byte layout of one staging area: K codes, V codes, K scales, V scales.
+template <int D, int kKeys> struct CodeStage {
+  static constexpr int kCodeBytes = kKeys * D;
+  static constexpr int kKScales = 2 * kCodeBytes;
+  static constexpr int kVScales = kKScales + kKeys * 4;
+  static constexpr int kBytes = kVScales + kKeys * 4;
+};
+
+template <int D, int kKeys, int kThreads>
+__device__ __forceinline__ void load_kv_codes(uint32_t stage, const uint8_t* k_cache, const uint8_t* v_cache,
+                                              const float* k_scales, const float* v_scales, const PagedKv& kv,
+                                              int tile_start, int lo, int hi) {
+  using S = CodeStage<D, kKeys>;
+  constexpr int kChunksPerRow = D / 16;
+  constexpr int kChunks = kKeys * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int id = i * kThreads + static_cast<int>(threadIdx.x);
+    const int row = id / kChunksPerRow, chunk = id % kChunksPerRow;
+    const int key = tile_start + row;
+    const bool valid = key >= lo && key < hi;
+    int64_t offset = 0;
+    if (valid) offset = kv_slot(kv, key) * kv.row_stride + kv.head_offset + chunk * 16;
+    const uint32_t dst = stage + row * D + chunk * 16;
+    cp_async16(dst, k_cache + offset, valid);
+    cp_async16(dst + S::kCodeBytes, v_cache + offset, valid);
+  }
+  for (int id = threadIdx.x; id < 2 * kKeys; id += kThreads) {
+    const bool is_v = id >= kKeys;
+    const int row = is_v ? id - kKeys : id;
+    const int key = tile_start + row;
+    const bool valid = key >= lo && key < hi;
+    int64_t index = 0;  // (slot, KV head)
+    if (valid) index = (kv_slot(kv, key) * kv.row_stride + kv.head_offset) / D;
+    cp_async4(stage + S::kKScales + id * 4, (is_v ? v_scales : k_scales) + index, valid);
+  }
+}
+
+// Four codes (byte i = element i) as four b16 values, elements 0,1 in lo and 2,3 in hi.
+template <typename T, KvQuant Q>
+__device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (Q == KvQuant::kF8) {
+    // The code's exponent and mantissa bits moved into the b16 fields give the value times 2^(bias(T) - 7)
+    // (subnormals alike); one exact multiply by a power of two restores it.
+    const uint32_t a = __byte_perm(w, 0, 0x1404), b = __byte_perm(w, 0, 0x3424);  // codes in bits 8..15, 24..31
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const uint32_t ra = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
+      const uint32_t rb = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
+      const __nv_bfloat162 k = __halves2bfloat162(__ushort_as_bfloat16(0x7B80), __ushort_as_bfloat16(0x7B80));  // 2^120
+      __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&ra), k);
+      __nv_bfloat162 y = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&rb), k);
+      lo = *reinterpret_cast<uint32_t*>(&x);
+      hi = *reinterpret_cast<uint32_t*>(&y);
+    } else {
+      const uint32_t ra = (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
+      const uint32_t rb = (b & 0x80008000u) | ((b >> 1) & 0x3f803f80u);
+      const __half2 k = __halves2half2(__ushort_as_half(0x5C00), __ushort_as_half(0x5C00));  // 2^8
+      __half2 x = __hmul2(*reinterpret_cast<const __half2*>(&ra), k);
+      __half2 y = __hmul2(*reinterpret_cast<const __half2*>(&rb), k);
+      lo = *reinterpret_cast<uint32_t*>(&x);
+      hi = *reinterpret_cast<uint32_t*>(&y);
+    }
+  } else {
+    const uint32_t a = __byte_perm(w, 0, 0x4140), b = __byte_perm(w, 0, 0x4342);  // codes in bits 0..7, 16..23
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      // bf16 0x4300 | u is 128 + u for u < 128: (128 + (c & 127)) - (128 or 256 by c's sign bit) = c.
+      const uint32_t pa = (a & 0x007f007fu) | 0x43004300u, na = (a & 0x00800080u) | 0x43004300u;
+      const uint32_t pb = (b & 0x007f007fu) | 0x43004300u, nb = (b & 0x00800080u) | 0x43004300u;
+      __nv_bfloat162 x = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pa),
+                                 *reinterpret_cast<const __nv_bfloat162*>(&na));
+      __nv_bfloat162 y = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pb),
+                                 *reinterpret_cast<const __nv_bfloat162*>(&nb));
+      lo = *reinterpret_cast<uint32_t*>(&x);
+      hi = *reinterpret_cast<uint32_t*>(&y);
+    } else {
+      // f16 0x6400 | u is 1024 + u: (1024 + (c + 128)) - 1152 = c.
+      const uint32_t pa = (a ^ 0x00800080u) | 0x64006400u, pb = (b ^ 0x00800080u) | 0x64006400u;
+      const __half2 k = __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));  // 1152
+      __half2 x = __hsub2(*reinterpret_cast<const __half2*>(&pa), k);
+      __half2 y = __hsub2(*reinterpret_cast<const __half2*>(&pb), k);
+      lo = *reinterpret_cast<uint32_t*>(&x);
+      hi = *reinterpret_cast<uint32_t*>(&y);
+    }
+  }
+}
+
+// Staged codes -> swizzled K and V tiles of T (what load_kv_tile would have written for a T cache holding the
+// codes' values). Call between barriers: after the stage's cp.async group completed, before the mma loops.
+template <typename T, KvQuant Q, int D, int kKeys, int kThreads>
+__device__ __forceinline__ void convert_kv_codes(uint32_t stage, uint32_t k_smem, uint32_t v_smem) {
+  using S = CodeStage<D, kKeys>;
+  constexpr int kChunksPerRow = D / 16;
+  constexpr int kChunks = kKeys * kChunksPerRow;
+  static_assert((2 * kChunks) % kThreads == 0, "tile chunks must divide among the threads");
+#pragma unroll
+  for (int i = 0; i < 2 * kChunks / kThreads; ++i) {
+    const int id = i * kThreads + static_cast<int>(threadIdx.x);
+    const bool is_v = id >= kChunks;
+    const int c = is_v ? id - kChunks : id;
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    uint32_t w[4];
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(stage + (is_v ? S::kCodeBytes : 0) + row * D + chunk * 16)
+                 : "memory");
+    uint32_t o[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) codes_to_b16<T, Q>(w[j], o[2 * j], o[2 * j + 1]);
+    const uint32_t dst = is_v ? v_smem : k_smem;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzle<D>(row, chunk * 16)), "r"(o[0]),
+                 "r"(o[1]), "r"(o[2]), "r"(o[3])
+                 : "memory");
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzle<D>(row, chunk * 16 + 8)),
+                 "r"(o[4]), "r"(o[5]), "r"(o[6]), "r"(o[7])
+                 : "memory");
   }
 }
 

@@ -2,6 +2,7 @@
 // (sequence, KV head) -- so a K/V tile serves the whole GQA group -- and walks the KV tiles its rows can see
 // (causal, sliding window, cached prefix), double-buffered with cp.async; each warp owns 16 rows.
 // Tiles sit at absolute key positions, so a row's result does not depend on which other rows share its CTA.
+// 8-bit caches stage codes and scales and convert each tile as the decode kernel does.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -11,20 +12,27 @@ namespace {
 
 using namespace attn;
 
-template <int D> struct PrefillCfg {
+// Shared memory: the Q tile, then two (K, V) tile pairs (b16 caches) or one pair plus two code staging areas
+// (8-bit caches, attention_mma.cuh).
+template <int D, KvQuant Q> struct PrefillCfg {
   static constexpr int kThreads = 128;
   static constexpr int kRows = 64;
   static constexpr int kKeys = D <= 128 ? 64 : 32;
   static constexpr int kStages = 2;
   static constexpr bool kQInRegs = D <= 128;
+  static constexpr bool kCodes = Q != KvQuant::kNone;
   static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
-  static constexpr int kSmem = kQBytes + kStages * 2 * kTileBytes;
+  static constexpr int kStageBytes = kCodes ? CodeStage<D, kKeys>::kBytes : 2 * kTileBytes;
+  static constexpr int kSmem = kQBytes + (kCodes ? 2 * kTileBytes : 0) + kStages * kStageBytes;
+  __host__ __device__ static constexpr uint32_t stage(int st) { return (kCodes ? 2 * kTileBytes : 0) + st * kStageBytes; }
 };
 
-template <typename T, int D>
+template <typename T, int D, KvQuant Q>
 __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
-  using C = PrefillCfg<D>;
+  using C = PrefillCfg<D, Q>;
+  using S = CodeStage<D, C::kKeys>;
+  using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
   constexpr int kNt = C::kKeys / 8;  // n-tiles of scores per warp
   extern __shared__ __align__(128) unsigned char smem[];
   const int s = blockIdx.y, kvh = blockIdx.z;
@@ -49,13 +57,21 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c4 = lane % 4;
   const T* q = static_cast<const T*>(p.q);
-  const T* kc = static_cast<const T*>(p.k_cache);
-  const T* vc = static_cast<const T*>(p.v_cache);
+  const KvT* kc = static_cast<const KvT*>(p.k_cache);
+  const KvT* vc = static_cast<const KvT*>(p.v_cache);
   // NOTE: no key tails here: a sequence with remapped keys has one query row (the decode path).
   const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
                    static_cast<int64_t>(kvh) * D};
   const uint32_t q_s = smem_addr(smem);
   const uint32_t kv_s = q_s + C::kQBytes;
+  auto load_tile = [&](int st, int tile) {
+    const uint32_t at = kv_s + C::stage(st);
+    if constexpr (C::kCodes) {
+      load_kv_codes<D, C::kKeys, C::kThreads>(at, kc, vc, p.k_scales, p.v_scales, kv, tile * C::kKeys, kv_lo, kv_hi);
+    } else {
+      load_kv_tile<T, D, C::kKeys, C::kThreads>(at, at + C::kTileBytes, kc, vc, kv, tile * C::kKeys, kv_lo, kv_hi);
+    }
+  };
 
   for (int id = threadIdx.x; id < C::kRows * (D / 8); id += C::kThreads) {
     const int r = id / (D / 8), chunk = id % (D / 8);
@@ -66,7 +82,7 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
       src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
     cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
   }
-  load_kv_tile<T, D, C::kKeys, C::kThreads>(kv_s, kv_s + C::kTileBytes, kc, vc, kv, t_lo * C::kKeys, kv_lo, kv_hi);
+  load_tile(0, t_lo);
   cp_async_commit();
 
   bool row_ok[2];
@@ -96,12 +112,18 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
         for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_s + swizzle<D>(q_row, kk * 16 + (lane / 16) * 8), qf[kk]);
       }
     }
-    if (t + 1 < t_hi) {
-      const uint32_t nk = kv_s + ((it + 1) % 2) * 2 * C::kTileBytes;
-      load_kv_tile<T, D, C::kKeys, C::kThreads>(nk, nk + C::kTileBytes, kc, vc, kv, (t + 1) * C::kKeys, kv_lo, kv_hi);
-    }
+    if (t + 1 < t_hi) load_tile((it + 1) % 2, t + 1);
     cp_async_commit();
-    const uint32_t k_s = kv_s + (it % 2) * 2 * C::kTileBytes, v_s = k_s + C::kTileBytes;
+    uint32_t k_s = kv_s + C::stage(it % 2), v_s = k_s + C::kTileBytes;
+    // 8-bit caches: this tile's K and V scales (f32 per key) in the staging area.
+    const float* k_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(it % 2) + S::kKScales);
+    const float* v_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(it % 2) + S::kVScales);
+    if constexpr (C::kCodes) {
+      convert_kv_codes<T, Q, D, C::kKeys, C::kThreads>(k_s, kv_s, kv_s + C::kTileBytes);
+      k_s = kv_s;
+      v_s = kv_s + C::kTileBytes;
+      __syncthreads();
+    }
 
     float sc[kNt][4];
 #pragma unroll
@@ -133,13 +155,23 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
         const int key = key0 + nt * 8 + c4 * 2 + e;
         const bool v0 = full || (row_ok[0] && key <= row_pos[0] && key >= row_lo[0]);
         const bool v1 = full || (row_ok[1] && key <= row_pos[1] && key >= row_lo[1]);
-        s0[nt * 2 + e] = v0 ? sc[nt][e] * scale_log2 : -INFINITY;
-        s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * scale_log2 : -INFINITY;
+        const float f = C::kCodes ? k_scale[nt * 8 + c4 * 2 + e] * scale_log2 : scale_log2;
+        s0[nt * 2 + e] = v0 ? sc[nt][e] * f : -INFINITY;
+        s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * f : -INFINITY;
       }
     }
     const float alpha0 = softmax_update(s0, m[0], l[0]);
     const float alpha1 = softmax_update(s1, m[1], l[1]);
     rescale_rows(o, alpha0, alpha1);
+    if constexpr (C::kCodes) {  // V's scales ride on the probabilities (l keeps the unscaled ones)
+      // (times 2^8 for f16, whose range would flush small p * scale; l takes the 2^8 after the loop)
+#pragma unroll
+      for (int i = 0; i < 2 * kNt; ++i) {
+        const float vs = kVFactor<T, Q> * v_scale[(i / 2) * 8 + c4 * 2 + i % 2];
+        s0[i] *= vs;
+        s1[i] *= vs;
+      }
+    }
 #pragma unroll
     for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
       const uint32_t pa[4] = {pack2<T>(s0[4 * kc16], s0[4 * kc16 + 1]), pack2<T>(s1[4 * kc16], s1[4 * kc16 + 1]),
@@ -161,6 +193,7 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] *= kVFactor<T, Q>;  // 1 except f16 over 8-bit caches (exact: a power of two)
     if (!row_ok[i]) continue;
     const int pr = r0 + warp * 16 + g + 8 * i;
     const float inv = 1.0f / l[i];
@@ -174,27 +207,37 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
   }
 }
 
-template <typename T, int D> void launch_prefill_typed(const AttentionLaunch& p, cudaStream_t stream) {
-  using C = PrefillCfg<D>;
+template <typename T, int D, KvQuant Q> void launch_prefill_typed(const AttentionLaunch& p, cudaStream_t stream) {
+  using C = PrefillCfg<D, Q>;
   static const bool attribute_set = [] {
     PEREGRINE_CUDA_CHECK(
-        cudaFuncSetAttribute(prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+        cudaFuncSetAttribute(prefill_kernel<T, D, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   const int group = p.num_q_heads / p.num_kv_heads;
   const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
-  prefill_kernel<T, D><<<grid, C::kThreads, C::kSmem, stream>>>(p);
+  prefill_kernel<T, D, Q><<<grid, C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void launch_prefill_dim(const AttentionLaunch& p, cudaStream_t stream) {
+template <typename T, KvQuant Q> void launch_prefill_dim(const AttentionLaunch& p, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: launch_prefill_typed<T, 64>(p, stream); return;
-    case 128: launch_prefill_typed<T, 128>(p, stream); return;
-    case 256: launch_prefill_typed<T, 256>(p, stream); return;
+    case 64: launch_prefill_typed<T, 64, Q>(p, stream); return;
+    case 128: launch_prefill_typed<T, 128, Q>(p, stream); return;
+    case 256: launch_prefill_typed<T, 256, Q>(p, stream); return;
     default: throw Error(ErrorCode::kInternal, "attention prefill: unsupported head_dim");
+  }
+}
+
+template <typename T> void launch_prefill_cache(const AttentionLaunch& p, cudaStream_t stream) {
+  if (p.cache == DType::kF8E4M3) {
+    launch_prefill_dim<T, KvQuant::kF8>(p, stream);
+  } else if (p.cache == DType::kI8) {
+    launch_prefill_dim<T, KvQuant::kI8>(p, stream);
+  } else {
+    launch_prefill_dim<T, KvQuant::kNone>(p, stream);
   }
 }
 
@@ -202,9 +245,9 @@ template <typename T> void launch_prefill_dim(const AttentionLaunch& p, cudaStre
 
 void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream) {
   if (p.act == DType::kBF16) {
-    launch_prefill_dim<bf16>(p, stream);
+    launch_prefill_cache<bf16>(p, stream);
   } else {
-    launch_prefill_dim<f16>(p, stream);
+    launch_prefill_cache<f16>(p, stream);
   }
 }
 

@@ -296,4 +296,61 @@ TEST(KvCacheQuant, StaysCloseToTheFloatReferenceOnPycoderTiny) {
   }
 }
 
+// The same caches on CUDA (bf16 activations: the tensor-core attention kernels read the codes, turning them
+// exactly into bf16 values and applying the scales in f32). The bf16 path has its own deviation from the float32
+// reference, so the bound is the CPU test's plus the bf16 cache's own deviation measured in the same run; greedy ids
+// as above with that bound.
+TEST(KvCacheQuant, StaysCloseOnCudaTensorCoreKernels) {
+  PEREGRINE_REQUIRE_SHARED(shared);
+  if (!ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  const fs::path dir = shared / "models" / "pycoder-tiny";
+  const fs::path ref_path = shared / "models" / "pycoder-tiny.reference.json";
+  if (!fs::exists(ref_path)) GTEST_SKIP() << ref_path << " absent";
+  const json ref = read_json(ref_path);
+  json cases = json::array();
+  for (size_t i = 0; i < 6 && i < ref["cases"].size(); ++i) cases.push_back(ref["cases"][i]);
+  auto make = [&](const std::string& kv) {
+    EngineConfig ec;
+    ec.model = dir.string();
+    ec.device = "cuda";
+    ec.dtype = "bfloat16";
+    ec.kv_cache_dtype = kv;
+    ec.max_num_seqs = 6;
+    return Engine::create(ec);
+  };
+  const Deviation base = teacher_forced(*make("auto"), cases);
+  std::printf("pycoder-tiny bf16 cache (cuda) vs the float reference: mean %.2e max %.2e\n", base.mean(), base.max);
+  struct Bound {
+    const char* kv;
+    double mean, max;
+  };
+  for (const Bound& b : {Bound{"int8", 3e-2, 0.2}, Bound{"fp8", 1e-1, 0.65}}) {
+    auto engine = make(b.kv);
+    const Deviation d = teacher_forced(*engine, cases);
+    const double mean_bound = b.mean + base.mean(), max_bound = b.max + base.max;
+    std::printf("pycoder-tiny --kv-cache-dtype %s (cuda, bf16) vs the float reference: mean %.2e max %.2e (bounds %.2e / %.2f)\n",
+                b.kv, d.mean(), d.max, mean_bound, max_bound);
+    EXPECT_GT(d.mean(), 0.0) << b.kv;
+    EXPECT_LE(d.mean(), mean_bound) << b.kv;
+    EXPECT_LE(d.max, max_bound) << b.kv;
+    std::vector<std::vector<int32_t>> prompts;
+    for (const json& c : cases) prompts.push_back(c["prompt_ids"].get<std::vector<int32_t>>());
+    SamplingParams sp;
+    sp.max_tokens = 48;
+    sp.temperature = 0;
+    sp.ignore_eos = true;
+    const std::vector<RequestOutput> out = engine->generate(prompts, sp);
+    int compared = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto ids = cases[i]["output_ids"].get<std::vector<int32_t>>();
+      for (size_t s = 0; s < ids.size(); ++s) {
+        if (cases[i]["top1_margin"][s].get<double>() < 2 * max_bound) break;
+        ASSERT_EQ(out[i].outputs[0].token_ids.at(s), ids[s]) << b.kv << " prompt " << i << " step " << s;
+        ++compared;
+      }
+    }
+    std::printf("  greedy: %d steps compared before the first margin below %.2f\n", compared, 2 * max_bound);
+  }
+}
+
 }  // namespace
