@@ -2,19 +2,23 @@
 // (q_len * group <= 16, packed as token-major (token, head) rows) form one 16-row mma tile shared by four
 // warps; each 64-key tile streams through a 3-stage cp.async pipeline and each warp handles 16 of its
 // keys. Warps merge in shared memory; splits merge in decode_combine_kernel (fixed order: deterministic).
-// 8-bit caches (int8 / fp8 e4m3) stream their codes and scales instead and turn each tile into b16 values in
-// shared memory before the mma loops (attention_mma.cuh); the scales multiply scores and probabilities in f32.
+// 8-bit caches (int8 / fp8 e4m3) stream their codes and scales instead; each thread loads its mma fragments
+// straight from the staged codes (K's k order and V's output dims permuted so a thread's codes sit in whole words)
+// and turns them exactly into b16 values in registers; the scales multiply scores and probabilities in f32.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
+
+#include <cstdlib>
+#include <string>
 
 namespace peregrine::cuda {
 namespace {
 
 using namespace attn;
 
-// Shared memory: the Q tile, then either kStages (K, V) tile pairs (b16 caches) or one (K, V) pair the mma loops
-// read plus kStages code staging areas (8-bit caches, attention_mma.cuh).
+// Shared memory: the Q tile, then kStages (K, V) tile pairs (b16 caches) or kStages code staging areas (8-bit caches,
+// attention_mma.cuh, in its fragment layout).
 template <int D, KvQuant Q> struct DecodeCfg {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 128;
@@ -25,12 +29,12 @@ template <int D, KvQuant Q> struct DecodeCfg {
   static constexpr int kQBytes = kDecodeMaxRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
   static constexpr int kStageBytes = kCodes ? CodeStage<D, kKeys>::kBytes : 2 * kTileBytes;
-  static constexpr int kPipeBytes = (kCodes ? 2 * kTileBytes : 0) + kStages * kStageBytes;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kSmem = kQBytes + kPipeBytes;
   static constexpr int kMergeBytes = (kWarps * kDecodeMaxRows * D + 2 * kWarps * kDecodeMaxRows) * 4;
   static_assert(kMergeBytes <= kPipeBytes, "merge scratch must fit in the pipeline buffers");
-  // Byte offset (from the pipeline's start) of stage st: its (K, V) tiles or its code staging area.
-  __host__ __device__ static constexpr uint32_t stage(int st) { return (kCodes ? 2 * kTileBytes : 0) + st * kStageBytes; }
+  // Byte offset (from the pipeline's start) of stage st.
+  __host__ __device__ static constexpr uint32_t stage(int st) { return st * kStageBytes; }
 };
 
 struct DecodeSeq {
@@ -57,8 +61,8 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   return d;
 }
 
-template <typename T, int D, KvQuant Q>
-__global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
+template <typename T, int D, KvQuant Q, int kMinBlocks>
+__global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
   pdl_wait();
   pdl_trigger();
   using C = DecodeCfg<D, Q>;
@@ -87,8 +91,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   auto load_tile = [&](int st, int tile) {
     const uint32_t at = kv_s + C::stage(st);
     if constexpr (C::kCodes) {
-      load_kv_codes<D, C::kKeys, C::kThreads>(at, kc, vc, p.k_scales, p.v_scales, kv, tile * C::kKeys, d.kv_lo,
-                                              d.kv_hi);
+      load_kv_codes<D, C::kKeys, C::kThreads, true>(at, kc, vc, p.k_scales, p.v_scales, kv, tile * C::kKeys, d.kv_lo,
+                                                    d.kv_hi);
     } else {
       load_kv_tile<T, D, C::kKeys, C::kThreads>(at, at + C::kTileBytes, kc, vc, kv, tile * C::kKeys, d.kv_lo,
                                                 d.kv_hi);
@@ -125,6 +129,19 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   }
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
+  // Q's A fragment of k-block kk. b16 caches: ldmatrix's layout. 8-bit caches: the k order is permuted so that a
+  // thread's four K codes of a k-block are 4 adjacent bytes: k-block kk = 4h + i takes, for the thread of column c4,
+  // dims base .. base + 3 with base = 16 (c4 + 4h) + 4i as its k slots 2c4, 2c4 + 1, 2c4 + 8, 2c4 + 9.
+  auto q_frag = [&](int kk, uint32_t (&a)[4]) {
+    if constexpr (C::kCodes) {
+      const int base = 16 * (c4 + 4 * (kk / 4)) + 4 * (kk % 4);
+      const uint32_t off = ((base % 8) * 2);
+      lds64(q_s + swizzle<D>(g, base / 8 * 8) + off, a[0], a[2]);
+      lds64(q_s + swizzle<D>(g + 8, base / 8 * 8) + off, a[1], a[3]);
+    } else {
+      ldmatrix_x4(q_s + swizzle<D>(lane % 16, kk * 16 + (lane / 16) * 8), a);
+    }
+  };
   uint32_t qf[C::kQInRegs ? D / 16 : 1][4];
   float o[D / 8][4];
 #pragma unroll
@@ -137,7 +154,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
     if constexpr (C::kQInRegs) {
       if (it == 0) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_s + swizzle<D>(lane % 16, kk * 16 + (lane / 16) * 8), qf[kk]);
+        for (int kk = 0; kk < D / 16; ++kk) q_frag(kk, qf[kk]);
       }
     }
     {
@@ -147,31 +164,52 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
       cp_async_commit();
     }
     const int st = it % C::kStages;
-    uint32_t k_s = kv_s + C::stage(st), v_s = k_s + C::kTileBytes;
+    const uint32_t k_s = kv_s + C::stage(st), v_s = k_s + (C::kCodes ? S::kCodeBytes : C::kTileBytes);
     // 8-bit caches: this tile's K and V scales (f32 per key) in the staging area.
     const float* k_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(st) + S::kKScales);
     const float* v_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(st) + S::kVScales);
-    if constexpr (C::kCodes) {
-      convert_kv_codes<T, Q, D, C::kKeys, C::kThreads>(k_s, kv_s, kv_s + C::kTileBytes);
-      k_s = kv_s;
-      v_s = kv_s + C::kTileBytes;
-      __syncthreads();
-    }
 
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    if constexpr (C::kCodes) {
+      // K's B fragments straight from the codes: row warp * 16 + nt * 8 + g, 16 bytes per (row, c4 + 4h); word i of
+      // them is k-block 4h + i (see q_frag).
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t a[4];
-      if constexpr (C::kQInRegs) {
+      for (int nt = 0; nt < 2; ++nt) {
+        const int row = warp * 16 + nt * 8 + g;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = qf[kk][i];
-      } else {
-        ldmatrix_x4(q_s + swizzle<D>(lane % 16, kk * 16 + (lane / 16) * 8), a);
+        for (int h = 0; h < D / 64; ++h) {
+          uint32_t w[4];
+          lds128(k_s + row * D + k_code_chunk<D, true>(row, c4 + 4 * h) * 16, w);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            uint32_t a[4];
+            if constexpr (C::kQInRegs) {
+#pragma unroll
+              for (int j = 0; j < 4; ++j) a[j] = qf[4 * h + i][j];
+            } else {
+              q_frag(4 * h + i, a);
+            }
+            uint32_t b0, b1;
+            codes_to_b16<T, Q>(w[i], b0, b1);
+            mma16816<T>(sc[nt], a, b0, b1);
+          }
+        }
       }
-      uint32_t b[4];
-      ldmatrix_x4(k_s + swizzle<D>(warp * 16 + (lane % 8) + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8), b);
-      mma16816<T>(sc[0], a, b[0], b[1]);
-      mma16816<T>(sc[1], a, b[2], b[3]);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        if constexpr (C::kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[i] = qf[kk][i];
+        } else {
+          q_frag(kk, a);
+        }
+        uint32_t b[4];
+        ldmatrix_x4(k_s + swizzle<D>(warp * 16 + (lane % 8) + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8), b);
+        mma16816<T>(sc[0], a, b[0], b[1]);
+        mma16816<T>(sc[1], a, b[2], b[3]);
+      }
     }
     const int key_base = t * C::kKeys + warp * 16;
     const bool full = t * C::kKeys >= lo_max && t * C::kKeys + C::kKeys - 1 <= pos_min;
@@ -202,12 +240,38 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
     }
     const uint32_t pa[4] = {pack2<T>(s0[0], s0[1]), pack2<T>(s1[0], s1[1]), pack2<T>(s0[2], s0[3]),
                             pack2<T>(s1[2], s1[3])};
+    if constexpr (C::kCodes) {
+      // V's B fragments straight from the codes. The output dims are permuted: column j of n-tile dn = 4a + b is dim
+      // 32a + 4j + b, so the thread of column g needs dims 32a + 4g .. + 3 (one word) of its four key rows 2c4, 2c4 + 1,
+      // 2c4 + 8, 2c4 + 9 (P's k slots); a byte transpose gives each n-tile b its four keys' codes in one word.
 #pragma unroll
-    for (int dn = 0; dn < D / 16; ++dn) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(v_s + swizzle<D>(warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dn * 16 + (lane / 16) * 8), b);
-      mma16816<T>(o[2 * dn], pa, b[0], b[1]);
-      mma16816<T>(o[2 * dn + 1], pa, b[2], b[3]);
+      for (int a = 0; a < D / 32; ++a) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int row = warp * 16 + 2 * c4 + (j & 1) + (j >> 1) * 8;
+          const int word = 8 * a + g;
+          w[j] = lds32(v_s + row * D + v_code_chunk<D, true>(row, word / 4) * 16 + (word % 4) * 4);
+        }
+        const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+        const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+        const uint32_t tw[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          uint32_t b0, b1;
+          codes_to_b16<T, Q>(tw[b], b0, b1);
+          mma16816<T>(o[4 * a + b], pa, b0, b1);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(v_s + swizzle<D>(warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, dn * 16 + (lane / 16) * 8), b);
+        mma16816<T>(o[2 * dn], pa, b[0], b[1]);
+        mma16816<T>(o[2 * dn + 1], pa, b[2], b[3]);
+      }
     }
   }
   cp_async_wait<0>();
@@ -225,11 +289,13 @@ __global__ void __launch_bounds__(128) decode_kernel(const AttentionLaunch p, in
   float* sl = sm + C::kWarps * kDecodeMaxRows;                // [warp][16]
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) {
-    const int col = dn * 8 + c4 * 2;
-    so[(warp * 16 + g) * D + col] = o[dn][0];
-    so[(warp * 16 + g) * D + col + 1] = o[dn][1];
-    so[(warp * 16 + g + 8) * D + col] = o[dn][2];
-    so[(warp * 16 + g + 8) * D + col + 1] = o[dn][3];
+    // Column j of n-tile dn: dim dn * 8 + j (b16 caches), 32 (dn / 4) + 4j + dn % 4 (8-bit caches, see above).
+    const int c0 = C::kCodes ? 32 * (dn / 4) + 8 * c4 + dn % 4 : dn * 8 + c4 * 2;
+    const int c1 = C::kCodes ? c0 + 4 : c0 + 1;
+    so[(warp * 16 + g) * D + c0] = o[dn][0];
+    so[(warp * 16 + g) * D + c1] = o[dn][1];
+    so[(warp * 16 + g + 8) * D + c0] = o[dn][2];
+    so[(warp * 16 + g + 8) * D + c1] = o[dn][3];
   }
   if (c4 == 0) {
     sm[warp * 16 + g] = m[0];
@@ -302,30 +368,48 @@ __global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, 
   }
 }
 
-template <typename T, int D, KvQuant Q>
+template <typename T, int D, KvQuant Q, int kMinBlocks>
 void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
   using C = DecodeCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(
-        cudaFuncSetAttribute(decode_kernel<T, D, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, D, Q, kMinBlocks>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   dim3 grid(static_cast<unsigned>(grid_splits), static_cast<unsigned>(p.num_seqs),
             static_cast<unsigned>(p.num_kv_heads));
-  launch_pdl(decode_kernel<T, D, Q>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits, rows_cap);
+  launch_pdl(decode_kernel<T, D, Q, kMinBlocks>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits,
+             rows_cap);
   if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
     launch_pdl(decode_combine_kernel<T>, cgrid, 128, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
   }
 }
 
+// 8-bit caches at D <= 128: four CTAs an SM (128 registers) unless PEREGRINE_DECODE_CODES_MIN_BLOCKS says 1 (no
+// bound: min blocks 0).
+template <typename T, int D, KvQuant Q>
+void launch_decode_blocks(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
+  if constexpr (Q != KvQuant::kNone && D <= 128) {
+    static const bool four = [] {
+      const char* e = std::getenv("PEREGRINE_DECODE_CODES_MIN_BLOCKS");
+      return !(e && std::string(e) == "1");
+    }();
+    if (four) {
+      launch_decode_typed<T, D, Q, 4>(p, grid_splits, rows_cap, stream);
+      return;
+    }
+  }
+  launch_decode_typed<T, D, Q, 0>(p, grid_splits, rows_cap, stream);
+}
+
 template <typename T, KvQuant Q>
 void launch_decode_dim(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
   switch (p.head_dim) {
-    case 64: launch_decode_typed<T, 64, Q>(p, grid_splits, rows_cap, stream); return;
-    case 128: launch_decode_typed<T, 128, Q>(p, grid_splits, rows_cap, stream); return;
-    case 256: launch_decode_typed<T, 256, Q>(p, grid_splits, rows_cap, stream); return;
+    case 64: launch_decode_blocks<T, 64, Q>(p, grid_splits, rows_cap, stream); return;
+    case 128: launch_decode_blocks<T, 128, Q>(p, grid_splits, rows_cap, stream); return;
+    case 256: launch_decode_blocks<T, 256, Q>(p, grid_splits, rows_cap, stream); return;
     default: throw Error(ErrorCode::kInternal, "attention decode: unsupported head_dim");
   }
 }

@@ -137,6 +137,21 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
 template <typename T, KvQuant Q>
 inline constexpr float kVFactor = (Q != KvQuant::kNone && std::is_same_v<T, __half>) ? 256.0f : 1.0f;
 
+__device__ __forceinline__ void lds128(uint32_t addr, uint32_t (&w)[4]) {
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void lds64(uint32_t addr, uint32_t& w0, uint32_t& w1) {
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(w0), "=r"(w1) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t w;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(addr) : "memory");
+  return w;
+}
+
 // Byte layout of one staging area: K codes, V codes, K scales, V scales.
 template <int D, int kKeys> struct CodeStage {
   static constexpr int kCodeBytes = kKeys * D;
@@ -145,7 +160,22 @@ template <int D, int kKeys> struct CodeStage {
   static constexpr int kBytes = kVScales + kKeys * 4;
 };
 
-template <int D, int kKeys, int kThreads>
+// Where 16-byte chunk c of a staged row lives (in chunks from the row's start). The plain layout (kFrag false) is
+// read by convert_kv_codes; the fragment layout (kFrag true) by the decode kernel, which loads mma fragments straight
+// from the codes: K rows as 16-byte loads by (row, chunk c4 + 4h) -- XOR 4 by row parity keeps a quarter-warp's two
+// rows in different banks -- and V rows as 4-byte loads of word 8a + g from rows 2c4 (+1, +8, +9) -- XOR 2 * c4 spreads
+// the four rows over the banks (at D = 64 two of them still share).
+template <int D, bool kFrag> __device__ __forceinline__ int k_code_chunk(int row, int c) {
+  if constexpr (!kFrag || D < 128) return c;
+  else return c ^ (4 * (row & 1));
+}
+template <int D, bool kFrag> __device__ __forceinline__ int v_code_chunk(int row, int c) {
+  if constexpr (!kFrag) return c;
+  else if constexpr (D < 128) return c ^ (2 * ((row >> 1) & 1));
+  else return c ^ (2 * ((row >> 1) & 3));
+}
+
+template <int D, int kKeys, int kThreads, bool kFrag = false>
 __device__ __forceinline__ void load_kv_codes(uint32_t stage, const uint8_t* k_cache, const uint8_t* v_cache,
                                               const float* k_scales, const float* v_scales, const PagedKv& kv,
                                               int tile_start, int lo, int hi) {
@@ -161,9 +191,8 @@ __device__ __forceinline__ void load_kv_codes(uint32_t stage, const uint8_t* k_c
     const bool valid = key >= lo && key < hi;
     int64_t offset = 0;
     if (valid) offset = kv_slot(kv, key) * kv.row_stride + kv.head_offset + chunk * 16;
-    const uint32_t dst = stage + row * D + chunk * 16;
-    cp_async16(dst, k_cache + offset, valid);
-    cp_async16(dst + S::kCodeBytes, v_cache + offset, valid);
+    cp_async16(stage + row * D + k_code_chunk<D, kFrag>(row, chunk) * 16, k_cache + offset, valid);
+    cp_async16(stage + S::kCodeBytes + row * D + v_code_chunk<D, kFrag>(row, chunk) * 16, v_cache + offset, valid);
   }
   for (int id = threadIdx.x; id < 2 * kKeys; id += kThreads) {
     const bool is_v = id >= kKeys;
