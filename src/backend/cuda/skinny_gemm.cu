@@ -1062,7 +1062,7 @@ template <bool kFp8, int NT, int U, int MINB>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGemmLaunch p) {
   int64_t tile = blockIdx.x;
   SkinnySegment seg{};
-  if (!find_segment<Weights::kW8>(p, tile, seg)) return;  // whole block: uniform
+  if (!find_segment<Weights::kW8>(p, tile, seg)) return pdl_wait();  // whole block: uniform
   const int64_t n = seg.n;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t k = p.k, n0 = tile * kRowsPerTile, chunks = k / 128;
@@ -1086,9 +1086,17 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
     }
   };
   uint4 a[U][2], b8[U][2];
-  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
+  // The first round of weights goes out before the wait for the kernel before (launch_pdl): no kernel writes them;
+  // x's codes (the quantizer's output) are read after it.
 #pragma unroll
-    for (int u = 0; u < U; ++u) load(c0 + int64_t{u} * kWarps, a[u], b8[u]);
+  for (int u = 0; u < U; ++u) load(warp + int64_t{u} * kWarps, a[u], b8[u]);
+  pdl_wait();
+  pdl_trigger();
+  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
+    if (c0 != warp) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) load(c0 + int64_t{u} * kWarps, a[u], b8[u]);
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t c = c0 + int64_t{u} * kWarps;
@@ -1105,12 +1113,11 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
   const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
   if (l.m <= 8)
-    skinny_w8a8_kernel<kFp8, 1, 4, 2><<<grid, block, 0, stream>>>(l);
+    launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2>, grid, block, 0, stream, l.m, l);
   else if (l.m <= 16)
-    skinny_w8a8_kernel<kFp8, 2, 2, 2><<<grid, block, 0, stream>>>(l);
+    launch_pdl(skinny_w8a8_kernel<kFp8, 2, 2, 2>, grid, block, 0, stream, l.m, l);
   else
-    skinny_w8a8_kernel<kFp8, 4, 2, 1><<<grid, block, 0, stream>>>(l);
-  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+    launch_pdl(skinny_w8a8_kernel<kFp8, 4, 2, 1>, grid, block, 0, stream, l.m, l);
 }
 
 }  // namespace

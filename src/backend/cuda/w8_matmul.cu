@@ -20,6 +20,8 @@ __device__ __forceinline__ float fp8_to_f32(uint8_t b) {
 template <typename T>
 __global__ void __launch_bounds__(kQuantThreads) act_quant_kernel(W8MatmulLaunch p, uint8_t* __restrict__ xq,
                                                                    float* __restrict__ xs) {
+  pdl_wait();  // x is the kernel before's output; xq / xs may still be read by the matmul before
+  pdl_trigger();
   const int64_t row = blockIdx.y, g = blockIdx.x, len = p.act_group;
   const T* x = static_cast<const T*>(p.x) + row * p.k + g * len;
   __shared__ float red[kQuantThreads / 32];
@@ -113,10 +115,9 @@ void launch_act_quant(const W8MatmulLaunch& l, uint8_t* xq, float* xs, cudaStrea
   if (l.act == 0 || l.m == 0) return;
   dispatch_float(l.x_dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    act_quant_kernel<T><<<dim3(static_cast<unsigned>(l.k / l.act_group), static_cast<unsigned>(l.m)), kQuantThreads, 0,
-                          stream>>>(l, xq, xs);
+    launch_pdl(act_quant_kernel<T>, dim3(static_cast<unsigned>(l.k / l.act_group), static_cast<unsigned>(l.m)),
+               dim3(kQuantThreads), 0, stream, l.m, l, xq, xs);
   });
-  PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_w8_matmul(const W8MatmulLaunch& l, const uint8_t* xq, const float* xs, cudaStream_t stream) {
