@@ -146,9 +146,11 @@ TEST(SpeculativeModel, VerifyRowsOnDemandKeepGreedyOutput) {
       EXPECT_GT(lazy_stats.spec_lazy_rounds, 0u) << what;
       EXPECT_GT(lazy_stats.spec_lazy_rows, 0u) << what;
       EXPECT_EQ(eager_stats.spec_lazy_rounds, 0u) << what;
-      // ngram drafts from each request's own tokens: the same drafts either way. The lookahead trie learns from
-      // every request in the order their steps ran, which a batch's arrival may change: not compared.
-      if (!tree) {
+      // ngram drafts from each request's own tokens: the same drafts either way, for requests run one at a time. In
+      // a batch, how many drafts a step takes depends on what else the step holds (the token budget shared with
+      // the prefills of requests still arriving), which timing may change; the lookahead trie learns from every
+      // request in the order their steps ran. Those are not compared (a flaky assertion otherwise).
+      if (!tree && max_seqs == 1) {
         EXPECT_EQ(lazy_stats.spec_num_accepted_tokens, eager_stats.spec_num_accepted_tokens) << what;
       }
       // The later rounds computed fewer rows than the steps deferred (at least one per draft past the first rows).
