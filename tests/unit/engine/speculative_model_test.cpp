@@ -70,7 +70,7 @@ std::vector<RequestOutput> run(const SpeculativeConfig& spec, const std::vector<
     uint64_t tokens = 0;
     for (const RequestOutput& o : out) tokens += o.outputs.at(0).token_ids.size();
     *stats = engine->stats();
-    for (int spin = 0; spin < 400 && stats->generation_tokens < tokens; ++spin) {
+    for (int spin = 0; spin < 2000 && stats->generation_tokens < tokens; ++spin) {  // up to 10 s (a loaded CI)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       *stats = engine->stats();
     }
