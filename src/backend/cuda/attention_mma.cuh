@@ -121,10 +121,11 @@ __device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, c
 }
 
 // ---- 8-bit KV caches (int8 / fp8 e4m3 codes with one f32 scale per (slot, KV head)) ----
-// A tile's codes stream into a plain [kKeys][D] byte staging area with its keys' K and V scales; one pass
-// turns the codes (not the scaled values) into the activation type -- exactly: every int8 and e4m3 value is
-// a bf16 and an f16 value -- in the swizzled tiles the mma loops read. The scales are applied in f32 to the
-// scores (K) and to the probabilities before they are rounded for the PV mma (V).
+// A tile's codes stream into a [kKeys][D] byte staging area with its keys' K and V scales. The codes (not the
+// scaled values) become the activation type exactly (every int8 and e4m3 value is a bf16 and an f16 value):
+// prefill converts the whole tile into the swizzled b16 tiles its mma loops read (convert_kv_codes); decode
+// turns each thread's own fragment words in registers (the fragment layout below). The scales are applied in f32
+// to the scores (K) and to the probabilities before they are rounded for the PV mma (V).
 enum class KvQuant { kNone, kI8, kF8 };
 
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
