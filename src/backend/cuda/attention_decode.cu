@@ -9,9 +9,6 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
-#include <cstdlib>
-#include <string>
-
 namespace peregrine::cuda {
 namespace {
 
@@ -387,21 +384,12 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
   }
 }
 
-// 8-bit caches at D <= 128: four CTAs an SM (128 registers) unless PEREGRINE_DECODE_CODES_MIN_BLOCKS says 1 (no
-// bound: min blocks 0).
+// 8-bit caches at D <= 128: four CTAs an SM (128 registers; a few bytes spill). Without the bound (154 registers,
+// three CTAs) it was 1-5% slower or equal on the H200 (docs/BENCHMARKS.md, 2026-12-05). b16 caches: no bound.
 template <typename T, int D, KvQuant Q>
 void launch_decode_blocks(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
-  if constexpr (Q != KvQuant::kNone && D <= 128) {
-    static const bool four = [] {
-      const char* e = std::getenv("PEREGRINE_DECODE_CODES_MIN_BLOCKS");
-      return !(e && std::string(e) == "1");
-    }();
-    if (four) {
-      launch_decode_typed<T, D, Q, 4>(p, grid_splits, rows_cap, stream);
-      return;
-    }
-  }
-  launch_decode_typed<T, D, Q, 0>(p, grid_splits, rows_cap, stream);
+  constexpr int kMinBlocks = (Q != KvQuant::kNone && D <= 128) ? 4 : 0;
+  launch_decode_typed<T, D, Q, kMinBlocks>(p, grid_splits, rows_cap, stream);
 }
 
 template <typename T, KvQuant Q>
