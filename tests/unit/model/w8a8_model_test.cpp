@@ -244,6 +244,28 @@ TEST(W8A8Model, QuantizesADenseCheckpointAtLoad) {
   EXPECT_THROW(make_engine(ct, "cpu", "fp8"), Error);
 }
 
+// Greedy ids of the cases' prompts (48 tokens) equal the reference's up to each case's first step whose reference
+// top-1 margin is below `margin`.
+void expect_greedy_up_to_margin(Engine& engine, const json& cases, double margin, const std::string& what) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const json& c : cases) prompts.push_back(c["prompt_ids"].get<std::vector<int32_t>>());
+  SamplingParams sp;
+  sp.max_tokens = 48;
+  sp.temperature = 0;
+  sp.ignore_eos = true;
+  const std::vector<RequestOutput> out = engine.generate(prompts, sp);
+  int compared = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto ids = cases[i]["output_ids"].get<std::vector<int32_t>>();
+    for (size_t s = 0; s < ids.size(); ++s) {
+      if (cases[i]["top1_margin"][s].get<double>() < margin) break;
+      ASSERT_EQ(out[i].outputs[0].token_ids.at(s), ids[s]) << what << " prompt " << i << " step " << s;
+      ++compared;
+    }
+  }
+  std::printf("  greedy: %d steps compared before the first margin below %.2f\n", compared, margin);
+}
+
 // Quantized KV caches on pycoder-tiny against its transformers float32 reference (6 prompts, teacher-forced,
 // every top-5 entry). Bound: what an 8-bit cache adds is set by its rounding: int8 with a per-vector scale rounds
 // each K/V element by at most amax/254, e4m3 by up to 2^-4 of the element (3 mantissa bits), about 4x more; these
@@ -276,23 +298,8 @@ TEST(KvCacheQuant, StaysCloseToTheFloatReferenceOnPycoderTiny) {
                 b.kv, d.mean(), d.max, static_cast<long long>(d.count));
     EXPECT_LE(d.mean(), b.mean) << b.kv;
     EXPECT_LE(d.max, b.max) << b.kv;
-    std::vector<std::vector<int32_t>> prompts;
-    for (const json& c : cases) prompts.push_back(c["prompt_ids"].get<std::vector<int32_t>>());
-    SamplingParams sp;
-    sp.max_tokens = 48;
-    sp.temperature = 0;
-    sp.ignore_eos = true;
-    const std::vector<RequestOutput> out = engine->generate(prompts, sp);
-    int compared = 0;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const auto ids = cases[i]["output_ids"].get<std::vector<int32_t>>();
-      for (size_t s = 0; s < ids.size(); ++s) {
-        if (cases[i]["top1_margin"][s].get<double>() < 2 * b.max) break;
-        ASSERT_EQ(out[i].outputs[0].token_ids.at(s), ids[s]) << b.kv << " prompt " << i << " step " << s;
-        ++compared;
-      }
-    }
-    std::printf("  greedy: %d steps compared before the first margin below %.2f\n", compared, 2 * b.max);
+    expect_greedy_up_to_margin(*engine, cases, 2 * b.max, b.kv);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -333,23 +340,8 @@ TEST(KvCacheQuant, StaysCloseOnCudaTensorCoreKernels) {
     EXPECT_GT(d.mean(), 0.0) << b.kv;
     EXPECT_LE(d.mean(), mean_bound) << b.kv;
     EXPECT_LE(d.max, max_bound) << b.kv;
-    std::vector<std::vector<int32_t>> prompts;
-    for (const json& c : cases) prompts.push_back(c["prompt_ids"].get<std::vector<int32_t>>());
-    SamplingParams sp;
-    sp.max_tokens = 48;
-    sp.temperature = 0;
-    sp.ignore_eos = true;
-    const std::vector<RequestOutput> out = engine->generate(prompts, sp);
-    int compared = 0;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const auto ids = cases[i]["output_ids"].get<std::vector<int32_t>>();
-      for (size_t s = 0; s < ids.size(); ++s) {
-        if (cases[i]["top1_margin"][s].get<double>() < 2 * max_bound) break;
-        ASSERT_EQ(out[i].outputs[0].token_ids.at(s), ids[s]) << b.kv << " prompt " << i << " step " << s;
-        ++compared;
-      }
-    }
-    std::printf("  greedy: %d steps compared before the first margin below %.2f\n", compared, 2 * max_bound);
+    expect_greedy_up_to_margin(*engine, cases, 2 * max_bound, b.kv);
+    if (HasFatalFailure()) return;
   }
 }
 
