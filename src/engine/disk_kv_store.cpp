@@ -248,37 +248,49 @@ void DiskKvStore::drop_locked(uint64_t key, bool bad) {
 }
 
 void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload,
-                      std::shared_ptr<void> lease) {
+                      std::shared_ptr<void> lease, int depth) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (stopping_ || index_.count(key) || queued_.count(key)) return;
   if (config_.payload_bytes + sizeof(Header) > config_.max_bytes) {
     ++stats_.dropped_full;
     return;
   }
-  // A full queue: its oldest writes make room (never waiting), or, without drop_oldest_when_full, back-pressure: the
-  // caller waits for the writer, and only a writer that makes no room for max_put_wait_seconds (a disk that stopped
-  // answering) gets the block dropped.
+  // A full queue: its deepest writes make room (never waiting), or, without drop_oldest_when_full, back-pressure:
+  // the caller waits for the writer, and only a writer that makes no room for max_put_wait_seconds (a disk that
+  // stopped answering) gets the block dropped.
   auto has_room = [&] { return stopping_ || queued_bytes_ == 0 || queued_bytes_ + config_.payload_bytes <= config_.max_queued_bytes; };
   if (!has_room() && config_.drop_oldest_when_full) {
-    // Writes not started yet go, oldest first (those being written stay: the bound may be exceeded by them).
+    // Writes not started yet go, deepest first, the oldest of equally deep ones first (those being written stay:
+    // the bound may be exceeded by them); writes a load is about to read stay. A new block deeper than every write
+    // that could go is the one dropped.
     uint64_t dropped = 0;
-    // Writes a load is about to read stay.
-    for (auto it = queue_.begin(); it != queue_.end() && !has_room();) {
-      if (protected_.count((*it)->key)) {
+    bool drop_new = false;
+    for (auto it = droppable_.begin(); it != droppable_.end() && !has_room();) {
+      const auto [neg_depth, order, victim] = *it;
+      if (protected_.count(victim)) {
         ++it;
         continue;
       }
-      queued_.erase((*it)->key);
-      it = queue_.erase(it);
+      if (-neg_depth < depth) {
+        drop_new = true;
+        break;
+      }
+      auto pos = queue_pos_.find(victim);
+      queue_.erase(pos->second);
+      queue_pos_.erase(pos);
+      queued_.erase(victim);
+      it = droppable_.erase(it);
       queued_bytes_ -= config_.payload_bytes;
       ++dropped;
     }
+    if (drop_new) ++dropped;
     if (dropped > 0 && stats_.dropped_full == 0)
       std::fprintf(stderr, "peregrine: KV disk tier: the write queue is full (%.0f MB; the disk writes slower than "
-                   "blocks are evicted): its oldest blocks are dropped (%s)\n",
+                   "blocks are evicted): blocks are dropped, the deepest in their prefix chains first (%s)\n",
                    static_cast<double>(config_.max_queued_bytes) / 1e6, path_.c_str());
     stats_.dropped_full += dropped;
     stats_.queued_blocks = queued_.size();
+    if (drop_new) return;
   } else if (!has_room()) {
     const auto t0 = std::chrono::steady_clock::now();
     const bool room = room_.wait_for(lock, std::chrono::duration<double>(config_.max_put_wait_seconds), has_room);
@@ -296,6 +308,7 @@ void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t
   job->key = key;
   job->parent_key = parent_key;
   job->order = ++next_order_;
+  job->depth = depth;
   job->tokens.assign(tokens.begin(), tokens.end());
   if (lease) {  // lent: written (and read) from where it is until the job lets the lease go
     job->lent = payload;
@@ -305,7 +318,9 @@ void DiskKvStore::put(uint64_t key, uint64_t parent_key, std::span<const int32_t
   }
   queued_bytes_ += config_.payload_bytes;
   queued_.emplace(key, job);
+  droppable_.emplace(-depth, job->order, key);
   queue_.push_back(std::move(job));
+  queue_pos_[key] = std::prev(queue_.end());
   stats_.queued_blocks = queued_.size();
   wake_.notify_one();
 }
@@ -318,7 +333,7 @@ void DiskKvStore::writer_loop() {
       if (stopping_) return;
       continue;
     }
-    // Reads first: a hit waits for them, a write waits for nobody (a full queue drops its oldest). While reads are
+    // Reads first: a hit waits for them, a write waits for nobody (a full queue drops its deepest). While reads are
     // queued or running the writers hold back, each for at most a second (a read stuck on a bad disk must not stop
     // the writes for good).
     if (reading_ > 0 || !read_queue_.empty()) {
@@ -328,6 +343,8 @@ void DiskKvStore::writer_loop() {
     }
     std::shared_ptr<const Job> job = std::move(queue_.front());
     queue_.pop_front();
+    queue_pos_.erase(job->key);
+    droppable_.erase({-job->depth, job->order, job->key});
     ++writing_;
     const auto now = std::chrono::steady_clock::now();
     if (bound_ < config_.max_bytes && now - bound_lowered_ > std::chrono::seconds(60)) bound_ = config_.max_bytes;

@@ -8,8 +8,9 @@
 // A block queued for writing is already part of the store: contains() finds it and a read is served from the queued
 // copy in memory, so a block handed over a moment ago is never missed. The queue is bounded in bytes. A put() that
 // finds it full never waits (the engine thread, and so decode, must not wait for a disk slower than the evictions):
-// the oldest queued writes are dropped to make room (logged once, counted in dropped_full), so what reaches the disk
-// is the most recently used of what was evicted. With drop_oldest_when_full off, put() waits for the writer instead
+// queued writes are dropped to make room (logged once, counted in dropped_full), the deepest first (a block's depth is
+// its index in its prefix chain: a hit needs every block before it, so a chain's last blocks are worth the least), the
+// oldest first among equally deep ones; a new block deeper than every queued one is dropped itself. With drop_oldest_when_full off, put() waits for the writer instead
 // (back-pressure) and drops the block only when the writer has made no room for max_put_wait_seconds.
 // Reads come first: while reads are queued or running the writers hold back (each for at most a second).
 // A disk that fills before the bound does (other files on it, a smaller filesystem than --kv-cache-disk-gb) is met
@@ -26,9 +27,11 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -72,11 +75,11 @@ class DiskKvStore {
   DiskKvStore(const DiskKvStore&) = delete;
   DiskKvStore& operator=(const DiskKvStore&) = delete;
 
-  // Queues the block for writing (the payload is copied); a block already stored or queued is skipped. Waits while
-  // the queue is full (see above). With a lease the payload is lent, not copied: it must stay unchanged until the
+  // Queues the block for writing (the payload is copied); a block already stored or queued is skipped. A full queue
+  // drops its deepest writes, or waits (see above); depth is the block's index in its chain (0: a prompt's first). With a lease the payload is lent, not copied: it must stay unchanged until the
   // store lets the lease go (its last reference, once the block is written or dropped, on any thread).
   void put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload,
-           std::shared_ptr<void> lease = nullptr);
+           std::shared_ptr<void> lease = nullptr, int depth = 0);
   // Whether a stored or queued block has this identity (and marks a stored one recently used).
   bool contains(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens);
   // Marks a stored block recently used (no-op when absent).
@@ -116,6 +119,7 @@ class DiskKvStore {
   struct Job {  // a queued write; shared with reads served from it while it is written
     uint64_t key, parent_key;
     uint64_t order = 0;  // its place in the queue: the writers finish in any order, the LRU keeps this one
+    int depth = 0;       // its index in its chain: a full queue drops the deepest first
     std::vector<int32_t> tokens;
     std::vector<std::byte> payload;   // a copy, or empty when lent
     const std::byte* lent = nullptr;  // the lent payload, valid while lease is held
@@ -149,7 +153,9 @@ class DiskKvStore {
   std::list<uint64_t> lru_;  // least recently used first
   uint64_t next_order_ = 0;  // Entry::order and Job::order
   void make_recent(Entry& e);  // marks it used now (mutex_ held)
-  std::deque<std::shared_ptr<const Job>> queue_;
+  std::list<std::shared_ptr<const Job>> queue_;  // not yet taken by a writer, in the order they came
+  std::unordered_map<uint64_t, std::list<std::shared_ptr<const Job>>::iterator> queue_pos_;  // by key
+  std::set<std::tuple<int, uint64_t, uint64_t>> droppable_;  // (-depth, order, key) of queue_: a full queue's victims
   std::unordered_map<uint64_t, std::shared_ptr<const Job>> queued_;  // by key, until its file is in the index
   size_t queued_bytes_ = 0;
   uint64_t bound_ = 0;  // bytes the files may take now (config_.max_bytes unless the disk was found full)

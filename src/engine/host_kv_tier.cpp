@@ -47,7 +47,7 @@ void HostKvTier::hand_ring_to_disk(bool wait) {
       std::lock_guard<std::mutex> lock(r->m);
       r->slots.push_back(s);
     });
-    disk_->put(c.key, c.parent_key, c.tokens, ring_->slot(c.slot), std::move(lease));
+    disk_->put(c.key, c.parent_key, c.tokens, ring_->slot(c.slot), std::move(lease), c.depth);
     ring_keys_.erase(c.key);
     ring_pending_.pop_front();
   }
@@ -82,7 +82,7 @@ void HostKvTier::write_through(int s) {
   if (!slot.to_disk) return;
   kv_.wait(slot.ticket);
   slot.to_disk = false;
-  if (slot.used && disk_) disk_->put(slot.key, slot.parent_key, slot.tokens, host_.slot(s));
+  if (slot.used && disk_) disk_->put(slot.key, slot.parent_key, slot.tokens, host_.slot(s), nullptr, slot.depth);
 }
 
 void HostKvTier::poll() {
@@ -101,9 +101,10 @@ void HostKvTier::poll() {
   to_disk_.resize(kept);
 }
 
-void HostKvTier::hold(int s, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) {
+void HostKvTier::hold(int s, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, int depth) {
   Slot& slot = slots_[static_cast<size_t>(s)];
   slot.key = key;
+  slot.depth = depth;
   slot.parent_key = parent_key;
   slot.tokens.assign(tokens.begin(), tokens.end());
   slot.used = true;
@@ -155,7 +156,7 @@ int HostKvTier::take_slot(bool idle_only) {
 
 bool HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks, bool ahead) {
   std::vector<const Evicted*> todo;
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {  // deepest first: the disk then drops them first
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {  // deepest first: the disk's LRU then drops them first
     if (auto r = ring_keys_.find((*it)->key); r != ring_keys_.end()) {
       // Its copy (ahead) into a ring slot may still run: evicted, its next owner writes it only after that copy.
       if (!ahead) kv_.compute_waits_for(r->second);
@@ -177,7 +178,8 @@ bool HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks, bool a
     if (!ahead) kv_.compute_waits_for(ticket);  // the blocks' next owners write them only after the copy
     for (size_t i = 0; i < lent; ++i) {
       const Evicted& e = *todo[i];
-      ring_pending_.push_back({ring[i], ticket, e.key, e.parent_key, std::vector<int32_t>(e.tokens.begin(), e.tokens.end())});
+      ring_pending_.push_back(
+          {ring[i], ticket, e.key, e.parent_key, std::vector<int32_t>(e.tokens.begin(), e.tokens.end()), e.depth});
       ring_keys_[e.key] = ticket;
     }
     ++stats_.transfers_down;
@@ -205,7 +207,7 @@ bool HostKvTier::stage_to_disk(const std::vector<const Evicted*>& blocks, bool a
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (size_t i = 0; i < n; ++i) {
       const Evicted& e = *todo[first + i];
-      disk_->put(e.key, e.parent_key, e.tokens, staging_->slot(static_cast<int>(i)));  // waits while the queue is full
+      disk_->put(e.key, e.parent_key, e.tokens, staging_->slot(static_cast<int>(i)), nullptr, e.depth);
     }
     ++stats_.transfers_down;
     stats_.blocks_down += n;
@@ -276,7 +278,7 @@ bool HostKvTier::copy_down(std::span<const Evicted> blocks, bool ahead) {
     }
     pin(s);  // one transfer must not write a slot twice (its copies run in no set order)
     pinned.push_back(s);
-    hold(s, e.key, e.parent_key, e.tokens);
+    hold(s, e.key, e.parent_key, e.tokens, e.depth);
     device.push_back(e.block);
     host.push_back(s);
     touched.emplace_back(e.depth, s);

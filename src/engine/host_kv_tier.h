@@ -113,6 +113,7 @@ class HostKvTier final : public LowerKvTier {
   struct Slot {
     uint64_t key = 0, parent_key = 0;
     std::vector<int32_t> tokens;
+    int depth = 0;  // its index in its chain (the disk's full queue drops the deepest first)
     bool used = false;
     int pins = 0;                  // loads (and the transfer being built) that need its content where it is
     bool to_disk = false;          // its copy-down has yet to reach the disk tier
@@ -128,7 +129,7 @@ class HostKvTier final : public LowerKvTier {
   // Returns whether every block found room (or was held already).
   bool copy_down(std::span<const Evicted> blocks, bool ahead);
   void drop(int slot);  // writes it through, then forgets it
-  void hold(int slot, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens);
+  void hold(int slot, uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, int depth = 0);
   int holding(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens) const;  // its slot, or -1
   void pin(int slot);
   void unpin(int slot);
@@ -185,6 +186,7 @@ class HostKvTier final : public LowerKvTier {
     int slot;
     uint64_t ticket, key, parent_key;
     std::vector<int32_t> tokens;
+    int depth;
   };
   std::unique_ptr<HostKvBuffer> ring_;
   std::vector<int> ring_free_;

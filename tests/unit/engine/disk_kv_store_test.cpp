@@ -415,8 +415,8 @@ TEST(DiskKvStore, AFullQueueWaitsForTheWriterAndDropsOnlyWhenItIsStuck) {
   EXPECT_EQ(got, p4);
 }
 
-// The default for a full queue: put() never waits; the oldest queued writes make room (not the one being written),
-// so the newest blocks reach the disk, and the dropped ones are no longer found.
+// The default for a full queue: put() never waits; among blocks of one depth the oldest queued writes make room (not
+// the one being written), so the newest blocks reach the disk, and the dropped ones are no longer found.
 TEST(DiskKvStore, AFullQueueDropsItsOldestWritesAndNeverWaits) {
   TempDir dir;
   DiskKvStore::Config c = config_for(dir.path);
@@ -448,6 +448,48 @@ TEST(DiskKvStore, AFullQueueDropsItsOldestWritesAndNeverWaits) {
   std::vector<int32_t> toks;
   ASSERT_TRUE(store.read(6, got.data(), parent, toks));
   EXPECT_EQ(got, payload_of(6));
+}
+
+// A full queue drops the deepest blocks of their prefix chains first (a hit needs every block before the one it
+// uses, so a chain's roots are worth the most), the oldest of equally deep ones first, and a new block deeper than
+// every queued one is dropped itself: an evicted chain followed by more evictions keeps its first blocks.
+TEST(DiskKvStore, AFullQueueKeepsAChainsFirstBlocks) {
+  TempDir dir;
+  DiskKvStore::Config c = config_for(dir.path);
+  c.max_queued_bytes = 4000;  // four blocks, the one being written included
+  c.writer_threads = 1;
+  DiskKvStore store(c);
+  StuckWriter stuck(store, 1);
+  auto put = [&](uint64_t key, int depth) {
+    const auto p = payload_of(static_cast<uint32_t>(key));
+    store.put(key, key + 100, tokens_of(key), p.data(), nullptr, depth);
+  };
+  put(1, 0);  // the writer takes it and blocks on the FIFO
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  put(2, 2);  // chain A, handed over deepest first as the host tier does
+  put(3, 1);
+  put(4, 0);
+  put(5, 1);  // chain B: full, so A's deepest (2) goes
+  put(6, 0);  // full: 3 and 5 are equally deep, the older (3) goes
+  put(7, 3);  // full, and deeper than every queued block: dropped itself
+  DiskKvStore::Stats s = store.stats();
+  EXPECT_EQ(s.dropped_full, 3u);
+  EXPECT_EQ(s.put_waits, 0u);
+  for (uint64_t k : {1, 4, 5, 6}) EXPECT_TRUE(store.contains(k, k + 100, tokens_of(k))) << k;
+  for (uint64_t k : {2, 3, 7}) EXPECT_FALSE(store.contains(k, k + 100, tokens_of(k))) << k;
+  stuck.release();
+  store.flush();
+  s = store.stats();
+  EXPECT_EQ(s.blocks_written, 4u);  // 1 (the FIFO: written, never read), 4, 5 and 6
+  EXPECT_EQ(s.queued_blocks, 0u);
+  std::vector<std::byte> got(1000);
+  uint64_t parent = 0;
+  std::vector<int32_t> toks;
+  for (uint64_t k : {4, 5, 6}) {
+    ASSERT_TRUE(store.read(k, got.data(), parent, toks)) << k;
+    EXPECT_EQ(got, payload_of(static_cast<uint32_t>(k)));
+    EXPECT_EQ(parent, k + 100);
+  }
 }
 
 // Blocks a load is reading are protected: a full queue drops other writes (even newer ones would not push them out),
