@@ -2,15 +2,18 @@
 // W8A8 per channel and in 128x128 blocks with per-token-group activations, weight-only int8 / fp8 codes, bias,
 // bf16 and f32 activations, M from 1 to 64; rows bit-identical for every M within a path (FP8 per channel at
 // M = 64 runs cuBLASLt's FP8 GEMM: f32 outputs within 1e-3 of max|y| there, tensor-core accumulation); per channel
-// W8A8 at small M on the 8-bit tensor-core kernel.
+// W8A8 at small M on the 8-bit tensor-core kernel, its in-block quantizer and its fusions bit for bit the unfused
+// ops.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "cuda_test_util.h"
 
 namespace peregrine::cuda_test {
@@ -172,6 +175,130 @@ TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
       }
     }
   }
+}
+
+// The 8-bit skinny kernel quantizing x in its blocks (M <= 8 where M * (K + 16) <= 40 KiB) gives the bits of
+// launch_act_quant + the kernel reading its codes (M = 32): every element, for int8 and FP8 codes, bf16 / f16 / f32 x,
+// K of 4096 and 14336 (in the block up to M = 2, by the quantizer beyond), rows of zeros, an outlier that sets a
+// row's scale with the rest far below it (codes 0 and subnormal e4m3), a tiny value among ordinary ones.
+TEST(CudaW8Matmul, InBlockQuantizerMakesTheQuantizersBits) {
+  std::mt19937 rng(34);
+  const int64_t n = 200, big = 32;  // 12.5 tiles of 16 rows; M = 32 quantizes x with launch_act_quant
+  for (DType codes_t : {DType::kI8, DType::kF8E4M3}) {
+    for (int64_t k : {int64_t{4096}, int64_t{14336}}) {
+      const W8Weight w = make_w8(codes_t, n, k, rng);
+      for (DType act : {DType::kBF16, DType::kF16, DType::kF32}) {
+        HostTensor x = random_tensor(act, {big, k}, rng);
+        for (int64_t i = 0; i < k; ++i) x.set(k + i, 0.0);  // row 1: all zeros
+        x.set(5, 300.0);                                    // row 0: one outlier, the rest far below it
+        x.set(2 * k + 7, -1e-4);                            // row 2: a tiny value among ordinary ones
+        DeviceTensor d_x(x);
+        auto run = [&](int64_t m) {
+          DeviceTensor d_out(HostTensor(act, {m, n}));
+          d_out.poison();
+          gpu().matmul({d_x.view().slice_rows(0, m), w.d_codes.view(), TensorView(), d_out.view(), w.dq});
+          return d_out.to_host();
+        };
+        const HostTensor full = run(big);
+        const std::string what = std::string(dtype_name(codes_t)) + " x " + std::string(dtype_name(act)) + " K " +
+                                 std::to_string(k);
+        for (int64_t e = 0; e < full.numel(); ++e) ASSERT_TRUE(std::isfinite(full.get(e))) << what << " element " << e;
+        for (int64_t m : {1, 2, 3, 4, 8}) {
+          const HostTensor got = run(m);
+          for (int64_t e = 0; e < got.numel(); ++e)
+            ASSERT_EQ(got.get(e), full.get(e)) << what << " M " << m << " element " << e;
+          EXPECT_EQ(std::memcmp(got.bytes.data(), full.bytes.data(), got.bytes.size()), 0) << what << " M " << m;
+        }
+      }
+    }
+  }
+}
+
+// The 8-bit skinny kernel's fusions give the bits of the unfused ops the model runs without them: the norm group
+// (rms_norm, then q/k/v-like matmuls on its output), the residual add (the product, then the next rms_norm's add into
+// the residual stream) and the gate/up pair (rms_norm, the two matmuls, silu_mul); int8 and FP8 codes, bf16 and f16,
+// every M the norm's in-block quantizer takes, K of 4096 (norm groups, pairs) and 14336 (residual: quantized in the
+// block up to M = 2, by launch_act_quant beyond), bias on some segments, every output element.
+TEST(CudaW8Matmul, FusionsAreTheUnfusedOpsBits) {
+  gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
+  std::mt19937 rng(35);
+  const float eps = 1e-5f;
+  auto same = [](const HostTensor& a, const HostTensor& b) {
+    return a.bytes.size() == b.bytes.size() && std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0;
+  };
+  for (DType codes_t : {DType::kI8, DType::kF8E4M3}) {
+    const int64_t h = 4096, inter = 14336;
+    const int64_t nq = 1040, nk = 264;
+    const W8Weight wq = make_w8(codes_t, nq, h, rng), wk = make_w8(codes_t, nk, h, rng);
+    const W8Weight wg = make_w8(codes_t, 1000, h, rng), wu = make_w8(codes_t, 1000, h, rng);
+    const W8Weight wd = make_w8(codes_t, h, inter, rng);
+    for (DType act : {DType::kBF16, DType::kF16}) {
+      DeviceTensor d_gamma(random_tensor(act, {h}, rng)), d_bias(random_tensor(DType::kF32, {1000}, rng));
+      for (int64_t m : {1, 2, 3, 5, 8}) {
+        const std::string what = std::string(dtype_name(codes_t)) + " x " + std::string(dtype_name(act)) + " M " +
+                                 std::to_string(m);
+        const HostTensor x = random_tensor(act, {m, h}, rng, 3.0);  // a residual stream away from unit scale
+        DeviceTensor d_x(x), d_normed(HostTensor(act, {m, h}));
+        auto out = [&](int64_t n) {
+          DeviceTensor d(HostTensor(act, {m, n}));
+          d.poison();
+          return d;
+        };
+        ops::MatmulFusion norm;
+        norm.norm_weight = d_gamma.view();
+        norm.eps = eps;
+        // The norm group, unfused: rms_norm, then the matmuls on its output.
+        gpu().rms_norm({d_x.view(), TensorView(), d_gamma.view(), d_normed.view(), eps});
+        DeviceTensor uq = out(nq), uk = out(nk), fq = out(nq), fk = out(nk);
+        gpu().matmuls(std::array{ops::MatmulParams{d_normed.view(), wq.d_codes.view(), TensorView(), uq.view(), wq.dq},
+                                 ops::MatmulParams{d_normed.view(), wk.d_codes.view(), TensorView(), uk.view(), wk.dq}});
+        const std::array fused_qk{ops::MatmulParams{d_x.view(), wq.d_codes.view(), TensorView(), fq.view(), wq.dq},
+                                  ops::MatmulParams{d_x.view(), wk.d_codes.view(), TensorView(), fk.view(), wk.dq}};
+        ASSERT_TRUE(gpu().fuses_matmuls(fused_qk, norm)) << what;
+        gpu().matmuls_fused(fused_qk, norm);
+        EXPECT_TRUE(same(fq.to_host(), uq.to_host())) << what << " norm group q";
+        EXPECT_TRUE(same(fk.to_host(), uk.to_host())) << what << " norm group k";
+        // The pair, unfused: the two matmuls on the norm's output (gate with bias), then silu_mul.
+        DeviceTensor ug = out(1000), uu = out(1000), fg = out(1000), fu = out(1000);
+        gpu().matmuls(std::array{ops::MatmulParams{d_normed.view(), wg.d_codes.view(), d_bias.view(), ug.view(), wg.dq},
+                                 ops::MatmulParams{d_normed.view(), wu.d_codes.view(), TensorView(), uu.view(), wu.dq}});
+        gpu().silu_mul({ug.view(), uu.view(), ug.view()});
+        ops::MatmulFusion pair = norm;
+        pair.silu_mul = true;
+        const std::array fused_gu{ops::MatmulParams{d_x.view(), wg.d_codes.view(), d_bias.view(), fg.view(), wg.dq},
+                                  ops::MatmulParams{d_x.view(), wu.d_codes.view(), TensorView(), fu.view(), wu.dq}};
+        ASSERT_TRUE(gpu().fuses_matmuls(fused_gu, pair)) << what;
+        gpu().matmuls_fused(fused_gu, pair);
+        EXPECT_TRUE(same(fg.to_host(), ug.to_host())) << what << " silu pair";
+        // The residual add, unfused: down_proj's product, then the next rms_norm adds it into the residual stream.
+        const HostTensor a = random_tensor(act, {m, inter}, rng);
+        const HostTensor res = random_tensor(act, {m, h}, rng, 3.0);
+        DeviceTensor d_a(a), u_res(res), f_res(res), prod = out(h), normed2(HostTensor(act, {m, h}));
+        gpu().matmul({d_a.view(), wd.d_codes.view(), TensorView(), prod.view(), wd.dq});
+        gpu().rms_norm({prod.view(), u_res.view(), d_gamma.view(), normed2.view(), eps});
+        ops::MatmulFusion add;
+        add.residual = f_res.view();
+        const ops::MatmulParams fused_down{d_a.view(), wd.d_codes.view(), TensorView(), f_res.view(), wd.dq};
+        ASSERT_TRUE(gpu().fuses_matmuls({&fused_down, 1}, add)) << what;
+        gpu().matmuls_fused({&fused_down, 1}, add);
+        EXPECT_TRUE(same(f_res.to_host(), u_res.to_host())) << what << " residual add";
+      }
+    }
+  }
+  // Beyond the in-block quantizer (M = 9 with the norm), and f32 x, no fusion is offered.
+  const W8Weight w = make_w8(DType::kF8E4M3, 64, 4096, rng);
+  DeviceTensor d_gamma(random_tensor(DType::kBF16, {4096}, rng));
+  ops::MatmulFusion norm;
+  norm.norm_weight = d_gamma.view();
+  DeviceTensor x9(random_tensor(DType::kBF16, {9, 4096}, rng)), o9(HostTensor(DType::kBF16, {9, 64}));
+  const ops::MatmulParams nine{x9.view(), w.d_codes.view(), TensorView(), o9.view(), w.dq};
+  EXPECT_FALSE(gpu().fuses_matmuls({&nine, 1}, norm));
+  EXPECT_THROW(gpu().matmuls_fused({&nine, 1}, norm), peregrine::Error);
+  DeviceTensor x32(random_tensor(DType::kF32, {1, 4096}, rng)), o32(HostTensor(DType::kF32, {1, 64}));
+  const ops::MatmulParams f32x{x32.view(), w.d_codes.view(), TensorView(), o32.view(), w.dq};
+  ops::MatmulFusion add;
+  add.residual = o32.view();
+  EXPECT_FALSE(gpu().fuses_matmuls({&f32x, 1}, add));
 }
 
 // int8 W8A8 per channel beyond the skinny kernel's M: cuBLASLt's int8 GEMM (N % 16 == 0) or the warp kernel (other

@@ -287,8 +287,11 @@ class CudaBackendImpl final : public CudaBackend {
     }();
     return mode;
   }
+  // W8A8 per channel takes the 8-bit skinny kernel's fusions (bit for bit the unfused ops), the rest the skinny
+  // kernel's.
   bool fused_launch(std::span<const MatmulParams> ps, const MatmulFusion& f, cuda::SkinnyGemmLaunch& l) const {
-    if (!skinny_segments(ps, l)) return false;
+    const bool w8a8 = is_w8a8(ps.front());
+    if (w8a8 ? !w8a8_launch(ps, l) : !skinny_segments(ps, l)) return false;
     if (!f.norm_weight.empty()) {
       if (f.norm_weight.dtype != l.dtype) return false;
       l.norm_w = f.norm_weight.data;
@@ -296,7 +299,7 @@ class CudaBackendImpl final : public CudaBackend {
     }
     if (!f.residual.empty()) l.residual = f.residual.data;
     l.silu_pair = f.silu_mul;
-    return cuda::skinny_gemm_fuses(l);
+    return w8a8 ? cuda::skinny_w8a8_takes(l) : cuda::skinny_gemm_fuses(l);
   }
   bool fuses_matmuls(std::span<const MatmulParams> ps, const MatmulFusion& f) const override {
     const FusionMode mode = fusion_mode();
@@ -309,6 +312,10 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::SkinnyGemmLaunch l;
     if (!fused_launch(ps, f, l))
       throw Error(ErrorCode::kUnsupported, "cuda backend: these matmuls have no fused kernel (fuses_matmuls says which do)");
+    if (is_w8a8(ps.front())) {
+      run_w8a8(l);  // fused_launch checked that the kernel takes l
+      return;
+    }
     cuda::launch_skinny_gemm(l, stream_);
     last_matmul_skinny_ = true;
   }
@@ -558,22 +565,30 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // W8A8 per channel (int8 or FP8 codes, one scale per row or per block_rows rows, x per token) over one x at small
-  // M: x quantized once (launch_act_quant), then one 8-bit tensor-core launch (skinny_gemm.cuh) for all of ps
+  // M: x quantized once (launch_act_quant, or by the kernel's blocks themselves where skinny_w8a8_quantizes), then
+  // one 8-bit tensor-core launch (skinny_gemm.cuh) for all of ps
   // (q/k/v, gate/up). False, having enqueued nothing, when the kernel does not take them all.
   // NOTE determinism: int8 rows equal the warp kernel's bit for bit (and cuBLASLt's int8 path's), so int8 rows
   // agree for every M; FP8 rows agree within M <= 32 and within cuBLASLt's M > 32, not across.
-  bool w8a8_skinny(std::span<const MatmulParams> ps) {
+  static bool is_w8a8(const MatmulParams& p) {
+    return (p.w.dtype == DType::kI8 && p.quant.act == ActQuant::kInt8) ||
+           (p.w.dtype == DType::kF8E4M3 && p.quant.act == ActQuant::kFp8);
+  }
+  // The skinny W8A8 launch of ps over one x, x's codes not placed yet: the kernel's blocks quantize x themselves
+  // where skinny_w8a8_quantizes (the quantizer's bits, one launch fewer; PEREGRINE_W8_QUANT_X=0 never, for
+  // comparisons), else run_w8a8 quantizes it first. False when the skinny kernel is off or ps are not all W8A8 per
+  // channel of one code type over one x.
+  bool w8a8_launch(std::span<const MatmulParams> ps, cuda::SkinnyGemmLaunch& l) const {
     static const bool off = env_off("PEREGRINE_W8_SKINNY");
+    static const bool quantize_in_kernel = !env_off("PEREGRINE_W8_QUANT_X");
     const MatmulParams& first = ps.front();
     const int64_t m = first.x.dim(0), k = first.x.dim(1);
     if (off || !skinny_ || m == 0 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments)) return false;
-    cuda::SkinnyGemmLaunch l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, m, k);
+    l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, m, k);
     l.codes = first.w.dtype;
     for (const MatmulParams& p : ps) {
       const WeightQuant& q = p.quant;
-      const bool kinds = (p.w.dtype == DType::kI8 && q.act == ActQuant::kInt8) ||
-                         (p.w.dtype == DType::kF8E4M3 && q.act == ActQuant::kFp8);
-      if (!kinds || p.w.dtype != l.codes || !q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() ||
+      if (!is_w8a8(p) || p.w.dtype != l.codes || !q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() ||
           q.scales.dtype != DType::kF32 || q.scales.ndim != 2 || q.scales.dim(1) != 1 ||
           !(q.act_group == 0 || q.act_group == k) || p.x.data != first.x.data || p.x.dim(0) != m ||
           p.out.dtype != first.out.dtype || (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
@@ -583,17 +598,30 @@ class CudaBackendImpl final : public CudaBackend {
       g.scales = q.scales.as<const float>();
       g.block_rows = q.block_rows;
     }
-    const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
-    auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m) * 4, kQuantXSlot));
-    l.xq = reinterpret_cast<const int8_t*>(base);
-    l.xs = reinterpret_cast<const float*>(base + codes);
+    l.quantize_x = quantize_in_kernel && cuda::skinny_w8a8_quantizes(l);
+    return true;
+  }
+  // x quantized into scratch (launch_act_quant) unless the kernel does it, then the launch; false, having enqueued
+  // nothing, when the kernel does not take l.
+  bool run_w8a8(cuda::SkinnyGemmLaunch& l) {
     if (!cuda::skinny_w8a8_takes(l)) return false;
-    const cuda::W8MatmulLaunch aq{first.x.data, first.x.dtype, nullptr, l.codes, nullptr, 1, 1, k,
-                                  l.codes == DType::kI8 ? 1 : 2, k, nullptr, DType::kF32, nullptr, DType::kF32, m, 1, k};
-    cuda::launch_act_quant(aq, base, reinterpret_cast<float*>(base + codes), stream_);
+    if (!l.quantize_x) {
+      const int64_t m = l.m, k = l.k;
+      const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
+      auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m) * 4, kQuantXSlot));
+      l.xq = reinterpret_cast<const int8_t*>(base);
+      l.xs = reinterpret_cast<const float*>(base + codes);
+      const cuda::W8MatmulLaunch aq{l.x, l.dtype, nullptr, l.codes, nullptr, 1, 1, k,
+                                    l.codes == DType::kI8 ? 1 : 2, k, nullptr, DType::kF32, nullptr, DType::kF32, m, 1, k};
+      cuda::launch_act_quant(aq, base, reinterpret_cast<float*>(base + codes), stream_);
+    }
     cuda::launch_skinny_w8a8(l, stream_);
     last_matmul_skinny_ = true;
     return true;
+  }
+  bool w8a8_skinny(std::span<const MatmulParams> ps) {
+    cuda::SkinnyGemmLaunch l;
+    return w8a8_launch(ps, l) && run_w8a8(l);
   }
 
   // 8-bit codes and W8A8 (w8_matmul.cuh): activations quantized once per matmul, then a warp per output (per

@@ -1,5 +1,7 @@
 // RMSNorm kernel: each row is handled by `tpr` threads (a warp up to a whole block); two passes over the
-// row (the second hits L1/L2), the residual sum rounded to the activation dtype before the statistics.
+// row (the second hits L1/L2), the residual sum rounded to the activation dtype before the statistics. The sums of
+// squares are explicit fmas (what the compiler contracts them to anyway), so the 8-bit skinny kernel's norm fusion
+// (skinny_gemm.cu, norm_inv_in_block) can repeat them bit for bit.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/norm.cuh"
 
@@ -51,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
           store8(res + i, v);
         }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+        for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[e], v[e], ss);
       }
     } else {
       for (int64_t i = lane; i < h; i += tpr) {
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
           res[i] = sum;
           v = to_f32(sum);
         }
-        ss += v * v;
+        ss = __fmaf_rn(v, v, ss);
       }
     }
   }
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
       if (i < h) {
         if (res) store8(res + i, v[c]);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) ss += v[c][e] * v[c][e];
+        for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[c][e], v[c][e], ss);
       }
     }
   }

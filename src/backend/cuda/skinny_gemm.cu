@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
@@ -996,17 +997,27 @@ template <bool kFp8> using W8Acc = std::conditional_t<kFp8, float, int>;
 
 // A lane's 32 consecutive bytes of a row's 128-wide chunk (bytes 32t .. 32t + 31): mma step i takes bytes
 // 8i .. 8i + 3 as the fragment's k = 4t .. 4t + 3 and 8i + 4 .. 8i + 7 as k = 16 + 4t .. 16 + 4t + 3, for the weight
-// rows (A) and the token's x codes (B) alike.
-template <bool kFp8, int NT>
+// rows (A) and the token's x codes (B) alike. x's codes: token col's row at xq + col * xstride, in global memory
+// (launch_act_quant's) or, kSharedX, in the block's shared memory (quantize_x_in_block's).
+template <bool kFp8, int NT, bool kSharedX>
 __device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint4 (&a)[2], const uint4 (&b8)[2],
-                                           const SkinnyGemmLaunch& p, int64_t c, int g, int t) {
+                                           const SkinnyGemmLaunch& p, const int8_t* xq, int64_t xstride, int64_t c,
+                                           int g, int t) {
   const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int col = 8 * j + g;
-    const int8_t* xr = p.xq + col * p.k + c * 128 + 32 * t;
-    const uint4 xv[2] = {col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr)) : z,
-                         col < p.m ? __ldg(reinterpret_cast<const uint4*>(xr + 16)) : z};
+    const int8_t* xr = xq + col * xstride + c * 128 + 32 * t;
+    uint4 xv[2] = {z, z};
+    if (col < p.m) {
+      if constexpr (kSharedX) {
+        xv[0] = *reinterpret_cast<const uint4*>(xr);
+        xv[1] = *reinterpret_cast<const uint4*>(xr + 16);
+      } else {
+        xv[0] = __ldg(reinterpret_cast<const uint4*>(xr));
+        xv[1] = __ldg(reinterpret_cast<const uint4*>(xr + 16));
+      }
+    }
     // FP8: the chunk's four steps accumulate on the tensor cores from zero (their sum is not exact f32), then go
     // to the f32 accumulators once per 128 values.
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1025,11 +1036,28 @@ __device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint
   }
 }
 
+// How a W8A8 launch gets x's codes, and its fusions (skinny_w8a8_fuses): kXCodes reads launch_act_quant's codes;
+// the others quantize x in the block: kXQuant x as it is, kXNorm rmsnorm(x) first (q/k/v), kXPair rmsnorm(x) and
+// a gate/up pair (SiLU-mul). A residual add (o_proj, down_proj) goes with kXCodes or kXQuant.
+enum W8X { kXCodes = 0, kXQuant = 1, kXNorm = 2, kXPair = 3 };
+
+// v rounded to dtype t (bf16 / f16; f32 as it is), as a store and a load would give it back.
+__device__ __forceinline__ float round_to(DType t, float v) {
+  switch (t) {
+    case DType::kBF16: return __bfloat162float(__float2bfloat16_rn(v));
+    case DType::kF16: return __half2float(__float2half_rn(v));
+    default: return v;
+  }
+}
+
 // The block's end for W8A8: the warps' partials added in warp order (int8: as integers, exactly), then
-// fmaf(sum * xs[token], w_scale, 0) + bias, as w8_matmul's warp kernel computes it.
-template <bool kFp8, int NT>
+// fmaf(sum * xs[token], w_scale, 0) + bias, as w8_matmul's warp kernel computes it (xs in shared memory with
+// kSharedX); then the residual add (out = round(residual + round(product)), as the unfused product and the next
+// norm's add give it) or, kPair (rows 0..7 gate, 8..15 up of the same outputs), round(silu(round(gate)) *
+// round(up)) as activation.cu's silu_mul of the two stored products.
+template <bool kFp8, int NT, bool kSharedX, bool kPair>
 __device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
-                                                const W8Acc<kFp8> (&acc)[NT][4]) {
+                                                const W8Acc<kFp8> (&acc)[NT][4], const float* xs) {
   using A = W8Acc<kFp8>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ A partial[kWarps][NT][32][4];
@@ -1039,80 +1067,306 @@ __device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const
     for (int e = 0; e < 4; ++e) partial[warp][j][lane][e] = acc[j][e];
   __syncthreads();
   const int64_t n = seg.n;
-  constexpr int kOutputs = kRowsPerTile * 8 * NT;
-  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
-    const int r = o % kRowsPerTile, col = o / kRowsPerTile;
+  auto sum_of = [&](int r, int col) {
     const int j = col / 8, c = col % 8;
     const int src_lane = (r % 8) * 4 + c / 2, e = (r / 8) * 2 + c % 2;
     A s = partial[0][j][src_lane][e];
 #pragma unroll
     for (int ww = 1; ww < kWarps; ++ww) s += partial[ww][j][src_lane][e];
+    return s;
+  };
+  auto x_scale = [&](int col) { return kSharedX ? xs[col] : __ldg(xs + col); };
+  if constexpr (kPair) {
+    const SkinnySegment& up = p.seg[1];
+    constexpr int kOutputs = 8 * 8 * NT;
+    for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
+      const int r = o % 8, col = o / 8;
+      const int64_t row = n0 + r;
+      if (col < p.m && row < n) {
+        const float xsc = x_scale(col);
+        float gs = fmaf(static_cast<float>(sum_of(r, col)) * xsc, __ldg(seg.scales + row / seg.block_rows), 0.0f);
+        float us = fmaf(static_cast<float>(sum_of(r + 8, col)) * xsc, __ldg(up.scales + row / up.block_rows), 0.0f);
+        if (seg.bias) gs += load_any(seg.bias, seg.bias_dtype, row);
+        if (up.bias) us += load_any(up.bias, up.bias_dtype, row);
+        const float gv = round_to(p.out_dtype, gs), uv = round_to(p.out_dtype, us);
+        store_any(seg.out, p.out_dtype, col * n + row, gv / (1.0f + expf(-gv)) * uv);  // activation.cu's silu
+      }
+    }
+    return;
+  }
+  constexpr int kOutputs = kRowsPerTile * 8 * NT;
+  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
+    const int r = o % kRowsPerTile, col = o / kRowsPerTile;
     const int64_t row = n0 + r;
     if (col < p.m && row < n) {
-      const float part = static_cast<float>(s) * __ldg(p.xs + col);
+      const float part = static_cast<float>(sum_of(r, col)) * x_scale(col);
       float v = fmaf(part, __ldg(seg.scales + row / seg.block_rows), 0.0f);
       if (seg.bias) v += load_any(seg.bias, seg.bias_dtype, row);
+      if (p.residual) v = round_to(p.out_dtype, v) + load_any(p.residual, p.out_dtype, col * n + row);
       store_any(seg.out, p.out_dtype, col * n + row, v);
     }
   }
 }
 
-// U chunks loaded, then computed, round after round.
-template <bool kFp8, int NT, int U, int MINB>
+// x's eight values from element i (16-byte aligned) of a bf16 / f16 / f32 tensor of dtype t, as floats.
+__device__ __forceinline__ void load_x8(const void* x, DType t, int64_t i, float (&v)[8]) {
+  if (t == DType::kF32) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i + 4));
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return;
+  }
+  const uint4 w = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (t == DType::kBF16) {
+      v[2 * e] = __uint_as_float(words[e] << 16);
+      v[2 * e + 1] = __uint_as_float(words[e] & 0xffff0000u);
+    } else {
+      const __half2 h = *reinterpret_cast<const __half2*>(&words[e]);
+      v[2 * e] = __low2float(h);
+      v[2 * e + 1] = __high2float(h);
+    }
+  }
+}
+
+// The norm's 1 / rms of each token into inv, with norm.cu's arithmetic for a row of K (launch_rms_norm's lanes per
+// row for K, each lane's sum of squares over its 8-element pieces in order, the xor butterfly, then the row's
+// warps' partials in warp order): the same bits as the norm kernel.
+__device__ __forceinline__ void norm_inv_in_block(const SkinnyGemmLaunch& p, float* inv) {
+  __shared__ float partial[kWarps];
+  const int64_t k = p.k;
+  int tpr = 32;
+  while (tpr < kWarps * 32 && tpr * 4 < k / 8) tpr *= 2;
+  const int rows_per_pass = kWarps * 32 / tpr, lane = static_cast<int>(threadIdx.x) % tpr;
+  for (int m0 = 0; m0 < static_cast<int>(p.m); m0 += rows_per_pass) {
+    const int m = m0 + static_cast<int>(threadIdx.x) / tpr;
+    float ss = 0.0f;
+    if (m < p.m) {
+      for (int64_t i = int64_t{lane} * 8; i < k; i += int64_t{tpr} * 8) {
+        float v[8];
+        load_x8(p.x, p.dtype, m * k + i, v);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[e], v[e], ss);
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (tpr > 32) {
+      if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+      __syncthreads();
+      const int first = (static_cast<int>(threadIdx.x) / tpr) * (tpr / 32);
+      ss = 0.0f;
+      for (int w = 0; w < tpr / 32; ++w) ss += partial[first + w];
+      __syncthreads();  // partial is the next pass's
+    }
+    if (m < p.m && lane == 0) inv[m] = 1.0f / sqrtf(ss / static_cast<float>(k) + p.norm_eps);
+  }
+  __syncthreads();
+}
+
+// W8A8 quantizing x in the block: per token, into shared memory ([M][K + kW8QuantXPad] codes and M scales), with
+// the quantizer's arithmetic (act_quant.cuh: launch_act_quant's bits). kNorm: the values quantized are norm.cu's
+// output, round(x * inv * gamma) in x's dtype. The pad puts the eight tokens' rows a lane group reads at once on
+// different banks.
+constexpr int64_t kW8QuantXPad = 16;
+template <bool kFp8, bool kNorm>
+__device__ __forceinline__ void quantize_x_in_block(const SkinnyGemmLaunch& p, int8_t* codes, float* scales) {
+  __shared__ float red[kWarps][kSkinnyW8QuantXMaxM];
+  __shared__ float inv[kNorm ? kSkinnyW8QuantXMaxM : 1];
+  if constexpr (kNorm) norm_inv_in_block(p, inv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t k = p.k, stride = k + kW8QuantXPad, step = int64_t{kWarps} * 32 * 8;
+  const int m_count = static_cast<int>(p.m);
+  auto values = [&](int m, int64_t i, float (&v)[8]) {
+    load_x8(p.x, p.dtype, m * k + i, v);
+    if constexpr (kNorm) {
+      float gamma[8];
+      load_x8(p.norm_w, p.dtype, i, gamma);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = round_to(p.dtype, v[e] * inv[m] * gamma[e]);
+    }
+  };
+  for (int m = 0; m < m_count; ++m) {
+    float amax = 0.0f;
+    for (int64_t i = int64_t{threadIdx.x} * 8; i < k; i += step) {
+      float v[8];
+      values(m, i, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+    }
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (lane == 0) red[warp][m] = amax;
+  }
+  __syncthreads();
+  for (int m = 0; m < m_count; ++m) {
+    float amax = red[0][m];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) amax = fmaxf(amax, red[w][m]);
+    const float s = kFp8 ? fp8_act_scale(amax) : int8_act_scale(amax), inv8 = int8_act_inv(amax);
+    for (int64_t i = int64_t{threadIdx.x} * 8; i < k; i += step) {
+      float v[8];
+      values(m, i, v);
+      uint32_t q[2] = {0, 0};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t b = kFp8 ? fp8_act_code(v[e], s) : int8_act_code(v[e], amax, inv8);
+        q[e / 4] |= b << (8 * (e % 4));
+      }
+      *reinterpret_cast<uint2*>(codes + m * stride + i) = make_uint2(q[0], q[1]);
+    }
+    if (threadIdx.x == 0) scales[m] = s;
+  }
+  __syncthreads();
+}
+
+// A W8A8 tile's weights: its segment, first row and each lane's two row pointers (rows 0..7 and 8..15 of the mma
+// tile; a pair's gate and up rows).
+struct W8Tile {
+  SkinnySegment seg;
+  int64_t n0;
+  const uint8_t* wa;
+  const uint8_t* wb;
+};
+
+template <bool kPair>
+__device__ __forceinline__ void locate_w8_tile(const SkinnyGemmLaunch& p, int64_t tile, W8Tile& r) {
+  r.seg = SkinnySegment{};
+  if constexpr (kPair) {
+    r.seg.w = p.seg[0].w;
+    r.seg.bias = p.seg[0].bias;
+    r.seg.bias_dtype = p.seg[0].bias_dtype;
+    r.seg.out = p.seg[0].out;
+    r.seg.n = p.seg[0].n;
+    r.seg.scales = p.seg[0].scales;
+    r.seg.block_rows = p.seg[0].block_rows;
+  } else {
+    find_segment<Weights::kW8>(p, tile, r.seg);  // tile < the launch's tiles: always found
+  }
+  const int64_t n = r.seg.n, k = p.k;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  r.n0 = tile * (kPair ? 8 : kRowsPerTile);
+  const int64_t ra = r.n0 + g < n ? r.n0 + g : n - 1;  // rows past n read the last row; never stored
+  const int64_t rb = kPair ? ra : r.n0 + g + 8 < n ? r.n0 + g + 8 : n - 1;
+  r.wa = static_cast<const uint8_t*>(r.seg.w) + ra * k + 32 * t;
+  r.wb = static_cast<const uint8_t*>(kPair ? p.seg[1].w : r.seg.w) + rb * k + 32 * t;
+}
+
+// U chunks loaded, then computed, round after round; a block takes p.tiles_per_block consecutive tiles (a wave of
+// fat blocks: the first round of its next tile goes out before the current tile's epilogue, and the in-block
+// quantizer runs once per block). kX (W8X): where x's codes come from and the fusions; with the block's own
+// quantizer, x is quantized into dynamic shared memory after the first round of weights has gone out. kXPair: a
+// tile is 8 rows of gate (segment 0) and the same 8 of up (segment 1).
+template <bool kFp8, int NT, int U, int MINB, int kX = kXCodes>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGemmLaunch p) {
-  int64_t tile = blockIdx.x;
-  SkinnySegment seg{};
-  if (!find_segment<Weights::kW8>(p, tile, seg)) return pdl_wait();  // whole block: uniform
-  const int64_t n = seg.n;
+  constexpr bool kInBlock = kX != kXCodes, kPair = kX == kXPair;
+  static_assert(!kInBlock || 8 * NT <= kSkinnyW8QuantXMaxM, "the in-block quantizer's tokens");
+  extern __shared__ __align__(16) int8_t x_codes[];  // kInBlock: [M][K + kW8QuantXPad]
+  __shared__ float x_scales[kInBlock ? kSkinnyW8QuantXMaxM : 1];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * p.tiles_per_block;
+  const int64_t last = min(first + p.tiles_per_block, p.tiles);
+  if (first >= last) return pdl_wait();  // whole block: uniform
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t k = p.k, n0 = tile * kRowsPerTile, chunks = k / 128;
-  const int64_t ra = n0 + g < n ? n0 + g : n - 1;  // rows past n read the last row; never stored
-  const int64_t rb = n0 + g + 8 < n ? n0 + g + 8 : n - 1;
-  const uint8_t* w = static_cast<const uint8_t*>(seg.w);
-  const uint8_t* wa = w + ra * k + 32 * t;
-  const uint8_t* wb = w + rb * k + 32 * t;
-  W8Acc<kFp8> acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[j][e] = 0;
+  const int64_t k = p.k, chunks = k / 128;
   const uint4 z = make_uint4(0, 0, 0, 0);
-  auto load = [&](int64_t c, uint4 (&la)[2], uint4 (&lb)[2]) {
+  auto load = [&](const W8Tile& r, int64_t c, uint4 (&la)[2], uint4 (&lb)[2]) {
     const bool in_k = c < chunks;  // warp-uniform
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      la[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wa + c * 128 + 16 * h)) : z;
-      lb[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(wb + c * 128 + 16 * h)) : z;
+      la[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(r.wa + c * 128 + 16 * h)) : z;
+      lb[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(r.wb + c * 128 + 16 * h)) : z;
     }
   };
+  W8Tile cur;
+  locate_w8_tile<kPair>(p, first, cur);
   uint4 a[U][2], b8[U][2];
   // The first round of weights goes out before the wait for the kernel before (launch_pdl): no kernel writes them;
-  // x's codes (the quantizer's output) are read after it.
+  // x (or its codes, the quantizer's output) is read after it.
 #pragma unroll
-  for (int u = 0; u < U; ++u) load(warp + int64_t{u} * kWarps, a[u], b8[u]);
+  for (int u = 0; u < U; ++u) load(cur, warp + int64_t{u} * kWarps, a[u], b8[u]);
+  if constexpr (kX == kXNorm || kX == kXPair) {
+    // The norm's weights (no kernel writes them) into L1 meanwhile: the quantizer's passes read them there.
+    const char* gamma = static_cast<const char*>(p.norm_w);
+    for (int64_t b = int64_t{threadIdx.x} * 128; b < k * 2; b += int64_t{kWarps} * 32 * 128)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(gamma + b));
+  }
   pdl_wait();
   pdl_trigger();
-  for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
-    if (c0 != warp) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) load(c0 + int64_t{u} * kWarps, a[u], b8[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + int64_t{u} * kWarps;
-      if (c >= chunks) break;  // warp-uniform; depends on K alone
-      w8a8_chunk<kFp8, NT>(acc, a[u], b8[u], p, c, g, t);
-    }
+  const int8_t* xq = p.xq;
+  int64_t xstride = k;
+  const float* xs = p.xs;
+  if constexpr (kInBlock) {
+    quantize_x_in_block<kFp8, kX == kXNorm || kX == kXPair>(p, x_codes, x_scales);
+    xq = x_codes;
+    xstride = k + kW8QuantXPad;
+    xs = x_scales;
   }
-  store_w8a8_tile<kFp8, NT>(p, seg, n0, acc);
+  for (int64_t tile = first; tile < last; ++tile) {
+    W8Acc<kFp8> acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = 0;
+    for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
+      if (c0 != warp) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) load(cur, c0 + int64_t{u} * kWarps, a[u], b8[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = c0 + int64_t{u} * kWarps;
+        if (c >= chunks) break;  // warp-uniform; depends on K alone
+        w8a8_chunk<kFp8, NT, kInBlock>(acc, a[u], b8[u], p, xq, xstride, c, g, t);
+      }
+    }
+    // The next tile's first round goes out before this one's epilogue.
+    const bool more = tile + 1 < last;  // block-uniform
+    W8Tile next = cur;
+    if (more) {
+      locate_w8_tile<kPair>(p, tile + 1, next);
+#pragma unroll
+      for (int u = 0; u < U; ++u) load(next, warp + int64_t{u} * kWarps, a[u], b8[u]);
+    }
+    store_w8a8_tile<kFp8, NT, kInBlock, kPair>(p, cur.seg, cur.n0, acc, xs);
+    if (!more) break;
+    __syncthreads();  // the epilogue's shared partials are the next tile's
+    cur = next;
+  }
 }
 
 template <bool kFp8>
-void launch_w8a8_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
-  int64_t tiles = 0;
-  for (int s = 0; s < l.num_segments; ++s) tiles += segment_tiles(l.seg[s].n);
-  const dim3 grid(static_cast<unsigned>(tiles)), block(kWarps * 32);
-  if (l.m <= 8)
+void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
+  SkinnyGemmLaunch l = launch;
+  l.tiles = 0;
+  if (l.silu_pair) {
+    l.tiles = (l.seg[0].n + 7) / 8;
+  } else {
+    for (int s = 0; s < l.num_segments; ++s) l.tiles += segment_tiles(l.seg[s].n);
+  }
+  // One wave of blocks (blocks per SM times the SMs), each taking as many consecutive tiles as that needs;
+  // PEREGRINE_W8_TILES_PER_BLOCK=N fixes the tiles (comparisons; 1 = a tile a block), PEREGRINE_W8_BLOCKS_PER_SM=N
+  // the blocks an SM gets (comparisons; default: as many as fit, 2 at M <= 16, else 1).
+  static const int64_t fixed = [] {
+    const char* v = std::getenv("PEREGRINE_W8_TILES_PER_BLOCK");
+    return v ? std::max<int64_t>(1, std::atoll(v)) : int64_t{0};
+  }();
+  static const int per_sm = [] {
+    const char* v = std::getenv("PEREGRINE_W8_BLOCKS_PER_SM");
+    return v ? std::max(1, std::atoi(v)) : 0;
+  }();
+  const int minb = per_sm > 0 ? per_sm : l.m <= 16 ? 2 : 1;
+  const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(l.sm_count) * minb);
+  l.tiles_per_block = fixed > 0 ? fixed : std::max<int64_t>(1, (l.tiles + slots - 1) / slots);
+  const dim3 grid(static_cast<unsigned>((l.tiles + l.tiles_per_block - 1) / l.tiles_per_block)), block(kWarps * 32);
+  const size_t x_bytes = l.quantize_x ? static_cast<size_t>(l.m * (l.k + kW8QuantXPad)) : 0;
+  if (l.silu_pair)
+    launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXPair>, grid, block, x_bytes, stream, l.m, l);
+  else if (l.norm_w)
+    launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXNorm>, grid, block, x_bytes, stream, l.m, l);
+  else if (l.quantize_x)
+    launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXQuant>, grid, block, x_bytes, stream, l.m, l);
+  else if (l.m <= 8)
     launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2>, grid, block, 0, stream, l.m, l);
   else if (l.m <= 16)
     launch_pdl(skinny_w8a8_kernel<kFp8, 2, 2, 2>, grid, block, 0, stream, l.m, l);
@@ -1203,21 +1457,40 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   }
 }
 
+bool skinny_w8a8_quantizes(const SkinnyGemmLaunch& l) {
+  return l.m >= 1 && l.m <= kSkinnyW8QuantXMaxM && l.k % 128 == 0 && l.m * (l.k + kW8QuantXPad) <= kSkinnyW8QuantXMaxBytes &&
+         aligned16(l.x) && (l.dtype == DType::kBF16 || l.dtype == DType::kF16 || l.dtype == DType::kF32);
+}
+
 bool skinny_w8a8_takes(const SkinnyGemmLaunch& l) {
   const bool fp8 = l.codes == DType::kF8E4M3;
   if (!fp8 && l.codes != DType::kI8) return false;
   if (l.out_dtype != DType::kBF16 && l.out_dtype != DType::kF16 && l.out_dtype != DType::kF32) return false;
   if (l.m < 1 || l.m > (fp8 ? kSkinnyW8F8MaxM : kSkinnyW8I8MaxM) || l.k < 128 || l.k % 128 != 0) return false;
-  if (!l.xq || !l.xs || !aligned16(l.xq)) return false;
+  if (l.quantize_x && !skinny_w8a8_quantizes(l)) return false;
   if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
   for (int s = 0; s < l.num_segments; ++s) {
     const SkinnySegment& g = l.seg[s];
     if (g.n < 1 || !aligned16(g.w) || !g.scales || g.block_rows < 1) return false;
   }
+  if (!l.norm_w && !l.residual && !l.silu_pair) return true;
+  // The fusions: bf16 / f16 x; the norm (and the pair, which needs it) quantizes x in the block; the residual add and
+  // the pair write x's dtype.
+  const bool b16 = l.dtype == DType::kBF16 || l.dtype == DType::kF16;
+  if (!b16) return false;
+  if (l.norm_w && (!l.quantize_x || !aligned16(l.norm_w) || l.residual)) return false;
+  if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
+  if (l.residual && l.num_segments != 1) return false;
+  if (l.silu_pair) {
+    const SkinnySegment &a = l.seg[0], &b = l.seg[1];
+    if (!l.norm_w || l.num_segments != 2 || a.n != b.n) return false;
+  }
   return true;
 }
 
 void launch_skinny_w8a8(const SkinnyGemmLaunch& l, cudaStream_t stream) {
+  PEREGRINE_CHECK(skinny_w8a8_takes(l), "skinny W8A8 matmul: a launch (or fusion) the kernel does not take");
+  PEREGRINE_CHECK(l.quantize_x || (l.xq && l.xs && aligned16(l.xq)), "skinny W8A8 matmul: x's codes not given");
   if (l.codes == DType::kF8E4M3) return launch_w8a8_typed<true>(l, stream);
   launch_w8a8_typed<false>(l, stream);
 }

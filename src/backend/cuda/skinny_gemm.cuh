@@ -29,6 +29,10 @@ constexpr int64_t kSkinnyGgmlMaxM = 32;
 // cuBLASLt's M > 32, not across.
 constexpr int64_t kSkinnyW8I8MaxM = 32;
 constexpr int64_t kSkinnyW8F8MaxM = 32;
+// W8A8 quantizing x in the kernel (quantize_x): up to this many tokens and this many bytes of codes (M * (K + 16)),
+// within the 48 KB of shared memory a launch has without opting in.
+constexpr int64_t kSkinnyW8QuantXMaxM = 8;
+constexpr int64_t kSkinnyW8QuantXMaxBytes = 40 * 1024;
 
 struct SkinnySegment {
   const void* w;     // [n, K] in x's dtype (16-byte aligned), or codes as SkinnyGemmLaunch::codes says
@@ -59,7 +63,8 @@ struct SkinnyGemmLaunch {
   int num_segments;
   SkinnySegment seg[kSkinnyMaxSegments];
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
-  // Fusions (ops.h MatmulFusion; dense weights and the factored code path only, skinny_gemm_fuses says which):
+  // Fusions (ops.h MatmulFusion; dense weights and the factored code path, skinny_gemm_fuses says which; W8A8:
+// skinny_w8a8_takes, below):
   // norm_w [K] in x's dtype: x is the residual stream, each product inv * (round(x * norm_w) . W^T) + bias with
   // inv = 1 / sqrt(mean(x^2) + norm_eps); each lane makes x̂ = round(x * norm_w) of the x pieces it reads (norm_w
   // from shared memory, so K * 2 bytes must fit: K <= 19456) and sums their squares in an order fixed by K alone;
@@ -80,6 +85,12 @@ struct SkinnyGemmLaunch {
   // W8A8 (codes kI8 or kF8E4M3, launch_skinny_w8a8): x's codes [M, K] in xq (e4m3 bytes for FP8) and its scales
   // per token [M], as w8_matmul.cuh's launch_act_quant writes them (act_group K).
   const float* xs = nullptr;
+  // W8A8 with x unquantized ([M, K] bf16 / f16 / f32 in x and dtype; xq / xs unused): each block quantizes x per
+  // token into its shared memory with launch_act_quant's arithmetic (the same codes and scales, so the same bits),
+  // saving the quantizer's launch. skinny_w8a8_quantizes says when the kernel can.
+  bool quantize_x = false;
+  // W8A8: the launch's tiles and how many consecutive ones a block takes (launch_skinny_w8a8 sets both).
+  int64_t tiles = 0, tiles_per_block = 1;
   // int4 codes on the factored path: a group's zero goes into the code's conversion, c - z exactly, where every
   // zero a warp meets in a chunk is an integer (skinny_gemm.cu, fold_chunk); false keeps the zero's sums apart
   // (launch_skinny_gemm sets it so under PEREGRINE_SKINNY_FOLD=0; comparisons).
@@ -114,10 +125,21 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // summed exactly in int32 (the warps' partials added as integers), then out = fmaf(float(sum) * xs[token],
 // w_scale, 0) (+ bias), which is w8_matmul's warp kernel's arithmetic, so rows are the same bits at every M. FP8:
 // each 128-value chunk's four mma steps accumulate from zero on the tensor cores (whose accumulation is not exact
-// f32) and are added to f32 accumulators once per chunk, in an order fixed by K alone; then (sum * xs) * w_scale as the warp kernel. Takes: codes kI8 or kF8E4M3,
-// xq / xs set (16-byte aligned codes, x and w), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8),
-// scales set, f32/bf16/f16 out.
+// f32) and are added to f32 accumulators once per chunk, in an order fixed by K alone; then (sum * xs) * w_scale as
+// the warp kernel. Takes: codes kI8 or kF8E4M3, 16-byte aligned x and w, quantize_x only where
+// skinny_w8a8_quantizes (else the launch needs xq / xs set, 16-byte aligned codes), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8), scales set,
+// f32/bf16/f16 out.
+// Fusions (ops.h MatmulFusion), each giving the bits of the unfused ops (norm.cu's rms_norm, the quantizer, this
+// kernel, activation.cu's silu_mul, the next norm's residual add), so a fused step equals an unfused one: norm_w
+// (with quantize_x; bf16 / f16 x and gamma): x is the residual stream and each block makes norm.cu's output
+// round(x * inv * gamma) (inv from the norm kernel's own summation order for K) before quantizing it; residual (one
+// segment, out in x's dtype): out = round(residual + round(product)), out may alias it; silu_pair (with norm_w;
+// segments 0 = gate and 1 = up of one n): a block takes 8 rows of each and seg[0].out = round(silu(round(gate)) *
+// round(up)).
 bool skinny_w8a8_takes(const SkinnyGemmLaunch& l);
+// Whether the kernel can quantize x itself (quantize_x): 1 <= M <= kSkinnyW8QuantXMaxM, M * (K + 16) <=
+// kSkinnyW8QuantXMaxBytes, bf16 / f16 / f32 x, 16-byte aligned.
+bool skinny_w8a8_quantizes(const SkinnyGemmLaunch& l);
 void launch_skinny_w8a8(const SkinnyGemmLaunch& l, cudaStream_t stream);
 
 }  // namespace peregrine::cuda

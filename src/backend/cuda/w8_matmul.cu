@@ -1,6 +1,7 @@
 // 8-bit weight matmul kernels (see w8_matmul.cuh).
 #include <cuda_fp8.h>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/w8_matmul.cuh"
 
@@ -34,18 +35,12 @@ __global__ void __launch_bounds__(kQuantThreads) act_quant_kernel(W8MatmulLaunch
   for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
   uint8_t* q = xq + row * p.k + g * len;
   if (p.act == 1) {
-    const float inv = 127.0f / amax;
-    for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) {
-      const float r = amax == 0.0f ? 0.0f : fminf(fmaxf(rintf(to_f32(x[i]) * inv), -128.0f), 127.0f);
-      q[i] = static_cast<uint8_t>(static_cast<int8_t>(r));
-    }
-    if (threadIdx.x == 0) xs[row * (p.k / len) + g] = amax == 0.0f ? 0.0f : amax / 127.0f;
+    const float inv = int8_act_inv(amax);
+    for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) q[i] = int8_act_code(to_f32(x[i]), amax, inv);
+    if (threadIdx.x == 0) xs[row * (p.k / len) + g] = int8_act_scale(amax);
   } else {
-    const float s = fmaxf(amax / 448.0f, 1.0f / (448.0f * 512.0f));
-    for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) {
-      const float v = fminf(fmaxf(__fdiv_rn(to_f32(x[i]), s), -448.0f), 448.0f);
-      q[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-    }
+    const float s = fp8_act_scale(amax);
+    for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) q[i] = fp8_act_code(to_f32(x[i]), s);
     if (threadIdx.x == 0) xs[row * (p.k / len) + g] = s;
   }
 }

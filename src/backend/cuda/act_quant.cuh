@@ -1,0 +1,30 @@
+// The activation quantizer's arithmetic (ops.h ActQuant, in float32), for device code: per token (or group) the
+// amax of |x|, then FP8 e4m3 codes x / s with s = max(amax / 448, 1 / (448 * 512)) (round to nearest even,
+// saturating), or int8 codes rint(x * (127 / amax)) clamped to [-128, 127] with the scale amax / 127 (codes and
+// scale 0 for an all-zero row). The quantizer kernel (w8_matmul.cu) and the 8-bit skinny kernel's in-block
+// quantizer (skinny_gemm.cu) both compute through these, so they make the same bits.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace peregrine::cuda {
+
+__device__ __forceinline__ float fp8_act_scale(float amax) { return fmaxf(amax / 448.0f, 1.0f / (448.0f * 512.0f)); }
+
+__device__ __forceinline__ uint8_t fp8_act_code(float x, float scale) {
+  const float v = fminf(fmaxf(__fdiv_rn(x, scale), -448.0f), 448.0f);
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ float int8_act_inv(float amax) { return 127.0f / amax; }
+
+__device__ __forceinline__ uint8_t int8_act_code(float x, float amax, float inv) {
+  const float r = amax == 0.0f ? 0.0f : fminf(fmaxf(rintf(x * inv), -128.0f), 127.0f);
+  return static_cast<uint8_t>(static_cast<int8_t>(r));
+}
+
+__device__ __forceinline__ float int8_act_scale(float amax) { return amax == 0.0f ? 0.0f : amax / 127.0f; }
+
+}  // namespace peregrine::cuda
