@@ -313,7 +313,8 @@ class CudaBackendImpl final : public CudaBackend {
     if (!fused_launch(ps, f, l))
       throw Error(ErrorCode::kUnsupported, "cuda backend: these matmuls have no fused kernel (fuses_matmuls says which do)");
     if (is_w8a8(ps.front())) {
-      run_w8a8(l);  // fused_launch checked that the kernel takes l
+      if (!run_w8a8(l))
+        throw Error(ErrorCode::kUnsupported, "cuda backend: the 8-bit skinny kernel refused a fused launch it offered");
       return;
     }
     cuda::launch_skinny_gemm(l, stream_);

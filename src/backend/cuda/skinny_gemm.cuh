@@ -64,7 +64,7 @@ struct SkinnyGemmLaunch {
   SkinnySegment seg[kSkinnyMaxSegments];
   int sm_count;  // the device's multiprocessors (how many blocks fill a wave)
   // Fusions (ops.h MatmulFusion; dense weights and the factored code path, skinny_gemm_fuses says which; W8A8:
-// skinny_w8a8_takes, below):
+  // skinny_w8a8_takes, below):
   // norm_w [K] in x's dtype: x is the residual stream, each product inv * (round(x * norm_w) . W^T) + bias with
   // inv = 1 / sqrt(mean(x^2) + norm_eps); each lane makes x̂ = round(x * norm_w) of the x pieces it reads (norm_w
   // from shared memory, so K * 2 bytes must fit: K <= 19456) and sums their squares in an order fixed by K alone;
@@ -127,8 +127,9 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // each 128-value chunk's four mma steps accumulate from zero on the tensor cores (whose accumulation is not exact
 // f32) and are added to f32 accumulators once per chunk, in an order fixed by K alone; then (sum * xs) * w_scale as
 // the warp kernel. Takes: codes kI8 or kF8E4M3, 16-byte aligned x and w, quantize_x only where
-// skinny_w8a8_quantizes (else the launch needs xq / xs set, 16-byte aligned codes), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8), scales set,
-// f32/bf16/f16 out.
+// skinny_w8a8_quantizes (else the launch needs xq / xs set, 16-byte aligned codes), K % 128 == 0, 1 <= M <=
+// kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8), scales set, f32/bf16/f16 out. A block takes tiles_per_block
+// consecutive tiles (one wave of blocks; the launcher sets it).
 // Fusions (ops.h MatmulFusion), each giving the bits of the unfused ops (norm.cu's rms_norm, the quantizer, this
 // kernel, activation.cu's silu_mul, the next norm's residual add), so a fused step equals an unfused one: norm_w
 // (with quantize_x; bf16 / f16 x and gamma): x is the residual stream and each block makes norm.cu's output
