@@ -5,12 +5,8 @@
 # Here: scripts/device/kv_attn.sh bundle, carry_light.sh on. There: source .device/carry_kv/env.sh &&
 # scripts/device/w8_final.sh
 set -uo pipefail
-start=$(date +%s)
-t() { echo "[$(( $(date +%s) - start )) s] $*"; }
-bin=.device/bin
-cfg=.device/shared/configs/llama-3-8b.json
+source "$(dirname "$0")/carry_kv_common.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader
-[ -f models/pycoder-tiny/model.safetensors ] || cp .device/model/model.safetensors models/pycoder-tiny/
 timeout 200 "$bin/cuda_ops_tests" --gtest_filter='CudaW8Matmul.*:CudaFusedMatmul.*' >/tmp/ops.log 2>&1
 t "op tests rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' /tmp/ops.log | tr '\n' ' ')"; grep -E "Failure|FAILED  \]" /tmp/ops.log | head
 for q in fp8 w8a8-int8; do

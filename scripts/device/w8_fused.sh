@@ -7,11 +7,7 @@
 # Here: scripts/device/kv_attn.sh bundle (.device/carry_kv) and scripts/device/carry_light.sh on (off right after).
 # There: source .device/carry_kv/env.sh && scripts/device/w8_fused.sh   (NCU=0 skips ncu, SAN=0 compute-sanitizer)
 set -uo pipefail
-start=$(date +%s)
-t() { echo "[$(( $(date +%s) - start )) s] $*"; }
-bin=.device/bin
-cfg=.device/shared/configs/llama-3-8b.json
-[ -f models/pycoder-tiny/model.safetensors ] || cp .device/model/model.safetensors models/pycoder-tiny/
+source "$(dirname "$0")/carry_kv_common.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 300 "$bin/cuda_ops_tests" --gtest_filter="${OPS:--CudaAttention.*}" >/tmp/ops.log 2>&1
 t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|element|differ" /tmp/ops.log | head -30

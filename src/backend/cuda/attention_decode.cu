@@ -226,15 +226,7 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
     const float alpha0 = softmax_update(s0, m[0], l[0]);
     const float alpha1 = softmax_update(s1, m[1], l[1]);
     rescale_rows(o, alpha0, alpha1);
-    if constexpr (C::kCodes) {  // V's scales ride on the probabilities (l keeps the unscaled ones)
-      // (times 2^8 for f16, whose range would flush small p * scale; l takes the 2^8 after the loop)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float vs = kVFactor<T, Q> * v_scale[warp * 16 + (i / 2) * 8 + c4 * 2 + i % 2];
-        s0[i] *= vs;
-        s1[i] *= vs;
-      }
-    }
+    if constexpr (C::kCodes) scale_probabilities<T, Q>(s0, s1, v_scale + warp * 16, c4);  // l takes kVFactor later
     const uint32_t pa[4] = {pack2<T>(s0[0], s0[1]), pack2<T>(s1[0], s1[1]), pack2<T>(s0[2], s0[3]),
                             pack2<T>(s1[2], s1[3])};
     if constexpr (C::kCodes) {

@@ -98,12 +98,11 @@ __device__ __forceinline__ int64_t kv_slot(const PagedKv& kv, int key) {
   return static_cast<int64_t>(__ldg(kv.table + block_index)) * kv.block_size + in_block;
 }
 
-// Loads keys [tile_start, tile_start + kKeys) into swizzled K and V tiles. Keys outside [lo, hi) are
-// zero-filled and never read (their block-table entries may be holes).
-template <typename T, int D, int kKeys, int kThreads>
-__device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, const T* k_cache, const T* v_cache,
-                                             const PagedKv& kv, int tile_start, int lo, int hi) {
-  constexpr int kChunksPerRow = D / 8;
+// The 16-byte chunks of a tile's kKeys key rows (kChunksPerRow a row, kChunkElems cache elements each), spread over
+// kThreads threads: copy(row, chunk, offset, valid) for each, offset the chunk's first element in the cache (0 for a
+// key outside [lo, hi), whose block-table entry may be a hole: copied as zeros, never read).
+template <int kKeys, int kChunksPerRow, int kChunkElems, int kThreads, typename Copy>
+__device__ __forceinline__ void for_each_kv_chunk(const PagedKv& kv, int tile_start, int lo, int hi, Copy&& copy) {
   constexpr int kChunks = kKeys * kChunksPerRow;
   static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
 #pragma unroll
@@ -113,11 +112,22 @@ __device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, c
     const int key = tile_start + row;
     const bool valid = key >= lo && key < hi;
     int64_t offset = 0;
-    if (valid) offset = kv_slot(kv, key) * kv.row_stride + kv.head_offset + chunk * 8;
+    if (valid) offset = kv_slot(kv, key) * kv.row_stride + kv.head_offset + chunk * kChunkElems;
+    copy(row, chunk, offset, valid);
+  }
+}
+
+// Loads keys [tile_start, tile_start + kKeys) into swizzled K and V tiles. Keys outside [lo, hi) are
+// zero-filled and never read (their block-table entries may be holes).
+template <typename T, int D, int kKeys, int kThreads>
+__device__ __forceinline__ void load_kv_tile(uint32_t k_smem, uint32_t v_smem, const T* k_cache, const T* v_cache,
+                                             const PagedKv& kv, int tile_start, int lo, int hi) {
+  auto copy = [&](int row, int chunk, int64_t offset, bool valid) {
     const uint32_t dst = swizzle<D>(row, chunk * 8);
     cp_async16(k_smem + dst, k_cache + offset, valid);
     cp_async16(v_smem + dst, v_cache + offset, valid);
-  }
+  };
+  for_each_kv_chunk<kKeys, D / 8, 8, kThreads>(kv, tile_start, lo, hi, copy);
 }
 
 // ---- 8-bit KV caches (int8 / fp8 e4m3 codes with one f32 scale per (slot, KV head)) ----
@@ -137,6 +147,18 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
 // products (2^8 keeps every f16-range scale, <= 65504 / 448, finite); the row sums l carry it back.
 template <typename T, KvQuant Q>
 inline constexpr float kVFactor = (Q != KvQuant::kNone && std::is_same_v<T, __half>) ? 256.0f : 1.0f;
+
+// 8-bit caches: V's per-key scales ride on a thread's probabilities of its two rows (l keeps the unscaled ones), times
+// kVFactor. Slot i of s0 / s1 is the mma C fragment's key (i / 2) * 8 + 2 c4 + i % 2 of v_scale's keys.
+template <typename T, KvQuant Q, int N>
+__device__ __forceinline__ void scale_probabilities(float (&s0)[N], float (&s1)[N], const float* v_scale, int c4) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float vs = kVFactor<T, Q> * v_scale[(i / 2) * 8 + c4 * 2 + i % 2];
+    s0[i] *= vs;
+    s1[i] *= vs;
+  }
+}
 
 __device__ __forceinline__ void lds128(uint32_t addr, uint32_t (&w)[4]) {
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -181,20 +203,11 @@ __device__ __forceinline__ void load_kv_codes(uint32_t stage, const uint8_t* k_c
                                               const float* k_scales, const float* v_scales, const PagedKv& kv,
                                               int tile_start, int lo, int hi) {
   using S = CodeStage<D, kKeys>;
-  constexpr int kChunksPerRow = D / 16;
-  constexpr int kChunks = kKeys * kChunksPerRow;
-  static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
-#pragma unroll
-  for (int i = 0; i < kChunks / kThreads; ++i) {
-    const int id = i * kThreads + static_cast<int>(threadIdx.x);
-    const int row = id / kChunksPerRow, chunk = id % kChunksPerRow;
-    const int key = tile_start + row;
-    const bool valid = key >= lo && key < hi;
-    int64_t offset = 0;
-    if (valid) offset = kv_slot(kv, key) * kv.row_stride + kv.head_offset + chunk * 16;
+  auto copy = [&](int row, int chunk, int64_t offset, bool valid) {
     cp_async16(stage + row * D + k_code_chunk<D, kFrag>(row, chunk) * 16, k_cache + offset, valid);
     cp_async16(stage + S::kCodeBytes + row * D + v_code_chunk<D, kFrag>(row, chunk) * 16, v_cache + offset, valid);
-  }
+  };
+  for_each_kv_chunk<kKeys, D / 16, 16, kThreads>(kv, tile_start, lo, hi, copy);
   for (int id = threadIdx.x; id < 2 * kKeys; id += kThreads) {
     const bool is_v = id >= kKeys;
     const int row = is_v ? id - kKeys : id;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -582,6 +583,11 @@ class CudaBackendImpl final : public CudaBackend {
   bool w8a8_launch(std::span<const MatmulParams> ps, cuda::SkinnyGemmLaunch& l) const {
     static const bool off = env_off("PEREGRINE_W8_SKINNY");
     static const bool quantize_in_kernel = !env_off("PEREGRINE_W8_QUANT_X");
+    // PEREGRINE_W8_QUANT_X_MAX_K=N: only up to K = N in the blocks (comparisons; the bits are the same either way).
+    static const int64_t quantize_max_k = [] {
+      const char* v = std::getenv("PEREGRINE_W8_QUANT_X_MAX_K");
+      return v ? static_cast<int64_t>(std::atoll(v)) : std::numeric_limits<int64_t>::max();
+    }();
     const MatmulParams& first = ps.front();
     const int64_t m = first.x.dim(0), k = first.x.dim(1);
     if (off || !skinny_ || m == 0 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments)) return false;
@@ -599,7 +605,7 @@ class CudaBackendImpl final : public CudaBackend {
       g.scales = q.scales.as<const float>();
       g.block_rows = q.block_rows;
     }
-    l.quantize_x = quantize_in_kernel && cuda::skinny_w8a8_quantizes(l);
+    l.quantize_x = quantize_in_kernel && k <= quantize_max_k && cuda::skinny_w8a8_quantizes(l);
     return true;
   }
   // x quantized into scratch (launch_act_quant) unless the kernel does it, then the launch; false, having enqueued

@@ -1253,8 +1253,8 @@ __device__ __forceinline__ void locate_w8_tile(const SkinnyGemmLaunch& p, int64_
   r.wb = static_cast<const uint8_t*>(kPair ? p.seg[1].w : r.seg.w) + rb * k + 32 * t;
 }
 
-// U chunks loaded, then computed, round after round; a block takes p.tiles_per_block consecutive tiles (a wave of
-// fat blocks: the first round of its next tile goes out before the current tile's epilogue, and the in-block
+// U chunks loaded, then computed, round after round; a block takes a run of consecutive tiles (a wave of fat
+// blocks: the first round of its next tile goes out before the current tile's epilogue, and the in-block
 // quantizer runs once per block). kX (W8X): where x's codes come from and the fusions; with the block's own
 // quantizer, x is quantized into dynamic shared memory after the first round of weights has gone out. kXPair: a
 // tile is 8 rows of gate (segment 0) and the same 8 of up (segment 1).
@@ -1264,8 +1264,11 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
   static_assert(!kInBlock || 8 * NT <= kSkinnyW8QuantXMaxM, "the in-block quantizer's tokens");
   extern __shared__ __align__(16) int8_t x_codes[];  // kInBlock: [M][K + kW8QuantXPad]
   __shared__ float x_scales[kInBlock ? kSkinnyW8QuantXMaxM : 1];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * p.tiles_per_block;
-  const int64_t last = min(first + p.tiles_per_block, p.tiles);
+  // The grid's blocks split the tiles evenly: consecutive runs, the first tiles % blocks of them one tile longer.
+  const int tiles = static_cast<int>(p.tiles), blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int q = tiles / blocks, extra = tiles % blocks;
+  const int first = b * q + min(b, extra);
+  const int last = first + q + (b < extra ? 1 : 0);
   if (first >= last) return pdl_wait();  // whole block: uniform
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t k = p.k, chunks = k / 128;
@@ -1302,7 +1305,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
     xstride = k + kW8QuantXPad;
     xs = x_scales;
   }
-  for (int64_t tile = first; tile < last; ++tile) {
+  for (int tile = first; tile < last; ++tile) {
     W8Acc<kFp8> acc[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -1344,9 +1347,10 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   } else {
     for (int s = 0; s < l.num_segments; ++s) l.tiles += segment_tiles(l.seg[s].n);
   }
-  // One wave of blocks (blocks per SM times the SMs), each taking as many consecutive tiles as that needs;
-  // PEREGRINE_W8_TILES_PER_BLOCK=N fixes the tiles (comparisons; 1 = a tile a block), PEREGRINE_W8_BLOCKS_PER_SM=N
-  // the blocks an SM gets (comparisons; default: as many as fit, 2 at M <= 16, else 1).
+  // One wave of blocks (blocks per SM times the SMs, or fewer when there are fewer tiles), the tiles split evenly
+  // among them in consecutive runs; PEREGRINE_W8_TILES_PER_BLOCK=N makes runs of N instead (comparisons; 1 = a tile
+  // a block), PEREGRINE_W8_BLOCKS_PER_SM=N the blocks an SM gets (comparisons; default: as many as fit, 2 at M <= 16,
+  // else 1).
   static const int64_t fixed = [] {
     const char* v = std::getenv("PEREGRINE_W8_TILES_PER_BLOCK");
     return v ? std::max<int64_t>(1, std::atoll(v)) : int64_t{0};
@@ -1357,8 +1361,8 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   }();
   const int minb = per_sm > 0 ? per_sm : l.m <= 16 ? 2 : 1;
   const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(l.sm_count) * minb);
-  l.tiles_per_block = fixed > 0 ? fixed : std::max<int64_t>(1, (l.tiles + slots - 1) / slots);
-  const dim3 grid(static_cast<unsigned>((l.tiles + l.tiles_per_block - 1) / l.tiles_per_block)), block(kWarps * 32);
+  const int64_t blocks = fixed > 0 ? (l.tiles + fixed - 1) / fixed : std::min(l.tiles, slots);
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
   const size_t x_bytes = l.quantize_x ? static_cast<size_t>(l.m * (l.k + kW8QuantXPad)) : 0;
   if (l.silu_pair)
     launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXPair>, grid, block, x_bytes, stream, l.m, l);

@@ -89,8 +89,8 @@ struct SkinnyGemmLaunch {
   // token into its shared memory with launch_act_quant's arithmetic (the same codes and scales, so the same bits),
   // saving the quantizer's launch. skinny_w8a8_quantizes says when the kernel can.
   bool quantize_x = false;
-  // W8A8: the launch's tiles and how many consecutive ones a block takes (launch_skinny_w8a8 sets both).
-  int64_t tiles = 0, tiles_per_block = 1;
+  // W8A8: the launch's tiles, which its blocks split evenly in consecutive runs (launch_skinny_w8a8 sets it).
+  int64_t tiles = 0;
   // int4 codes on the factored path: a group's zero goes into the code's conversion, c - z exactly, where every
   // zero a warp meets in a chunk is an integer (skinny_gemm.cu, fold_chunk); false keeps the zero's sums apart
   // (launch_skinny_gemm sets it so under PEREGRINE_SKINNY_FOLD=0; comparisons).
@@ -128,8 +128,8 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // f32) and are added to f32 accumulators once per chunk, in an order fixed by K alone; then (sum * xs) * w_scale as
 // the warp kernel. Takes: codes kI8 or kF8E4M3, 16-byte aligned x and w, quantize_x only where
 // skinny_w8a8_quantizes (else the launch needs xq / xs set, 16-byte aligned codes), K % 128 == 0, 1 <= M <=
-// kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8), scales set, f32/bf16/f16 out. A block takes tiles_per_block
-// consecutive tiles (one wave of blocks; the launcher sets it).
+// kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8), scales set, f32/bf16/f16 out. A block takes a run of consecutive
+// tiles (one wave of blocks).
 // Fusions (ops.h MatmulFusion), each giving the bits of the unfused ops (norm.cu's rms_norm, the quantizer, this
 // kernel, activation.cu's silu_mul, the next norm's residual add), so a fused step equals an unfused one: norm_w
 // (with quantize_x; bf16 / f16 x and gamma): x is the residual stream and each block makes norm.cu's output
