@@ -10,8 +10,9 @@
 // finds it full never waits (the engine thread, and so decode, must not wait for a disk slower than the evictions):
 // queued writes are dropped to make room (logged once, counted in dropped_full), the deepest first (a block's depth is
 // its index in its prefix chain: a hit needs every block before it, so a chain's last blocks are worth the least), the
-// oldest first among equally deep ones; a new block deeper than every queued one is dropped itself. With drop_oldest_when_full off, put() waits for the writer instead
-// (back-pressure) and drops the block only when the writer has made no room for max_put_wait_seconds.
+// oldest first among equally deep ones; a new block deeper than every queued one is dropped itself. With
+// drop_oldest_when_full off, put() waits for the writer instead (back-pressure) and drops the block only when the
+// writer has made no room for max_put_wait_seconds.
 // Reads come first: while reads are queued or running the writers hold back (each for at most a second).
 // A disk that fills before the bound does (other files on it, a smaller filesystem than --kv-cache-disk-gb) is met
 // by shrinking: the write that found no space drops the least recently used files down to 7/8 of what the store
@@ -76,8 +77,9 @@ class DiskKvStore {
   DiskKvStore& operator=(const DiskKvStore&) = delete;
 
   // Queues the block for writing (the payload is copied); a block already stored or queued is skipped. A full queue
-  // drops its deepest writes, or waits (see above); depth is the block's index in its chain (0: a prompt's first). With a lease the payload is lent, not copied: it must stay unchanged until the
-  // store lets the lease go (its last reference, once the block is written or dropped, on any thread).
+  // drops its deepest writes, or waits (see above); depth is the block's index in its chain (0: a prompt's first).
+  // With a lease the payload is lent, not copied: it must stay unchanged until the store lets the lease go (its last
+  // reference, once the block is written or dropped, on any thread).
   void put(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, const std::byte* payload,
            std::shared_ptr<void> lease = nullptr, int depth = 0);
   // Whether a stored or queued block has this identity (and marks a stored one recently used).
