@@ -1348,7 +1348,7 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
     for (int s = 0; s < l.num_segments; ++s) l.tiles += segment_tiles(l.seg[s].n);
   }
   // One wave of blocks (blocks per SM times the SMs, or fewer when there are fewer tiles), the tiles split evenly
-  // among them in consecutive runs; PEREGRINE_W8_TILES_PER_BLOCK=N makes runs of N instead (comparisons; 1 = a tile
+  // among them in consecutive runs; PEREGRINE_W8_TILES_PER_BLOCK=N makes runs of about N (comparisons; 1 = a tile
   // a block), PEREGRINE_W8_BLOCKS_PER_SM=N the blocks an SM gets (comparisons; default: as many as fit, 2 at M <= 16,
   // else 1).
   static const int64_t fixed = [] {
