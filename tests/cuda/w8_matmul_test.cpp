@@ -177,11 +177,12 @@ TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
   }
 }
 
-// The 8-bit skinny kernel quantizing x in its blocks (M <= 8 where M * (K + 16) <= 40 KiB) gives the bits of
-// launch_act_quant + the kernel reading its codes (M = 32): every element, for int8 and FP8 codes, bf16 / f16 / f32 x,
+// The 8-bit skinny kernel quantizing x in its blocks (M <= 8 where M * (K + 16) <= 40 KiB, checked through the norm
+// fusion, which needs it) gives the bits of launch_act_quant + the kernel reading its codes (M = 32): every element, for int8 and FP8 codes, bf16 / f16 / f32 x,
 // K of 4096 and 14336 (in the block up to M = 2, by the quantizer beyond), rows of zeros, an outlier that sets a
 // row's scale with the rest far below it (codes 0 and subnormal e4m3), a tiny value among ordinary ones.
 TEST(CudaW8Matmul, InBlockQuantizerMakesTheQuantizersBits) {
+  gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
   std::mt19937 rng(34);
   const int64_t n = 200, big = 32;  // 12.5 tiles of 16 rows; M = 32 quantizes x with launch_act_quant
   for (DType codes_t : {DType::kI8, DType::kF8E4M3}) {
@@ -203,7 +204,16 @@ TEST(CudaW8Matmul, InBlockQuantizerMakesTheQuantizersBits) {
         const std::string what = std::string(dtype_name(codes_t)) + " x " + std::string(dtype_name(act)) + " K " +
                                  std::to_string(k);
         for (int64_t e = 0; e < full.numel(); ++e) ASSERT_TRUE(std::isfinite(full.get(e))) << what << " element " << e;
+        DeviceTensor d_gamma(random_tensor(act, {k}, rng));
         for (int64_t m : {1, 2, 3, 4, 8}) {
+          // The rows below come from the in-block quantizer exactly where the norm fusion (which needs it) is offered.
+          if (act != DType::kF32) {
+            ops::MatmulFusion norm;
+            norm.norm_weight = d_gamma.view();
+            DeviceTensor d_o(HostTensor(act, {m, n}));
+            const ops::MatmulParams mp{d_x.view().slice_rows(0, m), w.d_codes.view(), TensorView(), d_o.view(), w.dq};
+            EXPECT_EQ(gpu().fuses_matmuls({&mp, 1}, norm), m * (k + 16) <= 40 * 1024) << what << " M " << m;
+          }
           const HostTensor got = run(m);
           for (int64_t e = 0; e < got.numel(); ++e)
             ASSERT_EQ(got.get(e), full.get(e)) << what << " M " << m << " element " << e;

@@ -1,29 +1,14 @@
 // RMSNorm kernel: each row is handled by `tpr` threads (a warp up to a whole block); two passes over the
 // row (the second hits L1/L2), the residual sum rounded to the activation dtype before the statistics. The sums of
-// squares are explicit fmas (what the compiler contracts them to anyway), so the 8-bit skinny kernel's norm fusion
-// (skinny_gemm.cu, norm_inv_in_block) can repeat them bit for bit.
+// squares go through norm_sum.cuh, which the 8-bit skinny kernel's norm fusion shares.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/norm.cuh"
+#include "backend/cuda/norm_sum.cuh"
 
 namespace peregrine::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-// A row's sum over its tpr lanes (a group of 32..256 threads of the block): the xor butterfly within each warp, then
-// the row's warps' partials in warp order. Every thread of the block must call it (it may synchronize).
-__device__ __forceinline__ float row_sum(float v, int tpr) {
-  __shared__ float partial[kThreads / 32];
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (tpr <= 32) return v;
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  const int first = (threadIdx.x / tpr) * (tpr / 32);
-  v = 0.f;
-  for (int i = 0; i < tpr / 32; ++i) v += partial[first + i];
-  return v;
-}
+constexpr int kThreads = kNormThreads;
 
 template <typename T, typename TW>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int tpr, bool vec) {
@@ -52,8 +37,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
           for (int e = 0; e < 8; ++e) v[e] = to_f32(from_f32<T>(v[e] + r[e]));
           store8(res + i, v);
         }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[e], v[e], ss);
+        ss = add_squares8(v, ss);
       }
     } else {
       for (int64_t i = lane; i < h; i += tpr) {
@@ -69,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
   }
   ss = row_sum(ss, tpr);
   if (!active) return;
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + p.eps);
+  const float inv = rms_inv(ss, h, p.eps);
   const T* src = res ? res : x;
   if (vec) {
     for (int64_t i = lane * 8; i < h; i += tpr * 8) {
@@ -124,14 +108,13 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
       const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
       if (i < h) {
         if (res) store8(res + i, v[c]);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[c][e], v[c][e], ss);
+        ss = add_squares8(v[c], ss);
       }
     }
   }
   ss = row_sum(ss, tpr);
   if (!active) return;
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + p.eps);
+  const float inv = rms_inv(ss, h, p.eps);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
@@ -150,8 +133,7 @@ void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
   bool vec = p.hidden % 8 == 0 && aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
              (p.residual == nullptr || aligned16(p.residual));
   int64_t per_thread_units = vec ? p.hidden / 8 : p.hidden;
-  int tpr = 32;
-  while (tpr < kThreads && tpr * 4 < per_thread_units) tpr *= 2;
+  const int tpr = rms_norm_lanes(per_thread_units);
   int rows_per_block = kThreads / tpr;
   unsigned blocks = static_cast<unsigned>(ceil_div(p.rows, rows_per_block));
   const int64_t pieces = vec ? ceil_div(per_thread_units, tpr) : 0;  // 8-element pieces per lane

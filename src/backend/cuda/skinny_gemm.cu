@@ -10,6 +10,7 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
+#include "backend/cuda/norm_sum.cuh"
 #include "core/status.h"
 
 namespace peregrine::cuda {
@@ -321,6 +322,46 @@ template <Weights F> __device__ __forceinline__ bool find_segment(const SkinnyGe
   return found;
 }
 
+// The epilogues' last steps, shared by the skinny kernel's tiles (store_tile) and the 8-bit kernel's
+// (store_w8a8_tile). v rounded to dtype t (bf16 / f16; f32 as it is), as a store and a load would give it back.
+__device__ __forceinline__ float round_to(DType t, float v) {
+  switch (t) {
+    case DType::kBF16: return __bfloat162float(__float2bfloat16_rn(v));
+    case DType::kF16: return __half2float(__float2half_rn(v));
+    default: return v;
+  }
+}
+
+// fn(r, col, row) for each of a tile's outputs a thread stores: tile row r (0..kRows-1, weight row n0 + r of n)
+// and token col of M, consecutive threads on consecutive rows.
+template <int kRows, int NT, typename Fn>
+__device__ __forceinline__ void for_each_output(const SkinnyGemmLaunch& p, int64_t n0, int64_t n, Fn&& fn) {
+  constexpr int kOutputs = kRows * 8 * NT;
+  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
+    const int r = o % kRows, col = o / kRows;
+    const int64_t row = n0 + r;
+    if (col < p.m && row < n) fn(r, col, row);
+  }
+}
+
+// One output from its product v (bias added): with the residual fusion round(residual + round(v)), then the store.
+// as_out(v) is v as the output dtype holds it (the fusions write x's dtype).
+template <typename Round>
+__device__ __forceinline__ void store_output(const SkinnyGemmLaunch& p, void* out, int64_t n, int col, int64_t row,
+                                             float v, Round&& as_out) {
+  if (p.residual) v = as_out(v) + load_any(p.residual, p.out_dtype, col * n + row);
+  store_any(out, p.out_dtype, col * n + row, v);
+}
+
+// A SiLU-mul pair's output from its gate and up products (biases added): round(silu(round(gate)) * round(up)), as
+// activation.cu's silu_mul of the two stored products.
+template <typename Round>
+__device__ __forceinline__ void store_silu_pair(const SkinnyGemmLaunch& p, void* out, int64_t n, int col, int64_t row,
+                                                float gs, float us, Round&& as_out) {
+  const float gv = as_out(gs), uv = as_out(us);
+  store_any(out, p.out_dtype, col * n + row, gv / (1.0f + expf(-gv)) * uv);  // activation.cu's silu
+}
+
 // The block's end: the warps' partials (acc, this lane's C fragments of NT n-tiles) meet in shared memory and are
 // added in warp order; then the fusions' scale (norm: 1 / rms of each token, from the lanes' sums of squares ss,
 // added over the four lanes of a token and then over the warps in order; ss null without the norm), bias, the
@@ -361,38 +402,27 @@ __device__ __forceinline__ void store_tile(const SkinnyGemmLaunch& p, const Skin
       float t = ss_w[0][col];
 #pragma unroll
       for (int ww = 1; ww < kWarps; ++ww) t += ss_w[ww][col];
-      return 1.0f / sqrtf(t / static_cast<float>(p.k) + p.norm_eps);
+      return rms_inv(t, p.k, p.norm_eps);
     }
   };
+  auto as_out = [](float v) { return to_f32(from_f32<T>(v)); };  // the residual and pair fusions write x's dtype T
   if constexpr (kPair) {
-    constexpr int kOutputs = 8 * 8 * NT;
-    for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
-      const int r = o % 8, col = o / 8;
-      const int64_t row = n0 + r;
-      if (col < p.m && row < n) {
-        const float inv = inv_of(col);
-        float gs = sum_of(r, col), us = sum_of(r + 8, col);
-        if constexpr (kNorm) gs *= inv, us *= inv;
-        if (seg.bias) gs += load_any(seg.bias, seg.bias_dtype, row);
-        if (p.seg[1].bias) us += load_any(p.seg[1].bias, seg.bias_dtype, row);
-        const float gv = to_f32(from_f32<T>(gs)), uv = to_f32(from_f32<T>(us));
-        store_any(seg.out, p.out_dtype, col * n + row, gv / (1.0f + expf(-gv)) * uv);  // activation.cu's silu
-      }
-    }
+    for_each_output<8, NT>(p, n0, n, [&](int r, int col, int64_t row) {
+      const float inv = inv_of(col);
+      float gs = sum_of(r, col), us = sum_of(r + 8, col);
+      if constexpr (kNorm) gs *= inv, us *= inv;
+      if (seg.bias) gs += load_any(seg.bias, seg.bias_dtype, row);
+      if (p.seg[1].bias) us += load_any(p.seg[1].bias, seg.bias_dtype, row);
+      store_silu_pair(p, seg.out, n, col, row, gs, us, as_out);
+    });
     return;
   }
-  constexpr int kOutputs = kRowsPerTile * 8 * NT;
-  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
-    const int r = o % kRowsPerTile, col = o / kRowsPerTile;  // consecutive threads: consecutive output columns
-    const int64_t row = n0 + r;
-    if (col < p.m && row < n) {
-      float s = sum_of(r, col);
-      if constexpr (kNorm) s *= inv_of(col);
-      if (seg.bias) s += load_any(seg.bias, seg.bias_dtype, row);
-      if (p.residual) s = to_f32(from_f32<T>(s)) + load_any(p.residual, p.out_dtype, col * n + row);
-      store_any(seg.out, p.out_dtype, col * n + row, s);
-    }
-  }
+  for_each_output<kRowsPerTile, NT>(p, n0, n, [&](int r, int col, int64_t row) {
+    float s = sum_of(r, col);
+    if constexpr (kNorm) s *= inv_of(col);
+    if (seg.bias) s += load_any(seg.bias, seg.bias_dtype, row);
+    store_output(p, seg.out, n, col, row, s, as_out);
+  });
 }
 
 // Norm fusion: x's 8 values of one 16-byte piece (in T) add their squares to ss (in order, in f32) and become
@@ -1041,15 +1071,6 @@ __device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint
 // a gate/up pair (SiLU-mul). A residual add (o_proj, down_proj) goes with kXCodes or kXQuant.
 enum W8X { kXCodes = 0, kXQuant = 1, kXNorm = 2, kXPair = 3 };
 
-// v rounded to dtype t (bf16 / f16; f32 as it is), as a store and a load would give it back.
-__device__ __forceinline__ float round_to(DType t, float v) {
-  switch (t) {
-    case DType::kBF16: return __bfloat162float(__float2bfloat16_rn(v));
-    case DType::kF16: return __half2float(__float2half_rn(v));
-    default: return v;
-  }
-}
-
 // The block's end for W8A8: the warps' partials added in warp order (int8: as integers, exactly), then
 // fmaf(sum * xs[token], w_scale, 0) + bias, as w8_matmul's warp kernel computes it (xs in shared memory with
 // kSharedX); then the residual add (out = round(residual + round(product)), as the unfused product and the next
@@ -1076,70 +1097,40 @@ __device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const
     return s;
   };
   auto x_scale = [&](int col) { return kSharedX ? xs[col] : __ldg(xs + col); };
+  auto as_out = [&](float v) { return round_to(p.out_dtype, v); };
   if constexpr (kPair) {
     const SkinnySegment& up = p.seg[1];
-    constexpr int kOutputs = 8 * 8 * NT;
-    for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
-      const int r = o % 8, col = o / 8;
-      const int64_t row = n0 + r;
-      if (col < p.m && row < n) {
-        const float xsc = x_scale(col);
-        float gs = fmaf(static_cast<float>(sum_of(r, col)) * xsc, __ldg(seg.scales + row / seg.block_rows), 0.0f);
-        float us = fmaf(static_cast<float>(sum_of(r + 8, col)) * xsc, __ldg(up.scales + row / up.block_rows), 0.0f);
-        if (seg.bias) gs += load_any(seg.bias, seg.bias_dtype, row);
-        if (up.bias) us += load_any(up.bias, up.bias_dtype, row);
-        const float gv = round_to(p.out_dtype, gs), uv = round_to(p.out_dtype, us);
-        store_any(seg.out, p.out_dtype, col * n + row, gv / (1.0f + expf(-gv)) * uv);  // activation.cu's silu
-      }
-    }
+    for_each_output<8, NT>(p, n0, n, [&](int r, int col, int64_t row) {
+      const float xsc = x_scale(col);
+      float gs = fmaf(static_cast<float>(sum_of(r, col)) * xsc, __ldg(seg.scales + row / seg.block_rows), 0.0f);
+      float us = fmaf(static_cast<float>(sum_of(r + 8, col)) * xsc, __ldg(up.scales + row / up.block_rows), 0.0f);
+      if (seg.bias) gs += load_any(seg.bias, seg.bias_dtype, row);
+      if (up.bias) us += load_any(up.bias, up.bias_dtype, row);
+      store_silu_pair(p, seg.out, n, col, row, gs, us, as_out);
+    });
     return;
   }
-  constexpr int kOutputs = kRowsPerTile * 8 * NT;
-  for (int o = threadIdx.x; o < kOutputs; o += kWarps * 32) {
-    const int r = o % kRowsPerTile, col = o / kRowsPerTile;
-    const int64_t row = n0 + r;
-    if (col < p.m && row < n) {
-      const float part = static_cast<float>(sum_of(r, col)) * x_scale(col);
-      float v = fmaf(part, __ldg(seg.scales + row / seg.block_rows), 0.0f);
-      if (seg.bias) v += load_any(seg.bias, seg.bias_dtype, row);
-      if (p.residual) v = round_to(p.out_dtype, v) + load_any(p.residual, p.out_dtype, col * n + row);
-      store_any(seg.out, p.out_dtype, col * n + row, v);
-    }
-  }
+  for_each_output<kRowsPerTile, NT>(p, n0, n, [&](int r, int col, int64_t row) {
+    float v = fmaf(static_cast<float>(sum_of(r, col)) * x_scale(col), __ldg(seg.scales + row / seg.block_rows), 0.0f);
+    if (seg.bias) v += load_any(seg.bias, seg.bias_dtype, row);
+    store_output(p, seg.out, n, col, row, v, as_out);
+  });
 }
 
 // x's eight values from element i (16-byte aligned) of a bf16 / f16 / f32 tensor of dtype t, as floats.
 __device__ __forceinline__ void load_x8(const void* x, DType t, int64_t i, float (&v)[8]) {
-  if (t == DType::kF32) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i + 4));
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    return;
-  }
-  const uint4 w = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if (t == DType::kBF16) {
-      v[2 * e] = __uint_as_float(words[e] << 16);
-      v[2 * e + 1] = __uint_as_float(words[e] & 0xffff0000u);
-    } else {
-      const __half2 h = *reinterpret_cast<const __half2*>(&words[e]);
-      v[2 * e] = __low2float(h);
-      v[2 * e + 1] = __high2float(h);
-    }
-  }
+  if (t == DType::kF32) return load8(static_cast<const float*>(x) + i, v);
+  if (t == DType::kBF16) return load8(static_cast<const bf16*>(x) + i, v);
+  load8(static_cast<const f16*>(x) + i, v);
 }
 
-// The norm's 1 / rms of each token into inv, with norm.cu's arithmetic for a row of K (launch_rms_norm's lanes per
-// row for K, each lane's sum of squares over its 8-element pieces in order, the xor butterfly, then the row's
-// warps' partials in warp order): the same bits as the norm kernel.
+// The norm's 1 / rms of each token into inv, through norm.cu's own arithmetic (norm_sum.cuh: its lanes per row for
+// K, their pieces' squares, their sum): the same bits as the norm kernel.
 __device__ __forceinline__ void norm_inv_in_block(const SkinnyGemmLaunch& p, float* inv) {
-  __shared__ float partial[kWarps];
+  static_assert(kWarps * 32 == kNormThreads, "the norm kernel's block");
   const int64_t k = p.k;
-  int tpr = 32;
-  while (tpr < kWarps * 32 && tpr * 4 < k / 8) tpr *= 2;
-  const int rows_per_pass = kWarps * 32 / tpr, lane = static_cast<int>(threadIdx.x) % tpr;
+  const int tpr = rms_norm_lanes(k / 8);
+  const int rows_per_pass = kNormThreads / tpr, lane = static_cast<int>(threadIdx.x) % tpr;
   for (int m0 = 0; m0 < static_cast<int>(p.m); m0 += rows_per_pass) {
     const int m = m0 + static_cast<int>(threadIdx.x) / tpr;
     float ss = 0.0f;
@@ -1147,23 +1138,13 @@ __device__ __forceinline__ void norm_inv_in_block(const SkinnyGemmLaunch& p, flo
       for (int64_t i = int64_t{lane} * 8; i < k; i += int64_t{tpr} * 8) {
         float v[8];
         load_x8(p.x, p.dtype, m * k + i, v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[e], v[e], ss);
+        ss = add_squares8(v, ss);
       }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (tpr > 32) {
-      if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-      __syncthreads();
-      const int first = (static_cast<int>(threadIdx.x) / tpr) * (tpr / 32);
-      ss = 0.0f;
-      for (int w = 0; w < tpr / 32; ++w) ss += partial[first + w];
-      __syncthreads();  // partial is the next pass's
-    }
-    if (m < p.m && lane == 0) inv[m] = 1.0f / sqrtf(ss / static_cast<float>(k) + p.norm_eps);
+    ss = row_sum(ss, tpr);
+    if (m < p.m && lane == 0) inv[m] = rms_inv(ss, k, p.norm_eps);
+    __syncthreads();  // row_sum's partials are the next pass's (and inv is read after the last)
   }
-  __syncthreads();
 }
 
 // W8A8 quantizing x in the block: per token, into shared memory ([M][K + kW8QuantXPad] codes and M scales), with
