@@ -2,13 +2,13 @@
 # FP8 W8A8 decode at batch 1 beside bf16 (issue 12: >= 1.8x bf16), 8B shape, and where an FP8 step's time goes
 # (ncu: each kernel's time and DRAM bytes in one decode step). Uses .device/bin/peregrine and
 # .device/shared/configs/llama-3-8b.json from a bundle that has them (scripts/device/kv_attn.sh bundle).
-# There: scripts/device/fp8_bs1.sh [NCU=0]
+# There: scripts/device/fp8_bs1.sh [NCU=0 skips ncu, LAT=0 the latency runs]
 set -uo pipefail
 start=$(date +%s)
 t() { echo "[$(( $(date +%s) - start )) s] $*"; }
 bin=.device/bin
 cfg=.device/shared/configs/llama-3-8b.json
-for q in none fp8; do
+for q in $([ "${LAT:-1}" = 1 ] && echo none fp8); do
   args=(); [ "$q" != none ] && args=(--quantization "$q")
   timeout 120 "$bin/peregrine" bench latency --model models/pycoder-tiny --random-weights --config "$cfg" --device cuda \
     --input-len 1024 --output-len 64 --batch-size 1 --iterations 2 "${args[@]}" >"/tmp/lat_$q.txt" 2>&1

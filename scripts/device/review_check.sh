@@ -17,15 +17,7 @@ t "model test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' /tmp/model.log | tr '\n' 
 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_ops_tests" \
   --gtest_filter='CudaKvQuant.*:CudaAttention.RowExact*' >/tmp/san.log 2>&1
 t "memcheck rc=$?: $(grep -E 'ERROR SUMMARY' /tmp/san.log)"
-for tpb in auto 2 4 qmax4096; do
-  envs=(X=1)
-  case $tpb in
-    auto) ;;
-    qmax4096) envs=(PEREGRINE_W8_QUANT_X_MAX_K=4096) ;;
-    *) envs=(PEREGRINE_W8_TILES_PER_BLOCK=$tpb) ;;
-  esac
-  env "${envs[@]}" timeout 120 "$bin/peregrine" bench latency --model models/pycoder-tiny --random-weights \
-    --config "$cfg" --device cuda --input-len 1024 --output-len 64 --batch-size 1 --iterations 2 --quantization fp8 \
-    >"/tmp/lat_$tpb.txt" 2>&1
-  t "fp8 $tpb rc=$?: $(grep -E '^decode' "/tmp/lat_$tpb.txt" | head -1)"
-done
+Q=fp8 lat fp8
+Q=fp8 lat fp8_runs_of_2 PEREGRINE_W8_TILES_PER_BLOCK=2
+Q=fp8 lat fp8_runs_of_4 PEREGRINE_W8_TILES_PER_BLOCK=4
+Q=fp8 lat fp8_quant_x_to_4096 PEREGRINE_W8_QUANT_X_MAX_K=4096

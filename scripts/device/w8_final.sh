@@ -10,26 +10,13 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 200 "$bin/cuda_ops_tests" --gtest_filter='CudaW8Matmul.*:CudaFusedMatmul.*' >/tmp/ops.log 2>&1
 t "op tests rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' /tmp/ops.log | tr '\n' ' ')"; grep -E "Failure|FAILED  \]" /tmp/ops.log | head
 for q in fp8 w8a8-int8; do
-  for fuse in 1 0; do
-    PEREGRINE_FUSE=$fuse timeout 60 "$bin/peregrine" generate --model models/pycoder-tiny --device cuda -q "$q" \
-      --prompt "def fibonacci(n):" --prompt "class Stack:" --prompt "import os" --prompt "# sort a list" \
-      --max-tokens 48 --ignore-eos --json --logprobs 3 >"/tmp/gen_${q}_$fuse.json" 2>/dev/null
-  done
-  cmp -s "/tmp/gen_${q}_1.json" "/tmp/gen_${q}_0.json" && [ -s "/tmp/gen_${q}_1.json" ] &&
-    t "generate $q: fused == unfused" || t "generate $q: fused and unfused DIFFER"
+  fused_equals_unfused "$q" "def fibonacci(n):" "class Stack:" "import os" "# sort a list"
 done
-lat() {
-  local name=$1; shift
-  env "$@" timeout 120 "$bin/peregrine" bench latency --model models/pycoder-tiny --random-weights --config "$cfg" \
-    --device cuda --input-len 1024 --output-len 64 --batch-size 1 --iterations 2 ${Q:+--quantization $Q} \
-    >"/tmp/lat_$name.txt" 2>&1
-  t "latency $name rc=$?: $(grep -E '^decode' "/tmp/lat_$name.txt" | head -1)"
-}
-Q= lat bf16 X=1
-Q=fp8 lat fp8 X=1
+Q= lat bf16
+Q=fp8 lat fp8
 Q=fp8 lat fp8_one_block_per_sm PEREGRINE_W8_BLOCKS_PER_SM=1
 Q=fp8 lat fp8_before PEREGRINE_FUSE=0 PEREGRINE_W8_QUANT_X=0 PEREGRINE_W8_TILES_PER_BLOCK=1
-Q=w8a8-int8 lat int8 X=1
+Q=w8a8-int8 lat int8
 Q=w8a8-int8 lat int8_one_block_per_sm PEREGRINE_W8_BLOCKS_PER_SM=1
 for run in "auto" "fp8" "fp8 fp8"; do
   set -- $run
