@@ -1319,6 +1319,224 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
   }
 }
 
+// ---- The W8A8 ring: weights streamed into shared memory by bulk copies (M <= 8) ----
+//
+// The same tiles, chunks, per-warp order and epilogue as skinny_w8a8_kernel (so the same bits), but the weights do
+// not pass through registers: warp 0 keeps a ring of stages in shared memory filled by bulk copies (cp.async.bulk,
+// one per weight row of a stage, completing on the stage's mbarrier), so the memory stream runs on across chunks,
+// tiles and epilogues, and a block needs little more than half an SM's shared memory: the next kernel's block
+// (launch_pdl) fits beside it and fills its own ring before its wait, while this one finishes. A stage is 16 rows
+// x 1024 bytes (one 128-wide chunk per warp); rows are padded to 1040 bytes, so the eight rows a quarter-warp reads
+// fall on different banks.
+// R: 128-wide chunks per warp in a stage (a row's bytes per stage: R KiB).
+template <int R> constexpr int kRingStageK = kWarps * 128 * R;
+template <int R> constexpr int kRingPitch = kRingStageK<R> + 16;
+template <int R> constexpr int kRingStageBytes = kRowsPerTile * kRingPitch<R>;
+constexpr int kRingMaxStages = 8;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+#endif
+}
+
+// Until the barrier's phase of this parity has completed (its bytes have landed).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+
+// bytes (a multiple of 16; both addresses 16-byte aligned) from global to shared memory, completing on bar; the
+// weights are read once, so they leave L2 first.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+#endif
+}
+
+// Row r (0..15) of a tile, as locate_w8_tile's lanes read it: rows past n read the last row (never stored); a
+// pair's rows 0..7 are gate's, 8..15 up's.
+template <bool kPair>
+__device__ __forceinline__ const uint8_t* w8_tile_row(const SkinnyGemmLaunch& p, int64_t tile, int r) {
+  if constexpr (kPair) {
+    const int64_t n = p.seg[0].n, row = min(tile * 8 + r % 8, n - 1);
+    return static_cast<const uint8_t*>(r < 8 ? p.seg[0].w : p.seg[1].w) + row * p.k;
+  } else {
+    SkinnySegment seg{};
+    find_segment<Weights::kW8>(p, tile, seg);
+    const int64_t row = min(tile * kRowsPerTile + r, seg.n - 1);
+    return static_cast<const uint8_t*>(seg.w) + row * p.k;
+  }
+}
+
+template <bool kFp8, int kX, int R>
+__global__ void __launch_bounds__(kWarps * 32, 2) skinny_w8a8_ring_kernel(SkinnyGemmLaunch p, int stages) {
+  constexpr int kStageK = kRingStageK<R>, kPitch = kRingPitch<R>, kStageBytes = kRingStageBytes<R>;
+  constexpr bool kInBlock = kX != kXCodes, kPair = kX == kXPair;
+  constexpr int NT = 1;
+  extern __shared__ __align__(128) int8_t ring_smem[];  // [stages][16][kRingPitch], then (kInBlock) x's codes
+  __shared__ __align__(8) uint64_t full[kRingMaxStages];
+  __shared__ float x_scales[kInBlock ? kSkinnyW8QuantXMaxM : 1];
+  const int tiles = static_cast<int>(p.tiles), blocks = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int per = tiles / blocks, extra = tiles % blocks;
+  const int first = b * per + min(b, extra);
+  const int last = first + per + (b < extra ? 1 : 0);
+  if (first >= last) return pdl_wait();  // whole block: uniform
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t k = p.k, chunks = k / 128;
+  const int per_tile = static_cast<int>((chunks + kWarps * R - 1) / (kWarps * R));  // stages a tile
+  const int total = (last - first) * per_tile;
+  int8_t* ring = ring_smem;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) mbar_init(&full[s], 1);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+  }
+  __syncthreads();
+  // Stage q of the block's run (tile first + q / per_tile, K from (q % per_tile) * kStageK) into slot q % stages:
+  // each warp copies two of the rows (a copy may land before thread 0's expect-tx: the barrier's phase needs that
+  // arrival too).
+  constexpr int kRowsPerWarp = kRowsPerTile / kWarps;
+  auto issue = [&](int q) {
+    const int64_t tile = first + q / per_tile, k0 = int64_t{q % per_tile} * kStageK;
+    const uint32_t bytes = static_cast<uint32_t>(min(int64_t{kStageK}, k - k0));
+    const int slot = q % stages;
+    if (threadIdx.x == 0) mbar_expect_tx(&full[slot], bytes * kRowsPerTile);
+    if (lane < kRowsPerWarp) {
+      const int r = warp * kRowsPerWarp + lane;
+      bulk_load(ring + slot * kStageBytes + r * kPitch, w8_tile_row<kPair>(p, tile, r) + k0, bytes, &full[slot]);
+    }
+  };
+  // The ring fills before the wait for the kernel before (launch_pdl): no kernel writes the weights.
+  for (int q = 0; q < min(stages, total); ++q) issue(q);
+  if constexpr (kX == kXNorm || kX == kXPair) {
+    const char* gamma = static_cast<const char*>(p.norm_w);
+    for (int64_t off = int64_t{threadIdx.x} * 128; off < k * 2; off += int64_t{kWarps} * 32 * 128)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(gamma + off));
+  }
+  pdl_wait();
+  pdl_trigger();
+  const int8_t* xq = p.xq;
+  int64_t xstride = k;
+  const float* xs = p.xs;
+  if constexpr (kInBlock) {
+    int8_t* x_codes = ring_smem + stages * kStageBytes;
+    quantize_x_in_block<kFp8, kX == kXNorm || kX == kXPair>(p, x_codes, x_scales);
+    xq = x_codes;
+    xstride = k + kW8QuantXPad;
+    xs = x_scales;
+  }
+  int q = 0;
+  for (int tile = first; tile < last; ++tile) {
+    W8Acc<kFp8> acc[NT][4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[0][e] = 0;
+    for (int s = 0; s < per_tile; ++s, ++q) {
+      const int slot = q % stages;
+      mbar_wait(&full[slot], static_cast<uint32_t>((q / stages) & 1));
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int64_t c = (int64_t{s} * R + r) * kWarps + warp;  // the rounds kernel's chunk order for each warp
+        if (c < chunks) {
+          const int8_t* base = ring + slot * kStageBytes + (r * kWarps + warp) * 128 + 32 * t;
+          uint4 a[2], b8[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            a[h] = *reinterpret_cast<const uint4*>(base + g * kPitch + 16 * h);
+            b8[h] = *reinterpret_cast<const uint4*>(base + (g + 8) * kPitch + 16 * h);
+          }
+          w8a8_chunk<kFp8, NT, kInBlock>(acc, a, b8, p, xq, xstride, c, g, t);
+        }
+      }
+      __syncthreads();  // every warp is done with the slot
+      if (q + stages < total) issue(q + stages);
+    }
+    W8Tile cur;
+    locate_w8_tile<kPair>(p, tile, cur);
+    store_w8a8_tile<kFp8, NT, kInBlock, kPair>(p, cur.seg, cur.n0, acc, xs);
+  }
+}
+
+// The ring's stages for a launch (0: the ring does not take it): as many as leave room for a second block on the SM
+// (half its shared memory), between 2 and kRingMaxStages; PEREGRINE_W8_RING_STAGES=N insists (comparisons),
+// PEREGRINE_W8_RING=0 keeps the rounds kernel.
+int w8_ring_stages(const SkinnyGemmLaunch& l, size_t x_bytes, size_t static_bytes, int stage_bytes) {
+  static const int forced = [] {
+    const char* v = std::getenv("PEREGRINE_W8_RING");
+    if (v && std::string_view(v) == "0") return -1;
+    const char* s = std::getenv("PEREGRINE_W8_RING_STAGES");
+    return s ? std::clamp(std::atoi(s), 1, kRingMaxStages) : 0;
+  }();
+  if (forced < 0 || l.m > 8) return 0;
+  static const int per_sm = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
+      return 0;
+    return v;
+  }();
+  const int64_t room = int64_t{per_sm} / 2 - 1024 - static_cast<int64_t>(static_bytes + x_bytes);  // 1 KB: the system's
+  const int fit = static_cast<int>(std::min<int64_t>(kRingMaxStages, room / stage_bytes));
+  if (forced > 0) return forced;
+  return fit >= 2 ? fit : 0;
+}
+
+template <bool kFp8, int kX, int R>
+bool launch_w8a8_ring_r(const SkinnyGemmLaunch& l, size_t x_bytes, cudaStream_t stream) {
+  auto kernel = skinny_w8a8_ring_kernel<kFp8, kX, R>;
+  static const size_t static_bytes = [&] {
+    cudaFuncAttributes a{};
+    PEREGRINE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+    int dev = 0, optin = 0;
+    PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
+    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              optin - static_cast<int>(a.sharedSizeBytes)));
+    return a.sharedSizeBytes;
+  }();
+  const int stages = w8_ring_stages(l, x_bytes, static_bytes, kRingStageBytes<R>);
+  if (stages == 0) return false;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(l.tiles, std::max(1, l.sm_count)))), block(kWarps * 32);
+  launch_pdl(kernel, grid, block, static_cast<size_t>(stages) * kRingStageBytes<R> + x_bytes, stream, l.m, l, stages);
+  return true;
+}
+
+template <bool kFp8, int kX>
+bool launch_w8a8_ring(const SkinnyGemmLaunch& l, size_t x_bytes, cudaStream_t stream) {
+  static const int row_kib = [] {
+    const char* v = std::getenv("PEREGRINE_W8_RING_ROW_KIB");
+    return v ? std::atoi(v) : 1;
+  }();
+  if (row_kib >= 4) return launch_w8a8_ring_r<kFp8, kX, 4>(l, x_bytes, stream);
+  if (row_kib == 2) return launch_w8a8_ring_r<kFp8, kX, 2>(l, x_bytes, stream);
+  return launch_w8a8_ring_r<kFp8, kX, 1>(l, x_bytes, stream);
+}
+
 template <bool kFp8>
 void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   SkinnyGemmLaunch l = launch;
@@ -1345,6 +1563,13 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   const int64_t blocks = fixed > 0 ? (l.tiles + fixed - 1) / fixed : std::min(l.tiles, slots);
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
   const size_t x_bytes = l.quantize_x ? static_cast<size_t>(l.m * (l.k + kW8QuantXPad)) : 0;
+  if (l.m <= 8 && fixed == 0 && per_sm == 0) {  // the ring, unless the rounds kernel's knobs are set
+    const bool ring = l.silu_pair    ? launch_w8a8_ring<kFp8, kXPair>(l, x_bytes, stream)
+                      : l.norm_w     ? launch_w8a8_ring<kFp8, kXNorm>(l, x_bytes, stream)
+                      : l.quantize_x ? launch_w8a8_ring<kFp8, kXQuant>(l, x_bytes, stream)
+                                     : launch_w8a8_ring<kFp8, kXCodes>(l, x_bytes, stream);
+    if (ring) return;
+  }
   if (l.silu_pair)
     launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXPair>, grid, block, x_bytes, stream, l.m, l);
   else if (l.norm_w)
