@@ -113,12 +113,12 @@ W8Weight make_w8(DType codes_t, int64_t n, int64_t k, std::mt19937& rng) {
 
 // W8A8 per channel at small M takes the 8-bit tensor-core kernel (skinny_gemm.cuh): int8 rows are the warp
 // kernel's (M = 40) bit for bit at every M up to 32; FP8 rows (M <= 32) are within 1e-3 of max|y| of the ref (the
-// tensor cores sum 32 products at a time) and the same bits for every M <= 32, so the ring kernel's rows (M <= 8)
-// are the rounds kernel's (M > 8); grouped launches (q/k/v) give the bits of separate ones.
+// tensor cores sum 32 products at a time) and the same bits for every M <= 32; grouped launches (q/k/v) give the
+// bits of separate ones.
 TEST(CudaW8Matmul, SmallMTensorCoreKernel) {
   std::mt19937 rng(32);
   const int64_t ns[] = {1040, 136, 200};  // 65 tiles of 16 rows; rows that do not fill a tile
-  // K 1152: the ring kernel's (M <= 8) last stage of a tile holds one chunk of the eight.
+  // K 1152: nine 128-wide chunks, two for warp 0 and one for each other warp.
   for (const auto& [codes_t, k] : {std::pair{DType::kI8, int64_t{4096}}, std::pair{DType::kF8E4M3, int64_t{4096}},
                                    std::pair{DType::kI8, int64_t{1152}}, std::pair{DType::kF8E4M3, int64_t{1152}}}) {
     const bool fp8 = codes_t == DType::kF8E4M3;
