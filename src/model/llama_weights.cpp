@@ -301,7 +301,8 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   size_t tensor_index = 0;
   int qbits = 0;
   int64_t qgroup = 0;
-  const HostActQuant scheme8 = load_time_scheme(options.quantization);
+  const bool fp8_blocks = options.quantization == kRandomFp8Blocks;
+  const HostActQuant scheme8 = fp8_blocks ? HostActQuant::kFp8 : load_time_scheme(options.quantization);
   const bool w4a8 = options.quantization == "w4a8";  // int4 g128 codes, activations int8 per token
   if (w4a8) {
     qbits = 4;
@@ -309,14 +310,17 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   } else if (!options.quantization.empty() && scheme8 == HostActQuant::kNone &&
              !random_scheme(options.quantization, &qbits, &qgroup)) {
     throw Error(ErrorCode::kInvalidArgument, "--quantization '" + options.quantization +
-                                                 "' with random weights: expected w4a16, w8a16, w4a8, w8a8-int8, fp8, gptq, awq or compressed-tensors");
+                                                 "' with random weights: expected w4a16, w8a16, w4a8, w8a8-int8, fp8, fp8-block128, gptq, awq or "
+                                                 "compressed-tensors");
   }
   if (scheme8 != HostActQuant::kNone) qbits = 8;
   Placer placer(backend, w, options, 0);
   auto quantized = [&](const std::string&, int64_t n, int64_t k, Linear& l) {
     if (qbits == 0) return false;
     if (scheme8 != HostActQuant::kNone) {
-      placer.place_quantized(random_quantized_8bit(n, k, scheme8, options.random_seed + tensor_index++), l);
+      placer.place_quantized(random_quantized_8bit(n, k, scheme8, options.random_seed + tensor_index++,
+                                                   fp8_blocks && k % 128 == 0),
+                             l);
       return true;
     }
     HostQuantLinear q = random_quantized(n, k, qbits, qgroup, options.random_seed + tensor_index++);

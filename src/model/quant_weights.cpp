@@ -382,8 +382,8 @@ HostQuantLinear random_quantized(int64_t n, int64_t k, int bits, int64_t group_s
   return w;
 }
 
-HostQuantLinear random_quantized_8bit(int64_t n, int64_t k, HostActQuant scheme, uint64_t seed) {
-  HostQuantLinear w = empty_linear(8, n, k, k);
+HostQuantLinear random_quantized_8bit(int64_t n, int64_t k, HostActQuant scheme, uint64_t seed, bool blocks) {
+  HostQuantLinear w = empty_linear(8, n, k, blocks ? 128 : k);
   const bool fp = scheme == HostActQuant::kFp8;
   w.codes_dtype = fp ? DType::kF8E4M3 : DType::kI8;
   w.act = scheme;
@@ -398,7 +398,11 @@ HostQuantLinear random_quantized_8bit(int64_t n, int64_t k, HostActQuant scheme,
     for (size_t b = 0; b < 8 && i + b < w.codes.size(); ++b) w.codes[i + b] = lut[static_cast<uint8_t>(s >> (8 * b))];
   }
   const float a = std::sqrt(3.0f / static_cast<float>(k));
-  w.scales.assign(static_cast<size_t>(n), a / (fp ? 448.0f : 127.5f));
+  if (blocks) {  // 128 x 128 blocks (weight_block_size [128, 128]), activations per token and 128 columns
+    w.block_rows = 128;
+    w.act_group = 128;
+  }
+  w.scales.assign(static_cast<size_t>((n + w.block_rows - 1) / w.block_rows * w.groups), a / (fp ? 448.0f : 127.5f));
   return w;
 }
 

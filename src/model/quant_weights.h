@@ -56,7 +56,10 @@ HostQuantLinear quantize_dense_8bit(const TensorView& w, HostActQuant scheme);
 HostActQuant load_time_scheme(const std::string& name);
 
 // Random 8-bit codes (int8 uniform, or e4m3 of uniform values) per channel with activations quantized per token.
-HostQuantLinear random_quantized_8bit(int64_t n, int64_t k, HostActQuant scheme, uint64_t seed);
+// blocks (FP8): 128 x 128 weight blocks and activations per token and 128 columns, as DeepSeek / Qwen3 FP8
+// checkpoints (weight_block_size [128, 128]) are; random weights only (--quantization fp8-block128 in benches).
+HostQuantLinear random_quantized_8bit(int64_t n, int64_t k, HostActQuant scheme, uint64_t seed, bool blocks = false);
+inline constexpr const char* kRandomFp8Blocks = "fp8-block128";
 
 // Which scheme --quantization names for random weights: w4a16 / w8a16 (and the checkpoint method names, which
 // mean int4 g128). Returns false for names it does not know.

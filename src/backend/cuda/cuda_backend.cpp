@@ -593,20 +593,30 @@ class CudaBackendImpl final : public CudaBackend {
     if (off || !skinny_ || m == 0 || ps.size() > static_cast<size_t>(cuda::kSkinnyMaxSegments)) return false;
     l = skinny_launch(first.x.data, first.x.dtype, first.out.dtype, m, k);
     l.codes = first.w.dtype;
+    // FP8 in 128 x 128 blocks (weight_block_size [128, 128], x per token and 128 k), or per channel (x per token).
+    const bool blocks = is_fp8_blocks(first);
     for (const MatmulParams& p : ps) {
       const WeightQuant& q = p.quant;
       if (!is_w8a8(p) || p.w.dtype != l.codes || !q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() ||
-          q.scales.dtype != DType::kF32 || q.scales.ndim != 2 || q.scales.dim(1) != 1 ||
-          !(q.act_group == 0 || q.act_group == k) || p.x.data != first.x.data || p.x.dim(0) != m ||
-          p.out.dtype != first.out.dtype || (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
+          q.scales.dtype != DType::kF32 || q.scales.ndim != 2 || is_fp8_blocks(p) != blocks ||
+          (!blocks && (q.scales.dim(1) != 1 || !(q.act_group == 0 || q.act_group == k))) || p.x.data != first.x.data ||
+          p.x.dim(0) != m || p.out.dtype != first.out.dtype || (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
         return false;
       cuda::SkinnySegment& g = l.seg[l.num_segments++];
       g = {p.w.data, p.bias.empty() ? nullptr : p.bias.data, p.bias.dtype, p.out.data, p.w.dim(0)};
       g.scales = q.scales.as<const float>();
       g.block_rows = q.block_rows;
+      g.groups = q.scales.dim(1);
     }
-    l.quantize_x = quantize_in_kernel && k <= quantize_max_k && cuda::skinny_w8a8_quantizes(l);
+    l.quantize_x = !blocks && quantize_in_kernel && k <= quantize_max_k && cuda::skinny_w8a8_quantizes(l);
     return true;
+  }
+  // FP8 W8A8 with 128 x 128 weight blocks and x quantized per token and 128 k, as the skinny kernel takes them.
+  static bool is_fp8_blocks(const MatmulParams& p) {
+    const WeightQuant& q = p.quant;
+    const int64_t k = p.x.dim(1);
+    return p.w.dtype == DType::kF8E4M3 && q.act == ActQuant::kFp8 && q.group_size == 128 && q.act_group == 128 &&
+           q.block_rows == 128 && k % 128 == 0 && q.scales.ndim == 2 && q.scales.dim(1) == k / 128;
   }
   // x quantized into scratch (launch_act_quant) unless the kernel does it, then the launch; false, having enqueued
   // nothing, when the kernel does not take l.
@@ -614,12 +624,13 @@ class CudaBackendImpl final : public CudaBackend {
     if (!cuda::skinny_w8a8_takes(l)) return false;
     if (!l.quantize_x) {
       const int64_t m = l.m, k = l.k;
+      const int64_t act_group = l.seg[0].groups > 1 ? 128 : k;  // 128 x 128 FP8 blocks: a scale per 128 k
       const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
-      auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m) * 4, kQuantXSlot));
+      auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m * (k / act_group)) * 4, kQuantXSlot));
       l.xq = reinterpret_cast<const int8_t*>(base);
       l.xs = reinterpret_cast<const float*>(base + codes);
-      const cuda::W8MatmulLaunch aq{l.x, l.dtype, nullptr, l.codes, nullptr, 1, 1, k,
-                                    l.codes == DType::kI8 ? 1 : 2, k, nullptr, DType::kF32, nullptr, DType::kF32, m, 1, k};
+      const cuda::W8MatmulLaunch aq{l.x,     l.dtype, nullptr, l.codes, nullptr, 1,     1,           act_group,
+                                    l.codes == DType::kI8 ? 1 : 2, act_group, nullptr, DType::kF32, nullptr, DType::kF32, m, 1, k};
       cuda::launch_act_quant(aq, base, reinterpret_cast<float*>(base + codes), stream_);
     }
     cuda::launch_skinny_w8a8(l, stream_);

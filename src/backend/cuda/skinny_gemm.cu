@@ -1025,14 +1025,34 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 // Accumulators of one lane: int32 (exact) for int8, f32 for FP8.
 template <bool kFp8> using W8Acc = std::conditional_t<kFp8, float, int>;
 
+// How a W8A8 launch gets x's codes, and its fusions (skinny_w8a8_fuses): kXCodes reads launch_act_quant's codes;
+// kXQuant, kXNorm and kXPair quantize x in the block: kXQuant x as it is, kXNorm rmsnorm(x) first (q/k/v), kXPair
+// rmsnorm(x) and a gate/up pair (SiLU-mul). A residual add (o_proj, down_proj) goes with kXCodes, kXQuant or
+// kXBlocks. kXBlocks: FP8 weights in 128 x 128 blocks (a scale per 128 rows and 128 k) and x's codes from
+// launch_act_quant with a scale per token and 128 k; each chunk (one block column) is scaled as it is summed.
+enum W8X { kXCodes = 0, kXQuant = 1, kXNorm = 2, kXPair = 3, kXBlocks = 4 };
+
+__device__ __forceinline__ int64_t k_groups(const SkinnyGemmLaunch& p) { return p.k / 128; }
+
+// The scales of a kXBlocks chunk: this lane's two weight rows' (rows g and g + 8 of the tile: their block rows'
+// scales, one per 128 k) and the launch's x scales ([M][K / 128]).
+struct W8BlockScales {
+  const float* wa;
+  const float* wb;
+  const float* xs;
+};
+
 // A lane's 32 consecutive bytes of a row's 128-wide chunk (bytes 32t .. 32t + 31): mma step i takes bytes
 // 8i .. 8i + 3 as the fragment's k = 4t .. 4t + 3 and 8i + 4 .. 8i + 7 as k = 16 + 4t .. 16 + 4t + 3, for the weight
 // rows (A) and the token's x codes (B) alike. x's codes: token col's row at xq + col * xstride, in global memory
 // (launch_act_quant's) or, kSharedX, in the block's shared memory (quantize_x_in_block's).
-template <bool kFp8, int NT, bool kSharedX>
+// kBlocks (FP8): the chunk's sums scaled as w8_matmul's warp kernel scales a group's, acc = fmaf(sum * x_scale,
+// w_scale, acc).
+template <bool kFp8, int NT, bool kSharedX, bool kBlocks = false>
 __device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint4 (&a)[2], const uint4 (&b8)[2],
                                            const SkinnyGemmLaunch& p, const int8_t* xq, int64_t xstride, int64_t c,
-                                           int g, int t) {
+                                           int g, int t, const W8BlockScales& bs = {}) {
+  static_assert(kFp8 || !kBlocks, "128 x 128 blocks are FP8's");
   const uint4 z = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -1059,24 +1079,29 @@ __device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint
       else
         mma_s8(acc[j], af, word(xv, 2 * i), word(xv, 2 * i + 1), acc[j]);
     }
-    if constexpr (kFp8) {
+    if constexpr (kBlocks) {
+      const float sa = __ldg(bs.wa + c), sb = __ldg(bs.wb + c);
+      const int c0 = 8 * j + 2 * t, c1 = c0 + 1;  // the accumulators' tokens
+      const int64_t xg = k_groups(p);
+      const float x0 = c0 < p.m ? __ldg(bs.xs + c0 * xg + c) : 0.0f, x1 = c1 < p.m ? __ldg(bs.xs + c1 * xg + c) : 0.0f;
+      acc[j][0] = fmaf(d[0] * x0, sa, acc[j][0]);
+      acc[j][1] = fmaf(d[1] * x1, sa, acc[j][1]);
+      acc[j][2] = fmaf(d[2] * x0, sb, acc[j][2]);
+      acc[j][3] = fmaf(d[3] * x1, sb, acc[j][3]);
+    } else if constexpr (kFp8) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[j][e] += d[e];
     }
   }
 }
 
-// How a W8A8 launch gets x's codes, and its fusions (skinny_w8a8_fuses): kXCodes reads launch_act_quant's codes;
-// the others quantize x in the block: kXQuant x as it is, kXNorm rmsnorm(x) first (q/k/v), kXPair rmsnorm(x) and
-// a gate/up pair (SiLU-mul). A residual add (o_proj, down_proj) goes with kXCodes or kXQuant.
-enum W8X { kXCodes = 0, kXQuant = 1, kXNorm = 2, kXPair = 3 };
-
 // The block's end for W8A8: the warps' partials added in warp order (int8: as integers, exactly), then
 // fmaf(sum * xs[token], w_scale, 0) + bias, as w8_matmul's warp kernel computes it (xs in shared memory with
 // kSharedX); then the residual add (out = round(residual + round(product)), as the unfused product and the next
 // norm's add give it) or, kPair (rows 0..7 gate, 8..15 up of the same outputs), round(silu(round(gate)) *
 // round(up)) as activation.cu's silu_mul of the two stored products.
-template <bool kFp8, int NT, bool kSharedX, bool kPair>
+// kBlocks: the sums are scaled already; the bias follows.
+template <bool kFp8, int NT, bool kSharedX, bool kPair, bool kBlocks = false>
 __device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const SkinnySegment& seg, int64_t n0,
                                                 const W8Acc<kFp8> (&acc)[NT][4], const float* xs) {
   using A = W8Acc<kFp8>;
@@ -1111,7 +1136,8 @@ __device__ __forceinline__ void store_w8a8_tile(const SkinnyGemmLaunch& p, const
     return;
   }
   for_each_output<kRowsPerTile, NT>(p, n0, n, [&](int r, int col, int64_t row) {
-    float v = fmaf(static_cast<float>(sum_of(r, col)) * x_scale(col), __ldg(seg.scales + row / seg.block_rows), 0.0f);
+    float v = kBlocks ? static_cast<float>(sum_of(r, col))
+                      : fmaf(static_cast<float>(sum_of(r, col)) * x_scale(col), __ldg(seg.scales + row / seg.block_rows), 0.0f);
     if (seg.bias) v += load_any(seg.bias, seg.bias_dtype, row);
     store_output(p, seg.out, n, col, row, v, as_out);
   });
@@ -1209,6 +1235,8 @@ struct W8Tile {
   int64_t n0;
   const uint8_t* wa;
   const uint8_t* wb;
+  const float* swa;  // kXBlocks: the rows' block scales (one per 128 k)
+  const float* swb;
 };
 
 template <bool kPair>
@@ -1222,6 +1250,7 @@ __device__ __forceinline__ void locate_w8_tile(const SkinnyGemmLaunch& p, int64_
     r.seg.n = p.seg[0].n;
     r.seg.scales = p.seg[0].scales;
     r.seg.block_rows = p.seg[0].block_rows;
+    r.seg.groups = p.seg[0].groups;
   } else {
     find_segment<Weights::kW8>(p, tile, r.seg);  // tile < the launch's tiles: always found
   }
@@ -1232,6 +1261,8 @@ __device__ __forceinline__ void locate_w8_tile(const SkinnyGemmLaunch& p, int64_
   const int64_t rb = kPair ? ra : r.n0 + g + 8 < n ? r.n0 + g + 8 : n - 1;
   r.wa = static_cast<const uint8_t*>(r.seg.w) + ra * k + 32 * t;
   r.wb = static_cast<const uint8_t*>(kPair ? p.seg[1].w : r.seg.w) + rb * k + 32 * t;
+  r.swa = r.seg.scales + (ra / r.seg.block_rows) * r.seg.groups;
+  r.swb = (kPair ? p.seg[1].scales : r.seg.scales) + (rb / r.seg.block_rows) * r.seg.groups;
 }
 
 // U chunks loaded, then computed, round after round; a block takes a run of consecutive tiles (a wave of fat
@@ -1241,7 +1272,7 @@ __device__ __forceinline__ void locate_w8_tile(const SkinnyGemmLaunch& p, int64_
 // tile is 8 rows of gate (segment 0) and the same 8 of up (segment 1).
 template <bool kFp8, int NT, int U, int MINB, int kX = kXCodes>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGemmLaunch p) {
-  constexpr bool kInBlock = kX != kXCodes, kPair = kX == kXPair;
+  constexpr bool kInBlock = kX != kXCodes && kX != kXBlocks, kPair = kX == kXPair, kBlocks = kX == kXBlocks;
   static_assert(!kInBlock || 8 * NT <= kSkinnyW8QuantXMaxM, "the in-block quantizer's tokens");
   extern __shared__ __align__(16) int8_t x_codes[];  // kInBlock: [M][K + kW8QuantXPad]
   __shared__ float x_scales[kInBlock ? kSkinnyW8QuantXMaxM : 1];
@@ -1301,7 +1332,8 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
       for (int u = 0; u < U; ++u) {
         const int64_t c = c0 + int64_t{u} * kWarps;
         if (c >= chunks) break;  // warp-uniform; depends on K alone
-        w8a8_chunk<kFp8, NT, kInBlock>(acc, a[u], b8[u], p, xq, xstride, c, g, t);
+        w8a8_chunk<kFp8, NT, kInBlock, kBlocks>(acc, a[u], b8[u], p, xq, xstride, c, g, t,
+                                                W8BlockScales{cur.swa, cur.swb, xs});
       }
     }
     // The next tile's first round goes out before this one's epilogue.
@@ -1312,7 +1344,7 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
 #pragma unroll
       for (int u = 0; u < U; ++u) load(next, warp + int64_t{u} * kWarps, a[u], b8[u]);
     }
-    store_w8a8_tile<kFp8, NT, kInBlock, kPair>(p, cur.seg, cur.n0, acc, xs);
+    store_w8a8_tile<kFp8, NT, kInBlock, kPair, kBlocks>(p, cur.seg, cur.n0, acc, xs);
     if (!more) break;
     __syncthreads();  // the epilogue's shared partials are the next tile's
     cur = next;
@@ -1345,6 +1377,17 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   const int64_t blocks = fixed > 0 ? (l.tiles + fixed - 1) / fixed : std::min(l.tiles, slots);
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
   const size_t x_bytes = l.quantize_x ? static_cast<size_t>(l.m * (l.k + kW8QuantXPad)) : 0;
+  if constexpr (kFp8) {
+    if (l.seg[0].groups > 1) {  // 128 x 128 blocks (skinny_w8a8_takes: every segment, x's codes given)
+      if (l.m <= 8)
+        launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXBlocks>, grid, block, 0, stream, l.m, l);
+      else if (l.m <= 16)
+        launch_pdl(skinny_w8a8_kernel<kFp8, 2, 2, 2, kXBlocks>, grid, block, 0, stream, l.m, l);
+      else
+        launch_pdl(skinny_w8a8_kernel<kFp8, 4, 2, 1, kXBlocks>, grid, block, 0, stream, l.m, l);
+      return;
+    }
+  }
   if (l.silu_pair)
     launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXPair>, grid, block, x_bytes, stream, l.m, l);
   else if (l.norm_w)
@@ -1454,10 +1497,16 @@ bool skinny_w8a8_takes(const SkinnyGemmLaunch& l) {
   if (l.m < 1 || l.m > (fp8 ? kSkinnyW8F8MaxM : kSkinnyW8I8MaxM) || l.k < 128 || l.k % 128 != 0) return false;
   if (l.quantize_x && !skinny_w8a8_quantizes(l)) return false;
   if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
+  // 128 x 128 FP8 blocks (groups K / 128 in every segment, or per channel in every one): a tile's rows within one
+  // block row, x's codes given (a scale per token and 128 k), no norm or pair fusion (they quantize x per token).
+  const bool blocks = l.seg[0].groups > 1;
   for (int s = 0; s < l.num_segments; ++s) {
     const SkinnySegment& g = l.seg[s];
     if (g.n < 1 || !aligned16(g.w) || !g.scales || g.block_rows < 1) return false;
+    if ((g.groups > 1) != blocks) return false;
+    if (blocks && (g.groups != l.k / 128 || g.block_rows % kRowsPerTile != 0)) return false;
   }
+  if (blocks && (!fp8 || l.quantize_x || l.norm_w || l.silu_pair)) return false;
   if (!l.norm_w && !l.residual && !l.silu_pair) return true;
   // The fusions: bf16 / f16 x; the norm (and the pair, which needs it) quantizes x in the block; the residual add and
   // the pair write x's dtype.

@@ -49,7 +49,9 @@ struct SkinnySegment {
   const float* zeros = nullptr;   // [n, groups] or null
   int64_t groups = 0, group_size = 0;
   const void* meta = nullptr;  // GGUF packed blocks (SkinnyGemmLaunch::ggml): the layout's meta region; w its codes
-  int64_t block_rows = 1;      // W8A8: output rows sharing one scale (scales [ceil(n / block_rows)])
+  // W8A8: output rows sharing one scale (scales [ceil(n / block_rows), groups]); groups 0 or 1 per channel, K / 128
+  // for FP8 in 128 x 128 blocks (block_rows a multiple of 16).
+  int64_t block_rows = 1;
 };
 
 struct SkinnyGemmLaunch {
@@ -126,10 +128,12 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // w_scale, 0) (+ bias), which is w8_matmul's warp kernel's arithmetic, so rows are the same bits at every M. FP8:
 // each 128-value chunk's four mma steps accumulate from zero on the tensor cores (whose accumulation is not exact
 // f32) and are added to f32 accumulators once per chunk, in an order fixed by K alone; then (sum * xs) * w_scale as
-// the warp kernel. Takes: codes kI8 or kF8E4M3, 16-byte aligned x and w, quantize_x only where
-// skinny_w8a8_quantizes (else the launch needs xq / xs set, 16-byte aligned codes), K % 128 == 0, 1 <= M <=
-// kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8), scales set, f32/bf16/f16 out. A block takes a run of consecutive
-// tiles (one wave of blocks).
+// the warp kernel. FP8 in 128 x 128 blocks (every segment's groups K / 128; x's codes from launch_act_quant with a
+// scale per token and 128 k, xs [M, K / 128]): each chunk's sum is scaled as the warp kernel scales a group's,
+// acc = fmaf(sum * x_scale, w_scale, acc), and the bias added at the end; no norm or pair fusion there. Takes:
+// codes kI8 or kF8E4M3, 16-byte aligned x and w, quantize_x only where skinny_w8a8_quantizes (else the launch
+// needs xq / xs set, 16-byte aligned codes), K % 128 == 0, 1 <= M <= kSkinnyW8I8MaxM (kSkinnyW8F8MaxM for FP8),
+// scales set, f32/bf16/f16 out. A block takes a run of consecutive tiles (one wave of blocks).
 // Fusions (ops.h MatmulFusion), each giving the bits of the unfused ops (norm.cu's rms_norm, the quantizer, this
 // kernel, activation.cu's silu_mul, the next norm's residual add), so a fused step equals an unfused one: norm_w
 // (with quantize_x; bf16 / f16 x and gamma): x is the residual stream and each block makes norm.cu's output
