@@ -566,12 +566,13 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::launch_w4a8_epilogue(l, c32, xs, per_channel ? l.scales : nullptr, stream_);
   }
 
-  // W8A8 per channel (int8 or FP8 codes, one scale per row or per block_rows rows, x per token) over one x at small
-  // M: x quantized once (launch_act_quant, or by the kernel's blocks themselves where skinny_w8a8_quantizes), then
-  // one 8-bit tensor-core launch (skinny_gemm.cuh) for all of ps
-  // (q/k/v, gate/up). False, having enqueued nothing, when the kernel does not take them all.
+  // W8A8 per channel (int8 or FP8 codes, one scale per row or per block_rows rows, x per token) or FP8 in 128 x 128
+  // blocks (x per token and 128 k) over one x at small M: x quantized once (launch_act_quant, or by the kernel's
+  // blocks themselves where skinny_w8a8_quantizes), then one 8-bit tensor-core launch (skinny_gemm.cuh) for all of
+  // ps (q/k/v, gate/up). False, having enqueued nothing, when the kernel does not take them all.
   // NOTE determinism: int8 rows equal the warp kernel's bit for bit (and cuBLASLt's int8 path's), so int8 rows
-  // agree for every M; FP8 rows agree within M <= 32 and within cuBLASLt's M > 32, not across.
+  // agree for every M; FP8 rows agree within M <= 32 and within cuBLASLt's M > 32 (block FP8: the warp kernel's), not
+  // across.
   static bool is_w8a8(const MatmulParams& p) {
     return (p.w.dtype == DType::kI8 && p.quant.act == ActQuant::kInt8) ||
            (p.w.dtype == DType::kF8E4M3 && p.quant.act == ActQuant::kFp8);
@@ -579,7 +580,7 @@ class CudaBackendImpl final : public CudaBackend {
   // The skinny W8A8 launch of ps over one x, x's codes not placed yet: the kernel's blocks quantize x themselves
   // where skinny_w8a8_quantizes (the quantizer's bits, one launch fewer; PEREGRINE_W8_QUANT_X=0 never, for
   // comparisons), else run_w8a8 quantizes it first. False when the skinny kernel is off or ps are not all W8A8 per
-  // channel of one code type over one x.
+  // channel (or all block FP8) of one code type over one x.
   bool w8a8_launch(std::span<const MatmulParams> ps, cuda::SkinnyGemmLaunch& l) const {
     static const bool off = env_off("PEREGRINE_W8_SKINNY");
     static const bool quantize_in_kernel = !env_off("PEREGRINE_W8_QUANT_X");

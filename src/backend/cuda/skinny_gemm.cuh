@@ -26,7 +26,7 @@ constexpr int64_t kSkinnyGgmlMaxM = 32;
 // W8A8 (int8 or FP8 codes, x quantized per token) take the 8-bit tensor-core kernel up to these M (beyond them
 // cuBLASLt's int8 or FP8 GEMM). int8's rows equal w8_matmul's warp kernel bit for bit (exact integer sums, the same
 // epilogue), and so cuBLASLt's int8 rows too: int8 rows agree for every M. FP8 rows agree within M <= 32 and within
-// cuBLASLt's M > 32, not across.
+// cuBLASLt's M > 32 (block FP8: the warp kernel's), not across.
 constexpr int64_t kSkinnyW8I8MaxM = 32;
 constexpr int64_t kSkinnyW8F8MaxM = 32;
 // W8A8 quantizing x in the kernel (quantize_x): up to this many tokens and this many bytes of codes (M * (K + 16)),
