@@ -625,7 +625,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (!cuda::skinny_w8a8_takes(l)) return false;
     if (!l.quantize_x) {
       const int64_t m = l.m, k = l.k;
-      const int64_t act_group = l.seg[0].groups > 1 ? 128 : k;  // 128 x 128 FP8 blocks: a scale per 128 k
+      const int64_t act_group = cuda::skinny_w8a8_blocks(l) ? 128 : k;  // 128 x 128 FP8 blocks: a scale per 128 k
       const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
       auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m * (k / act_group)) * 4, kQuantXSlot));
       l.xq = reinterpret_cast<const int8_t*>(base);

@@ -1032,8 +1032,6 @@ template <bool kFp8> using W8Acc = std::conditional_t<kFp8, float, int>;
 // launch_act_quant with a scale per token and 128 k; each chunk (one block column) is scaled as it is summed.
 enum W8X { kXCodes = 0, kXQuant = 1, kXNorm = 2, kXPair = 3, kXBlocks = 4 };
 
-__device__ __forceinline__ int64_t k_groups(const SkinnyGemmLaunch& p) { return p.k / 128; }
-
 // The scales of a kXBlocks chunk: this lane's two weight rows' (rows g and g + 8 of the tile: their block rows'
 // scales, one per 128 k) and the launch's x scales ([M][K / 128]).
 struct W8BlockScales {
@@ -1082,7 +1080,7 @@ __device__ __forceinline__ void w8a8_chunk(W8Acc<kFp8> (&acc)[NT][4], const uint
     if constexpr (kBlocks) {
       const float sa = __ldg(bs.wa + c), sb = __ldg(bs.wb + c);
       const int c0 = 8 * j + 2 * t, c1 = c0 + 1;  // the accumulators' tokens
-      const int64_t xg = k_groups(p);
+      const int64_t xg = p.k / 128;  // x's scales a token
       const float x0 = c0 < p.m ? __ldg(bs.xs + c0 * xg + c) : 0.0f, x1 = c1 < p.m ? __ldg(bs.xs + c1 * xg + c) : 0.0f;
       acc[j][0] = fmaf(d[0] * x0, sa, acc[j][0]);
       acc[j][1] = fmaf(d[1] * x1, sa, acc[j][1]);
@@ -1351,6 +1349,17 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_w8a8_kernel(SkinnyGe
   }
 }
 
+// x's codes given (kXCodes, or kXBlocks): n-tiles, chunks ahead and blocks per SM by M.
+template <bool kFp8, int kX>
+void launch_w8a8_codes(dim3 grid, dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
+  if (l.m <= 8)
+    launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kX>, grid, block, 0, stream, l.m, l);
+  else if (l.m <= 16)
+    launch_pdl(skinny_w8a8_kernel<kFp8, 2, 2, 2, kX>, grid, block, 0, stream, l.m, l);
+  else
+    launch_pdl(skinny_w8a8_kernel<kFp8, 4, 2, 1, kX>, grid, block, 0, stream, l.m, l);
+}
+
 template <bool kFp8>
 void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   SkinnyGemmLaunch l = launch;
@@ -1377,16 +1386,9 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   const int64_t blocks = fixed > 0 ? (l.tiles + fixed - 1) / fixed : std::min(l.tiles, slots);
   const dim3 grid(static_cast<unsigned>(blocks)), block(kWarps * 32);
   const size_t x_bytes = l.quantize_x ? static_cast<size_t>(l.m * (l.k + kW8QuantXPad)) : 0;
-  if constexpr (kFp8) {
-    if (l.seg[0].groups > 1) {  // 128 x 128 blocks (skinny_w8a8_takes: every segment, x's codes given)
-      if (l.m <= 8)
-        launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXBlocks>, grid, block, 0, stream, l.m, l);
-      else if (l.m <= 16)
-        launch_pdl(skinny_w8a8_kernel<kFp8, 2, 2, 2, kXBlocks>, grid, block, 0, stream, l.m, l);
-      else
-        launch_pdl(skinny_w8a8_kernel<kFp8, 4, 2, 1, kXBlocks>, grid, block, 0, stream, l.m, l);
-      return;
-    }
+  if (skinny_w8a8_blocks(l)) {  // FP8 only (skinny_w8a8_takes)
+    if constexpr (kFp8) launch_w8a8_codes<kFp8, kXBlocks>(grid, block, stream, l);
+    return;
   }
   if (l.silu_pair)
     launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXPair>, grid, block, x_bytes, stream, l.m, l);
@@ -1394,12 +1396,8 @@ void launch_w8a8_typed(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
     launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXNorm>, grid, block, x_bytes, stream, l.m, l);
   else if (l.quantize_x)
     launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2, kXQuant>, grid, block, x_bytes, stream, l.m, l);
-  else if (l.m <= 8)
-    launch_pdl(skinny_w8a8_kernel<kFp8, 1, 4, 2>, grid, block, 0, stream, l.m, l);
-  else if (l.m <= 16)
-    launch_pdl(skinny_w8a8_kernel<kFp8, 2, 2, 2>, grid, block, 0, stream, l.m, l);
   else
-    launch_pdl(skinny_w8a8_kernel<kFp8, 4, 2, 1>, grid, block, 0, stream, l.m, l);
+    launch_w8a8_codes<kFp8, kXCodes>(grid, block, stream, l);
 }
 
 }  // namespace
@@ -1499,7 +1497,7 @@ bool skinny_w8a8_takes(const SkinnyGemmLaunch& l) {
   if (l.num_segments < 1 || l.num_segments > kSkinnyMaxSegments) return false;
   // 128 x 128 FP8 blocks (groups K / 128 in every segment, or per channel in every one): a tile's rows within one
   // block row, x's codes given (a scale per token and 128 k), no norm or pair fusion (they quantize x per token).
-  const bool blocks = l.seg[0].groups > 1;
+  const bool blocks = skinny_w8a8_blocks(l);
   for (int s = 0; s < l.num_segments; ++s) {
     const SkinnySegment& g = l.seg[s];
     if (g.n < 1 || !aligned16(g.w) || !g.scales || g.block_rows < 1) return false;

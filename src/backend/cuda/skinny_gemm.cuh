@@ -142,6 +142,8 @@ void launch_skinny_ggml(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // segments 0 = gate and 1 = up of one n): a block takes 8 rows of each and seg[0].out = round(silu(round(gate)) *
 // round(up)).
 bool skinny_w8a8_takes(const SkinnyGemmLaunch& l);
+// Whether a W8A8 launch is FP8 in 128 x 128 blocks (its segments' groups K / 128, skinny_w8a8_takes checks them all).
+inline bool skinny_w8a8_blocks(const SkinnyGemmLaunch& l) { return l.seg[0].groups > 1; }
 // Whether the kernel can quantize x itself (quantize_x): 1 <= M <= kSkinnyW8QuantXMaxM, M * (K + 16) <=
 // kSkinnyW8QuantXMaxBytes, bf16 / f16 / f32 x, 16-byte aligned.
 bool skinny_w8a8_quantizes(const SkinnyGemmLaunch& l);
