@@ -1,7 +1,8 @@
 // CUDA 8-bit matmuls vs the ref backend on fresh random inputs, every output element: int8 W8A8 per channel, FP8
 // W8A8 per channel and in 128x128 blocks with per-token-group activations, weight-only int8 / fp8 codes, bias,
-// bf16 and f32 activations, M from 1 to 64; rows bit-identical for every M within a path (FP8 per channel at
-// M = 64 runs cuBLASLt's FP8 GEMM: f32 outputs within 1e-3 of max|y| there, tensor-core accumulation); per channel
+// bf16 and f32 activations, M from 1 to 64; rows bit-identical for every M within a path (FP8 per channel and in
+// blocks at M = 64 run cuBLASLt's FP8 GEMMs: f32 outputs within 1e-3 of max|y| there, tensor-core accumulation;
+// the block-scaled GEMM's scale layouts checked against a host reference on their own); per channel
 // W8A8 at small M on the 8-bit tensor-core kernel, its in-block quantizer and its fusions bit for bit the unfused
 // ops.
 #include <gtest/gtest.h>
@@ -9,11 +10,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/fp8_gemm_lt.h"
 #include "core/status.h"
 #include "cuda_test_util.h"
 
@@ -27,6 +30,7 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
   const Case cases[] = {{DType::kI8, A::kInt8, 384, 512, 512, 1, 0},        {DType::kI8, A::kInt8, 130, 1024, 1024, 1, 0},
                         {DType::kF8E4M3, A::kFp8, 256, 512, 512, 1, 0},     {DType::kF8E4M3, A::kFp8, 384, 512, 128, 128, 128},
                         {DType::kF8E4M3, A::kFp8, 200, 384, 128, 128, 128}, {DType::kI8, A::kNone, 96, 256, 256, 1, 0},
+                        {DType::kF8E4M3, A::kFp8, 208, 384, 128, 128, 128},
                         {DType::kF8E4M3, A::kNone, 96, 256, 128, 128, 0},   {DType::kF8E4M3, A::kFp8, 1040, 4096, 128, 128, 128}};
   for (const Case& c : cases) {
     HostTensor codes(c.codes, {c.n, c.k});
@@ -64,7 +68,8 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
                                " N " + std::to_string(c.n) + " K " + std::to_string(c.k) + " G " + std::to_string(c.group) +
                                " x " + std::string(dtype_name(act));
       const bool lt_path = c.codes == DType::kF8E4M3 && c.act == A::kFp8 && c.block_rows == 1 && c.group == c.k;
-      // FP8 in 128 x 128 blocks: the 8-bit tensor-core kernel at M <= 32, the warp kernel beyond.
+      // FP8 in 128 x 128 blocks: the 8-bit tensor-core kernel at M <= 32, cuBLASLt's block-scaled GEMM beyond (the
+      // warp kernel where it does not take the shape: N 200).
       const bool block_path = c.codes == DType::kF8E4M3 && c.act == A::kFp8 && c.block_rows == 128 && c.group == 128;
       auto near_ref = [&](const HostTensor& g, double tol, const std::string& where) {  // g: want's first rows
         if (act == DType::kF32) {
@@ -75,7 +80,7 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
           EXPECT_TRUE(all_close(g, rows)) << where;
         }
       };
-      near_ref(got, lt_path ? 1e-3 : 1e-5, what);
+      near_ref(got, lt_path || block_path ? 1e-3 : 1e-5, what);
       // Rows alone give the same bits as inside the batch (within the small-M path; and at 64 off cuBLASLt).
       HostTensor five;
       for (int64_t m : {5, 1}) {
@@ -93,6 +98,86 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
       }
     }
   }
+}
+
+// cuBLASLt's block-scaled FP8 GEMM (fp8_gemm_lt.h) against a host reference in double, for every scale layout
+// Fp8BlockLayout can describe: the backend's layout (fp8_block_layout()) must match; the matching layouts are
+// printed ("fp8 block layouts matching: ...") so a library that reads another one is seen at once. Shapes with M
+// and K / 128 multiples of 4 and not (padding), N a partial 128-row block.
+TEST(CudaW8Matmul, Fp8BlockLayoutProbe) {
+  std::mt19937 rng(33);
+  struct Shape { int64_t m, n, k; };
+  const Shape shapes[] = {{64, 256, 512}, {37, 208, 384}, {300, 1040, 1024}};
+  std::vector<int> matching;
+  for (int bits = 0; bits < 16; ++bits) matching.push_back(bits);
+  bool usable = true;
+  for (const Shape& s : shapes) {
+    const int64_t kb = s.k / 128, nb = (s.n + 127) / 128;
+    HostTensor w(DType::kF8E4M3, {s.n, s.k}), x(DType::kF8E4M3, {s.m, s.k});
+    for (HostTensor* t : {&w, &x})
+      for (auto& b : t->bytes) {
+        b = static_cast<uint8_t>(rng());
+        if ((b & 0x7f) == 0x7f) b ^= 1;
+      }
+    std::uniform_real_distribution<double> u(0.25, 4.0);
+    std::vector<float> wsc(static_cast<size_t>(nb * kb)), xsc(static_cast<size_t>(s.m * kb));
+    for (float& v : wsc) v = static_cast<float>(u(rng) / 64);
+    for (float& v : xsc) v = static_cast<float>(u(rng) / 64);
+    std::vector<double> want(static_cast<size_t>(s.m * s.n));
+    double ymax = 0;
+    for (int64_t r = 0; r < s.m; ++r)
+      for (int64_t n = 0; n < s.n; ++n) {
+        double acc = 0;
+        for (int64_t b = 0; b < kb; ++b) {
+          double part = 0;
+          for (int64_t c = b * 128; c < b * 128 + 128; ++c)
+            part += static_cast<double>(fp8_e4m3_to_f32(w.bytes[static_cast<size_t>(n * s.k + c)])) *
+                    fp8_e4m3_to_f32(x.bytes[static_cast<size_t>(r * s.k + c)]);
+          acc += part * wsc[static_cast<size_t>((n / 128) * kb + b)] * xsc[static_cast<size_t>(r * kb + b)];
+        }
+        want[static_cast<size_t>(r * s.n + n)] = acc;
+        ymax = std::max(ymax, std::fabs(acc));
+      }
+    DeviceTensor d_w(w), d_x(x);
+    for (int bits = 0; bits < 16; ++bits) {
+      const cuda::Fp8BlockLayout lay = cuda::Fp8BlockLayout::from_bits(bits);
+      // Room for any layout's reads (zeros beyond this one's).
+      HostTensor ws(DType::kF32, {4 * (nb + 4) * (kb + 4)}), xs(DType::kF32, {4 * (s.m + 4) * (kb + 4)});
+      const int64_t wld = lay.w_ld(nb, kb), xld = lay.x_ld(s.m, kb);
+      for (int64_t i = 0; i < nb; ++i)
+        for (int64_t b = 0; b < kb; ++b) ws.set(lay.w_k_major ? i * wld + b : b * wld + i, wsc[static_cast<size_t>(i * kb + b)]);
+      for (int64_t r = 0; r < s.m; ++r)
+        for (int64_t b = 0; b < kb; ++b) xs.set(lay.x_m_major ? b * xld + r : r * xld + b, xsc[static_cast<size_t>(r * kb + b)]);
+      DeviceTensor d_ws(ws), d_xs(xs), d_out(HostTensor(DType::kF32, {s.m, s.n}));
+      d_out.poison();
+      DeviceTensor d_work(HostTensor(DType::kU8, {int64_t{8} << 20}));
+      static cuda::Fp8LtGemm lt;
+      const cuda::Fp8BlockGemmLaunch g{static_cast<const uint8_t*>(d_w.buffer.data()),
+                                       static_cast<const uint8_t*>(d_x.buffer.data()),
+                                       static_cast<const float*>(d_ws.buffer.data()),
+                                       static_cast<const float*>(d_xs.buffer.data()), d_out.buffer.data(), DType::kF32,
+                                       s.m, s.n, s.k};
+      if (!lt.run_blocks(g, d_work.buffer.data(), size_t{8} << 20, static_cast<cudaStream_t>(gpu_services().stream_handle()))) {
+        usable = false;
+        break;
+      }
+      const HostTensor got = d_out.to_host();
+      double err = 0;
+      for (int64_t i = 0; i < s.m * s.n; ++i) {
+        const double d = std::fabs(got.get(i) - want[static_cast<size_t>(i)]);
+        err = std::isnan(d) ? 1e30 : std::max(err, d);
+      }
+      if (!(err <= 1e-4 * ymax)) std::erase(matching, bits);
+      if (bits == cuda::fp8_block_layout().bits()) {
+        EXPECT_LE(err, 1e-4 * ymax) << "the backend's layout " << bits << " at M " << s.m << " N " << s.n << " K " << s.k;
+      }
+    }
+    if (!usable) break;
+  }
+  if (!usable) GTEST_SKIP() << "cuBLASLt has no block-scaled FP8 GEMM here (the warp kernel runs instead)";
+  std::string list;
+  for (int b : matching) list += " " + std::to_string(b);
+  std::printf("fp8 block layouts matching:%s (the backend's: %d)\n", list.c_str(), cuda::fp8_block_layout().bits());
 }
 
 // Random 8-bit codes [n, k] (no e4m3 NaN) and per-row f32 scales, on the host and the device.

@@ -662,6 +662,7 @@ class CudaBackendImpl final : public CudaBackend {
       throw Error(ErrorCode::kUnsupported, "cuda backend: 8-bit matmul needs K and the group a multiple of 4 and "
                                            "activation groups of K or the weight group");
     if (l.m == 0 || l.n == 0) return;
+    if (fp8_blocks_lt(p, l)) return;
     uint8_t* xq = nullptr;
     float* xs = nullptr;
     if (l.act != 0) {
@@ -713,6 +714,49 @@ class CudaBackendImpl final : public CudaBackend {
       xs += r0;
     }
     cuda::launch_w8_matmul(l, xq, xs, stream_);
+  }
+
+  // FP8 in 128 x 128 blocks beyond the skinny kernel's M: cuBLASLt's block-scaled FP8 GEMM (fp8_gemm_lt.h), x
+  // quantized per token and 128 k straight into the scale layout it reads, W's scales re-laid out into scratch when
+  // they are not already that layout (a few KB). False, having enqueued nothing, when it does not apply or cuBLASLt
+  // has no algorithm: the warp kernel then. PEREGRINE_FP8_BLOCK_LT=0: the warp kernel always (comparisons).
+  bool fp8_blocks_lt(const MatmulParams& p, const cuda::W8MatmulLaunch& l) {
+    static const bool off = env_off("PEREGRINE_FP8_BLOCK_LT");
+    if (off || !is_fp8_blocks(p) || l.m <= cuda::kSkinnyW8F8MaxM ||
+        !(p.out.dtype == p.x.dtype || p.out.dtype == DType::kF32))
+      return false;
+    const cuda::Fp8BlockLayout layout = cuda::fp8_block_layout();
+    const int64_t m = l.m, n = l.n, k = l.k, kb = k / 128, nb = (n + 127) / 128;
+    if (p.quant.scales.dim(0) != nb) return false;
+    const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
+    const size_t x_floats = static_cast<size_t>(layout.x_floats(m, kb) + 63) / 64 * 64;
+    const bool w_copy = !layout.w_as_stored(nb, kb);
+    const size_t w_floats = w_copy ? static_cast<size_t>(layout.w_floats(nb, kb)) : 0;
+    auto* base = static_cast<uint8_t*>(scratch(codes + (x_floats + w_floats) * 4, kQuantXSlot));
+    auto* xs = reinterpret_cast<float*>(base + codes);
+    float* ws_copy = w_copy ? xs + x_floats : nullptr;
+    if (!fp8_gemm_) fp8_gemm_ = std::make_unique<cuda::Fp8LtGemm>();
+    constexpr size_t kWorkspace = size_t{8} << 20;
+    void* ws = scratch(kWorkspace, kQuantWSlot);
+    const cuda::Fp8BlockGemmLaunch g{l.codes, base, w_copy ? ws_copy : l.scales, xs, p.out.data, p.out.dtype, m, n, k};
+    if (!fp8_gemm_->blocks_usable(g, kWorkspace)) return false;
+    cuda::W8MatmulLaunch aq = l;
+    const int64_t x_ld = layout.x_ld(m, kb);
+    aq.xs_row_stride = layout.x_m_major ? 1 : x_ld;
+    aq.xs_group_stride = layout.x_m_major ? x_ld : 1;
+    cuda::launch_act_quant(aq, base, xs, stream_);
+    if (w_copy) {
+      const int64_t w_ld = layout.w_ld(nb, kb);
+      cuda::launch_relayout_f32(l.scales, nb, kb, ws_copy, layout.w_k_major ? w_ld : 1, layout.w_k_major ? 1 : w_ld,
+                                stream_);
+    }
+    if (!fp8_gemm_->run_blocks(g, ws, kWorkspace, stream_)) return false;  // planned above: not expected
+    if (l.bias) {
+      cuda::AddBiasLaunch b{p.out.data, l.bias, p.out.dtype, p.bias.dtype, m, n};
+      cuda::launch_add_bias(b, stream_);
+    }
+    last_matmul_skinny_ = false;
+    return true;
   }
 
   // PEREGRINE_W8_INT8_GEMM=0: int8 W8A8 at large M on the warp kernel (comparisons only).

@@ -1,6 +1,7 @@
 // cuBLASLt FP8 GEMM with outer-vector scales (see fp8_gemm_lt.h).
 #include "backend/cuda/fp8_gemm_lt.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "core/status.h"
@@ -39,24 +40,32 @@ bool Fp8LtGemm::supports(const Fp8GemmLaunch& p) {
 }
 
 Fp8LtGemm::Plan& Fp8LtGemm::plan_for(const Fp8GemmLaunch& p, size_t workspace_bytes) {
-  const auto key = std::make_tuple(p.m, p.n, p.k, static_cast<int>(p.out_dtype), workspace_bytes);
+  return plan_scaled(p.m, p.n, p.k, p.out_dtype, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+                     CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, p.w_scale, p.x_scale, workspace_bytes, 0);
+}
+
+Fp8LtGemm::Plan& Fp8LtGemm::plan_blocks(const Fp8BlockGemmLaunch& p, size_t workspace_bytes) {
+  return plan_scaled(p.m, p.n, p.k, p.out_dtype, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                     CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, p.w_scale, p.x_scale, workspace_bytes, 16);
+}
+
+Fp8LtGemm::Plan& Fp8LtGemm::plan_scaled(int64_t m, int64_t n, int64_t k, DType out, int32_t w_mode, int32_t x_mode,
+                                        const void* w_scale, const void* x_scale, size_t workspace_bytes, int tag) {
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(out) + tag, workspace_bytes);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& plan = plans_[key];
   make_desc(plan, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-  const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  // Libraries without outer-vector scaling refuse the attribute: no plan, the caller falls back.
-  if (cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)) !=
+  // Libraries without the scale mode refuse the attribute: no plan, the caller falls back.
+  if (cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &w_mode, sizeof(w_mode)) !=
           CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)) !=
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode)) !=
           CUBLAS_STATUS_SUCCESS)
     return plan;
-  make_layouts(plan, CUDA_R_8F_E4M3, out_type(p.out_dtype), p.m, p.n, p.k);
+  make_layouts(plan, CUDA_R_8F_E4M3, out_type(out), m, n, k);
   // Scale pointers must be set for the heuristic to see the scaled variant; the real ones are set per run.
-  const void* dummy = p.w_scale;
-  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof(dummy));
-  dummy = p.x_scale;
-  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof(dummy));
+  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale));
+  cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale));
   pick_algo(plan, workspace_bytes);
   return plan;
 }
@@ -133,12 +142,40 @@ bool Fp8LtGemm::run(const Fp8GemmLaunch& p, void* workspace, size_t workspace_by
   if (!supports(p) || p.m == 0) return false;
   Plan& plan = plan_for(p, workspace_bytes);
   if (!plan.usable) return false;
-  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.w_scale, sizeof(p.w_scale)),
+  return scaled_matmul(plan, p.w_scale, p.x_scale, p.w, p.x, p.out, workspace, stream);
+}
+
+bool Fp8LtGemm::supports_blocks(const Fp8BlockGemmLaunch& p) {
+  return p.k % 128 == 0 && p.n % 16 == 0 && aligned16(p.w) && aligned16(p.x) && aligned16(p.out) &&
+         aligned16(p.w_scale) && aligned16(p.x_scale) &&
+         (p.out_dtype == DType::kBF16 || p.out_dtype == DType::kF16 || p.out_dtype == DType::kF32);
+}
+
+bool Fp8LtGemm::blocks_usable(const Fp8BlockGemmLaunch& p, size_t workspace_bytes) {
+  return supports_blocks(p) && p.m > 0 && plan_blocks(p, workspace_bytes).usable;
+}
+
+bool Fp8LtGemm::run_blocks(const Fp8BlockGemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  if (!blocks_usable(p, workspace_bytes)) return false;
+  return scaled_matmul(plan_blocks(p, workspace_bytes), p.w_scale, p.x_scale, p.w, p.x, p.out, workspace, stream);
+}
+
+bool Fp8LtGemm::scaled_matmul(Plan& plan, const float* w_scale, const float* x_scale, const void* w, const void* x,
+                              void* out, void* workspace, cudaStream_t stream) {
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof(w_scale)),
         "A_SCALE_POINTER");
-  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.x_scale, sizeof(p.x_scale)),
+  check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof(x_scale)),
         "B_SCALE_POINTER");
   const float one = 1.0f;
-  return matmul(plan, &one, p.w, p.x, p.out, workspace, stream);
+  return matmul(plan, &one, w, x, out, workspace, stream);
+}
+
+Fp8BlockLayout fp8_block_layout() {
+  static const Fp8BlockLayout layout = [] {
+    const char* v = std::getenv("PEREGRINE_FP8_BLOCK_LAYOUT");
+    return v && *v ? Fp8BlockLayout::from_bits(std::atoi(v) & 15) : Fp8BlockLayout{};
+  }();
+  return layout;
 }
 
 }  // namespace peregrine::cuda

@@ -5,6 +5,10 @@
 // nothing, when cuBLASLt has no algorithm (older libraries, misaligned pointers), so the caller falls back.
 // The same class runs int8 W8A8's GEMM (run_int8): s8 x s8 with exact int32 accumulation into an int32 [M, N], the
 // scales applied after (w8_matmul.cuh's launch_w8_int32_epilogue, the warp kernel's arithmetic).
+// And FP8 in 128 x 128 weight blocks (DeepSeek / Qwen3-FP8 checkpoints) with x quantized per token and 128 k
+// (run_blocks): CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F on W, VEC128_32F on x, each 128-deep partial sum scaled
+// by cuBLASLt as it is accumulated in f32 (Hopper; no fast accumulation). The scale tensors' layouts are
+// Fp8BlockLayout's (tests/cuda/w8_matmul_test.cpp's Fp8BlockLayoutProbe checks them against a host reference).
 #pragma once
 
 #include <cublasLt.h>
@@ -29,6 +33,37 @@ struct Fp8GemmLaunch {
   int64_t m, n, k;
 };
 
+// Where cuBLASLt's block-scaled FP8 GEMM reads its scales. x's (M rows, KB = K / 128 blocks a row): element
+// (row m, block b) at x_scale[b * x_ld(M) + m] when x_m_major (token index contiguous), else x_scale[m * x_ld + b];
+// W's (NB = ceil(N / 128) block rows, KB block columns): (nb, kb) at w_scale[nb * w_ld + kb] when w_k_major (as
+// checkpoints store weight_scale_inv), else w_scale[kb * w_ld + nb]. The leading dimension is the contiguous count
+// rounded up to a multiple of 4 when pad4 is set.
+struct Fp8BlockLayout {
+  bool x_m_major = true, x_pad4 = true, w_k_major = true, w_pad4 = true;
+  int64_t x_ld(int64_t m, int64_t kb) const { return pad(x_m_major ? m : kb, x_pad4); }
+  int64_t w_ld(int64_t nb, int64_t kb) const { return pad(w_k_major ? kb : nb, w_pad4); }
+  int64_t x_floats(int64_t m, int64_t kb) const { return x_ld(m, kb) * (x_m_major ? kb : m); }
+  int64_t w_floats(int64_t nb, int64_t kb) const { return w_ld(nb, kb) * (w_k_major ? nb : kb); }
+  // True when W's scales as stored ([NB, KB] row-major) are already this layout.
+  bool w_as_stored(int64_t nb, int64_t kb) const { return w_k_major && w_ld(nb, kb) == kb; }
+  int bits() const { return (x_m_major ? 1 : 0) | (x_pad4 ? 2 : 0) | (w_k_major ? 4 : 0) | (w_pad4 ? 8 : 0); }
+  static Fp8BlockLayout from_bits(int b) { return {(b & 1) != 0, (b & 2) != 0, (b & 4) != 0, (b & 8) != 0}; }
+  static int64_t pad(int64_t v, bool on) { return on ? (v + 3) / 4 * 4 : v; }
+};
+// The layout the backend uses: the default above, or PEREGRINE_FP8_BLOCK_LAYOUT=bits (0..15, Fp8BlockLayout::bits;
+// for probing a library whose layout differs).
+Fp8BlockLayout fp8_block_layout();
+
+struct Fp8BlockGemmLaunch {
+  const uint8_t* w;       // [N, K] e4m3
+  const uint8_t* x;       // [M, K] e4m3 (x quantized per token and 128 k)
+  const float* w_scale;   // layout's W scales
+  const float* x_scale;   // layout's x scales
+  void* out;              // [M, N]
+  DType out_dtype;        // bf16, f16 or f32
+  int64_t m, n, k;        // K a multiple of 128
+};
+
 struct Int8GemmLaunch {
   const int8_t* w;  // [N, K]
   const int8_t* x;  // [M, K]
@@ -48,6 +83,11 @@ class Fp8LtGemm {
   // K and N multiples of 16, pointers 16-byte aligned.
   static bool supports_int8(const Int8GemmLaunch& p);
   bool run_int8(const Int8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+  // K a multiple of 128, N of 16, pointers 16-byte aligned.
+  static bool supports_blocks(const Fp8BlockGemmLaunch& p);
+  // True when cuBLASLt has an algorithm for this shape (planned once); run_blocks then enqueues it.
+  bool blocks_usable(const Fp8BlockGemmLaunch& p, size_t workspace_bytes);
+  bool run_blocks(const Fp8BlockGemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
  private:
   struct Plan {
@@ -59,13 +99,18 @@ class Fp8LtGemm {
   };
   Plan& plan_for(const Fp8GemmLaunch& p, size_t workspace_bytes);
   Plan& plan_int8(const Int8GemmLaunch& p, size_t workspace_bytes);
+  Plan& plan_blocks(const Fp8BlockGemmLaunch& p, size_t workspace_bytes);
+  Plan& plan_scaled(int64_t m, int64_t n, int64_t k, DType out, int32_t w_mode, int32_t x_mode, const void* w_scale,
+                    const void* x_scale, size_t workspace_bytes, int tag);
   void make_desc(Plan& plan, cublasComputeType_t compute, cudaDataType_t scale);  // with the TN transposes
   void make_layouts(Plan& plan, cudaDataType_t in, cudaDataType_t out, int64_t m, int64_t n, int64_t k);
   void pick_algo(Plan& plan, size_t workspace_bytes);
+  bool scaled_matmul(Plan& plan, const float* w_scale, const float* x_scale, const void* w, const void* x, void* out,
+                     void* workspace, cudaStream_t stream);
   bool matmul(Plan& plan, const void* alpha, const void* w, const void* x, void* out, void* workspace,
               cudaStream_t stream);
   cublasLtHandle_t handle_ = nullptr;
-  // Keyed by (M, N, K, output dtype or -1 for int8, workspace bytes).
+  // Keyed by (M, N, K, output dtype (+ 16 for blocks) or -1 for int8, workspace bytes).
   std::map<std::tuple<int64_t, int64_t, int64_t, int, size_t>, Plan> plans_;
 };
 

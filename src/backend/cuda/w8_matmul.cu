@@ -34,14 +34,16 @@ __global__ void __launch_bounds__(kQuantThreads) act_quant_kernel(W8MatmulLaunch
   amax = 0.0f;
   for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
   uint8_t* q = xq + row * p.k + g * len;
+  const int64_t si = p.xs_row_stride || p.xs_group_stride ? row * p.xs_row_stride + g * p.xs_group_stride
+                                                          : row * (p.k / len) + g;
   if (p.act == 1) {
     const float inv = int8_act_inv(amax);
     for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) q[i] = int8_act_code(to_f32(x[i]), amax, inv);
-    if (threadIdx.x == 0) xs[row * (p.k / len) + g] = int8_act_scale(amax);
+    if (threadIdx.x == 0) xs[si] = int8_act_scale(amax);
   } else {
     const float s = fp8_act_scale(amax);
     for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) q[i] = fp8_act_code(to_f32(x[i]), s);
-    if (threadIdx.x == 0) xs[row * (p.k / len) + g] = s;
+    if (threadIdx.x == 0) xs[si] = s;
   }
 }
 
@@ -99,7 +101,25 @@ __global__ void w8_int32_epilogue_kernel(W8MatmulLaunch p, const int32_t* __rest
   store_any(p.out, p.out_dtype, (row0 + r) * p.n + n, acc);
 }
 
+__global__ void relayout_f32_kernel(const float* __restrict__ src, int64_t rows, int64_t cols, float* __restrict__ dst,
+                                    int64_t row_stride, int64_t col_stride) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  dst[r * row_stride + c * col_stride] = src[i];
+}
+
 }  // namespace
+
+void launch_relayout_f32(const float* src, int64_t rows, int64_t cols, float* dst, int64_t row_stride,
+                         int64_t col_stride, cudaStream_t stream) {
+  const int64_t total = rows * cols;
+  if (total == 0) return;
+  constexpr int kThreads = 256;
+  relayout_f32_kernel<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      src, rows, cols, dst, row_stride, col_stride);
+  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+}
 
 bool w8_matmul_supports(const W8MatmulLaunch& l) {
   return l.k % 4 == 0 && l.group_size % 4 == 0 && (l.act == 0 || l.act_group == l.k || l.act_group == l.group_size) &&

@@ -30,12 +30,19 @@ struct W8MatmulLaunch {
   void* out;              // [M, N]
   DType out_dtype;
   int64_t m, n, k;
+  // Where launch_act_quant writes scale (row, group): xs[row * xs_row_stride + group * xs_group_stride]; 0 and 0:
+  // [M, K / act_group] row-major (what every kernel here reads; cuBLASLt's block-scaled GEMM may want another).
+  int64_t xs_row_stride = 0, xs_group_stride = 0;
 };
 
 // True when the kernels take this shape (K and group_size multiples of 4; act_group K or group_size).
 bool w8_matmul_supports(const W8MatmulLaunch& l);
 // xq [M, K] codes (int8 or e4m3 bytes), xs [M, K / act_group] scales.
 void launch_act_quant(const W8MatmulLaunch& l, uint8_t* xq, float* xs, cudaStream_t stream);
+// dst[r * row_stride + c * col_stride] = src[r * cols + c] for a [rows, cols] f32 matrix (scale tensors re-laid out
+// for cuBLASLt; small).
+void launch_relayout_f32(const float* src, int64_t rows, int64_t cols, float* dst, int64_t row_stride,
+                         int64_t col_stride, cudaStream_t stream);
 // xq / xs from launch_act_quant (ignored when l.act is 0: x is read as floats).
 void launch_w8_matmul(const W8MatmulLaunch& l, const uint8_t* xq, const float* xs, cudaStream_t stream);
 // int8 W8A8 per channel (groups 1, act_group K) from the exact int32 products c [M, N] (a cuBLASLt int8 GEMM): out =
