@@ -161,6 +161,41 @@ void BM_QuantGemv(benchmark::State& state) {
   report_bandwidth(state, static_cast<double>(bytes), timer);
 }
 
+// out[1, N] = x[1, K] · Wᵀ with int8 W8A8 (int8 codes, a scale per row; x quantized per token by the backend):
+// bytes of codes streamed per second.
+void BM_W8A8Gemv(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1);
+  const size_t code_bytes = static_cast<size_t>(n * k);
+  const size_t copies = std::max<size_t>(1, (kColdBytes + code_bytes - 1) / code_bytes);
+  std::vector<std::unique_ptr<ops::DeviceBuffer>> codes, scales;
+  for (size_t c = 0; c < copies; ++c) {
+    codes.push_back(std::make_unique<ops::DeviceBuffer>(backend(), code_bytes));
+    scales.push_back(std::make_unique<ops::DeviceBuffer>(backend(), static_cast<size_t>(n) * 4));
+    uint64_t st = c * 0x9e3779b97f4a7c15ull + 7;
+    auto* p = static_cast<uint8_t*>(codes.back()->data());
+    for (size_t i = 0; i < code_bytes; ++i) {
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      p[i] = static_cast<uint8_t>(st);
+    }
+    auto* sp = static_cast<float*>(scales.back()->data());
+    for (int64_t i = 0; i < n; ++i) sp[i] = 1e-3f;
+  }
+  std::vector<float> x = random_f32(static_cast<size_t>(k), 3), out(static_cast<size_t>(n));
+  size_t c = 0;
+  LoopTimer timer;
+  for (auto _ : state) {
+    ops::WeightQuant q;
+    q.scales = TensorView(scales[c]->data(), DType::kF32, {n, 1});
+    q.group_size = k;
+    q.act = ops::ActQuant::kInt8;
+    backend().matmul({TensorView(x.data(), DType::kF32, {1, k}), TensorView(codes[c]->data(), DType::kI8, {n, k}), {},
+                      TensorView(out.data(), DType::kF32, {1, n}), q});
+    c = (c + 1) % copies;
+    benchmark::DoNotOptimize(out.data());
+  }
+  report_bandwidth(state, static_cast<double>(code_bytes), timer);
+}
+
 // One bs=1 decode step's matmuls of Llama-3.2-1B: 16 layers × (q, k, v, o, gate, up, down) + the tied lm_head,
 // 2.47 GB of bf16 weights, each distinct. tok/s is the rate this alone would allow.
 void BM_DecodeStepMatmuls(benchmark::State& state) {
@@ -390,6 +425,14 @@ BENCHMARK(BM_QuantGemv)
     ->Args({128256, 2048, 4})
     ->Args({8192, 2048, 8})
     ->Args({2048, 8192, 8})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W8A8Gemv)
+    ->ArgNames({"N", "K"})
+    ->Args({2048, 2048})
+    ->Args({8192, 2048})
+    ->Args({2048, 8192})
+    ->Args({128256, 2048})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeStepMatmuls)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
