@@ -161,10 +161,11 @@ void BM_QuantGemv(benchmark::State& state) {
   report_bandwidth(state, static_cast<double>(bytes), timer);
 }
 
-// out[1, N] = x[1, K] · Wᵀ with int8 W8A8 (int8 codes, a scale per row; x quantized per token by the backend):
-// bytes of codes streamed per second.
+// out[1, N] = x[1, K] · Wᵀ with int8 W8A8 (int8 codes, a scale per row; x quantized per token by the backend), on
+// the plain codes or (packed 1) the backend's packed copy: bytes of codes streamed per second.
 void BM_W8A8Gemv(benchmark::State& state) {
   const int64_t n = state.range(0), k = state.range(1);
+  const bool packed = state.range(2) != 0;
   const size_t code_bytes = static_cast<size_t>(n * k);
   const size_t copies = std::max<size_t>(1, (kColdBytes + code_bytes - 1) / code_bytes);
   std::vector<std::unique_ptr<ops::DeviceBuffer>> codes, scales;
@@ -180,14 +181,29 @@ void BM_W8A8Gemv(benchmark::State& state) {
     auto* sp = static_cast<float*>(scales.back()->data());
     for (int64_t i = 0; i < n; ++i) sp[i] = 1e-3f;
   }
+  auto quant = [&](size_t i) {
+    ops::WeightQuant q;
+    q.scales = TensorView(scales[i]->data(), DType::kF32, {n, 1});
+    q.group_size = k;
+    q.act = ops::ActQuant::kInt8;
+    return q;
+  };
+  std::vector<ops::DeviceBuffer> packs;
+  if (packed) {
+    for (size_t i = 0; i < copies; ++i) {
+      packs.push_back(backend().pack_weight(TensorView(codes[i]->data(), DType::kI8, {n, k}), quant(i)));
+      if (!packs.back().data()) {
+        state.SkipWithError("this backend does not pack int8 W8A8 weights");
+        return;
+      }
+    }
+  }
   std::vector<float> x = random_f32(static_cast<size_t>(k), 3), out(static_cast<size_t>(n));
   size_t c = 0;
   LoopTimer timer;
   for (auto _ : state) {
-    ops::WeightQuant q;
-    q.scales = TensorView(scales[c]->data(), DType::kF32, {n, 1});
-    q.group_size = k;
-    q.act = ops::ActQuant::kInt8;
+    ops::WeightQuant q = quant(c);
+    if (packed) q.packed = packs[c].data();
     backend().matmul({TensorView(x.data(), DType::kF32, {1, k}), TensorView(codes[c]->data(), DType::kI8, {n, k}), {},
                       TensorView(out.data(), DType::kF32, {1, n}), q});
     c = (c + 1) % copies;
@@ -428,11 +444,10 @@ BENCHMARK(BM_QuantGemv)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W8A8Gemv)
-    ->ArgNames({"N", "K"})
-    ->Args({2048, 2048})
-    ->Args({8192, 2048})
-    ->Args({2048, 8192})
-    ->Args({128256, 2048})
+    ->ArgNames({"N", "K", "packed"})
+    ->ArgsProduct({{2048, 8192, 128256}, {2048}, {0, 1}})
+    ->Args({2048, 8192, 0})
+    ->Args({2048, 8192, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeStepMatmuls)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);

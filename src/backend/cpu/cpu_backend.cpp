@@ -74,8 +74,8 @@ std::vector<float> to_f32_vector(const KernelTable& k, const TensorView& t) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int num_threads, const KernelTable& kernels, const cpu::GgmlKernelTable& ggml, cpu::Int8MatmulFn i8 = nullptr,
-             cpu::W4A8Kernel w4 = {}, cpu::GgmlPackedMatmulFn packed = nullptr)
-      : k_(kernels), g_(ggml), i8_(i8 ? i8 : kernels.i8matmul), w4_(w4.fn ? w4 : kernels.w4a8), gp_(packed),
+             cpu::W4A8Kernel w4 = {}, cpu::GgmlPackedMatmulFn packed = nullptr, cpu::Int8PackedFn i8_packed = nullptr)
+      : k_(kernels), g_(ggml), i8_(i8 ? i8 : kernels.i8matmul), i8p_(i8_packed), w4_(w4.fn ? w4 : kernels.w4a8), gp_(packed),
         pool_(num_threads) {
     scratch_.resize(static_cast<size_t>(pool_.num_threads()));
     const char* v = std::getenv("PEREGRINE_CPU_INT8_ACT");
@@ -129,6 +129,11 @@ class CpuBackend final : public Backend {
     check_matmul(p);
     if (p.quant.ggml_blocks()) return ggml_matmul(p);
     if (p.quant.quantized()) {
+      if (is_w8a8_int8_packed(p)) {
+        require_f32(p.x, "matmul", "x");
+        require_f32(p.out, "matmul", "out");
+        return w8a8_packed_matmul(p, k_, i8p_, pool_);
+      }
       if (p.quant.packed) return ggml_matmul(lowp_params(gather_perm(p)));
       require_f32(p.x, "matmul", "x");
       require_f32(p.out, "matmul", "out");
@@ -181,7 +186,14 @@ class CpuBackend final : public Backend {
   // GGUF blocks on kernels that have a packed layout (every block type on AVX-512 VNNI and AVX2): 16 rows interleaved
   // (ggml_packed.h), repacked once; memory stays the file's size (Q4_K / Q5_K: + 2.8 % / 2.3 %).
   // PEREGRINE_GGML_PACK=0 keeps the file's blocks and the plain kernels (comparisons only), as on CUDA.
+  // int8 W8A8 per channel on AVX-512 VNNI: rows in groups of 16 "lanes as outputs" (cpu_kernels.h Int8PackedFn),
+  // replacing the codes (the same size); PEREGRINE_I8_PACK=0 keeps the plain codes and kernel (comparisons only).
   DeviceBuffer pack_weight(const TensorView& w, const WeightQuant& q) override {
+    static const bool i8_pack_off = [] {
+      const char* v = std::getenv("PEREGRINE_I8_PACK");
+      return v && std::string(v) == "0";
+    }();
+    if (q.quantized() && i8p_ && !i8_pack_off && w8a8_int8_packable(w, q)) return pack_w8a8_int8(*this, w, q, pool_);
     if (q.quantized()) return pack_lowp(w, q);
     static const bool off = [] {
       const char* v = std::getenv("PEREGRINE_GGML_PACK");
@@ -320,7 +332,8 @@ class CpuBackend final : public Backend {
   // matmul() computes it.
   void matmuls(std::span<const MatmulParams> ps) override {
     if (std::any_of(ps.begin(), ps.end(), [](const MatmulParams& p) { return p.quant.quantized() && p.quant.packed; })) {
-      if (std::any_of(ps.begin(), ps.end(), [](const MatmulParams& p) { return !p.quant.perm.empty(); })) {
+      if (std::any_of(ps.begin(), ps.end(),
+                      [](const MatmulParams& p) { return !p.quant.perm.empty() || is_w8a8_int8_packed(p); })) {
         for (const MatmulParams& p : ps) matmul(p);  // each its own gathered x
         return;
       }
@@ -660,6 +673,7 @@ class CpuBackend final : public Backend {
   const KernelTable& k_;
   const cpu::GgmlKernelTable& g_;
   cpu::Int8MatmulFn i8_;
+  cpu::Int8PackedFn i8p_;  // int8 W8A8 on packed weights (null: never packed)
   cpu::W4A8Kernel w4_;
   cpu::GgmlPackedMatmulFn gp_;  // the packed GGUF kernels (ggml_packed.h), null where the ISA has none
   bool int8_act_ = false;       // W4A16 / W8A16 packed as GGUF blocks (quant_lowp.h; PEREGRINE_CPU_INT8_ACT=0: off)
@@ -879,7 +893,8 @@ std::unique_ptr<Backend> make_cpu_backend(int num_threads, CpuIsa isa) {
                                       vnni ? cpu::avx512vnni_w4a8() : cpu::W4A8Kernel{},
                                       ggml == cpu::ggml_vnni_kernels()   ? cpu::ggml_vnni_packed_matmul()
                                       : ggml == cpu::ggml_avx2_kernels() ? cpu::ggml_avx2_packed_matmul()
-                                                                         : nullptr);
+                                                                         : nullptr,
+                                      vnni ? cpu::avx512vnni_i8packed() : nullptr);
 }
 
 }  // namespace peregrine::ops

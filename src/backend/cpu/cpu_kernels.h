@@ -174,6 +174,20 @@ const KernelTable* avx512_kernels();
 // The AVX-512 VNNI int8 matmul (vpdpbusd; int8_avx512vnni.cpp), null on non-x86 builds; callers check the CPU.
 using Int8MatmulFn = void (*)(const Int8MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t n_begin, int64_t n_end);
 Int8MatmulFn avx512vnni_i8matmul();
+// int8 W8A8 per channel on weights packed "lanes as outputs" (Backend::pack_weight, as ggml_packed.h does for GGUF
+// blocks): rows in groups of kI8PackRows (the last padded with zero codes), a group's K / 4 chunks contiguous, chunk
+// c = 16 rows x 4 bytes, byte 4r + i = (code[16g + r][4c + i] + 128) as u8; one vpdpbusd adds 4 columns to 16
+// outputs, x broadcast 4 codes at a time, no horizontal sum. Int8MatmulArgs as for i8matmul with w the first group;
+// groups [g_begin, g_end) of rows [m_begin, m_end). The int32 sums are exact and the float expression after them
+// is i8matmul's, so every output is i8matmul's bits.
+constexpr int64_t kI8PackRows = 16;
+// The packed copy starts with kI8PackHeaderBytes (the magic first), the groups after it (64-byte aligned).
+constexpr uint32_t kI8PackMagic = 0x38693850;  // "P8i8"
+constexpr size_t kI8PackHeaderBytes = 64;
+using Int8PackedFn = void (*)(const Int8MatmulArgs& a, int64_t m_begin, int64_t m_end, int64_t g_begin, int64_t g_end);
+Int8PackedFn avx512vnni_i8packed();
+// Groups [g0, g1) of w [n, k] (k % 4 == 0) into out (the whole packed weight, n rounded up to 16 rows x k bytes).
+void i8_pack_groups(const int8_t* w, int64_t n, int64_t k, uint8_t* out, int64_t g0, int64_t g1);
 // The AVX-512 VNNI W4A8 matmul (vpdpbusd on the unsigned codes), fn null on non-x86 builds.
 W4A8Kernel avx512vnni_w4a8();
 

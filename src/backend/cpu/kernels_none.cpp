@@ -19,6 +19,9 @@ const GgmlKernelTable* ggml_vnni_kernels() {
 Int8MatmulFn avx512vnni_i8matmul() {
   return nullptr;
 }
+Int8PackedFn avx512vnni_i8packed() {
+  return nullptr;
+}
 W4A8Kernel avx512vnni_w4a8() {
   return {};
 }

@@ -1,6 +1,8 @@
 #include "backend/cpu/w8_matmul.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,29 @@ std::vector<float> f32_of(const cpu::KernelTable& k, const TensorView& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
   k.to_f32(t.dtype, t.data, v.data(), t.numel());
   return v;
+}
+
+// x's rows quantized to int8 per token (ops/act_quant.h), with each row's scale and the sum of its codes.
+struct Int8X {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> sum;
+};
+Int8X quantize_x_int8(const float* x, int64_t m, int64_t k, ThreadPool& pool) {
+  Int8X r{std::vector<int8_t>(static_cast<size_t>(m * k)), std::vector<float>(static_cast<size_t>(m)),
+          std::vector<int32_t>(static_cast<size_t>(m))};
+  auto quantize = [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      int8_t* qr = r.q.data() + row * k;
+      r.scale[static_cast<size_t>(row)] = quantize_act_int8(x + row * k, k, qr);
+      int32_t s = 0;
+      for (int64_t c = 0; c < k; ++c) s += qr[c];
+      r.sum[static_cast<size_t>(row)] = s;
+    }
+  };
+  if (m > 1 && m * k >= 16384) pool.parallel_for(m, quantize);
+  else quantize(0, m);
+  return r;
 }
 
 bool int8_fast_path(const MatmulParams& p) {
@@ -103,25 +128,11 @@ void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8Matmul
       if (kern->fn && q.group_size % (2 * kern->step) == 0) return w4a8_matmul(p, *kern, scales, bias, pool);
   }
   if (int8_fast_path(p)) {
-    // Activations quantized once per matmul, per row.
-    std::vector<int8_t> xq(static_cast<size_t>(m * kk));
-    std::vector<float> xs(static_cast<size_t>(m));
-    std::vector<int32_t> xsum(static_cast<size_t>(m));
-    auto quantize = [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        int8_t* qr = xq.data() + r * kk;
-        xs[static_cast<size_t>(r)] = quantize_act_int8(x + r * kk, kk, qr);
-        int32_t s = 0;
-        for (int64_t c = 0; c < kk; ++c) s += qr[c];
-        xsum[static_cast<size_t>(r)] = s;
-      }
-    };
-    if (m > 1 && m * kk >= 16384) pool.parallel_for(m, quantize);
-    else quantize(0, m);
+    const Int8X xq = quantize_x_int8(x, m, kk, pool);
     cpu::Int8MatmulArgs a;
-    a.x = xq.data();
-    a.x_scale = xs.data();
-    a.x_sum = xsum.data();
+    a.x = xq.q.data();
+    a.x_scale = xq.scale.data();
+    a.x_sum = xq.sum.data();
     a.w = static_cast<const int8_t*>(p.w.data);
     a.w_scale = scales.data();
     a.block_rows = q.block_rows;
@@ -208,4 +219,90 @@ void w8_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8Matmul
   }, kGrainN);
 }
 
+bool w8a8_int8_packable(const TensorView& w, const WeightQuant& q) {
+  if (w.ndim != 2 || w.dtype != DType::kI8 || q.act != ActQuant::kInt8 || !q.zeros.empty() || !q.perm.empty() ||
+      !q.g_idx.empty() || q.scales.ndim != 2 || q.scales.dim(1) != 1 || q.block_rows < 1)
+    return false;
+  const int64_t k = w.dim(1);
+  return k > 0 && k % 4 == 0 && (q.act_group == 0 || q.act_group == k) &&
+         q.scales.dim(0) == (w.dim(0) + q.block_rows - 1) / q.block_rows;
+}
+
+DeviceBuffer pack_w8a8_int8(Backend& backend, const TensorView& w, const WeightQuant& q, ThreadPool& pool) {
+  if (!w8a8_int8_packable(w, q)) return {};
+  const int64_t n = w.dim(0), k = w.dim(1), groups = (n + cpu::kI8PackRows - 1) / cpu::kI8PackRows;
+  DeviceBuffer buf(backend, cpu::kI8PackHeaderBytes + static_cast<size_t>(groups * cpu::kI8PackRows * k));
+  auto* base = static_cast<uint8_t*>(buf.data());
+  std::memset(base, 0, cpu::kI8PackHeaderBytes);
+  std::memcpy(base, &cpu::kI8PackMagic, sizeof cpu::kI8PackMagic);
+  pool.parallel_for(groups, [&](int64_t g0, int64_t g1) {
+    cpu::i8_pack_groups(static_cast<const int8_t*>(w.data), n, k, base + cpu::kI8PackHeaderBytes, g0, g1);
+  });
+  return buf;
+}
+
+bool is_w8a8_int8_packed(const MatmulParams& p) {
+  if (!p.quant.packed) return false;
+  uint32_t magic = 0;
+  std::memcpy(&magic, p.quant.packed, sizeof magic);
+  return magic == cpu::kI8PackMagic;
+}
+
+void w8a8_packed_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::Int8PackedFn fn, ThreadPool& pool) {
+  const WeightQuant& q = p.quant;
+  const int64_t m = p.x.dim(0), kk = p.x.dim(1), n = p.w.dim(0);
+  if (!fn || !w8a8_int8_packable(TensorView(static_cast<const void*>(nullptr), DType::kI8, {n, kk}), q))
+    throw Error(ErrorCode::kInvalidArgument, "matmul: quant.packed is an int8 W8A8 packed copy this backend cannot read");
+  if (m == 0 || n == 0) return;
+  const std::vector<float> scales = f32_of(k, q.scales);
+  const std::vector<float> bias = p.bias.empty() ? std::vector<float>{} : f32_of(k, p.bias);
+  const Int8X xq = quantize_x_int8(p.x.as<const float>(), m, kk, pool);
+  cpu::Int8MatmulArgs a;
+  a.x = xq.q.data();
+  a.x_scale = xq.scale.data();
+  a.x_sum = xq.sum.data();
+  a.w = reinterpret_cast<const int8_t*>(static_cast<const uint8_t*>(q.packed) + cpu::kI8PackHeaderBytes);
+  a.w_scale = scales.data();
+  a.block_rows = q.block_rows;
+  a.bias = bias.empty() ? nullptr : bias.data();
+  a.out = p.out.as<float>();
+  a.m = m;
+  a.k = kk;
+  a.n = n;
+  const int64_t groups = (n + cpu::kI8PackRows - 1) / cpu::kI8PackRows;
+  const int threads = pool.num_threads();
+  if (m == 1 && threads > 1 && groups > 4) {
+    // Chunks of 4 groups (the kernel's four streams) taken as the threads come free.
+    constexpr int64_t kChunk = 4;
+    std::atomic<int64_t> next{0};
+    pool.run_on_all([&](int) {
+      for (int64_t b = next.fetch_add(kChunk, std::memory_order_relaxed); b < groups;
+           b = next.fetch_add(kChunk, std::memory_order_relaxed))
+        fn(a, 0, 1, b, std::min(groups, b + kChunk));
+    });
+  } else if (m == 1 || groups >= threads * 4) {
+    pool.parallel_for(groups, [&](int64_t g0, int64_t g1) { fn(a, 0, m, g0, g1); });
+  } else {
+    pool.parallel_for(m, [&](int64_t m0, int64_t m1) { fn(a, m0, m1, 0, groups); });
+  }
+}
+
 }  // namespace peregrine::ops
+
+namespace peregrine::cpu {
+
+void i8_pack_groups(const int8_t* w, int64_t n, int64_t k, uint8_t* out, int64_t g0, int64_t g1) {
+  const int64_t chunks = k / 4;
+  for (int64_t g = g0; g < g1; ++g) {
+    uint8_t* o = out + g * kI8PackRows * k;
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t r = 0; r < kI8PackRows; ++r) {
+        const int64_t row = g * kI8PackRows + r;
+        for (int64_t i = 0; i < 4; ++i)
+          o[c * 64 + r * 4 + i] = row < n ? static_cast<uint8_t>(static_cast<uint8_t>(w[row * k + 4 * c + i]) ^ 0x80u)
+                                           : uint8_t{0x80};
+      }
+  }
+}
+
+}  // namespace peregrine::cpu

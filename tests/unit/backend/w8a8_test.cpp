@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -238,6 +239,48 @@ TEST_P(CpuW8A8, Int8PrefillAgreesWithScalarBitForBit) {
   float ymax = 0;
   for (float v : want) ymax = std::max(ymax, std::fabs(v));
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(b[i], want[i], 1e-5f * ymax) << i;
+}
+
+// int8 W8A8 on the packed copy (AVX-512 VNNI: pack_weight groups rows by 16, "lanes as outputs") gives the plain
+// codes' bits for every M (the GEMV's four streams, the GEMM's 4 x 2 tiles, partial groups, row blocks of scales,
+// bias), alone and inside matmuls(); where the kernel set packs nothing, pack_weight returns an empty buffer.
+TEST_P(CpuW8A8, PackedInt8IsThePlainBits) {
+  auto cpu = ops::make_cpu_backend(2, GetParam());
+  std::mt19937 rng(29);
+  struct Shape { int64_t n, k, block_rows; bool bias; };
+  for (const Shape& s : {Shape{37, 36, 1, true}, Shape{16, 200, 1, false}, Shape{100, 1024, 37, true},
+                         Shape{130, 256, 1, false}}) {
+    W8Case c{DType::kI8, ops::ActQuant::kInt8, s.k, s.k, s.block_rows, 0, s.bias};
+    for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{9}, int64_t{37}}) {
+      Problem p = make_problem(c, m, rng);
+      p.n = s.n;
+      p.w.resize(static_cast<size_t>(p.n * p.k));
+      for (auto& b : p.w) b = static_cast<uint8_t>(rng());
+      p.scales.resize(static_cast<size_t>((p.n + s.block_rows - 1) / s.block_rows));
+      for (float& v : p.scales) v = 0.001f + 0.01f * static_cast<float>(rng() % 1000) / 1000.0f;
+      p.bias.resize(static_cast<size_t>(p.n), 0.25f);
+      p.q.scales = TensorView(p.scales.data(), DType::kF32, {static_cast<int64_t>(p.scales.size()), 1});
+      const TensorView wv(p.w.data(), DType::kI8, {p.n, p.k});
+      const TensorView bv = s.bias ? TensorView(p.bias.data(), DType::kF32, {p.n}) : TensorView();
+      const TensorView xv(p.x.data(), DType::kF32, {m, p.k});
+      ops::DeviceBuffer packed = cpu->pack_weight(wv, p.q);
+      if (!packed.data()) {
+        EXPECT_NE(GetParam(), ops::CpuIsa::kAvx512Vnni) << "the VNNI kernel set packs int8 W8A8 weights";
+        return;
+      }
+      ops::WeightQuant pq = p.q;
+      pq.packed = packed.data();
+      std::vector<float> plain(static_cast<size_t>(m * p.n), NAN), got(plain.size(), NAN), fused(plain.size(), NAN);
+      cpu->matmul({xv, wv, bv, TensorView(plain.data(), DType::kF32, {m, p.n}), p.q});
+      cpu->matmul({xv, wv, bv, TensorView(got.data(), DType::kF32, {m, p.n}), pq});
+      EXPECT_EQ(std::memcmp(plain.data(), got.data(), 4 * plain.size()), 0)
+          << "N " << p.n << " K " << p.k << " rows/scale " << s.block_rows << " M " << m;
+      const ops::MatmulParams two[] = {{xv, wv, bv, TensorView(fused.data(), DType::kF32, {m, p.n}), pq},
+                                       {xv, wv, bv, TensorView(got.data(), DType::kF32, {m, p.n}), p.q}};
+      cpu->matmuls(two);
+      EXPECT_EQ(std::memcmp(plain.data(), fused.data(), 4 * plain.size()), 0) << "matmuls, N " << p.n << " M " << m;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuW8A8,
