@@ -2,7 +2,7 @@
 # FP8 in 128 x 128 blocks past the skinny kernel's M on cuBLASLt's block-scaled FP8 GEMM (issue 12): the scale-layout
 # probe (if the backend's layout does not match and another does, the rest runs with PEREGRINE_FP8_BLOCK_LAYOUT set to
 # it, and says so), the W8A8 op tests, compute-sanitizer, the fp8-block128 fixture on CUDA against its act-quant
-# reference (64- and 200-token prefills), then the Llama-3-8B shape: prefill 8,190 and decode at bs 1 and 64 for
+# reference (64- and 200-token prefills), then the Llama-3-8B shape: prefill 8,190 and decode at bs 64 for
 # bf16, FP8 per channel and FP8 blocks, and a 1K prefill of FP8 blocks on the warp kernel (before).
 # Here: scripts/device/kv_attn.sh bundle, mkdir -p .device/quant && cp -r ../shared/models/quant/fp8-block128
 # .device/quant/, scripts/device/carry_light.sh on (off right after).
@@ -46,13 +46,10 @@ Q=fp8 pp fp8_channel 8190
 Q=fp8-block128 pp fp8_blocks 8190
 Q=fp8-block128 pp fp8_blocks_1k 1024
 Q=fp8-block128 pp fp8_blocks_warp_1k 1024 PEREGRINE_FP8_BLOCK_LT=0
-Q= lat bf16
-Q=fp8 lat fp8_channel
-Q=fp8-block128 lat fp8_blocks
 BS=64 Q= lat bf16_bs64
 BS=64 Q=fp8 lat fp8_channel_bs64
 BS=64 Q=fp8-block128 lat fp8_blocks_bs64
-grep -shE "^memory bandwidth|matmul" /tmp/lat_bf16.txt | head -3
+grep -shE "^memory bandwidth|matmul" /tmp/lat_bf16_bs64.txt /tmp/pp_bf16.txt | head -4
 echo "| run | tok/s |"; echo "| --- | --- |"
 for f in /tmp/pp_*.txt; do echo "| $(basename "$f" .txt) | $(field "$f" prefill) |"; done
 for f in /tmp/lat_*.txt; do echo "| $(basename "$f" .txt) | $(field "$f" decode) |"; done
