@@ -103,7 +103,8 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
 // cuBLASLt's block-scaled FP8 GEMM (fp8_gemm_lt.h) against a host reference in double, for every scale layout
 // Fp8BlockLayout can describe: the backend's layout (fp8_block_layout()) must match; the matching layouts are
 // printed ("fp8 block layouts matching: ...") so a library that reads another one is seen at once. Shapes with M
-// and K / 128 multiples of 4 and not (padding), N a partial 128-row block.
+// and K / 128 multiples of 4 and not (padding), N a partial 128-row block. A layout matches within 2e-3 of max|y|
+// (the tensor cores' sums inside a 128-deep chunk are not exact f32); a wrong one is off by about max|y|.
 TEST(CudaW8Matmul, Fp8BlockLayoutProbe) {
   std::mt19937 rng(33);
   struct Shape { int64_t m, n, k; };
@@ -167,9 +168,9 @@ TEST(CudaW8Matmul, Fp8BlockLayoutProbe) {
         const double d = std::fabs(got.get(i) - want[static_cast<size_t>(i)]);
         err = std::isnan(d) ? 1e30 : std::max(err, d);
       }
-      if (!(err <= 1e-4 * ymax)) std::erase(matching, bits);
+      if (!(err <= 2e-3 * ymax)) std::erase(matching, bits);
       if (bits == cuda::fp8_block_layout().bits()) {
-        EXPECT_LE(err, 1e-4 * ymax) << "the backend's layout " << bits << " at M " << s.m << " N " << s.n << " K " << s.k;
+        EXPECT_LE(err, 2e-3 * ymax) << "the backend's layout " << bits << " at M " << s.m << " N " << s.n << " K " << s.k;
       }
     }
     if (!usable) break;
