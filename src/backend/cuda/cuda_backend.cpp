@@ -730,10 +730,13 @@ class CudaBackendImpl final : public CudaBackend {
         !(p.out.dtype == p.x.dtype || p.out.dtype == DType::kF32))
       return false;
     const cuda::Fp8BlockLayout layout = cuda::fp8_block_layout();
-    const int64_t m = l.m, n = l.n, k = l.k, kb = k / 128, nb = (n + 127) / 128;
+    // cuBLASLt takes the block-scaled GEMM only for M a multiple of 4 (H200, cuBLASLt 13.1: 36 and 40 yes, 37 and
+    // 8190 no): other M run as M rounded up, the padding rows' codes and scales zero, into scratch, and the first
+    // M rows of it (a contiguous prefix) are copied out.
+    const int64_t m = l.m, mp = (m + 3) / 4 * 4, n = l.n, k = l.k, kb = k / 128, nb = (n + 127) / 128;
     if (p.quant.scales.dim(0) != nb) return false;
-    const size_t codes = static_cast<size_t>(m * k + 255) / 256 * 256;
-    const size_t x_floats = static_cast<size_t>(layout.x_floats(m, kb) + 63) / 64 * 64;
+    const size_t codes = static_cast<size_t>(mp * k + 255) / 256 * 256;
+    const size_t x_floats = static_cast<size_t>(layout.x_floats(mp, kb) + 63) / 64 * 64;
     const bool w_copy = !layout.w_as_stored(nb, kb);
     const size_t w_floats = w_copy ? static_cast<size_t>(layout.w_floats(nb, kb)) : 0;
     auto* base = static_cast<uint8_t*>(scratch(codes + (x_floats + w_floats) * 4, kQuantXSlot));
@@ -742,10 +745,16 @@ class CudaBackendImpl final : public CudaBackend {
     if (!fp8_gemm_) fp8_gemm_ = std::make_unique<cuda::Fp8LtGemm>();
     constexpr size_t kWorkspace = size_t{8} << 20;
     void* ws = scratch(kWorkspace, kQuantWSlot);
-    const cuda::Fp8BlockGemmLaunch g{l.codes, base, w_copy ? ws_copy : l.scales, xs, p.out.data, p.out.dtype, m, n, k};
+    const size_t out_row = dtype_bytes(p.out.dtype, static_cast<size_t>(n));
+    void* out = mp == m ? p.out.data : scratch(static_cast<size_t>(mp) * out_row, kW4A8CSlot);
+    const cuda::Fp8BlockGemmLaunch g{l.codes, base, w_copy ? ws_copy : l.scales, xs, out, p.out.dtype, mp, n, k};
     if (!fp8_gemm_->blocks_usable(g, kWorkspace)) return false;
+    if (mp != m) {
+      PEREGRINE_CUDA_CHECK(cudaMemsetAsync(base + m * k, 0, static_cast<size_t>((mp - m) * k), stream_));
+      PEREGRINE_CUDA_CHECK(cudaMemsetAsync(xs, 0, x_floats * 4, stream_));
+    }
     cuda::W8MatmulLaunch aq = l;
-    const int64_t x_ld = layout.x_ld(m, kb);
+    const int64_t x_ld = layout.x_ld(mp, kb);
     aq.xs_row_stride = layout.x_m_major ? 1 : x_ld;
     aq.xs_group_stride = layout.x_m_major ? x_ld : 1;
     cuda::launch_act_quant(aq, base, xs, stream_);
@@ -755,6 +764,9 @@ class CudaBackendImpl final : public CudaBackend {
                                 stream_);
     }
     if (!fp8_gemm_->run_blocks(g, ws, kWorkspace, stream_)) return false;  // planned above: not expected
+    if (mp != m)
+      PEREGRINE_CUDA_CHECK(cudaMemcpyAsync(p.out.data, out, static_cast<size_t>(m) * out_row, cudaMemcpyDeviceToDevice,
+                                           stream_));
     if (l.bias) {
       cuda::AddBiasLaunch b{p.out.data, l.bias, p.out.dtype, p.bias.dtype, m, n};
       cuda::launch_add_bias(b, stream_);
