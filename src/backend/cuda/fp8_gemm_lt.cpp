@@ -146,7 +146,7 @@ bool Fp8LtGemm::run(const Fp8GemmLaunch& p, void* workspace, size_t workspace_by
 }
 
 bool Fp8LtGemm::supports_blocks(const Fp8BlockGemmLaunch& p) {
-  return p.k % 128 == 0 && p.n % 16 == 0 && aligned16(p.w) && aligned16(p.x) && aligned16(p.out) &&
+  return p.m % 4 == 0 && p.k % 128 == 0 && p.n % 16 == 0 && aligned16(p.w) && aligned16(p.x) && aligned16(p.out) &&
          aligned16(p.w_scale) && aligned16(p.x_scale) &&
          (p.out_dtype == DType::kBF16 || p.out_dtype == DType::kF16 || p.out_dtype == DType::kF32);
 }

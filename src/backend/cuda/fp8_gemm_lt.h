@@ -83,7 +83,7 @@ class Fp8LtGemm {
   // K and N multiples of 16, pointers 16-byte aligned.
   static bool supports_int8(const Int8GemmLaunch& p);
   bool run_int8(const Int8GemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
-  // K a multiple of 128, N of 16, pointers 16-byte aligned.
+  // M a multiple of 4 (cuBLASLt 13.1 on Hopper refuses others), K of 128, N of 16, pointers 16-byte aligned.
   static bool supports_blocks(const Fp8BlockGemmLaunch& p);
   // True when cuBLASLt has an algorithm for this shape (planned once); run_blocks then enqueues it.
   bool blocks_usable(const Fp8BlockGemmLaunch& p, size_t workspace_bytes);
