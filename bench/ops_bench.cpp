@@ -125,6 +125,25 @@ void BM_Gemv(benchmark::State& state) {
   report_bandwidth(state, static_cast<double>(w_bytes), timer);
 }
 
+// `copies` distinct weights for the cold benchmarks: code_bytes of xorshift bytes (seeded per copy from `seed`)
+// and `scale_count` f32 scales of 1e-3 each.
+void make_cold_codes(size_t copies, size_t code_bytes, int64_t scale_count, uint64_t seed,
+                     std::vector<std::unique_ptr<ops::DeviceBuffer>>& codes,
+                     std::vector<std::unique_ptr<ops::DeviceBuffer>>& scales) {
+  for (size_t c = 0; c < copies; ++c) {
+    codes.push_back(std::make_unique<ops::DeviceBuffer>(backend(), code_bytes));
+    scales.push_back(std::make_unique<ops::DeviceBuffer>(backend(), static_cast<size_t>(scale_count) * 4));
+    uint64_t st = c * 0x9e3779b97f4a7c15ull + seed;
+    auto* p = static_cast<uint8_t*>(codes.back()->data());
+    for (size_t i = 0; i < code_bytes; ++i) {
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      p[i] = static_cast<uint8_t>(st);
+    }
+    auto* sp = static_cast<float*>(scales.back()->data());
+    for (int64_t i = 0; i < scale_count; ++i) sp[i] = 1e-3f;
+  }
+}
+
 // out[1, N] = x[1, K] · Wᵀ with W4A16 (range 4: int4 codes) or W8A16 (8: uint8 codes), group 128, f32 scales:
 // bytes of codes + scales streamed per second.
 void BM_QuantGemv(benchmark::State& state) {
@@ -133,18 +152,7 @@ void BM_QuantGemv(benchmark::State& state) {
   const size_t bytes = code_bytes + scale_bytes;
   const size_t copies = std::max<size_t>(1, (kColdBytes + bytes - 1) / bytes);
   std::vector<std::unique_ptr<ops::DeviceBuffer>> codes, scales;
-  for (size_t c = 0; c < copies; ++c) {
-    codes.push_back(std::make_unique<ops::DeviceBuffer>(backend(), code_bytes));
-    scales.push_back(std::make_unique<ops::DeviceBuffer>(backend(), scale_bytes));
-    uint64_t st = c * 0x9e3779b97f4a7c15ull + 5;
-    auto* p = static_cast<uint8_t*>(codes.back()->data());
-    for (size_t i = 0; i < code_bytes; ++i) {
-      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
-      p[i] = static_cast<uint8_t>(st);
-    }
-    auto* sp = static_cast<float*>(scales.back()->data());
-    for (int64_t i = 0; i < n * groups; ++i) sp[i] = 1e-3f;
-  }
+  make_cold_codes(copies, code_bytes, n * groups, 5, codes, scales);
   std::vector<float> x = random_f32(static_cast<size_t>(k), 3), out(static_cast<size_t>(n));
   size_t c = 0;
   LoopTimer timer;
@@ -169,18 +177,7 @@ void BM_W8A8Gemv(benchmark::State& state) {
   const size_t code_bytes = static_cast<size_t>(n * k);
   const size_t copies = std::max<size_t>(1, (kColdBytes + code_bytes - 1) / code_bytes);
   std::vector<std::unique_ptr<ops::DeviceBuffer>> codes, scales;
-  for (size_t c = 0; c < copies; ++c) {
-    codes.push_back(std::make_unique<ops::DeviceBuffer>(backend(), code_bytes));
-    scales.push_back(std::make_unique<ops::DeviceBuffer>(backend(), static_cast<size_t>(n) * 4));
-    uint64_t st = c * 0x9e3779b97f4a7c15ull + 7;
-    auto* p = static_cast<uint8_t*>(codes.back()->data());
-    for (size_t i = 0; i < code_bytes; ++i) {
-      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
-      p[i] = static_cast<uint8_t>(st);
-    }
-    auto* sp = static_cast<float*>(scales.back()->data());
-    for (int64_t i = 0; i < n; ++i) sp[i] = 1e-3f;
-  }
+  make_cold_codes(copies, code_bytes, n, 7, codes, scales);
   auto quant = [&](size_t i) {
     ops::WeightQuant q;
     q.scales = TensorView(scales[i]->data(), DType::kF32, {n, 1});

@@ -149,4 +149,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   });
 }
 
+void ThreadPool::dynamic_for(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  if (num_threads_ == 1 || n <= chunk) {
+    fn(0, n);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  run_on_all([&](int) {
+    for (int64_t b = next.fetch_add(chunk, std::memory_order_relaxed); b < n;
+         b = next.fetch_add(chunk, std::memory_order_relaxed))
+      fn(b, std::min(n, b + chunk));
+  });
+}
+
 }  // namespace peregrine

@@ -27,6 +27,10 @@ class ThreadPool {
   int num_threads() const { return num_threads_; }
   // fn(begin, end) is called on disjoint ranges covering [0, n); chunks are multiples of `grain` except the last.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+  // fn(begin, end) on chunks of `chunk` indices of [0, n) (the last shorter) taken by the threads as they come free
+  // (an atomic counter): the loop ends when its last chunk does, however unevenly the (virtual) cores run, instead of
+  // waiting for the slowest thread's fixed share. Chunks may run in any order on any thread.
+  void dynamic_for(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn);
   // fn(thread_index) once on each of num_threads threads.
   void run_on_all(const std::function<void(int)>& fn);
 

@@ -364,7 +364,7 @@ class CpuBackend final : public Backend {
       args[i] = ggml_packed_args(ps[i], biases[i], i == 0);
       first[i + 1] = first[i] + (args[i].n + cpu::kGgmlPackRows - 1) / cpu::kGgmlPackRows;
     }
-    dynamic_for(first.back(), kGemvChunk, [&](int64_t g0, int64_t g1) {
+    pool_.dynamic_for(first.back(), kGemvChunk, [&](int64_t g0, int64_t g1) {
       for (size_t i = 0; i < ps.size(); ++i) {
         const int64_t b = std::max(g0, first[i]), e = std::min(g1, first[i + 1]);
         if (b < e) gp_(args[i], 0, 1, b - first[i], e - first[i]);
@@ -372,18 +372,9 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // Chunks of [0, n) taken by the threads as they come free (an atomic counter): an M = 1 matmul ends when its
-  // last chunk does, however unevenly the (virtual) cores run, instead of waiting for the slower half.
-  static constexpr int64_t kGemvChunk = 4;  // groups of 16 rows: the GEMV's four streams
-  void dynamic_for(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
-    if (pool_.num_threads() == 1 || n <= chunk) return fn(0, n);
-    std::atomic<int64_t> next{0};
-    pool_.run_on_all([&](int) {
-      for (int64_t b = next.fetch_add(chunk, std::memory_order_relaxed); b < n;
-           b = next.fetch_add(chunk, std::memory_order_relaxed))
-        fn(b, std::min(n, b + chunk));
-    });
-  }
+  // M = 1 packed matmuls split over groups of 16 rows in chunks of the GEMV's four streams, taken by the threads as
+  // they come free (ThreadPool::dynamic_for).
+  static constexpr int64_t kGemvChunk = 4;
 
   // The packed layout (pack_weight): x quantized in the plain layout (when `quantize`; else the previous call's
   // codes are reused, for the same x), the kernel's arguments.
@@ -432,7 +423,7 @@ class CpuBackend final : public Backend {
     const int64_t groups = (n + cpu::kGgmlPackRows - 1) / cpu::kGgmlPackRows;
     const int threads = pool_.num_threads();
     if (m == 1 || groups >= threads * 4) {
-      if (m == 1) dynamic_for(groups, kGemvChunk, [&](int64_t g0, int64_t g1) { gp_(a, 0, 1, g0, g1); });
+      if (m == 1) pool_.dynamic_for(groups, kGemvChunk, [&](int64_t g0, int64_t g1) { gp_(a, 0, 1, g0, g1); });
       else pool_.parallel_for(groups, [&](int64_t g0, int64_t g1) { gp_(a, 0, m, g0, g1); });
     } else {
       pool_.parallel_for(m, [&](int64_t m0, int64_t m1) { gp_(a, m0, m1, 0, groups); });

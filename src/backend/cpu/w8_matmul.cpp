@@ -1,7 +1,6 @@
 #include "backend/cpu/w8_matmul.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -271,16 +270,9 @@ void w8a8_packed_matmul(const MatmulParams& p, const cpu::KernelTable& k, cpu::I
   a.n = n;
   const int64_t groups = (n + cpu::kI8PackRows - 1) / cpu::kI8PackRows;
   const int threads = pool.num_threads();
-  if (m == 1 && threads > 1 && groups > 4) {
-    // Chunks of 4 groups (the kernel's four streams) taken as the threads come free.
-    constexpr int64_t kChunk = 4;
-    std::atomic<int64_t> next{0};
-    pool.run_on_all([&](int) {
-      for (int64_t b = next.fetch_add(kChunk, std::memory_order_relaxed); b < groups;
-           b = next.fetch_add(kChunk, std::memory_order_relaxed))
-        fn(a, 0, 1, b, std::min(groups, b + kChunk));
-    });
-  } else if (m == 1 || groups >= threads * 4) {
+  if (m == 1) {  // chunks of 4 groups (the kernel's four streams) taken as the threads come free
+    pool.dynamic_for(groups, 4, [&](int64_t g0, int64_t g1) { fn(a, 0, 1, g0, g1); });
+  } else if (groups >= threads * 4) {
     pool.parallel_for(groups, [&](int64_t g0, int64_t g1) { fn(a, 0, m, g0, g1); });
   } else {
     pool.parallel_for(m, [&](int64_t m0, int64_t m1) { fn(a, m0, m1, 0, groups); });

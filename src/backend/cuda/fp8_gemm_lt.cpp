@@ -156,8 +156,9 @@ bool Fp8LtGemm::blocks_usable(const Fp8BlockGemmLaunch& p, size_t workspace_byte
 }
 
 bool Fp8LtGemm::run_blocks(const Fp8BlockGemmLaunch& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  if (!blocks_usable(p, workspace_bytes)) return false;
-  return scaled_matmul(plan_blocks(p, workspace_bytes), p.w_scale, p.x_scale, p.w, p.x, p.out, workspace, stream);
+  if (!supports_blocks(p) || p.m == 0) return false;
+  Plan& plan = plan_blocks(p, workspace_bytes);
+  return plan.usable && scaled_matmul(plan, p.w_scale, p.x_scale, p.w, p.x, p.out, workspace, stream);
 }
 
 bool Fp8LtGemm::scaled_matmul(Plan& plan, const float* w_scale, const float* x_scale, const void* w, const void* x,
@@ -173,7 +174,7 @@ bool Fp8LtGemm::scaled_matmul(Plan& plan, const float* w_scale, const float* x_s
 Fp8BlockLayout fp8_block_layout() {
   static const Fp8BlockLayout layout = [] {
     const char* v = std::getenv("PEREGRINE_FP8_BLOCK_LAYOUT");
-    return v && *v ? Fp8BlockLayout::from_bits(std::atoi(v) & 15) : Fp8BlockLayout{};
+    return v && *v ? Fp8BlockLayout::from_bits(std::atoi(v) & 7) : Fp8BlockLayout{};
   }();
   return layout;
 }

@@ -33,24 +33,24 @@ struct Fp8GemmLaunch {
   int64_t m, n, k;
 };
 
-// Where cuBLASLt's block-scaled FP8 GEMM reads its scales. x's (M rows, KB = K / 128 blocks a row): element
-// (row m, block b) at x_scale[b * x_ld(M) + m] when x_m_major (token index contiguous), else x_scale[m * x_ld + b];
-// W's (NB = ceil(N / 128) block rows, KB block columns): (nb, kb) at w_scale[nb * w_ld + kb] when w_k_major (as
-// checkpoints store weight_scale_inv), else w_scale[kb * w_ld + nb]. The leading dimension is the contiguous count
-// rounded up to a multiple of 4 when pad4 is set.
+// Where cuBLASLt's block-scaled FP8 GEMM reads its scales. x's (M rows, a multiple of 4; KB = K / 128 blocks a
+// row): element (row m, block b) at x_scale[b * M + m] when x_m_major (token index contiguous), else
+// x_scale[m * KB + b]; W's (NB = ceil(N / 128) block rows, KB block columns): (nb, kb) at w_scale[nb * w_ld + kb]
+// when w_k_major (as checkpoints store weight_scale_inv), else w_scale[kb * w_ld + nb], w_ld the contiguous count,
+// rounded up to a multiple of 4 when w_pad4 is set.
 struct Fp8BlockLayout {
-  bool x_m_major = true, x_pad4 = true, w_k_major = true, w_pad4 = true;
-  int64_t x_ld(int64_t m, int64_t kb) const { return pad(x_m_major ? m : kb, x_pad4); }
+  bool x_m_major = true, w_k_major = true, w_pad4 = true;
+  int64_t x_ld(int64_t m, int64_t kb) const { return x_m_major ? m : kb; }
   int64_t w_ld(int64_t nb, int64_t kb) const { return pad(w_k_major ? kb : nb, w_pad4); }
-  int64_t x_floats(int64_t m, int64_t kb) const { return x_ld(m, kb) * (x_m_major ? kb : m); }
+  int64_t x_floats(int64_t m, int64_t kb) const { return m * kb; }
   int64_t w_floats(int64_t nb, int64_t kb) const { return w_ld(nb, kb) * (w_k_major ? nb : kb); }
   // True when W's scales as stored ([NB, KB] row-major) are already this layout.
   bool w_as_stored(int64_t nb, int64_t kb) const { return w_k_major && w_ld(nb, kb) == kb; }
-  int bits() const { return (x_m_major ? 1 : 0) | (x_pad4 ? 2 : 0) | (w_k_major ? 4 : 0) | (w_pad4 ? 8 : 0); }
-  static Fp8BlockLayout from_bits(int b) { return {(b & 1) != 0, (b & 2) != 0, (b & 4) != 0, (b & 8) != 0}; }
+  int bits() const { return (x_m_major ? 1 : 0) | (w_k_major ? 2 : 0) | (w_pad4 ? 4 : 0); }
+  static Fp8BlockLayout from_bits(int b) { return {(b & 1) != 0, (b & 2) != 0, (b & 4) != 0}; }
   static int64_t pad(int64_t v, bool on) { return on ? (v + 3) / 4 * 4 : v; }
 };
-// The layout the backend uses: the default above, or PEREGRINE_FP8_BLOCK_LAYOUT=bits (0..15, Fp8BlockLayout::bits;
+// The layout the backend uses: the default above, or PEREGRINE_FP8_BLOCK_LAYOUT=bits (0..7, Fp8BlockLayout::bits;
 // for probing a library whose layout differs).
 Fp8BlockLayout fp8_block_layout();
 

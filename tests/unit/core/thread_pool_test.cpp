@@ -23,6 +23,24 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPool, DynamicForCoversEveryIndexOnceInWholeChunks) {
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 3, 4, 5, 100, 1001}) {
+      for (int64_t chunk : {1, 4, 64}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<bool> aligned{true};
+        pool.dynamic_for(n, chunk, [&](int64_t b, int64_t e) {
+          if (b % chunk != 0 || (e != n && e - b != chunk)) aligned = false;
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+        });
+        EXPECT_TRUE(aligned.load()) << "n " << n << " chunk " << chunk;
+        for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, RunOnAllGivesEachIndex) {
   ThreadPool pool(4);
   std::vector<std::atomic<int>> seen(4);
