@@ -52,6 +52,16 @@ tp() {  # tp NAME KV [Q] [VAR=value...]
 tp bf16 auto
 tp fp8_fp8kv fp8 fp8 PEREGRINE_FP8_FAST_ACCUM=1
 [ -n "${MORE:-}" ] && tp fp8_fp8kv_nofast fp8 fp8 PEREGRINE_FP8_FAST_ACCUM=0
+if [ "${PROFILE:-1}" = 1 ]; then  # the attention kernels under ncu: the first bf16 8K prefill and 2K / bs 64 decode
+  for k in prefill_kernel decode_kernel; do
+    timeout 150 ncu --kernel-name "regex:$k" --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section SchedulerStats "$bin/cuda_ops_bench" --kv-cache-only >"${OUT:-/tmp}/ncu_$k.txt" 2>&1
+    t "ncu $k rc=$?"
+    grep -E "Duration|Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|No Eligible|Issued Warp|Shared Memory Configuration Size|Dynamic Shared" \
+      "${OUT:-/tmp}/ncu_$k.txt" | head -30
+  done
+fi
 grep -shE "^memory bandwidth|matmul" /tmp/pp_bf16.txt | head -3
 echo "| run | tok/s |"; echo "| --- | --- |"
 for f in /tmp/pp_*.txt; do echo "| $(basename "$f" .txt) | $(field "$f" prefill) |"; done
