@@ -69,7 +69,7 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
                                " x " + std::string(dtype_name(act));
       const bool lt_path = c.codes == DType::kF8E4M3 && c.act == A::kFp8 && c.block_rows == 1 && c.group == c.k;
       // FP8 in 128 x 128 blocks: the 8-bit tensor-core kernel at M <= 32, beyond it cuBLASLt's block-scaled GEMM
-      // with PEREGRINE_FP8_BLOCK_LT=1 (the warp kernel without, or where it does not take the shape: N 200).
+      // (the warp kernel with PEREGRINE_FP8_BLOCK_LT=0, or where it does not take the shape: N 200).
       const bool block_path = c.codes == DType::kF8E4M3 && c.act == A::kFp8 && c.block_rows == 128 && c.group == 128;
       auto near_ref = [&](const HostTensor& g, double tol, const std::string& where) {  // g: want's first rows
         if (act == DType::kF32) {

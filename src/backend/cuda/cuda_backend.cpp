@@ -719,13 +719,10 @@ class CudaBackendImpl final : public CudaBackend {
   // FP8 in 128 x 128 blocks beyond the skinny kernel's M: cuBLASLt's block-scaled FP8 GEMM (fp8_gemm_lt.h), x
   // quantized per token and 128 k straight into the scale layout it reads, W's scales re-laid out into scratch when
   // they are not already that layout (a few KB). False, having enqueued nothing, when it does not apply or cuBLASLt
-  // has no algorithm: the warp kernel then. Opt-in (PEREGRINE_FP8_BLOCK_LT=1) until CudaW8Matmul.Fp8BlockLayoutProbe
-  // has confirmed the scale layouts on a GPU; without it the warp kernel runs, as before.
+  // has no algorithm: the warp kernel then (and always with PEREGRINE_FP8_BLOCK_LT=0). CudaW8Matmul.
+  // Fp8BlockLayoutProbe confirmed the scale layouts on an H200 (cuBLASLt 13.1, 2026-12-06).
   bool fp8_blocks_lt(const MatmulParams& p, const cuda::W8MatmulLaunch& l) {
-    static const bool on = [] {
-      const char* v = std::getenv("PEREGRINE_FP8_BLOCK_LT");
-      return v && std::string_view(v) == "1";
-    }();
+    static const bool on = !env_off("PEREGRINE_FP8_BLOCK_LT");
     if (!on || !is_fp8_blocks(p) || l.m <= cuda::kSkinnyW8F8MaxM ||
         !(p.out.dtype == p.x.dtype || p.out.dtype == DType::kF32))
       return false;

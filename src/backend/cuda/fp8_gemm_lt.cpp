@@ -62,8 +62,8 @@ Fp8LtGemm::Plan& Fp8LtGemm::plan_scaled(int64_t m, int64_t n, int64_t k, DType o
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode)) !=
           CUBLAS_STATUS_SUCCESS)
     return plan;
-  // Per-token x per-channel scales (tag 0): fast accumulation as vLLM's and TensorRT-LLM's FP8 GEMMs run it, with
-  // PEREGRINE_FP8_FAST_ACCUM=1 (opt-in until measured on the GPU). Block scales (tag 16) are promoted every 128 k by the kernel itself.
+  // Per-token x per-channel scales (tag 0): fast accumulation as vLLM's and TensorRT-LLM's FP8 GEMMs run it, unless
+  // PEREGRINE_FP8_FAST_ACCUM=0. Block scales (tag 16) are promoted every 128 k by the kernel itself.
   if (tag == 0 && fp8_fast_accum()) {
     const int8_t on = 1;
     check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof(on)), "FAST_ACCUM");
@@ -180,7 +180,7 @@ bool Fp8LtGemm::scaled_matmul(Plan& plan, const float* w_scale, const float* x_s
 bool fp8_fast_accum() {
   static const bool on = [] {
     const char* v = std::getenv("PEREGRINE_FP8_FAST_ACCUM");
-    return v && std::string(v) == "1";
+    return !(v && std::string(v) == "0");
   }();
   return on;
 }

@@ -1,6 +1,6 @@
 // FP8 W8A8 GEMM through cuBLASLt on Hopper: out[M, N] = (x_q[M, K] * x_scale[M]) . (w[N, K] * w_scale[N])^T with
-// e4m3 inputs, f32 accumulation (with PEREGRINE_FP8_FAST_ACCUM=1 fast accumulation, as vLLM's and TensorRT-LLM's
-// FP8 GEMMs run: fp8_fast_accum()) and the per-token and per-channel scales applied by cuBLASLt
+// e4m3 inputs, f32 accumulation (fast accumulation, as vLLM's and TensorRT-LLM's FP8 GEMMs run, unless
+// PEREGRINE_FP8_FAST_ACCUM=0: fp8_fast_accum()) and the per-token and per-channel scales applied by cuBLASLt
 // itself (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on both operands). D[N, M] column-major = op(W)[N, K] * X[K, M]
 // (the TN layout FP8 needs). Plans are cached per shape and output dtype; run() returns false, having enqueued
 // nothing, when cuBLASLt has no algorithm (older libraries, misaligned pointers), so the caller falls back.
@@ -54,8 +54,8 @@ struct Fp8BlockLayout {
 // The layout the backend uses: the default above, or PEREGRINE_FP8_BLOCK_LAYOUT=bits (0..7, Fp8BlockLayout::bits;
 // for probing a library whose layout differs).
 Fp8BlockLayout fp8_block_layout();
-// Whether per-channel FP8 GEMMs run with cuBLASLt's fast accumulation (PEREGRINE_FP8_FAST_ACCUM=1; opt-in until
-// measured on the GPU): Hopper's FP8 tensor cores then keep their partial sums in their own reduced precision instead of promoting
+// Whether per-channel FP8 GEMMs run with cuBLASLt's fast accumulation (default; PEREGRINE_FP8_FAST_ACCUM=0 turns it
+// off): Hopper's FP8 tensor cores then keep their partial sums in their own reduced precision instead of promoting
 // them to f32 periodically.
 bool fp8_fast_accum();
 
