@@ -45,13 +45,15 @@ Q= pp bf16_v0 8190
 Q= pp bf16_v$best 8190 PEREGRINE_PREFILL_VARIANT=$best
 Q=fp8 pp fp8_v0 8190
 Q=fp8 pp fp8_v$best 8190 PEREGRINE_PREFILL_VARIANT=$best
-tp() {  # tp NAME [VAR=value...]
+tp() {  # tp NAME [VAR=value...]  (BUDGET: --max-num-batched-tokens)
   local name=$1; shift
   env X=1 "$@" timeout 200 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
-    --device cuda --input-len 1024 --output-len 400 --concurrency "${CONC:-256}" >"/tmp/tp_$name.txt" 2>&1
+    --device cuda --input-len 1024 --output-len 400 --concurrency "${CONC:-256}" ${BUDGET:+--max-num-batched-tokens $BUDGET} \
+    >"/tmp/tp_$name.txt" 2>&1
   t "throughput $name rc=$?: $(grep -E "^ +[0-9]+ +[0-9]+ " "/tmp/tp_$name.txt" | awk '{print $4 " tok/s, " $7 " ms a step"}' | tr '\n' ' ')"
 }
 tp bf16_p0_d0
 tp bf16_p0_d1 PEREGRINE_DECODE_VARIANT=1
 tp bf16_p${best}_d1 PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1
+BUDGET=16384 tp bf16_p${best}_d1_16k PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1
 grep -hE "^\| (decode|prefill) attention" /tmp/kv_0.txt | grep bf16 | head -6
