@@ -158,16 +158,28 @@ __global__ void __launch_bounds__(128, kMinBlocks) prefill_kernel(const Attentio
     const int key0 = t * C::kKeys;
     const bool full = key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min;
     float s0[2 * kNt], s1[2 * kNt];
+    if (full) {  // every key visible to every row (the CTA-uniform common case): no mask
 #pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
+      for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = key0 + nt * 8 + c4 * 2 + e;
-        const bool v0 = full || (row_ok[0] && key <= row_pos[0] && key >= row_lo[0]);
-        const bool v1 = full || (row_ok[1] && key <= row_pos[1] && key >= row_lo[1]);
-        const float f = C::kCodes ? k_scale[nt * 8 + c4 * 2 + e] * scale_log2 : scale_log2;
-        s0[nt * 2 + e] = v0 ? sc[nt][e] * f : -INFINITY;
-        s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * f : -INFINITY;
+        for (int e = 0; e < 2; ++e) {
+          const float f = C::kCodes ? k_scale[nt * 8 + c4 * 2 + e] * scale_log2 : scale_log2;
+          s0[nt * 2 + e] = sc[nt][e] * f;
+          s1[nt * 2 + e] = sc[nt][2 + e] * f;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + nt * 8 + c4 * 2 + e;
+          const bool v0 = row_ok[0] && key <= row_pos[0] && key >= row_lo[0];
+          const bool v1 = row_ok[1] && key <= row_pos[1] && key >= row_lo[1];
+          const float f = C::kCodes ? k_scale[nt * 8 + c4 * 2 + e] * scale_log2 : scale_log2;
+          s0[nt * 2 + e] = v0 ? sc[nt][e] * f : -INFINITY;
+          s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * f : -INFINITY;
+        }
       }
     }
     const float alpha0 = softmax_update(s0, m[0], l[0]);
