@@ -9,7 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/carry_kv_common.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader
 for v in ${PVARS:-1 2 3 4}; do
-  PEREGRINE_PREFILL_VARIANT=$v PEREGRINE_DECODE_VARIANT=1 timeout 150 "$bin/cuda_ops_tests" \
+  PEREGRINE_PREFILL_VARIANT=$v PEREGRINE_DECODE_VARIANT=1 timeout 100 "$bin/cuda_ops_tests" \
     --gtest_filter='CudaAttention.*' >/tmp/ops_$v.log 2>&1
   t "attention tests, prefill variant $v, decode variant 1: rc=$? $(grep -cE '^\[       OK' /tmp/ops_$v.log) ok"
   grep -E "^\[  FAILED|Failure" /tmp/ops_$v.log | head -6
@@ -27,12 +27,6 @@ for pv in 0 ${PVARS:-1 2 3 4}; do
   [ -n "$ms" ] && awk "BEGIN{exit !($ms < $best_ms)}" && { best=$pv; best_ms=$ms; }
 done
 t "fastest prefill variant: $best ($best_ms ms)"
-if [ "${SAN:-1}" = 1 ]; then
-  PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1 timeout 150 compute-sanitizer --tool memcheck \
-    --error-exitcode 9 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention.MixedBatchBf16Gqa4:CudaAttention.GqaRatios*' \
-    >/tmp/san.log 2>&1
-  t "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san.log | head -3
-fi
 field() { grep -E "^$2" "$1" | grep -oE "[0-9.]+ tokens/s" | grep -oE "[0-9.]+" | head -1; }
 pp() {  # pp NAME LEN [VAR=value...]
   local name=$1 len=$2; shift 2
@@ -41,10 +35,9 @@ pp() {  # pp NAME LEN [VAR=value...]
     >"/tmp/pp_$name.txt" 2>&1
   t "prefill $len $name rc=$?: $(field "/tmp/pp_$name.txt" prefill) tok/s"
 }
+left() { [ $(( $(date +%s) - start )) -lt "$1" ]; }  # true while fewer than $1 seconds have passed
 Q= pp bf16_v0 8190
 Q= pp bf16_v$best 8190 PEREGRINE_PREFILL_VARIANT=$best
-Q=fp8 pp fp8_v0 8190
-Q=fp8 pp fp8_v$best 8190 PEREGRINE_PREFILL_VARIANT=$best
 tp() {  # tp NAME [VAR=value...]  (BUDGET: --max-num-batched-tokens)
   local name=$1; shift
   env X=1 "$@" timeout 200 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
@@ -52,8 +45,16 @@ tp() {  # tp NAME [VAR=value...]  (BUDGET: --max-num-batched-tokens)
     >"/tmp/tp_$name.txt" 2>&1
   t "throughput $name rc=$?: $(grep -E "^ +[0-9]+ +[0-9]+ " "/tmp/tp_$name.txt" | awk '{print $4 " tok/s, " $7 " ms a step"}' | tr '\n' ' ')"
 }
-tp bf16_p0_d0
-tp bf16_p0_d1 PEREGRINE_DECODE_VARIANT=1
-tp bf16_p${best}_d1 PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1
-BUDGET=16384 tp bf16_p${best}_d1_16k PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1
+left ${DEADLINE:-380} && tp bf16_p0_d0
+left ${DEADLINE:-380} && tp bf16_p${best}_d1 PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1
+if [ "${SAN:-1}" = 1 ] && left ${DEADLINE:-380}; then
+  PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1 timeout 150 compute-sanitizer --tool memcheck \
+    --error-exitcode 9 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention.MixedBatchBf16Gqa4:CudaAttention.GqaRatios*' \
+    >/tmp/san.log 2>&1
+  t "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san.log | head -3
+fi
+left ${DEADLINE:-380} && tp bf16_p0_d1 PEREGRINE_DECODE_VARIANT=1
+left ${DEADLINE:-380} && Q=fp8 pp fp8_v0 8190
+left ${DEADLINE:-380} && Q=fp8 pp fp8_v$best 8190 PEREGRINE_PREFILL_VARIANT=$best
+left ${DEADLINE:-380} && BUDGET=16384 tp bf16_p${best}_d1_16k PEREGRINE_PREFILL_VARIANT=$best PEREGRINE_DECODE_VARIANT=1
 grep -hE "^\| (decode|prefill) attention" /tmp/kv_0.txt | grep bf16 | head -6
