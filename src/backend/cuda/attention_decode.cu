@@ -1,12 +1,11 @@
 // Split-K flash-decoding on tensor cores. A CTA takes (split, sequence, KV head): the KV head's query rows
 // (q_len * group <= 16, packed as token-major (token, head) rows) form one 16-row mma tile shared by four
-// warps; each 64-key tile streams through a 3-stage cp.async pipeline and each warp handles 16 of its
-// keys. Warps merge in shared memory; splits merge in decode_combine_kernel (fixed order: deterministic).
+// warps; each 64-key tile streams through a cp.async pipeline (two stages for b16 caches at D 128, else three
+// or two) and each warp handles 16 of its keys. Warps merge in shared memory; splits merge in
+// decode_combine_kernel (fixed order: deterministic).
 // 8-bit caches (int8 / fp8 e4m3) stream their codes and scales instead; each thread loads its mma fragments
 // straight from the staged codes (K's k order and V's output dims permuted so a thread's codes sit in whole words)
 // and turns them exactly into b16 values in registers; the scales multiply scores and probabilities in f32.
-#include <cstdlib>
-
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -18,11 +17,13 @@ using namespace attn;
 
 // Shared memory: the Q tile, then kStages (K, V) tile pairs (b16 caches) or kStages code staging areas (8-bit caches,
 // attention_mma.cuh, in its fragment layout).
-template <int D, KvQuant Q, int kStagesWanted = 0> struct DecodeCfg {
+template <int D, KvQuant Q> struct DecodeCfg {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 128;
   static constexpr int kKeys = kDecodeTileKeys;  // per tile; 16 per warp
-  static constexpr int kStages = kStagesWanted > 0 ? kStagesWanted : D <= 128 ? 3 : 2;
+  // b16 caches at D 128: two stages (70 KB, three CTAs an SM; three stages took 102 KB, two CTAs, and were 2-5%
+  // slower on an H100: docs/BENCHMARKS.md, 2026-12-06). 8-bit caches at D <= 128 and D 64: three.
+  static constexpr int kStages = (Q == KvQuant::kNone && D == 128) ? 2 : D <= 128 ? 3 : 2;
   static constexpr bool kQInRegs = D <= 128;
   static constexpr bool kCodes = Q != KvQuant::kNone;
   static constexpr int kQBytes = kDecodeMaxRows * D * 2;
@@ -60,11 +61,11 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   return d;
 }
 
-template <typename T, int D, KvQuant Q, int kMinBlocks, int kStagesWanted>
+template <typename T, int D, KvQuant Q, int kMinBlocks>
 __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
   pdl_wait();
   pdl_trigger();
-  using C = DecodeCfg<D, Q, kStagesWanted>;
+  using C = DecodeCfg<D, Q>;
   using S = CodeStage<D, C::kKeys>;
   using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -359,18 +360,19 @@ __global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, 
   }
 }
 
-template <typename T, int D, KvQuant Q, int kMinBlocks, int kStagesWanted = 0>
+template <typename T, int D, KvQuant Q, int kMinBlocks>
 void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
-  using C = DecodeCfg<D, Q, kStagesWanted>;
-  constexpr auto kernel = decode_kernel<T, D, Q, kMinBlocks, kStagesWanted>;
+  using C = DecodeCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, D, Q, kMinBlocks>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   dim3 grid(static_cast<unsigned>(grid_splits), static_cast<unsigned>(p.num_seqs),
             static_cast<unsigned>(p.num_kv_heads));
-  launch_pdl(kernel, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits, rows_cap);
+  launch_pdl(decode_kernel<T, D, Q, kMinBlocks>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits,
+             rows_cap);
   if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
     launch_pdl(decode_combine_kernel<T>, cgrid, 128, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
@@ -378,23 +380,11 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
 }
 
 // 8-bit caches at D <= 128: four CTAs an SM (128 registers; a few bytes spill). Without the bound (154 registers,
-// three CTAs) it was 1-5% slower or equal on the H200 (docs/BENCHMARKS.md, 2026-12-05). b16 caches: no bound.
-// PEREGRINE_DECODE_VARIANT (b16 caches, D 128; an experiment's switch): 0 three stages (102 KB, two CTAs an SM),
-// 1 two stages (70 KB, three CTAs an SM).
-int decode_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("PEREGRINE_DECODE_VARIANT");
-    return e && *e ? std::atoi(e) : 0;
-  }();
-  return v;
-}
-
+// three CTAs) it was 1-5% slower or equal on the H200 (docs/BENCHMARKS.md, 2026-12-05). b16 caches at D 128: three
+// (164 registers, within the bound); others no bound.
 template <typename T, int D, KvQuant Q>
 void launch_decode_blocks(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
-  constexpr int kMinBlocks = (Q != KvQuant::kNone && D <= 128) ? 4 : 0;
-  if constexpr (Q == KvQuant::kNone && D == 128) {
-    if (decode_variant() == 1) return launch_decode_typed<T, D, Q, 3, 2>(p, grid_splits, rows_cap, stream);
-  }
+  constexpr int kMinBlocks = (Q != KvQuant::kNone && D <= 128) ? 4 : (D == 128 ? 3 : 0);
   launch_decode_typed<T, D, Q, kMinBlocks>(p, grid_splits, rows_cap, stream);
 }
 

@@ -3,8 +3,6 @@
 // (causal, sliding window, cached prefix), double-buffered with cp.async; each warp owns 16 rows.
 // Tiles sit at absolute key positions, so a row's result does not depend on which other rows share its CTA.
 // 8-bit caches stage codes and scales and convert each tile as the decode kernel does.
-#include <cstdlib>
-
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -15,31 +13,24 @@ namespace {
 using namespace attn;
 
 // Shared memory: the Q tile, then two (K, V) tile pairs (b16 caches) or one pair plus two code staging areas
-// (8-bit caches, attention_mma.cuh). kCompact (b16 caches with Q in registers): the Q tile lies in the second
-// stage, read into registers before that stage's first load is issued, so a CTA takes 64 KB (D 128) instead of 80
-// and three fit an SM where the registers allow (kMinBlocks).
-template <int D, KvQuant Q, bool kCompactQ = false, int kKeysWanted = 0> struct PrefillCfg {
+// (8-bit caches, attention_mma.cuh).
+template <int D, KvQuant Q> struct PrefillCfg {
   static constexpr int kThreads = 128;
   static constexpr int kRows = 64;
-  static constexpr int kKeys = kKeysWanted > 0 ? kKeysWanted : D <= 128 ? 64 : 32;
+  static constexpr int kKeys = D <= 128 ? 64 : 32;
   static constexpr int kStages = 2;
   static constexpr bool kQInRegs = D <= 128;
   static constexpr bool kCodes = Q != KvQuant::kNone;
-  static constexpr bool kCompact = kCompactQ && kQInRegs && !kCodes;
   static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
   static constexpr int kStageBytes = kCodes ? CodeStage<D, kKeys>::kBytes : 2 * kTileBytes;
-  static_assert(!kCompact || kQBytes <= kStageBytes, "the Q tile must fit in a stage");
-  // Offset of the KV pipeline from the start of shared memory (the Q tile's start is 0 either way).
-  static constexpr int kPipeAt = kCompact ? 0 : kQBytes;
-  static constexpr int kQAt = kCompact ? kStageBytes : 0;  // stage 1
-  static constexpr int kSmem = kPipeAt + (kCodes ? 2 * kTileBytes : 0) + kStages * kStageBytes;
+  static constexpr int kSmem = kQBytes + (kCodes ? 2 * kTileBytes : 0) + kStages * kStageBytes;
   __host__ __device__ static constexpr uint32_t stage(int st) { return (kCodes ? 2 * kTileBytes : 0) + st * kStageBytes; }
 };
 
-template <typename T, int D, KvQuant Q, bool kCompactQ, int kMinBlocks, int kKeysWanted>
-__global__ void __launch_bounds__(128, kMinBlocks) prefill_kernel(const AttentionLaunch p) {
-  using C = PrefillCfg<D, Q, kCompactQ, kKeysWanted>;
+template <typename T, int D, KvQuant Q>
+__global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
+  using C = PrefillCfg<D, Q>;
   using S = CodeStage<D, C::kKeys>;
   using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
   constexpr int kNt = C::kKeys / 8;  // n-tiles of scores per warp
@@ -71,8 +62,8 @@ __global__ void __launch_bounds__(128, kMinBlocks) prefill_kernel(const Attentio
   // NOTE: no key tails here: a sequence with remapped keys has one query row (the decode path).
   const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
                    static_cast<int64_t>(kvh) * D};
-  const uint32_t kv_s = smem_addr(smem) + C::kPipeAt;
-  const uint32_t q_s = smem_addr(smem) + C::kQAt;
+  const uint32_t q_s = smem_addr(smem);
+  const uint32_t kv_s = q_s + C::kQBytes;
   auto load_tile = [&](int st, int tile) {
     const uint32_t at = kv_s + C::stage(st);
     if constexpr (C::kCodes) {
@@ -119,15 +110,14 @@ __global__ void __launch_bounds__(128, kMinBlocks) prefill_kernel(const Attentio
       if (it == 0) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(q_s + swizzle<D>(q_row, kk * 16 + (lane / 16) * 8), qf[kk]);
-        if constexpr (C::kCompact) __syncthreads();  // every warp has its Q before stage 1 is loaded over it
       }
     }
     if (t + 1 < t_hi) load_tile((it + 1) % 2, t + 1);
     cp_async_commit();
     uint32_t k_s = kv_s + C::stage(it % 2), v_s = k_s + C::kTileBytes;
     // 8-bit caches: this tile's K and V scales (f32 per key) in the staging area.
-    const float* k_scale = reinterpret_cast<const float*>(smem + C::kPipeAt + C::stage(it % 2) + S::kKScales);
-    const float* v_scale = reinterpret_cast<const float*>(smem + C::kPipeAt + C::stage(it % 2) + S::kVScales);
+    const float* k_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(it % 2) + S::kKScales);
+    const float* v_scale = reinterpret_cast<const float*>(smem + C::kQBytes + C::stage(it % 2) + S::kVScales);
     if constexpr (C::kCodes) {
       convert_kv_codes<T, Q, D, C::kKeys, C::kThreads>(k_s, kv_s, kv_s + C::kTileBytes);
       k_s = kv_s;
@@ -221,45 +211,25 @@ __global__ void __launch_bounds__(128, kMinBlocks) prefill_kernel(const Attentio
   }
 }
 
-template <typename T, int D, KvQuant Q, bool kCompactQ = false, int kMinBlocks = 1, int kKeysWanted = 0>
-void launch_prefill_typed(const AttentionLaunch& p, cudaStream_t stream) {
-  using C = PrefillCfg<D, Q, kCompactQ, kKeysWanted>;
-  constexpr auto kernel = prefill_kernel<T, D, Q, kCompactQ, kMinBlocks, kKeysWanted>;
+template <typename T, int D, KvQuant Q> void launch_prefill_typed(const AttentionLaunch& p, cudaStream_t stream) {
+  using C = PrefillCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    PEREGRINE_CUDA_CHECK(
+        cudaFuncSetAttribute(prefill_kernel<T, D, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   const int group = p.num_q_heads / p.num_kv_heads;
   const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
-  kernel<<<grid, C::kThreads, C::kSmem, stream>>>(p);
+  prefill_kernel<T, D, Q><<<grid, C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
-}
-
-// PEREGRINE_PREFILL_VARIANT (b16 caches, D 128; an experiment's switch): 0 the 80 KB CTA (two an SM), 1 the compact
-// Q tile (64 KB), 2 compact and at most 168 registers (three CTAs an SM); 3 and 4: 32-key tiles, compact (32 KB),
-// at most 168 / 128 registers.
-int prefill_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("PEREGRINE_PREFILL_VARIANT");
-    return e && *e ? std::atoi(e) : 0;
-  }();
-  return v;
 }
 
 template <typename T, KvQuant Q> void launch_prefill_dim(const AttentionLaunch& p, cudaStream_t stream) {
   switch (p.head_dim) {
     case 64: launch_prefill_typed<T, 64, Q>(p, stream); return;
-    case 128:
-      if constexpr (Q == KvQuant::kNone) {
-        if (prefill_variant() == 1) return launch_prefill_typed<T, 128, Q, true, 1>(p, stream);
-        if (prefill_variant() == 2) return launch_prefill_typed<T, 128, Q, true, 3>(p, stream);
-        if (prefill_variant() == 3) return launch_prefill_typed<T, 128, Q, true, 3, 32>(p, stream);
-        if (prefill_variant() == 4) return launch_prefill_typed<T, 128, Q, true, 4, 32>(p, stream);
-      }
-      launch_prefill_typed<T, 128, Q>(p, stream);
-      return;
+    case 128: launch_prefill_typed<T, 128, Q>(p, stream); return;
     case 256: launch_prefill_typed<T, 256, Q>(p, stream); return;
     default: throw Error(ErrorCode::kInternal, "attention prefill: unsupported head_dim");
   }
