@@ -20,7 +20,7 @@ if [ -n "$found" ] && ! echo " $found " | grep -q " $mine "; then
   export PEREGRINE_FP8_BLOCK_LAYOUT=${found%% *}
   t "the backend's layout $mine does not match; running on with PEREGRINE_FP8_BLOCK_LAYOUT=$PEREGRINE_FP8_BLOCK_LAYOUT"
 fi
-export PEREGRINE_FP8_BLOCK_LT=1  # opt-in until this script has confirmed it
+export PEREGRINE_FP8_BLOCK_LT=1  # the default since 2026-12-06 (scripts/device/fp8_fast.sh); set here for older binaries
 timeout 90 "$bin/cuda_ops_tests" --gtest_filter="${OPS:-CudaW8Matmul.*}" >/tmp/ops.log 2>&1
 t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|element" /tmp/ops.log | head -20
 mkdir -p /tmp/sh/models/quant && ln -sfn "$PWD/.device/quant/fp8-block128" /tmp/sh/models/quant/fp8-block128

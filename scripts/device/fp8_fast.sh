@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# FP8 per channel with cuBLASLt's fast accumulation (PEREGRINE_FP8_FAST_ACCUM=1, opt-in until this has run) and the
-# block-FP8 cuBLASLt path (PEREGRINE_FP8_BLOCK_LT=1) checked on the GPU (issue 12): the scale-layout probe, the W8A8
-# op tests, the fp8-per-channel and fp8-block128 fixtures on CUDA, then the Llama-3-8B shape: prefill 8,190 (bf16; FP8
-# per channel fast / not; FP8 blocks), decode bs 1 (bf16, FP8) and bs 64 (bf16, FP8 blocks), offline 1024 / 400 at
-# concurrency ${CONC:-256} (bf16 / bf16 KV, FP8 / FP8 KV).
+# FP8 per channel with and without cuBLASLt's fast accumulation (PEREGRINE_FP8_FAST_ACCUM=1 / 0; on by default
+# since this ran on an H200, 2026-12-06) and the block-FP8 cuBLASLt path (PEREGRINE_FP8_BLOCK_LT, likewise) on the
+# GPU (issue 12): the scale-layout probe, the W8A8 op tests, the fp8-per-channel and fp8-block128 fixtures on CUDA,
+# then the Llama-3-8B shape: prefill 8,190 (bf16; FP8 per channel fast / not; FP8 blocks), decode bs 1 (bf16, FP8)
+# and bs 64 (bf16, FP8 blocks), offline 1024 / 400 at concurrency ${CONC:-256} (bf16 / bf16 KV, FP8 / FP8 KV), and
+# (PROFILE=1, the default) ncu on the attention kernels.
 # Here: scripts/device/kv_attn.sh bundle; mkdir -p .device/quant; cp -r ../shared/models/quant/fp8-{block128,per-channel}
 # .device/quant/; scripts/device/carry_light.sh on (off right after).
 # There: source .device/carry_kv/env.sh && scripts/device/fp8_fast.sh   (carry .device/carry_kv and .device/quant)

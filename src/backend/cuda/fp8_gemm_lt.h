@@ -1,5 +1,5 @@
 // FP8 W8A8 GEMM through cuBLASLt on Hopper: out[M, N] = (x_q[M, K] * x_scale[M]) . (w[N, K] * w_scale[N])^T with
-// e4m3 inputs, f32 accumulation (fast accumulation, as vLLM's and TensorRT-LLM's FP8 GEMMs run, unless
+// e4m3 inputs, fast accumulation (as vLLM's and TensorRT-LLM's FP8 GEMMs run; f32 accumulation with
 // PEREGRINE_FP8_FAST_ACCUM=0: fp8_fast_accum()) and the per-token and per-channel scales applied by cuBLASLt
 // itself (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on both operands). D[N, M] column-major = op(W)[N, K] * X[K, M]
 // (the TN layout FP8 needs). Plans are cached per shape and output dtype; run() returns false, having enqueued
