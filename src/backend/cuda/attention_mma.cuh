@@ -313,6 +313,15 @@ __device__ __forceinline__ void rescale_rows(float (&o)[N][4], float alpha0, flo
   }
 }
 
+// 2^x in one MUFU.EX2: ex2.approx with its input and output flushed to zero, where exp2f (no fast-math build)
+// adds a range fix-up around it for subnormal results. Differs from exp2f only where the result is below 2^-126
+// (a probability 87 nats under the row's max): 0 here. exp2(-inf) = 0 and exp2(0) = 1 exactly, as before.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online-softmax update of one row fragment: s holds this thread's scores (already scaled to log2 units,
 // -inf where masked); the row max is reduced over the 4 threads of a quad. Returns the factor that rescales
 // the old accumulators; s is overwritten with the probabilities.
@@ -324,11 +333,11 @@ __device__ __forceinline__ float softmax_update(float (&s)[N], float& m, float& 
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   const float base = mx == -INFINITY ? 0.f : mx;  // a row with no visible key yet keeps o = 0, l = 0
-  const float alpha = exp2f(m - base);
+  const float alpha = fast_exp2(m - base);
   float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    s[i] = exp2f(s[i] - base);
+    s[i] = fast_exp2(s[i] - base);
     sum += s[i];
   }
   l = l * alpha + sum;
