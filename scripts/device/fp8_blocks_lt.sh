@@ -9,6 +9,7 @@
 # .device/quant/, scripts/device/carry_light.sh on (off right after).
 # There: source .device/carry_kv/env.sh && scripts/device/fp8_blocks_lt.sh   (carry .device/carry_kv and .device/quant)
 set -uo pipefail
+PP_TIMEOUT=90
 source "$(dirname "$0")/carry_kv_common.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 60 "$bin/cuda_ops_tests" --gtest_filter='CudaW8Matmul.Fp8BlockLayoutProbe' >/tmp/probe.log 2>&1
@@ -30,14 +31,6 @@ for lt in ${LTS:-1}; do
   t "fixture fp8-block128 on cuda (cuBLASLt $lt) rc=$?: $(grep -E 'vs cases_act_quant' /tmp/model_$lt.log | head -1)"
   grep -E "Failure|^\[  (PASSED|FAILED)" /tmp/model_$lt.log | head -4
 done
-field() { grep -E "^$2" "$1" | grep -oE "[0-9.]+ tokens/s" | grep -oE "[0-9.]+" | head -1; }
-pp() {  # pp NAME LEN [VAR=value...]: prefill LEN tokens, quantization $Q
-  local name=$1 len=$2; shift 2
-  env X=1 "$@" timeout 90 "$bin/peregrine" bench latency --model models/pycoder-tiny --random-weights --config "$cfg" \
-    --device cuda --input-len "$len" --output-len 2 --batch-size 1 --iterations 2 ${Q:+--quantization $Q} \
-    >"/tmp/pp_$name.txt" 2>&1
-  t "prefill $len $name rc=$?: $(field "/tmp/pp_$name.txt" prefill) tok/s"
-}
 Q= pp bf16 8190
 Q=fp8-block128 pp fp8_blocks 8190
 Q=fp8 pp fp8_channel 8190

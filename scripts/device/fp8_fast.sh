@@ -27,14 +27,6 @@ for fa in 1 0; do
   t "fixtures fp8 on cuda (fast accum $fa) rc=$?"
   grep -E "vs cases|Failure|^\[  (PASSED|FAILED)|^\[       OK" /tmp/model_$fa.log | head -8
 done
-field() { grep -E "^$2" "$1" | grep -oE "[0-9.]+ tokens/s" | grep -oE "[0-9.]+" | head -1; }
-pp() {  # pp NAME LEN [VAR=value...]: prefill LEN tokens, quantization $Q
-  local name=$1 len=$2; shift 2
-  env X=1 "$@" timeout 120 "$bin/peregrine" bench latency --model models/pycoder-tiny --random-weights --config "$cfg" \
-    --device cuda --input-len "$len" --output-len 2 --batch-size 1 --iterations 2 ${Q:+--quantization $Q} \
-    >"/tmp/pp_$name.txt" 2>&1
-  t "prefill $len $name rc=$?: $(field "/tmp/pp_$name.txt" prefill) tok/s"
-}
 Q= pp bf16 8190
 Q=fp8 pp fp8_fast 8190 PEREGRINE_FP8_FAST_ACCUM=1
 Q=fp8 pp fp8_nofast 8190 PEREGRINE_FP8_FAST_ACCUM=0
@@ -43,14 +35,14 @@ Q= lat bf16_bs1
 Q=fp8 lat fp8_bs1
 BS=64 Q= lat bf16_bs64
 BS=64 Q=fp8-block128 lat fp8_blocks_bs64
-tp() {  # tp NAME KV [Q] [VAR=value...]
-  local name=$1 kv=$2 q=${3:-}; shift; shift; [ $# -gt 0 ] && shift
+tp() {  # tp NAME KV Q [VAR=value...]  (Q "" for none)
+  local name=$1 kv=$2 q=$3; shift 3
   env X=1 "$@" timeout 240 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
     --device cuda --input-len 1024 --output-len 400 --concurrency "${CONC:-256}" --kv-cache-dtype "$kv" \
     ${q:+--quantization $q} >"/tmp/tp_$name.txt" 2>&1
   t "throughput $name rc=$?"; grep -vE "^\[|^$" "/tmp/tp_$name.txt" | tail -5
 }
-tp bf16 auto
+tp bf16 auto ""
 tp fp8_fp8kv fp8 fp8 PEREGRINE_FP8_FAST_ACCUM=1
 [ -n "${MORE:-}" ] && tp fp8_fp8kv_nofast fp8 fp8 PEREGRINE_FP8_FAST_ACCUM=0
 if [ "${PROFILE:-1}" = 1 ]; then  # the attention kernels under ncu: the first bf16 8K prefill and 2K / bs 64 decode
