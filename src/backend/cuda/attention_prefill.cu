@@ -3,6 +3,8 @@
 // (causal, sliding window, cached prefix), double-buffered with cp.async; each warp owns 16 rows.
 // Tiles sit at absolute key positions, so a row's result does not depend on which other rows share its CTA.
 // 8-bit caches stage codes and scales and convert each tile as the decode kernel does.
+#include <type_traits>
+
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -148,7 +150,9 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
     const int key0 = t * C::kKeys;
     const bool full = key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min;
     float s0[2 * kNt], s1[2 * kNt];
-    if (full) {  // every key visible to every row (the CTA-uniform common case): no mask
+    // Scaled scores; the mask only where some row cannot see every key of the tile (full: the CTA-uniform common
+    // case takes the unmasked instantiation).
+    auto scores = [&](auto masked) {
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
@@ -156,22 +160,16 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
           const float f = C::kCodes ? k_scale[nt * 8 + c4 * 2 + e] * scale_log2 : scale_log2;
           s0[nt * 2 + e] = sc[nt][e] * f;
           s1[nt * 2 + e] = sc[nt][2 + e] * f;
+          if constexpr (decltype(masked)::value) {
+            const int key = key0 + nt * 8 + c4 * 2 + e;
+            if (!(row_ok[0] && key <= row_pos[0] && key >= row_lo[0])) s0[nt * 2 + e] = -INFINITY;
+            if (!(row_ok[1] && key <= row_pos[1] && key >= row_lo[1])) s1[nt * 2 + e] = -INFINITY;
+          }
         }
       }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + nt * 8 + c4 * 2 + e;
-          const bool v0 = row_ok[0] && key <= row_pos[0] && key >= row_lo[0];
-          const bool v1 = row_ok[1] && key <= row_pos[1] && key >= row_lo[1];
-          const float f = C::kCodes ? k_scale[nt * 8 + c4 * 2 + e] * scale_log2 : scale_log2;
-          s0[nt * 2 + e] = v0 ? sc[nt][e] * f : -INFINITY;
-          s1[nt * 2 + e] = v1 ? sc[nt][2 + e] * f : -INFINITY;
-        }
-      }
-    }
+    };
+    if (full) scores(std::false_type{});
+    else scores(std::true_type{});
     const float alpha0 = softmax_update(s0, m[0], l[0]);
     const float alpha1 = softmax_update(s1, m[1], l[1]);
     rescale_rows(o, alpha0, alpha1);
