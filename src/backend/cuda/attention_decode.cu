@@ -5,7 +5,8 @@
 // decode_combine_kernel (fixed order: deterministic).
 // 8-bit caches (int8 / fp8 e4m3) stream their codes and scales instead; each thread loads its mma fragments
 // straight from the staged codes (K's k order and V's output dims permuted so a thread's codes sit in whole words)
-// and turns them exactly into b16 values in registers; the scales multiply scores and probabilities in f32.
+// and turns them exactly into f16 values in registers (the mma runs in f16 over 8-bit caches whatever the
+// activations are); the scales multiply scores and probabilities in f32.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -68,6 +69,10 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
   using C = DecodeCfg<D, Q>;
   using S = CodeStage<D, C::kKeys>;
   using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
+  // The mma's operand type: f16 over 8-bit caches whatever the activations are (the hardware turns two e4m3 codes
+  // into f16 in one instruction, and f16 holds every int8 and e4m3 value; Q and the probabilities are rounded to f16,
+  // finer than bf16 within its range), else the activations' own.
+  using M = std::conditional_t<C::kCodes, __half, T>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int split = blockIdx.x, s = blockIdx.y, kvh = blockIdx.z;
   const int group = p.num_q_heads / p.num_kv_heads;
@@ -109,7 +114,21 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
     const T* src = q;
     if (valid)
       src = q + (static_cast<int64_t>(d.q0 + r / group) * p.num_q_heads + kvh * group + r % group) * D + chunk * 8;
-    cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
+    if constexpr (std::is_same_v<M, T>) {
+      cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
+    } else {  // bf16 Q as f16 (the first barrier below publishes it)
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (valid) v = *reinterpret_cast<const uint4*>(src);
+      uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __half2 h = __floats2half2_rn(__uint_as_float(w[j] << 16), __uint_as_float(w[j] & 0xffff0000u));
+        w[j] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swizzle<D>(r, chunk * 8)), "r"(w[0]),
+                   "r"(w[1]), "r"(w[2]), "r"(w[3])
+                   : "memory");
+    }
   }
 #pragma unroll
   for (int st = 0; st < C::kStages - 1; ++st) {
@@ -190,8 +209,8 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
               q_frag(4 * h + i, a);
             }
             uint32_t b0, b1;
-            codes_to_b16<T, Q>(w[i], b0, b1);
-            mma16816<T>(sc[nt], a, b0, b1);
+            codes_to_b16<M, Q>(w[i], b0, b1);
+            mma16816<M>(sc[nt], a, b0, b1);
           }
         }
       }
@@ -229,13 +248,13 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
     const float alpha0 = softmax_update(s0, m[0], l[0]);
     const float alpha1 = softmax_update(s1, m[1], l[1]);
     rescale_rows(o, alpha0, alpha1);
-    if constexpr (C::kCodes) scale_probabilities<T, Q>(s0, s1, v_scale + warp * 16, c4);  // l takes kVFactor later
-    const uint32_t pa[4] = {pack2<T>(s0[0], s0[1]), pack2<T>(s1[0], s1[1]), pack2<T>(s0[2], s0[3]),
-                            pack2<T>(s1[2], s1[3])};
+    if constexpr (C::kCodes) scale_probabilities<M, Q>(s0, s1, v_scale + warp * 16, c4);  // l takes kVFactor later
+    const uint32_t pa[4] = {pack2<M>(s0[0], s0[1]), pack2<M>(s1[0], s1[1]), pack2<M>(s0[2], s0[3]),
+                            pack2<M>(s1[2], s1[3])};
     if constexpr (C::kCodes) {
       // V's B fragments straight from the codes. The output dims are permuted: column j of n-tile dn = 4a + b is dim
       // 32a + 4j + b, so the thread of column g needs dims 32a + 4g .. + 3 (one word) of its four key rows 2c4, 2c4 + 1,
-      // 2c4 + 8, 2c4 + 9 (P's k slots); a byte transpose gives each n-tile b its four keys' codes in one word.
+      // 2c4 + 8, 2c4 + 9 (P's k slots); byte permutes pair each dim's codes of two keys.
 #pragma unroll
       for (int a = 0; a < D / 32; ++a) {
         uint32_t w[4];
@@ -245,15 +264,15 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
           const int word = 8 * a + g;
           w[j] = lds32(v_s + row * D + v_code_chunk<D, true>(row, word / 4) * 16 + (word % 4) * 4);
         }
+        // Byte pairs: lo01 holds keys (2c4, 2c4 + 1) of dims 0 and 1 as two 16-bit pairs, hi01 of dims 2 and 3;
+        // lo89 / hi89 the same of keys 2c4 + 8, + 9. Each pair is one half of an mma B fragment.
         const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
-        const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
-        const uint32_t tw[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                                __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+        const uint32_t lo89 = __byte_perm(w[2], w[3], 0x5140), hi89 = __byte_perm(w[2], w[3], 0x7362);
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-          uint32_t b0, b1;
-          codes_to_b16<T, Q>(tw[b], b0, b1);
-          mma16816<T>(o[4 * a + b], pa, b0, b1);
+          const uint32_t b0 = code_pair_f16<Q>(b < 2 ? lo01 : hi01, b % 2);
+          const uint32_t b1 = code_pair_f16<Q>(b < 2 ? lo89 : hi89, b % 2);
+          mma16816<M>(o[4 * a + b], pa, b0, b1);
         }
       }
     } else {
@@ -274,7 +293,7 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    l[i] *= kVFactor<T, Q>;  // 1 except f16 over 8-bit caches (exact: a power of two)
+    l[i] *= kVFactor<M, Q>;  // 1 except over 8-bit caches (f16 mma; exact: a power of two)
   }
   float* so = reinterpret_cast<float*>(smem + C::kQBytes);  // [warp][16][D]
   float* sm = so + C::kWarps * kDecodeMaxRows * D;            // [warp][16]

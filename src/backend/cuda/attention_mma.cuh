@@ -223,10 +223,10 @@ __device__ __forceinline__ void load_kv_codes(uint32_t stage, const uint8_t* k_c
 template <typename T, KvQuant Q>
 __device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t& hi) {
   if constexpr (Q == KvQuant::kF8) {
-    // The code's exponent and mantissa bits moved into the b16 fields give the value times 2^(bias(T) - 7)
-    // (subnormals alike); one exact multiply by a power of two restores it.
-    const uint32_t a = __byte_perm(w, 0, 0x1404), b = __byte_perm(w, 0, 0x3424);  // codes in bits 8..15, 24..31
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      // The code's exponent and mantissa bits moved into bf16's fields give the value times 2^-120 (subnormals
+      // alike); one exact multiply by a power of two restores it.
+      const uint32_t a = __byte_perm(w, 0, 0x1404), b = __byte_perm(w, 0, 0x3424);  // codes in bits 8..15, 24..31
       const uint32_t ra = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
       const uint32_t rb = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
       const __nv_bfloat162 k = __halves2bfloat162(__ushort_as_bfloat16(0x7B80), __ushort_as_bfloat16(0x7B80));  // 2^120
@@ -235,13 +235,11 @@ __device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t&
       lo = *reinterpret_cast<uint32_t*>(&x);
       hi = *reinterpret_cast<uint32_t*>(&y);
     } else {
-      const uint32_t ra = (a & 0x80008000u) | ((a >> 1) & 0x3f803f80u);
-      const uint32_t rb = (b & 0x80008000u) | ((b >> 1) & 0x3f803f80u);
-      const __half2 k = __halves2half2(__ushort_as_half(0x5C00), __ushort_as_half(0x5C00));  // 2^8
-      __half2 x = __hmul2(*reinterpret_cast<const __half2*>(&ra), k);
-      __half2 y = __hmul2(*reinterpret_cast<const __half2*>(&rb), k);
-      lo = *reinterpret_cast<uint32_t*>(&x);
-      hi = *reinterpret_cast<uint32_t*>(&y);
+      // f16 holds every e4m3 value (subnormals too): the hardware's paired conversion (sm_89 on), one
+      // instruction per two codes.
+      asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+          : "=r"(lo), "=r"(hi)
+          : "r"(w));
     }
   } else {
     const uint32_t a = __byte_perm(w, 0, 0x4140), b = __byte_perm(w, 0, 0x4342);  // codes in bits 0..7, 16..23
@@ -265,6 +263,22 @@ __device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t&
       hi = *reinterpret_cast<uint32_t*>(&y);
     }
   }
+}
+
+// Codes 2h and 2h + 1 of w (h = 0 or 1) as an f16 pair, the lower code in the lower half.
+template <KvQuant Q> __device__ __forceinline__ uint32_t code_pair_f16(uint32_t w, int h) {
+  uint32_t r;
+  if constexpr (Q == KvQuant::kF8) {
+    const uint32_t pair = h ? w >> 16 : w & 0xffffu;
+    asm("{\n.reg .b16 l, u;\nmov.b32 {l, u}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(pair));
+  } else {
+    const uint32_t a = __byte_perm(w, 0, h ? 0x4342 : 0x4140);  // codes in bits 0..7, 16..23
+    const uint32_t pa = (a ^ 0x00800080u) | 0x64006400u;          // f16 1024 + (c + 128)
+    const __half2 x = __hsub2(*reinterpret_cast<const __half2*>(&pa),
+                              __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));  // - 1152
+    r = *reinterpret_cast<const uint32_t*>(&x);
+  }
+  return r;
 }
 
 // Staged codes -> swizzled K and V tiles of T (what load_kv_tile would have written for a T cache holding the
