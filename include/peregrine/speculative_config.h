@@ -8,7 +8,9 @@
 //       a suffix cache over the prompts and outputs of all requests (bounded to N tokens, oldest dropped first,
 //       optionally seeded from files) proposes up to B branches merged into a token tree of at most T nodes.
 //   {"method": "draft_model", "model": DIR, "num_speculative_tokens": K}
-//       a smaller model with the same vocabulary drafts K tokens greedily, batched, with its own paged KV.
+//       a smaller model with the same vocabulary drafts K tokens greedily, batched, with its own paged KV;
+//       "draft_context": N (default 256; 0 = all) bounds the tokens of a sequence it catches up on when it starts
+//       drafting it (the latest N: a long prompt costs the drafter that much, not the whole prompt).
 //   {"method": "self", "draft_num_layers": N | "draft_layers": [...], "num_speculative_tokens": K}
 //       the target's own first layers draft (no second model).
 //   draft_model and self also take "draft_vocab_size": N (the drafter's argmax covers N token ids, the most
@@ -41,6 +43,11 @@ struct SpeculativeConfig {
   std::vector<std::string> warmup_files;
   // draft_model
   std::string model;
+  // The drafter's KV of a sequence covers at most this many of its latest tokens when drafting starts (0: all of
+  // them; -1: kDefaultDraftContext), so a long prompt costs the drafter a bounded catch-up.
+  static constexpr int kDefaultDraftContext = 256;
+  int draft_context = -1;
+  int drafter_context() const { return draft_context >= 0 ? draft_context : kDefaultDraftContext; }
   // self
   std::vector<int> draft_layers;
   int draft_num_layers = 0;

@@ -386,6 +386,7 @@ std::unique_ptr<Engine> Engine::create(const EngineConfig& config) {
       auto proposer = std::make_unique<engine::ModelProposer>(std::move(draft_runner), static_cast<int>(num_blocks),
                                                               config.block_size, core_config.eos_token_ids);
       if (draft_vocab) proposer->set_draft_vocab(std::move(*draft_vocab));
+      proposer->set_context(spec.drafter_context());
       core->set_proposer(std::move(proposer));
     } else if (spec.method == Method::kSelf) {
       engine::ModelRunner& target = core->runner();

@@ -61,7 +61,7 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view text) {
                     "warmup_files"});
   } else if (method == "draft_model") {
     c.method = Method::kDraftModel;
-    allowed.insert({"model", "draft_vocab_size", "speculative_token_map"});
+    allowed.insert({"model", "draft_vocab_size", "speculative_token_map", "draft_context"});
   } else if (method == "self") {
     c.method = Method::kSelf;
     allowed.insert({"draft_layers", "draft_num_layers", "draft_vocab_size", "speculative_token_map"});
@@ -101,6 +101,7 @@ SpeculativeConfig SpeculativeConfig::parse(std::string_view text) {
     if (!j["model"].is_string() || j["model"].get<std::string>().empty()) bad("model", "expected a model folder");
     c.model = j["model"].get<std::string>();
   }
+  if (j.contains("draft_context")) c.draft_context = int_in(j["draft_context"], "draft_context", 0, 1 << 24);
   if (j.contains("draft_num_layers")) c.draft_num_layers = int_in(j["draft_num_layers"], "draft_num_layers", 1, 4096);
   if (j.contains("draft_layers")) {
     const auto& l = j["draft_layers"];
@@ -138,6 +139,8 @@ void SpeculativeConfig::validate() const {
   if (draft_vocab_size > 0 && !speculative_token_map.empty())
     bad("speculative_token_map", "give draft_vocab_size (a set chosen by frequency) or a token map, not both");
   if (method == Method::kDraftModel && model.empty()) bad("model", "is required for method 'draft_model'");
+  if (draft_context < -1) bad("draft_context", "must be >= 0 (0: the whole sequence)");
+  if (draft_context >= 0 && method != Method::kDraftModel) bad("draft_context", "only for method 'draft_model'");
   if (method == Method::kSelf) {
     if (draft_layers.empty() == (draft_num_layers == 0)) bad("draft_num_layers", "give exactly one of draft_num_layers or draft_layers");
     for (size_t i = 1; i < draft_layers.size(); ++i) {

@@ -21,13 +21,20 @@ Sequence* ModelProposer::draft_side(Sequence& seq) {
   if (target_kv_) return &seq;  // self: the sequence's own blocks and KV
   Shadow& sh = shadows_[seq.id];
   Sequence& s = sh.seq;
+  if (sh.start > seq.num_tokens()) {  // never expected (tokens only grow); start over rather than misalign
+    own_kv_->free(s);
+    s = Sequence{};
+    sh.start = -1;
+  }
+  if (sh.start < 0) sh.start = context_ > 0 ? std::max(0, seq.num_tokens() - context_) : 0;
+  const size_t start = static_cast<size_t>(sh.start);
   // The drafter's KV holds real tokens only up to where both still agree.
-  const size_t common = std::min(s.token_ids.size(), seq.token_ids.size());
+  const size_t common = std::min(s.token_ids.size(), seq.token_ids.size() - start);
   size_t same = 0;
-  while (same < common && s.token_ids[same] == seq.token_ids[same]) ++same;
+  while (same < common && s.token_ids[same] == seq.token_ids[start + same]) ++same;
   s.num_computed_tokens = std::min<int>(s.num_computed_tokens, static_cast<int>(same));
-  s.token_ids = seq.token_ids;
-  s.num_prompt_tokens = seq.num_prompt_tokens;
+  s.token_ids.assign(seq.token_ids.begin() + static_cast<std::ptrdiff_t>(start), seq.token_ids.end());
+  s.num_prompt_tokens = std::max(0, seq.num_prompt_tokens - sh.start);
   s.id = seq.id;
   return &s;
 }
@@ -92,7 +99,7 @@ void ModelProposer::propose(std::span<Sequence* const> seqs, std::span<const int
     seq.draft_parents.clear();
     if (max_drafts[i] <= 0 || static_cast<int>(batch.size()) >= max_seqs) continue;
     Sequence* d = draft_side(seq);
-    const int len = seq.num_tokens();
+    const int len = d->num_tokens();  // counted from the drafter's window
     const int n = len - d->num_computed_tokens;
     if (n <= 0 || tokens >= budget) continue;
     if (tokens + n > budget) {

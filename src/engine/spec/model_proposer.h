@@ -31,15 +31,21 @@ class ModelProposer final : public Proposer {
   // Drafts over this subset of the vocabulary: the runner's model must have a compact LM head of vocab.rows() rows
   // (use_logits_subset before the runner was built).
   void set_draft_vocab(DraftVocab vocab);
+  // draft_model: the drafter's KV of a sequence starts at most `tokens` before its end when it first drafts it
+  // (0: at the start). A long prompt then costs the drafter a bounded catch-up; it attends to that window
+  // (plus all that follows), at positions counted from the window's start (RoPE's scores depend only on distances).
+  void set_context(int tokens) { context_ = tokens; }
   const DraftVocab* draft_vocab() const { return vocab_ ? &*vocab_ : nullptr; }
 
   void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override;
   void forget(const Sequence& seq) override;
 
  private:
-  // The drafter's view of a sequence: its token ids and how many have KV in the drafter's cache.
+  // The drafter's view of a sequence: its token ids from the window's start and how many have KV in the drafter's
+  // cache.
   struct Shadow {
     Sequence seq;
+    int start = -1;  // the sequence's first token the drafter holds (its token 0); -1 before the first draft
   };
   Sequence* draft_side(Sequence& seq);
   void run_rows(std::vector<Sequence*>& batch, std::vector<int>& num_new, std::vector<int32_t>& next_tokens);
@@ -50,6 +56,7 @@ class ModelProposer final : public Proposer {
   std::unique_ptr<KvCacheManager> own_kv_;  // draft_model
   KvCacheManager* target_kv_ = nullptr;     // self
   std::vector<int32_t> eos_ids_;
+  int context_ = 0;
   std::unordered_map<int64_t, Shadow> shadows_;
   std::vector<float> logits_;
   LogitsRows rows_;

@@ -106,6 +106,9 @@ TEST(SpeculativeModel, GreedyIdenticalToPlainDecodingForEveryMethod) {
   if (shared && std::filesystem::exists(*shared / "models" / "pycoder-draft" / "config.json")) {
     configs.push_back(R"({"method": "draft_model", "num_speculative_tokens": 4, "model": ")" +
                       (*shared / "models" / "pycoder-draft").string() + "\"}");
+    // A drafter window shorter than every prompt: the drafter starts mid-prompt, at positions from 0.
+    configs.push_back(R"({"method": "draft_model", "num_speculative_tokens": 4, "draft_context": 5, "model": ")" +
+                      (*shared / "models" / "pycoder-draft").string() + "\"}");
   }
   for (const std::string& json : configs) {
     const SpeculativeConfig spec = SpeculativeConfig::parse(json);

@@ -724,6 +724,21 @@ TEST(LookaheadProposerTest, LearnsFromOtherRequestsAndStaysBounded) {
   EXPECT_EQ(out, (std::vector<int32_t>{100 + 399 * 20 + 2, 100 + 399 * 20 + 3, 100 + 399 * 20 + 4}));
 }
 
+TEST(SpeculativeConfigTest, DraftContextKey) {
+  auto error_of = config_error;
+  const std::string draft = R"({"method": "draft_model", "model": "m", "num_speculative_tokens": 3)";
+  EXPECT_EQ(SpeculativeConfig::parse(draft + "}").drafter_context(), SpeculativeConfig::kDefaultDraftContext);
+  EXPECT_EQ(SpeculativeConfig::parse(draft + R"(, "draft_context": 0})").drafter_context(), 0);
+  EXPECT_EQ(SpeculativeConfig::parse(draft + R"(, "draft_context": 64})").drafter_context(), 64);
+  EXPECT_NE(error_of(draft + R"(, "draft_context": -1})").find("speculative_config.draft_context"), std::string::npos);
+  EXPECT_NE(error_of(draft + R"(, "draft_context": "all"})").find("speculative_config.draft_context"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 3, "draft_context": 8})")
+                .find("speculative_config.draft_context"), std::string::npos);
+  SpeculativeConfig ngram = SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 2})");
+  ngram.draft_context = 8;
+  EXPECT_THROW(ngram.validate(), Error);
+}
+
 TEST(SpeculativeConfigTest, DraftVocabularyKeys) {
   auto error_of = config_error;
   const std::string self = R"({"method": "self", "draft_num_layers": 2, "num_speculative_tokens": 3, )";
