@@ -68,13 +68,19 @@ constexpr int kDecodeMaxSplits = 64;
 constexpr int kDecodeMinTilesPerSplit = 4;
 constexpr int kDecodeMaxRows = 16;
 
-__host__ __device__ inline int decode_split_bound(int n_tiles) {
-  int s = (n_tiles + kDecodeMinTilesPerSplit - 1) / kDecodeMinTilesPerSplit;
+// The fewest tiles a split takes: 4 over b16 caches; twice that over 8-bit caches, whose tiles hold half the bytes
+// (a split's fixed costs -- Q, the pipeline's fill, the warps' merge, its partial -- then weigh the same per byte).
+// A property of the model's cache, never of the batch, so a sequence's splits depend on its own length alone.
+__host__ __device__ inline int decode_min_tiles(const AttentionLaunch& p) {
+  return p.cache == DType::kI8 || p.cache == DType::kF8E4M3 ? 2 * kDecodeMinTilesPerSplit : kDecodeMinTilesPerSplit;
+}
+__host__ __device__ inline int decode_split_bound(int n_tiles, int min_tiles) {
+  int s = (n_tiles + min_tiles - 1) / min_tiles;
   return s < 1 ? 1 : (s > kDecodeMaxSplits ? kDecodeMaxSplits : s);
 }
 // Splits for a sequence with n_tiles KV tiles; every split gets tiles_per_split tiles (the last fewer).
-__host__ __device__ inline int decode_num_splits(int n_tiles, int* tiles_per_split) {
-  int bound = decode_split_bound(n_tiles);
+__host__ __device__ inline int decode_num_splits(int n_tiles, int min_tiles, int* tiles_per_split) {
+  int bound = decode_split_bound(n_tiles, min_tiles);
   int per = (n_tiles + bound - 1) / bound;
   if (per < 1) per = 1;
   *tiles_per_split = per;

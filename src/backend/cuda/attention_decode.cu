@@ -58,7 +58,7 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   d.kv_hi = len;
   d.tile_lo = d.kv_lo / kDecodeTileKeys;
   d.n_tiles = (d.kv_hi + kDecodeTileKeys - 1) / kDecodeTileKeys - d.tile_lo;
-  d.num_splits = decode_num_splits(d.n_tiles, &d.tiles_per_split);
+  d.num_splits = decode_num_splits(d.n_tiles, decode_min_tiles(p), &d.tiles_per_split);
   return d;
 }
 
@@ -303,10 +303,14 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
     // Column j of n-tile dn: dim dn * 8 + j (b16 caches), 32 (dn / 4) + 4j + dn % 4 (8-bit caches, see above).
     const int c0 = C::kCodes ? 32 * (dn / 4) + 8 * c4 + dn % 4 : dn * 8 + c4 * 2;
     const int c1 = C::kCodes ? c0 + 4 : c0 + 1;
-    so[(warp * 16 + g) * D + c0] = o[dn][0];
-    so[(warp * 16 + g) * D + c1] = o[dn][1];
-    so[(warp * 16 + g + 8) * D + c0] = o[dn][2];
-    so[(warp * 16 + g + 8) * D + c1] = o[dn][3];
+    if (g < d.rows) {  // only real rows are read below
+      so[(warp * 16 + g) * D + c0] = o[dn][0];
+      so[(warp * 16 + g) * D + c1] = o[dn][1];
+    }
+    if (g + 8 < d.rows) {
+      so[(warp * 16 + g + 8) * D + c0] = o[dn][2];
+      so[(warp * 16 + g + 8) * D + c1] = o[dn][3];
+    }
   }
   if (c4 == 0) {
     sm[warp * 16 + g] = m[0];
