@@ -117,16 +117,11 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
     if constexpr (std::is_same_v<M, T>) {
       cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
     } else {  // bf16 Q as f16 (the first barrier below publishes it)
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (valid) v = *reinterpret_cast<const uint4*>(src);
-      uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const __half2 h = __floats2half2_rn(__uint_as_float(w[j] << 16), __uint_as_float(w[j] & 0xffff0000u));
-        w[j] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swizzle<D>(r, chunk * 8)), "r"(w[0]),
-                   "r"(w[1]), "r"(w[2]), "r"(w[3])
+      float v[8] = {};
+      if (valid) load8(src, v);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_s + swizzle<D>(r, chunk * 8)),
+                   "r"(pack2<M>(v[0], v[1])), "r"(pack2<M>(v[2], v[3])), "r"(pack2<M>(v[4], v[5])),
+                   "r"(pack2<M>(v[6], v[7]))
                    : "memory");
     }
   }
@@ -404,7 +399,7 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
 
 // 8-bit caches at D <= 128: four CTAs an SM (128 registers; a few bytes spill). Without the bound (154 registers,
 // three CTAs) it was 1-5% slower or equal on the H200 (docs/BENCHMARKS.md, 2026-12-05). b16 caches at D 128: three
-// (164 registers, within the bound); others no bound.
+// (168 registers, within the bound); others no bound.
 template <typename T, int D, KvQuant Q>
 void launch_decode_blocks(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
   constexpr int kMinBlocks = (Q != KvQuant::kNone && D <= 128) ? 4 : (D == 128 ? 3 : 0);

@@ -219,66 +219,56 @@ __device__ __forceinline__ void load_kv_codes(uint32_t stage, const uint8_t* k_c
   }
 }
 
-// Four codes (byte i = element i) as four b16 values, elements 0,1 in lo and 2,3 in hi.
-template <typename T, KvQuant Q>
-__device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  if constexpr (Q == KvQuant::kF8) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      // The code's exponent and mantissa bits moved into bf16's fields give the value times 2^-120 (subnormals
-      // alike); one exact multiply by a power of two restores it.
-      const uint32_t a = __byte_perm(w, 0, 0x1404), b = __byte_perm(w, 0, 0x3424);  // codes in bits 8..15, 24..31
-      const uint32_t ra = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
-      const uint32_t rb = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
-      const __nv_bfloat162 k = __halves2bfloat162(__ushort_as_bfloat16(0x7B80), __ushort_as_bfloat16(0x7B80));  // 2^120
-      __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&ra), k);
-      __nv_bfloat162 y = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&rb), k);
-      lo = *reinterpret_cast<uint32_t*>(&x);
-      hi = *reinterpret_cast<uint32_t*>(&y);
-    } else {
-      // f16 holds every e4m3 value (subnormals too): the hardware's paired conversion (sm_89 on), one
-      // instruction per two codes.
-      asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-          : "=r"(lo), "=r"(hi)
-          : "r"(w));
-    }
-  } else {
-    const uint32_t a = __byte_perm(w, 0, 0x4140), b = __byte_perm(w, 0, 0x4342);  // codes in bits 0..7, 16..23
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      // bf16 0x4300 | u is 128 + u for u < 128: (128 + (c & 127)) - (128 or 256 by c's sign bit) = c.
-      const uint32_t pa = (a & 0x007f007fu) | 0x43004300u, na = (a & 0x00800080u) | 0x43004300u;
-      const uint32_t pb = (b & 0x007f007fu) | 0x43004300u, nb = (b & 0x00800080u) | 0x43004300u;
-      __nv_bfloat162 x = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pa),
-                                 *reinterpret_cast<const __nv_bfloat162*>(&na));
-      __nv_bfloat162 y = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pb),
-                                 *reinterpret_cast<const __nv_bfloat162*>(&nb));
-      lo = *reinterpret_cast<uint32_t*>(&x);
-      hi = *reinterpret_cast<uint32_t*>(&y);
-    } else {
-      // f16 0x6400 | u is 1024 + u: (1024 + (c + 128)) - 1152 = c.
-      const uint32_t pa = (a ^ 0x00800080u) | 0x64006400u, pb = (b ^ 0x00800080u) | 0x64006400u;
-      const __half2 k = __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));  // 1152
-      __half2 x = __hsub2(*reinterpret_cast<const __half2*>(&pa), k);
-      __half2 y = __hsub2(*reinterpret_cast<const __half2*>(&pb), k);
-      lo = *reinterpret_cast<uint32_t*>(&x);
-      hi = *reinterpret_cast<uint32_t*>(&y);
-    }
-  }
-}
-
-// Codes 2h and 2h + 1 of w (h = 0 or 1) as an f16 pair, the lower code in the lower half.
+// Codes 2h and 2h + 1 of w (h = 0 or 1, known at compile time where unrolled) as an f16 pair, the lower code in
+// the lower half. f16 holds every e4m3 and int8 value: e4m3 by the hardware's paired conversion (sm_89 on), one
+// instruction per two codes; int8 as (1024 + (c + 128)) - 1152.
 template <KvQuant Q> __device__ __forceinline__ uint32_t code_pair_f16(uint32_t w, int h) {
   uint32_t r;
   if constexpr (Q == KvQuant::kF8) {
-    const uint32_t pair = h ? w >> 16 : w & 0xffffu;
-    asm("{\n.reg .b16 l, u;\nmov.b32 {l, u}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(pair));
+    if (h) {
+      asm("{\n.reg .b16 l, u;\nmov.b32 {l, u}, %1;\ncvt.rn.f16x2.e4m3x2 %0, u;\n}\n" : "=r"(r) : "r"(w));
+    } else {
+      asm("{\n.reg .b16 l, u;\nmov.b32 {l, u}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(r) : "r"(w));
+    }
   } else {
     const uint32_t a = __byte_perm(w, 0, h ? 0x4342 : 0x4140);  // codes in bits 0..7, 16..23
-    const uint32_t pa = (a ^ 0x00800080u) | 0x64006400u;          // f16 1024 + (c + 128)
+    const uint32_t pa = (a ^ 0x00800080u) | 0x64006400u;
     const __half2 x = __hsub2(*reinterpret_cast<const __half2*>(&pa),
-                              __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));  // - 1152
+                              __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));
     r = *reinterpret_cast<const uint32_t*>(&x);
   }
   return r;
+}
+
+// Four codes (byte i = element i) as four b16 values, elements 0,1 in lo and 2,3 in hi.
+template <typename T, KvQuant Q>
+__device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    lo = code_pair_f16<Q>(w, 0);
+    hi = code_pair_f16<Q>(w, 1);
+  } else if constexpr (Q == KvQuant::kF8) {
+    // The code's exponent and mantissa bits moved into bf16's fields give the value times 2^-120 (subnormals
+    // alike); one exact multiply by a power of two restores it.
+    const uint32_t a = __byte_perm(w, 0, 0x1404), b = __byte_perm(w, 0, 0x3424);  // codes in bits 8..15, 24..31
+    const uint32_t ra = (a & 0x80008000u) | ((a >> 4) & 0x07f007f0u);
+    const uint32_t rb = (b & 0x80008000u) | ((b >> 4) & 0x07f007f0u);
+    const __nv_bfloat162 k = __halves2bfloat162(__ushort_as_bfloat16(0x7B80), __ushort_as_bfloat16(0x7B80));  // 2^120
+    __nv_bfloat162 x = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&ra), k);
+    __nv_bfloat162 y = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&rb), k);
+    lo = *reinterpret_cast<uint32_t*>(&x);
+    hi = *reinterpret_cast<uint32_t*>(&y);
+  } else {
+    // bf16 0x4300 | u is 128 + u for u < 128: (128 + (c & 127)) - (128 or 256 by c's sign bit) = c.
+    const uint32_t a = __byte_perm(w, 0, 0x4140), b = __byte_perm(w, 0, 0x4342);  // codes in bits 0..7, 16..23
+    const uint32_t pa = (a & 0x007f007fu) | 0x43004300u, na = (a & 0x00800080u) | 0x43004300u;
+    const uint32_t pb = (b & 0x007f007fu) | 0x43004300u, nb = (b & 0x00800080u) | 0x43004300u;
+    __nv_bfloat162 x = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pa),
+                               *reinterpret_cast<const __nv_bfloat162*>(&na));
+    __nv_bfloat162 y = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&pb),
+                               *reinterpret_cast<const __nv_bfloat162*>(&nb));
+    lo = *reinterpret_cast<uint32_t*>(&x);
+    hi = *reinterpret_cast<uint32_t*>(&y);
+  }
 }
 
 // Staged codes -> swizzled K and V tiles of T (what load_kv_tile would have written for a T cache holding the
