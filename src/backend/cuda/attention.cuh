@@ -2,8 +2,9 @@
 // its own shape only (so a query's result never depends on the rest of the batch):
 //   decode  (q_len * group <= 16): split-K flash-decoding, a KV head's query heads packed into one
 //           16-row tensor-core tile, four warps splitting every 64-key tile, then a combine kernel;
-//   prefill (otherwise): FlashAttention-2 style 64-row tiles of packed (token, head) rows, causal/window
-//           masks, a chunk attending to its cached prefix;
+//   prefill (otherwise): on Hopper with b16 caches and head_dim 64 / 128, wgmma (warpgroup MMA) 128-row tiles
+//           of packed (token, head) rows over 128-key tiles; elsewhere FlashAttention-2 style 64-row tiles on
+//           mma.sync; causal/window masks, a chunk attending to its cached prefix;
 //   generic: any other head_dim or dtype mix (f32 activations or cache, int8 / fp8 caches under f32
 //           activations): one warp per (query, head), f32.
 // The decode and prefill kernels also read int8 / fp8 e4m3 caches (bf16/f16 activations): codes and per-(slot,
@@ -56,6 +57,10 @@ bool attention_uses_tensor_cores(const AttentionLaunch& p);
 void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream);
 void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream);
 void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream);
+// The wgmma prefill (attention_prefill_wgmma.cu): false, launching nothing, where it does not apply (not an sm_90
+// device, an 8-bit cache, head_dim other than 64 / 128, or PEREGRINE_PREFILL_WGMMA=0).
+bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t stream);
+bool prefill_wgmma_enabled();
 
 // The block-table row of sequence s.
 __host__ __device__ inline const int32_t* table_row(const AttentionLaunch& p, int s) {

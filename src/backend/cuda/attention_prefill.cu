@@ -246,6 +246,7 @@ template <typename T> void launch_prefill_cache(const AttentionLaunch& p, cudaSt
 }  // namespace
 
 void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream) {
+  if (launch_attention_prefill_wgmma(p, stream)) return;  // Hopper, b16 caches, head_dim 64 / 128
   if (p.act == DType::kBF16) {
     launch_prefill_cache<bf16>(p, stream);
   } else {

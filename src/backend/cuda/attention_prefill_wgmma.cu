@@ -1,0 +1,248 @@
+// Prefill attention on Hopper's warpgroup MMA (sm_90a), bf16/f16 caches, head_dim 64 and 128. A CTA of two
+// warpgroups takes 128 packed (token, head) query rows of one (sequence, KV head), 64 a warpgroup, and walks the
+// 128-key K/V tiles its rows can see (causal, sliding window, cached prefix), double-buffered with cp.async into
+// 128-byte-swizzled tiles. Per tile a warpgroup computes S = Q K^T with both operands in shared memory, runs the
+// online softmax on S in registers (the m16n8 fragment layout the mma.sync kernel uses), and accumulates O += P V
+// with P in registers and V read MN-major from shared memory. The two warpgroups of an SM interleave one's softmax
+// with the other's multiplies. Tiles sit at absolute key positions, so a row's result depends only on its own
+// sequence and position, never on the rows beside it.
+// Other head dims, 8-bit caches and pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel.
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_wgmma.cuh"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+using namespace attn;
+
+template <int D> struct WgPrefillCfg {
+  static constexpr int kThreads = 256;  // two warpgroups
+  static constexpr int kRows = 128;     // 64 per warpgroup
+  static constexpr int kKeys = 128;
+  static constexpr int kQBytes = kRows * D * 2;
+  static constexpr int kTileBytes = kKeys * D * 2;
+  static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
+  static constexpr int kStages = 2;
+  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + alignment slack for the 1024-byte atoms
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLaunch p) {
+#ifdef PEREGRINE_WGMMA
+  using C = WgPrefillCfg<D>;
+  constexpr int kNt = C::kKeys / 8;  // score fragments (8 keys each) per thread row pair
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const int s = blockIdx.y, kvh = blockIdx.z;
+  const int tile = gridDim.x - 1 - blockIdx.x;  // heaviest (last) row tiles first
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int q0 = p.query_start_loc[s];
+  const int q_len = p.query_start_loc[s + 1] - q0;
+  const int rows = q_len * group;
+  if (rows <= kDecodeMaxRows) return;  // decode path
+  const int r0 = tile * C::kRows;
+  if (r0 >= rows) return;
+  const int len = p.seq_lens[s];
+  const int first_pos = len - q_len;
+  const int i_first = r0 / group, i_last = min(rows - 1, r0 + C::kRows - 1) / group;
+  const int window = p.sliding_window;
+  const int kv_hi = first_pos + i_last + 1;
+  const int kv_lo = window > 0 ? max(0, first_pos + i_first - window + 1) : 0;
+  const int t_lo = kv_lo / C::kKeys, t_hi = (kv_hi + C::kKeys - 1) / C::kKeys;
+
+  const int wgi = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, c4 = lane % 4;
+  // This warpgroup's rows: a tile is visible to all of them when its keys lie in [lo of the last, pos of the first].
+  const int wg_r0 = r0 + wgi * 64;
+  const int wg_first = min(wg_r0, rows - 1) / group, wg_last = min(rows - 1, wg_r0 + 63) / group;
+  const int pos_min = first_pos + wg_first;
+  const int lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
+
+  const T* q = static_cast<const T*>(p.q);
+  const T* kc = static_cast<const T*>(p.k_cache);
+  const T* vc = static_cast<const T*>(p.v_cache);
+  const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
+                   static_cast<int64_t>(kvh) * D};
+  const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t kv_s = q_s + C::kQBytes;
+  auto load_tile = [&](int st, int t) {
+    const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
+    auto copy = [&](int row, int chunk, int64_t offset, bool valid) {
+      const uint32_t dst = wg::sw128(row, chunk, C::kKeys);
+      cp_async16(k_at + dst, kc + offset, valid);
+      cp_async16(v_at + dst, vc + offset, valid);
+    };
+    for_each_kv_chunk<C::kKeys, D / 8, 8, C::kThreads>(kv, t * C::kKeys, kv_lo, kv_hi, copy);
+  };
+
+  for (int id = threadIdx.x; id < C::kRows * (D / 8); id += C::kThreads) {
+    const int r = id / (D / 8), chunk = id % (D / 8);
+    const int pr = r0 + r;
+    const bool valid = pr < rows;
+    const T* src = q;
+    if (valid)
+      src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
+    cp_async16(q_s + wg::sw128(r, chunk, C::kRows), src, valid);
+  }
+  load_tile(0, t_lo);
+  cp_async_commit();
+
+  bool row_ok[2];
+  int row_pos[2], row_lo[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = wg_r0 + warp * 16 + g + 8 * i;
+    row_ok[i] = pr < rows;
+    row_pos[i] = first_pos + pr / group;
+    row_lo[i] = window > 0 ? row_pos[i] - window + 1 : 0;
+  }
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  // Q (this warpgroup's 64 rows) and K as K-major operands; V as an MN-major one.
+  const uint32_t q_wg = q_s + wgi * 64 * 128;
+
+  for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
+    cp_async_wait<0>();
+    wg::fence_proxy_async();
+    __syncthreads();  // the tile is everyone's; the other stage's readers (last tile's wgmmas) are done
+    if (t + 1 < t_hi) load_tile((it + 1) % 2, t + 1);
+    cp_async_commit();
+    const uint32_t k_s = kv_s + (it % 2) * C::kStageBytes, v_s = k_s + C::kTileBytes;
+
+    float sc[kNt][4];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t da = wg::desc128(q_wg + (kk / 4) * C::kRows * 128 + (kk % 4) * 32, 16, 1024);
+      const uint64_t db = wg::desc128(k_s + (kk / 4) * C::kKeys * 128 + (kk % 4) * 32, 16, 1024);
+      wg::Mma<T, C::kKeys>::ss(sc, da, db, kk > 0 ? 1 : 0);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands(sc);
+
+    const int key0 = t * C::kKeys;
+    const bool full = key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min;
+    float s0[2 * kNt], s1[2 * kNt];
+    auto scores = [&](auto masked) {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s0[nt * 2 + e] = sc[nt][e] * scale_log2;
+          s1[nt * 2 + e] = sc[nt][2 + e] * scale_log2;
+          if constexpr (decltype(masked)::value) {
+            const int key = key0 + nt * 8 + c4 * 2 + e;
+            if (!(row_ok[0] && key <= row_pos[0] && key >= row_lo[0])) s0[nt * 2 + e] = -INFINITY;
+            if (!(row_ok[1] && key <= row_pos[1] && key >= row_lo[1])) s1[nt * 2 + e] = -INFINITY;
+          }
+        }
+      }
+    };
+    if (full) scores(std::false_type{});
+    else scores(std::true_type{});
+    const float alpha0 = softmax_update(s0, m[0], l[0]);
+    const float alpha1 = softmax_update(s1, m[1], l[1]);
+    rescale_rows(o, alpha0, alpha1);
+    uint32_t pa[C::kKeys / 16][4];
+#pragma unroll
+    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
+      pa[kc16][0] = pack2<T>(s0[4 * kc16], s0[4 * kc16 + 1]);
+      pa[kc16][1] = pack2<T>(s1[4 * kc16], s1[4 * kc16 + 1]);
+      pa[kc16][2] = pack2<T>(s0[4 * kc16 + 2], s0[4 * kc16 + 3]);
+      pa[kc16][3] = pack2<T>(s1[4 * kc16 + 2], s1[4 * kc16 + 3]);
+    }
+    wg::fence_operands(o);
+    wg::fence();
+#pragma unroll
+    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
+      wg::Mma<T, D>::rs_mn(o, pa[kc16], wg::desc128(v_s + kc16 * 16 * 128, C::kKeys * 128, 1024));
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands(o);
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    if (!row_ok[i]) continue;
+    const int pr = wg_r0 + warp * 16 + g + 8 * i;
+    const float inv = 1.0f / l[i];
+    T* out = static_cast<T*>(p.out) +
+             (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const uint32_t packed = pack2<T>(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+      *reinterpret_cast<uint32_t*>(out + dn * 8 + c4 * 2) = packed;
+    }
+  }
+#else
+  (void)p;
+  __trap();  // never launched: the host takes this kernel only on sm_90 devices, which run the sm_90a code
+#endif
+}
+
+template <typename T, int D> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
+  using C = WgPrefillCfg<D>;
+  static const bool attribute_set = [] {
+    PEREGRINE_CUDA_CHECK(
+        cudaFuncSetAttribute(prefill_wgmma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+  prefill_wgmma_kernel<T, D><<<grid, C::kThreads, C::kSmem, stream>>>(p);
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+// Whether the current device runs the sm_90a code (compute capability 9.0), per device, asked once.
+bool device_has_wgmma() {
+  static int cached[64];  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
+}  // namespace
+
+bool prefill_wgmma_enabled() {
+  // PEREGRINE_PREFILL_WGMMA=0 keeps every prefill on the FlashAttention-2 kernel (A/B benchmarks).
+  static const bool env_on = [] {
+    const char* v = std::getenv("PEREGRINE_PREFILL_WGMMA");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return env_on && device_has_wgmma();
+}
+
+bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t stream) {
+  if (p.cache != p.act || (p.head_dim != 64 && p.head_dim != 128) || !prefill_wgmma_enabled()) return false;
+  if (p.act == DType::kBF16) {
+    if (p.head_dim == 128) launch_typed<bf16, 128>(p, stream);
+    else launch_typed<bf16, 64>(p, stream);
+  } else {
+    if (p.head_dim == 128) launch_typed<f16, 128>(p, stream);
+    else launch_typed<f16, 64>(p, stream);
+  }
+  return true;
+}
+
+}  // namespace peregrine::cuda
