@@ -1,6 +1,6 @@
 // Prefill attention on Hopper's warpgroup MMA (sm_90a), bf16/f16 caches, head_dim 64 and 128. A CTA of two
 // warpgroups takes 128 packed (token, head) query rows of one (sequence, KV head), 64 a warpgroup, and walks the
-// 128-key K/V tiles its rows can see (causal, sliding window, cached prefix), double-buffered with cp.async into
+// 128-key K/V tiles its rows can see (causal, sliding window, cached prefix), three stages deep with cp.async into
 // 128-byte-swizzled tiles. Per tile a warpgroup computes S = Q K^T with both operands in shared memory, runs the
 // online softmax on S in registers (the m16n8 fragment layout the mma.sync kernel uses), and accumulates O += P V
 // with P in registers and V read MN-major from shared memory. The two warpgroups of an SM interleave one's softmax
@@ -27,7 +27,7 @@ template <int D> struct WgPrefillCfg {
   static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
   static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
-  static constexpr int kStages = 2;
+  static constexpr int kStages = 3;
   static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + alignment slack for the 1024-byte atoms
 };
 
@@ -69,14 +69,29 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
                    static_cast<int64_t>(kvh) * D};
   const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t kv_s = q_s + C::kQBytes;
-  auto load_tile = [&](int st, int t) {
+  // K/V tile loads: a thread copies chunk `ch` of kPasses rows of a tile (row i * kRowsPerPass + kr). The rows' cache
+  // slots (-1: outside [kv_lo, kv_hi), zero-filled, its block-table entry never read) are looked up one tile ahead,
+  // so a tile's copies never wait on the block table.
+  constexpr int kRowsPerPass = C::kThreads / (D / 8), kPasses = C::kKeys / kRowsPerPass;
+  const int kr = threadIdx.x / (D / 8), ch = threadIdx.x % (D / 8);
+  int32_t slot[kPasses];
+  auto lookup = [&](int t) {
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int key = t * C::kKeys + i * kRowsPerPass + kr;
+      slot[i] = key >= kv_lo && key < kv_hi ? static_cast<int32_t>(kv_slot(kv, key)) : -1;
+    }
+  };
+  auto load_tile = [&](int st) {
     const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
-    auto copy = [&](int row, int chunk, int64_t offset, bool valid) {
-      const uint32_t dst = wg::sw128(row, chunk, C::kKeys);
-      cp_async16(k_at + dst, kc + offset, valid);
-      cp_async16(v_at + dst, vc + offset, valid);
-    };
-    for_each_kv_chunk<C::kKeys, D / 8, 8, C::kThreads>(kv, t * C::kKeys, kv_lo, kv_hi, copy);
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const uint32_t dst = wg::sw128(i * kRowsPerPass + kr, ch, C::kKeys);
+      const int64_t offset =
+          slot[i] < 0 ? 0 : static_cast<int64_t>(slot[i]) * kv.row_stride + kv.head_offset + ch * 8;
+      cp_async16(k_at + dst, kc + offset, slot[i] >= 0);
+      cp_async16(v_at + dst, vc + offset, slot[i] >= 0);
+    }
   };
 
   for (int id = threadIdx.x; id < C::kRows * (D / 8); id += C::kThreads) {
@@ -88,8 +103,10 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
       src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
     cp_async16(q_s + wg::sw128(r, chunk, C::kRows), src, valid);
   }
-  load_tile(0, t_lo);
+  lookup(t_lo);
+  load_tile(0);
   cp_async_commit();
+  if (t_lo + 1 < t_hi) lookup(t_lo + 1);
 
   bool row_ok[2];
   int row_pos[2], row_lo[2];
@@ -107,64 +124,103 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   // Q (this warpgroup's 64 rows) and K as K-major operands; V as an MN-major one.
-  const uint32_t q_wg = q_s + wgi * 64 * 128;
+  const uint64_t q_desc = wg::desc128(q_s + wgi * 64 * 128, 16, 1024);
 
+  // Per tile t: S_t = Q K_t and O += P_{t-1} V_{t-1} issued together; the softmax of S_t runs while the tensor
+  // cores still multiply P_{t-1} V_{t-1}; then O is rescaled to S_t's row maxima and P_t packed. Three stages: tile
+  // t+1 loads while V_{t-1} and tile t are read.
+  uint32_t pa[C::kKeys / 16][4];
   for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
     cp_async_wait<0>();
     wg::fence_proxy_async();
-    __syncthreads();  // the tile is everyone's; the other stage's readers (last tile's wgmmas) are done
-    if (t + 1 < t_hi) load_tile((it + 1) % 2, t + 1);
-    cp_async_commit();
-    const uint32_t k_s = kv_s + (it % 2) * C::kStageBytes, v_s = k_s + C::kTileBytes;
+    __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
+    const uint32_t k_s = kv_s + (it % C::kStages) * C::kStageBytes;
+    const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
 
+    // Descriptors advance by their start address (>> 4; a shared address < 256 KiB never carries out of the field).
+    const uint64_t k_desc = wg::desc128(k_s, 16, 1024), v_desc = wg::desc128(v_prev, C::kKeys * 128, 1024);
     float sc[kNt][4];
+    wg::fence_operands(o);
     wg::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = wg::desc128(q_wg + (kk / 4) * C::kRows * 128 + (kk % 4) * 32, 16, 1024);
-      const uint64_t db = wg::desc128(k_s + (kk / 4) * C::kKeys * 128 + (kk % 4) * 32, 16, 1024);
+      const uint64_t da = q_desc + (((kk / 4) * C::kRows * 128 + (kk % 4) * 32) >> 4);
+      const uint64_t db = k_desc + (((kk / 4) * C::kKeys * 128 + (kk % 4) * 32) >> 4);
       wg::Mma<T, C::kKeys>::ss(sc, da, db, kk > 0 ? 1 : 0);
     }
     wg::commit();
-    wg::wait<0>();
+    if (it > 0) {
+#pragma unroll
+      for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
+        wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
+    }
+    wg::commit();
+    wg::wait<1>();  // S_t (groups complete in order)
     wg::fence_operands(sc);
 
+    // Online softmax in log2 units: scores scaled inside the exponent's FMA; masked scores are -inf.
     const int key0 = t * C::kKeys;
-    const bool full = key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min;
-    float s0[2 * kNt], s1[2 * kNt];
-    auto scores = [&](auto masked) {
+    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) {
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          s0[nt * 2 + e] = sc[nt][e] * scale_log2;
-          s1[nt * 2 + e] = sc[nt][2 + e] * scale_log2;
-          if constexpr (decltype(masked)::value) {
-            const int key = key0 + nt * 8 + c4 * 2 + e;
-            if (!(row_ok[0] && key <= row_pos[0] && key >= row_lo[0])) s0[nt * 2 + e] = -INFINITY;
-            if (!(row_ok[1] && key <= row_pos[1] && key >= row_lo[1])) s1[nt * 2 + e] = -INFINITY;
-          }
+          const int key = key0 + nt * 8 + c4 * 2 + e;
+          if (!(row_ok[0] && key <= row_pos[0] && key >= row_lo[0])) sc[nt][e] = -INFINITY;
+          if (!(row_ok[1] && key <= row_pos[1] && key >= row_lo[1])) sc[nt][2 + e] = -INFINITY;
         }
       }
-    };
-    if (full) scores(std::false_type{});
-    else scores(std::true_type{});
-    const float alpha0 = softmax_update(s0, m[0], l[0]);
-    const float alpha1 = softmax_update(s1, m[1], l[1]);
-    rescale_rows(o, alpha0, alpha1);
-    uint32_t pa[C::kKeys / 16][4];
+    }
+    // Row maxima and sums as trees over the 32 values of a row (short dependency chains: a warpgroup has one warp
+    // per scheduler to hide latency with).
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx4[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mx4[j] = fmaxf(sc[j][2 * i], sc[j][2 * i + 1]);
+#pragma unroll
+      for (int nt = 4; nt < kNt; ++nt) mx4[nt % 4] = fmaxf(mx4[nt % 4], fmaxf(sc[nt][2 * i], sc[nt][2 * i + 1]));
+      float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[i], mx * scale_log2);
+      const float base = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: o and l stay 0
+      alpha[i] = fast_exp2(m[i] - base);
+      float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        sc[nt][2 * i] = fast_exp2(fmaf(sc[nt][2 * i], scale_log2, -base));
+        sc[nt][2 * i + 1] = fast_exp2(fmaf(sc[nt][2 * i + 1], scale_log2, -base));
+        sum4[nt % 4] += sc[nt][2 * i] + sc[nt][2 * i + 1];
+      }
+      l[i] = l[i] * alpha[i] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
+      m[i] = m_new;
+    }
+    // Tile t+1's copies (slots looked up a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
+    // otherwise delay: 1.72 ms against 1.65 ms for 8K causal on an H100); then tile t+2's lookups.
+    if (t + 1 < t_hi) load_tile((it + 1) % C::kStages);
+    cp_async_commit();
+    if (t + 2 < t_hi) lookup(t + 2);
+    wg::wait<0>();  // PV_{t-1}: o and pa are free
+    wg::fence_operands(o);
+    rescale_rows(o, alpha[0], alpha[1]);
 #pragma unroll
     for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
-      pa[kc16][0] = pack2<T>(s0[4 * kc16], s0[4 * kc16 + 1]);
-      pa[kc16][1] = pack2<T>(s1[4 * kc16], s1[4 * kc16 + 1]);
-      pa[kc16][2] = pack2<T>(s0[4 * kc16 + 2], s0[4 * kc16 + 3]);
-      pa[kc16][3] = pack2<T>(s1[4 * kc16 + 2], s1[4 * kc16 + 3]);
+      pa[kc16][0] = pack2<T>(sc[2 * kc16][0], sc[2 * kc16][1]);
+      pa[kc16][1] = pack2<T>(sc[2 * kc16][2], sc[2 * kc16][3]);
+      pa[kc16][2] = pack2<T>(sc[2 * kc16 + 1][0], sc[2 * kc16 + 1][1]);
+      pa[kc16][3] = pack2<T>(sc[2 * kc16 + 1][2], sc[2 * kc16 + 1][3]);
     }
+  }
+  // The last tile's PV.
+  if (t_hi > t_lo) {
+    const uint32_t v_last = kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes;
     wg::fence_operands(o);
     wg::fence();
 #pragma unroll
     for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
-      wg::Mma<T, D>::rs_mn(o, pa[kc16], wg::desc128(v_s + kc16 * 16 * 128, C::kKeys * 128, 1024));
+      wg::Mma<T, D>::rs_mn(o, pa[kc16], wg::desc128(v_last + kc16 * 16 * 128, C::kKeys * 128, 1024));
     wg::commit();
     wg::wait<0>();
     wg::fence_operands(o);

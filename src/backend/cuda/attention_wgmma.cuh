@@ -50,6 +50,7 @@ template <int N> __device__ __forceinline__ void fence_operands(float (&d)[N][4]
     for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
 }
 
+
 template <typename T, int N> struct Mma;
 
 template <> struct Mma<__nv_bfloat16, 64> {
