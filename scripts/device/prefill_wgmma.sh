@@ -6,7 +6,8 @@
 # There: source .device/carry_kv/env.sh && scripts/device/prefill_wgmma.sh
 # PERF=0 stops after the tests; TP=0 skips the offline run; PC=0 the prefix-cache runs; PROFILE=1 adds ncu (one 8K
 # launch per entry of PROFILE_ENVS, stall reasons) and the kernel's SASS opcode counts; VARIANTS (VAR=value entries)
-# runs the attention tests and the kernel bench once per entry.
+# runs the attention tests and the kernel bench once per entry (PEREGRINE_PREFILL_WGMMA_CODES=1: the 8-bit caches
+# on the wgmma kernel, built 2026-12-06 without a GPU run).
 set -uo pipefail
 source "$(dirname "$0")/carry_kv_common.sh"
 ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny
@@ -44,7 +45,7 @@ if [ -n "${VARIANTS:-}" ]; then
     env $v timeout 150 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention.*' >/tmp/ops_v.log 2>&1
     t "$v: attention tests rc=$? $(grep -cE '^\[       OK' /tmp/ops_v.log) ok, $(grep -cE '^\[  FAILED' /tmp/ops_v.log) failed"
     env $v timeout 150 "$bin/cuda_ops_bench" --kv-cache-only >/tmp/kv_v.txt 2>&1
-    t "kv bench $v: $(grep -E "prefill attention 8K causal bfloat16" /tmp/kv_v.txt)"
+    t "kv bench $v:"; grep -E "^\| prefill attention" /tmp/kv_v.txt
   done
 fi
 timeout 150 "$bin/cuda_ops_bench" --kv-cache-only >/tmp/kv_wg.txt 2>&1

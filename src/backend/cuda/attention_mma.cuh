@@ -273,7 +273,9 @@ __device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t&
 
 // Staged codes -> swizzled K and V tiles of T (what load_kv_tile would have written for a T cache holding the
 // codes' values). Call between barriers: after the stage's cp.async group completed, before the mma loops.
-template <typename T, KvQuant Q, int D, int kKeys, int kThreads>
+// kAtoms: the tiles in the wgmma kernel's layout instead (64-column slices of 128-byte rows, chunk XOR row % 8:
+// attention_wgmma.cuh's sw128).
+template <typename T, KvQuant Q, int D, int kKeys, int kThreads, bool kAtoms = false>
 __device__ __forceinline__ void convert_kv_codes(uint32_t stage, uint32_t k_smem, uint32_t v_smem) {
   using S = CodeStage<D, kKeys>;
   constexpr int kChunksPerRow = D / 16;
@@ -294,10 +296,14 @@ __device__ __forceinline__ void convert_kv_codes(uint32_t stage, uint32_t k_smem
 #pragma unroll
     for (int j = 0; j < 4; ++j) codes_to_b16<T, Q>(w[j], o[2 * j], o[2 * j + 1]);
     const uint32_t dst = is_v ? v_smem : k_smem;
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzle<D>(row, chunk * 16)), "r"(o[0]),
+    auto at = [&](int c8) -> uint32_t {  // the 16-byte chunk c8 (8 values) of row `row`
+      if constexpr (kAtoms) return static_cast<uint32_t>((c8 >> 3) * kKeys * 128 + row * 128 + (((c8 & 7) ^ (row & 7)) << 4));
+      else return swizzle<D>(row, c8 * 8);
+    };
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + at(2 * chunk)), "r"(o[0]),
                  "r"(o[1]), "r"(o[2]), "r"(o[3])
                  : "memory");
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + swizzle<D>(row, chunk * 16 + 8)),
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + at(2 * chunk + 1)),
                  "r"(o[4]), "r"(o[5]), "r"(o[6]), "r"(o[7])
                  : "memory");
   }

@@ -20,21 +20,29 @@ namespace {
 
 using namespace attn;
 
-template <int D> struct WgPrefillCfg {
+// Shared memory: Q, then kStages (K, V) tile pairs of T. 8-bit caches: two pairs, each followed by its keys' K and V
+// scales (f32), and one staging area of codes and scales (attention_mma.cuh's CodeStage) that each tile passes through.
+template <int D, KvQuant Q> struct WgPrefillCfg {
+  static constexpr bool kCodes = Q != KvQuant::kNone;
   static constexpr int kThreads = 256;  // two warpgroups
   static constexpr int kRows = 128;     // 64 per warpgroup
   static constexpr int kKeys = 128;
   static constexpr int kQBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
-  static constexpr int kStageBytes = 2 * kTileBytes;  // K then V
-  static constexpr int kStages = 3;
-  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + alignment slack for the 1024-byte atoms
+  static constexpr int kScaleBytes = kCodes ? 2 * kKeys * 4 : 0;
+  static constexpr int kStageBytes = 2 * kTileBytes + kScaleBytes;  // K, V (, K scales, V scales): 1024-byte multiple
+  static constexpr int kStages = kCodes ? 2 : 3;
+  static constexpr int kStagingBytes = kCodes ? CodeStage<D, kKeys>::kBytes : 0;
+  // + alignment slack for the 1024-byte atoms
+  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + kStagingBytes;
 };
 
-template <typename T, int D>
+template <typename T, int D, KvQuant Q>
 __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLaunch p) {
 #ifdef PEREGRINE_WGMMA
-  using C = WgPrefillCfg<D>;
+  using C = WgPrefillCfg<D, Q>;
+  using S = CodeStage<D, C::kKeys>;
+  using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
   constexpr int kNt = C::kKeys / 8;  // score fragments (8 keys each) per thread row pair
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int s = blockIdx.y, kvh = blockIdx.z;
@@ -63,12 +71,13 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   const int lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
 
   const T* q = static_cast<const T*>(p.q);
-  const T* kc = static_cast<const T*>(p.k_cache);
-  const T* vc = static_cast<const T*>(p.v_cache);
+  const KvT* kc = static_cast<const KvT*>(p.k_cache);
+  const KvT* vc = static_cast<const KvT*>(p.v_cache);
   const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
                    static_cast<int64_t>(kvh) * D};
   const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t kv_s = q_s + C::kQBytes;
+  const uint32_t staging = kv_s + C::kStages * C::kStageBytes;  // 8-bit caches
   // K/V tile loads: a thread copies chunk `ch` of kPasses rows of a tile (row i * kRowsPerPass + kr). The rows' cache
   // slots (-1: outside [kv_lo, kv_hi), zero-filled, its block-table entry never read) are looked up one tile ahead,
   // so a tile's copies never wait on the block table.
@@ -85,7 +94,7 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   auto load_tile = [&](int st) {
     const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
+    for (int i = 0; i < kPasses && !C::kCodes; ++i) {
       const uint32_t dst = wg::sw128(i * kRowsPerPass + kr, ch, C::kKeys);
       const int64_t offset =
           slot[i] < 0 ? 0 : static_cast<int64_t>(slot[i]) * kv.row_stride + kv.head_offset + ch * 8;
@@ -103,10 +112,36 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
       src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
     cp_async16(q_s + wg::sw128(r, chunk, C::kRows), src, valid);
   }
-  lookup(t_lo);
-  load_tile(0);
-  cp_async_commit();
-  if (t_lo + 1 < t_hi) lookup(t_lo + 1);
+  // 8-bit caches: a tile's codes and scales land in the staging area, and every thread then turns its share into
+  // the stage's T tiles (exact values) and copies the scales beside them.
+  auto load_codes = [&](int t) {
+    if constexpr (C::kCodes)
+      load_kv_codes<D, C::kKeys, C::kThreads>(staging, kc, vc, p.k_scales, p.v_scales, kv, t * C::kKeys, kv_lo, kv_hi);
+  };
+  auto convert = [&](int st) {
+    if constexpr (!C::kCodes) return;
+    const uint32_t k_at = kv_s + st * C::kStageBytes;
+    convert_kv_codes<T, Q, D, C::kKeys, C::kThreads, true>(staging, k_at, k_at + C::kTileBytes);
+    float* scales = reinterpret_cast<float*>(smem_raw + (k_at - smem_addr(smem_raw)) + 2 * C::kTileBytes);
+    const float* staged = reinterpret_cast<const float*>(smem_raw + (staging - smem_addr(smem_raw)) + S::kKScales);
+    for (int i = threadIdx.x; i < 2 * C::kKeys; i += C::kThreads) scales[i] = staged[i];  // K then V, as staged
+  };
+  if constexpr (C::kCodes) {
+    load_codes(t_lo);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    convert(0);
+    wg::fence_proxy_async();
+    __syncthreads();  // the next load overwrites the staging area
+    if (t_lo + 1 < t_hi) load_codes(t_lo + 1);
+    cp_async_commit();
+  } else {
+    lookup(t_lo);
+    load_tile(0);
+    cp_async_commit();
+    if (t_lo + 1 < t_hi) lookup(t_lo + 1);
+  }
 
   bool row_ok[2];
   int row_pos[2], row_lo[2];
@@ -131,9 +166,14 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   // t+1 loads while V_{t-1} and tile t are read.
   uint32_t pa[C::kKeys / 16][4];
   for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
-    cp_async_wait<0>();
-    wg::fence_proxy_async();
-    __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
+    if constexpr (!C::kCodes) {
+      cp_async_wait<0>();
+      wg::fence_proxy_async();
+      __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
+    }  // (8-bit caches: tile t was converted and fenced at the end of the last iteration)
+    const float* k_scale = reinterpret_cast<const float*>(smem_raw + (kv_s - smem_addr(smem_raw)) +
+                                                          (it % C::kStages) * C::kStageBytes + 2 * C::kTileBytes);
+    const float* v_scale = k_scale + C::kKeys;
     const uint32_t k_s = kv_s + (it % C::kStages) * C::kStageBytes;
     const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
 
@@ -158,7 +198,18 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
     wg::wait<1>();  // S_t (groups complete in order)
     wg::fence_operands(sc);
 
-    // Online softmax in log2 units: scores scaled inside the exponent's FMA; masked scores are -inf.
+    // Online softmax in log2 units: scores scaled inside the exponent's FMA; masked scores are -inf. 8-bit caches:
+    // the scores of codes times each key's K scale first.
+    if constexpr (C::kCodes) {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        const float2 ks = *reinterpret_cast<const float2*>(k_scale + nt * 8 + c4 * 2);
+        sc[nt][0] *= ks.x;
+        sc[nt][1] *= ks.y;
+        sc[nt][2] *= ks.x;
+        sc[nt][3] *= ks.y;
+      }
+    }
     const int key0 = t * C::kKeys;
     if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) {
 #pragma unroll
@@ -197,20 +248,43 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
       l[i] = l[i] * alpha[i] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
       m[i] = m_new;
     }
-    // Tile t+1's copies (slots looked up a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
-    // otherwise delay: 1.72 ms against 1.65 ms for 8K causal on an H100); then tile t+2's lookups.
-    if (t + 1 < t_hi) load_tile((it + 1) % C::kStages);
-    cp_async_commit();
-    if (t + 2 < t_hi) lookup(t + 2);
+    if constexpr (!C::kCodes) {
+      // Tile t+1's copies (slots looked up a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
+      // otherwise delay: 1.72 ms against 1.65 ms for 8K causal on an H100); then tile t+2's lookups.
+      if (t + 1 < t_hi) load_tile((it + 1) % C::kStages);
+      cp_async_commit();
+      if (t + 2 < t_hi) lookup(t + 2);
+    }
     wg::wait<0>();  // PV_{t-1}: o and pa are free
     wg::fence_operands(o);
     rescale_rows(o, alpha[0], alpha[1]);
+    if constexpr (C::kCodes) {  // V's per-key scales on the probabilities (l keeps the unscaled ones), times kVFactor
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        const float2 vs = *reinterpret_cast<const float2*>(v_scale + nt * 8 + c4 * 2);
+        sc[nt][0] *= kVFactor<T, Q> * vs.x;
+        sc[nt][1] *= kVFactor<T, Q> * vs.y;
+        sc[nt][2] *= kVFactor<T, Q> * vs.x;
+        sc[nt][3] *= kVFactor<T, Q> * vs.y;
+      }
+    }
 #pragma unroll
     for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
       pa[kc16][0] = pack2<T>(sc[2 * kc16][0], sc[2 * kc16][1]);
       pa[kc16][1] = pack2<T>(sc[2 * kc16][2], sc[2 * kc16][3]);
       pa[kc16][2] = pack2<T>(sc[2 * kc16 + 1][0], sc[2 * kc16 + 1][1]);
       pa[kc16][3] = pack2<T>(sc[2 * kc16 + 1][2], sc[2 * kc16 + 1][3]);
+    }
+    if constexpr (C::kCodes) {
+      if (t + 1 < t_hi) {  // tile t+1 into the stage PV_{t-1} just finished reading
+        cp_async_wait<0>();
+        __syncthreads();  // its codes landed for everyone; both warpgroups are past PV_{t-1}
+        convert((it + 1) % C::kStages);
+        wg::fence_proxy_async();
+        __syncthreads();
+        if (t + 2 < t_hi) load_codes(t + 2);
+        cp_async_commit();
+      }
     }
   }
   // The last tile's PV.
@@ -231,6 +305,7 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   for (int i = 0; i < 2; ++i) {
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] *= kVFactor<T, Q>;  // 1 except f16 over 8-bit caches (exact: a power of two)
     if (!row_ok[i]) continue;
     const int pr = wg_r0 + warp * 16 + g + 8 * i;
     const float inv = 1.0f / l[i];
@@ -248,18 +323,18 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
 #endif
 }
 
-template <typename T, int D> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
-  using C = WgPrefillCfg<D>;
+template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
+  using C = WgPrefillCfg<D, Q>;
   static const bool attribute_set = [] {
     PEREGRINE_CUDA_CHECK(
-        cudaFuncSetAttribute(prefill_wgmma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+        cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   const int group = p.num_q_heads / p.num_kv_heads;
   const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
-  prefill_wgmma_kernel<T, D><<<grid, C::kThreads, C::kSmem, stream>>>(p);
+  prefill_wgmma_kernel<T, D, Q><<<grid, C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
 
@@ -289,15 +364,37 @@ bool prefill_wgmma_enabled() {
   return env_on && device_has_wgmma();
 }
 
+namespace {
+
+template <typename T, KvQuant Q> void launch_dim(const AttentionLaunch& p, cudaStream_t stream) {
+  if (p.head_dim == 128) launch_typed<T, 128, Q>(p, stream);
+  else launch_typed<T, 64, Q>(p, stream);
+}
+
+template <typename T> void launch_cache(const AttentionLaunch& p, cudaStream_t stream) {
+  if (p.cache == DType::kF8E4M3) launch_dim<T, KvQuant::kF8>(p, stream);
+  else if (p.cache == DType::kI8) launch_dim<T, KvQuant::kI8>(p, stream);
+  else launch_dim<T, KvQuant::kNone>(p, stream);
+}
+
+// 8-bit caches on this kernel only with PEREGRINE_PREFILL_WGMMA_CODES=1 until a GPU run has checked and measured it
+// (built 2026-12-06 without one); they keep the mma.sync kernel otherwise.
+bool codes_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_PREFILL_WGMMA_CODES");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+}  // namespace
+
 bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t stream) {
-  if (p.cache != p.act || (p.head_dim != 64 && p.head_dim != 128) || !prefill_wgmma_enabled()) return false;
-  if (p.act == DType::kBF16) {
-    if (p.head_dim == 128) launch_typed<bf16, 128>(p, stream);
-    else launch_typed<bf16, 64>(p, stream);
-  } else {
-    if (p.head_dim == 128) launch_typed<f16, 128>(p, stream);
-    else launch_typed<f16, 64>(p, stream);
-  }
+  const bool codes = p.cache == DType::kI8 || p.cache == DType::kF8E4M3;
+  if ((p.cache != p.act && !codes) || (codes && !codes_enabled())) return false;
+  if ((p.head_dim != 64 && p.head_dim != 128) || !prefill_wgmma_enabled()) return false;
+  if (p.act == DType::kBF16) launch_cache<bf16>(p, stream);
+  else launch_cache<f16>(p, stream);
   return true;
 }
 
