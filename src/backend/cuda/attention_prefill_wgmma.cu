@@ -7,8 +7,12 @@
 // with the other's multiplies. Tiles sit at absolute key positions, so a row's result depends only on its own
 // sequence and position, never on the rows beside it.
 // Other head dims, 8-bit caches and pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel.
+#include <cuda.h>  // CUtensorMap (the driver's encoder is reached through the runtime: no -lcuda)
+#include <cudaTypedefs.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
@@ -33,14 +37,22 @@ template <int D, KvQuant Q> struct WgPrefillCfg {
   static constexpr int kStageBytes = 2 * kTileBytes + kScaleBytes;  // K, V (, K scales, V scales): 1024-byte multiple
   static constexpr int kStages = kCodes ? 2 : 3;
   static constexpr int kStagingBytes = kCodes ? CodeStage<D, kKeys>::kBytes : 0;
+  static constexpr int kBarBytes = 64;  // the TMA copies' mbarriers, one a stage
   // + alignment slack for the 1024-byte atoms
-  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + kStagingBytes;
+  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + kStagingBytes + kBarBytes;
 };
 
-template <typename T, int D, KvQuant Q>
-__global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLaunch p) {
+// kTma (b16 caches, block sizes 8..128): thread 0 copies each tile block by block with the tensor memory accelerator
+// (tm_k, tm_v: the caches as [slots][num_kv_heads * D] with 64-column x block_size-row boxes in the 128-byte swizzle
+// the tiles use), completion on the stage's mbarrier; blocks outside [kv_lo, kv_hi) are not copied, and V rows
+// outside it are zeroed once the copies landed (a P of 0 times stale or NaN values would not be 0).
+template <typename T, int D, KvQuant Q, bool kTma>
+__global__ void __launch_bounds__(256, 1)
+    prefill_wgmma_kernel(const AttentionLaunch p, const __grid_constant__ CUtensorMap tm_k,
+                         const __grid_constant__ CUtensorMap tm_v) {
 #ifdef PEREGRINE_WGMMA
   using C = WgPrefillCfg<D, Q>;
+  static_assert(!kTma || !C::kCodes, "TMA copies are for b16 caches");
   using S = CodeStage<D, C::kKeys>;
   using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
   constexpr int kNt = C::kKeys / 8;  // score fragments (8 keys each) per thread row pair
@@ -78,6 +90,33 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t kv_s = q_s + C::kQBytes;
   const uint32_t staging = kv_s + C::kStages * C::kStageBytes;  // 8-bit caches
+  const uint32_t bars = staging + C::kStagingBytes;               // TMA: one mbarrier a stage
+  // TMA: tile t into stage st, block by block (called by thread 0 only).
+  auto tma_tile = [&](int t, int st) {
+    const int bs = p.block_size, key0 = t * C::kKeys;
+    const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
+    uint32_t bytes = 0;
+    for (int b = 0; b < C::kKeys / bs; ++b) {
+      const int first = key0 + b * bs;
+      if (first + bs <= kv_lo || first >= kv_hi) continue;
+      const int id = __ldg(kv.table + first / bs);
+      if (id < 0) continue;
+      bytes += (D / 64) * 2 * bs * 128;
+    }
+    wg::mbar_expect_tx(bars + 8 * st, bytes);
+    for (int b = 0; b < C::kKeys / bs; ++b) {
+      const int first = key0 + b * bs;
+      if (first + bs <= kv_lo || first >= kv_hi) continue;
+      const int id = __ldg(kv.table + first / bs);
+      if (id < 0) continue;
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h) {
+        const uint32_t off = h * C::kKeys * 128 + b * bs * 128;
+        wg::tma_load_2d(k_at + off, &tm_k, kvh * D + h * 64, id * bs, bars + 8 * st);
+        wg::tma_load_2d(v_at + off, &tm_v, kvh * D + h * 64, id * bs, bars + 8 * st);
+      }
+    }
+  };
   // K/V tile loads: a thread copies chunk `ch` of kPasses rows of a tile (row i * kRowsPerPass + kr). The rows' cache
   // slots (-1: outside [kv_lo, kv_hi), zero-filled, its block-table entry never read) are looked up one tile ahead,
   // so a tile's copies never wait on the block table.
@@ -136,6 +175,15 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
     __syncthreads();  // the next load overwrites the staging area
     if (t_lo + 1 < t_hi) load_codes(t_lo + 1);
     cp_async_commit();
+  } else if constexpr (kTma) {
+    cp_async_commit();  // Q
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int i = 0; i < C::kStages; ++i) wg::mbar_init(bars + 8 * i, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      tma_tile(t_lo, 0);
+    }
+    __syncthreads();  // the barriers are initialised before anyone waits on them
   } else {
     lookup(t_lo);
     load_tile(0);
@@ -166,7 +214,23 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   // t+1 loads while V_{t-1} and tile t are read.
   uint32_t pa[C::kKeys / 16][4];
   for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
-    if constexpr (!C::kCodes) {
+    if constexpr (kTma) {
+      const int st = it % C::kStages;
+      wg::mbar_wait(bars + 8 * st, (it / C::kStages) & 1);
+      if (it == 0) cp_async_wait<0>();  // Q
+      const int key0 = t * C::kKeys;
+      if (key0 < kv_lo || key0 + C::kKeys > kv_hi) {  // an edge tile: zero V's rows outside [kv_lo, kv_hi)
+        const uint32_t v_at = kv_s + st * C::kStageBytes + C::kTileBytes;
+        for (int id = threadIdx.x; id < C::kKeys * (D / 8); id += C::kThreads) {
+          const int row = id / (D / 8), c = id % (D / 8), key = key0 + row;
+          if (key >= kv_lo && key < kv_hi) continue;
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(v_at + wg::sw128(row, c, C::kKeys)), "r"(0)
+                       : "memory");
+        }
+      }
+      wg::fence_proxy_async();
+      __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
+    } else if constexpr (!C::kCodes) {
       cp_async_wait<0>();
       wg::fence_proxy_async();
       __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
@@ -195,6 +259,7 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
         wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
     }
     wg::commit();
+    if (kTma && threadIdx.x == 0 && t + 1 < t_hi) tma_tile(t + 1, (it + 1) % C::kStages);
     wg::wait<1>();  // S_t (groups complete in order)
     wg::fence_operands(sc);
 
@@ -248,7 +313,7 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
       l[i] = l[i] * alpha[i] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
       m[i] = m_new;
     }
-    if constexpr (!C::kCodes) {
+    if constexpr (!C::kCodes && !kTma) {
       // Tile t+1's copies (slots looked up a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
       // otherwise delay: 1.72 ms against 1.65 ms for 8K causal on an H100); then tile t+2's lookups.
       if (t + 1 < t_hi) load_tile((it + 1) % C::kStages);
@@ -323,19 +388,74 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
 #endif
 }
 
-template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
+// The driver's tensor-map encoder, through the runtime (null where the driver lacks it).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A cache pool as a 2-D tensor [num_blocks * block_size][num_kv_heads * head_dim] of T, boxes of 64 columns x
+// block_size rows, 128-byte swizzle. False where the encoder refuses (the caller keeps cp.async then).
+bool encode_cache_map(CUtensorMap* map, const void* cache, const AttentionLaunch& p) {
+  auto encode = tensor_map_encoder();
+  if (!encode) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.num_kv_heads) * p.head_dim,
+                              static_cast<cuuint64_t>(p.num_blocks) * p.block_size};
+  const cuuint64_t strides[1] = {dims[0] * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(p.block_size)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUtensorMapDataType type =
+      p.act == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 2, const_cast<void*>(cache), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// TMA copies for b16 caches only with PEREGRINE_PREFILL_TMA=1 until a GPU run has checked and measured them (built
+// 2026-12-06 without one), and only for block sizes 8..128 that are powers of two (a box's rows start on a swizzle
+// atom) with the pool's size known.
+bool tma_wanted(const AttentionLaunch& p) {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_PREFILL_TMA");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  const int bs = p.block_size;
+  return on && p.cache == p.act && p.num_blocks > 0 && bs >= 8 && bs <= 128 && (bs & (bs - 1)) == 0;
+}
+
+template <typename T, int D, KvQuant Q, bool kTma>
+void launch_kernel(const AttentionLaunch& p, const CUtensorMap& tm_k, const CUtensorMap& tm_v, cudaStream_t stream) {
   using C = WgPrefillCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(
-        cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kTma>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   const int group = p.num_q_heads / p.num_kv_heads;
   const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
-  prefill_wgmma_kernel<T, D, Q><<<grid, C::kThreads, C::kSmem, stream>>>(p);
+  prefill_wgmma_kernel<T, D, Q, kTma><<<grid, C::kThreads, C::kSmem, stream>>>(p, tm_k, tm_v);
   PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
+  CUtensorMap tm_k{}, tm_v{};
+  if constexpr (Q == KvQuant::kNone) {
+    if (tma_wanted(p) && encode_cache_map(&tm_k, p.k_cache, p) && encode_cache_map(&tm_v, p.v_cache, p)) {
+      launch_kernel<T, D, Q, true>(p, tm_k, tm_v, stream);
+      return;
+    }
+  }
+  launch_kernel<T, D, Q, false>(p, tm_k, tm_v, stream);
 }
 
 // Whether the current device runs the sm_90a code (compute capability 9.0), per device, asked once.

@@ -51,6 +51,30 @@ template <int N> __device__ __forceinline__ void fence_operands(float (&d)[N][4]
 }
 
 
+// mbarriers (shared::cta) for the tensor-memory-accelerator copies: init with an arrival count, one arrival that also
+// expects `bytes` of copies, the wait for the phase of the given parity, and a 2-D tile copy (box of the tensor map at
+// coordinates c0 (inner), c1) into shared memory that signals the barrier with its bytes.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"  // a label is local to its { } block in PTX
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* tensor_map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
 template <typename T, int N> struct Mma;
 
 template <> struct Mma<__nv_bfloat16, 64> {
