@@ -7,8 +7,9 @@
 # PERF=0 stops after the tests; TP=0 skips the offline run; PC=0 the prefix-cache runs; PROFILE=1 adds ncu (one 8K
 # launch per entry of PROFILE_ENVS, stall reasons) and the kernel's SASS opcode counts; VARIANTS (VAR=value entries)
 # runs the attention tests and the kernel bench once per entry (PEREGRINE_PREFILL_WGMMA_CODES=1: the 8-bit caches
-# on the wgmma kernel; PEREGRINE_PREFILL_TMA=1: its b16 tiles copied by the tensor memory accelerator; both built
-# 2026-12-06 without a GPU run: VARIANTS="PEREGRINE_PREFILL_WGMMA_CODES=1 PEREGRINE_PREFILL_TMA=1").
+# on the wgmma kernel; PEREGRINE_PREFILL_TMA=1: its b16 tiles copied by the tensor memory accelerator, =2 the
+# warp-specialised kernel over TMA copies, =3 it with ping-pong; all built 2026-12-06 without a GPU run:
+# VARIANTS="PEREGRINE_PREFILL_WGMMA_CODES=1 PEREGRINE_PREFILL_TMA=1 PEREGRINE_PREFILL_TMA=2 PEREGRINE_PREFILL_TMA=3").
 set -uo pipefail
 source "$(dirname "$0")/carry_kv_common.sh"
 ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny

@@ -42,6 +42,47 @@ template <int D, KvQuant Q> struct WgPrefillCfg {
   static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + kStagingBytes + kBarBytes;
 };
 
+#ifdef PEREGRINE_WGMMA
+// TMA: keys [t * kKeys, (t + 1) * kKeys) of a KV head (columns col0.. of the pools) into K and V tiles at k_at / v_at,
+// block by block; blocks wholly outside [lo, hi) and holes (-1) are not copied. One thread calls it; the barrier
+// expects the bytes first.
+template <int D, int kKeys>
+__device__ __forceinline__ void tma_tile_copy(const CUtensorMap* tm_k, const CUtensorMap* tm_v, const PagedKv& kv,
+                                              int col0, int bs, int t, int lo, int hi, uint32_t k_at, uint32_t v_at,
+                                              uint32_t bar) {
+  const int key0 = t * kKeys;
+  uint32_t bytes = 0;
+  for (int b = 0; b < kKeys / bs; ++b) {
+    const int first = key0 + b * bs;
+    if (first + bs <= lo || first >= hi || __ldg(kv.table + first / bs) < 0) continue;
+    bytes += (D / 64) * 2 * bs * 128;
+  }
+  wg::mbar_expect_tx(bar, bytes);
+  for (int b = 0; b < kKeys / bs; ++b) {
+    const int first = key0 + b * bs;
+    if (first + bs <= lo || first >= hi) continue;
+    const int id = __ldg(kv.table + first / bs);
+    if (id < 0) continue;
+#pragma unroll
+    for (int h = 0; h < D / 64; ++h) {
+      const uint32_t off = h * kKeys * 128 + b * bs * 128;
+      wg::tma_load_2d(k_at + off, tm_k, col0 + h * 64, id * bs, bar);
+      wg::tma_load_2d(v_at + off, tm_v, col0 + h * 64, id * bs, bar);
+    }
+  }
+}
+
+// Zeroes the V rows of keys outside [lo, hi) in a tile (kThreads threads from thread `tid`).
+template <int D, int kKeys, int kThreads>
+__device__ __forceinline__ void zero_v_rows(uint32_t v_at, int key0, int lo, int hi, int tid) {
+  for (int id = tid; id < kKeys * (D / 8); id += kThreads) {
+    const int row = id / (D / 8), c = id % (D / 8), key = key0 + row;
+    if (key >= lo && key < hi) continue;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(v_at + wg::sw128(row, c, kKeys)), "r"(0) : "memory");
+  }
+}
+#endif  // PEREGRINE_WGMMA
+
 // kTma (b16 caches, block sizes 8..128): thread 0 copies each tile block by block with the tensor memory accelerator
 // (tm_k, tm_v: the caches as [slots][num_kv_heads * D] with 64-column x block_size-row boxes in the 128-byte swizzle
 // the tiles use), completion on the stage's mbarrier; blocks outside [kv_lo, kv_hi) are not copied, and V rows
@@ -91,31 +132,10 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t kv_s = q_s + C::kQBytes;
   const uint32_t staging = kv_s + C::kStages * C::kStageBytes;  // 8-bit caches
   const uint32_t bars = staging + C::kStagingBytes;               // TMA: one mbarrier a stage
-  // TMA: tile t into stage st, block by block (called by thread 0 only).
-  auto tma_tile = [&](int t, int st) {
-    const int bs = p.block_size, key0 = t * C::kKeys;
-    const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
-    uint32_t bytes = 0;
-    for (int b = 0; b < C::kKeys / bs; ++b) {
-      const int first = key0 + b * bs;
-      if (first + bs <= kv_lo || first >= kv_hi) continue;
-      const int id = __ldg(kv.table + first / bs);
-      if (id < 0) continue;
-      bytes += (D / 64) * 2 * bs * 128;
-    }
-    wg::mbar_expect_tx(bars + 8 * st, bytes);
-    for (int b = 0; b < C::kKeys / bs; ++b) {
-      const int first = key0 + b * bs;
-      if (first + bs <= kv_lo || first >= kv_hi) continue;
-      const int id = __ldg(kv.table + first / bs);
-      if (id < 0) continue;
-#pragma unroll
-      for (int h = 0; h < D / 64; ++h) {
-        const uint32_t off = h * C::kKeys * 128 + b * bs * 128;
-        wg::tma_load_2d(k_at + off, &tm_k, kvh * D + h * 64, id * bs, bars + 8 * st);
-        wg::tma_load_2d(v_at + off, &tm_v, kvh * D + h * 64, id * bs, bars + 8 * st);
-      }
-    }
+  auto tma_tile = [&](int t, int st) {  // thread 0 only
+    const uint32_t k_at = kv_s + st * C::kStageBytes;
+    tma_tile_copy<D, C::kKeys>(&tm_k, &tm_v, kv, kvh * D, p.block_size, t, kv_lo, kv_hi, k_at, k_at + C::kTileBytes,
+                               bars + 8 * st);
   };
   // K/V tile loads: a thread copies chunk `ch` of kPasses rows of a tile (row i * kRowsPerPass + kr). The rows' cache
   // slots (-1: outside [kv_lo, kv_hi), zero-filled, its block-table entry never read) are looked up one tile ahead,
@@ -219,15 +239,9 @@ __global__ void __launch_bounds__(256, 1)
       wg::mbar_wait(bars + 8 * st, (it / C::kStages) & 1);
       if (it == 0) cp_async_wait<0>();  // Q
       const int key0 = t * C::kKeys;
-      if (key0 < kv_lo || key0 + C::kKeys > kv_hi) {  // an edge tile: zero V's rows outside [kv_lo, kv_hi)
-        const uint32_t v_at = kv_s + st * C::kStageBytes + C::kTileBytes;
-        for (int id = threadIdx.x; id < C::kKeys * (D / 8); id += C::kThreads) {
-          const int row = id / (D / 8), c = id % (D / 8), key = key0 + row;
-          if (key >= kv_lo && key < kv_hi) continue;
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(v_at + wg::sw128(row, c, C::kKeys)), "r"(0)
-                       : "memory");
-        }
-      }
+      if (key0 < kv_lo || key0 + C::kKeys > kv_hi)  // an edge tile: zero V's rows outside [kv_lo, kv_hi)
+        zero_v_rows<D, C::kKeys, C::kThreads>(kv_s + st * C::kStageBytes + C::kTileBytes, key0, kv_lo, kv_hi,
+                                              threadIdx.x);
       wg::fence_proxy_async();
       __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
     } else if constexpr (!C::kCodes) {
@@ -388,6 +402,225 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
+// Warp-specialised form over TMA copies (b16 caches): warpgroups 0 and 1 consume (64 rows each, registers raised to
+// 224), warpgroup 2 produces (registers lowered to 56; one thread of it issues every copy): stage st is "full" when its
+// copies landed and "empty" once both consumer warpgroups finished PV on it, so no CTA-wide barrier runs per tile.
+// kPingPong alternates the two consumers' wgmma issues (named barriers 1 and 2), so one's softmax overlaps the other's
+// multiplies. Rows, tiles, masks and arithmetic are the kernel above's.
+template <int D> struct WsCfg {
+  static constexpr int kThreads = 384;
+  static constexpr int kRows = 128, kKeys = 128, kStages = 3;
+  static constexpr int kQBytes = kRows * D * 2, kTileBytes = kKeys * D * 2, kStageBytes = 2 * kTileBytes;
+  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + 64;  // + full[3], empty[3]
+};
+
+template <typename T, int D, bool kPingPong>
+__global__ void __launch_bounds__(384, 1)
+    prefill_ws_kernel(const AttentionLaunch p, const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v) {
+#ifdef PEREGRINE_WGMMA
+  using C = WsCfg<D>;
+  constexpr int kNt = C::kKeys / 8;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const int s = blockIdx.y, kvh = blockIdx.z;
+  const int tile = gridDim.x - 1 - blockIdx.x;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int q0 = p.query_start_loc[s];
+  const int q_len = p.query_start_loc[s + 1] - q0;
+  const int rows = q_len * group;
+  if (rows <= kDecodeMaxRows) return;
+  const int r0 = tile * C::kRows;
+  if (r0 >= rows) return;
+  const int len = p.seq_lens[s];
+  const int first_pos = len - q_len;
+  const int i_first = r0 / group, i_last = min(rows - 1, r0 + C::kRows - 1) / group;
+  const int window = p.sliding_window;
+  const int kv_hi = first_pos + i_last + 1;
+  const int kv_lo = window > 0 ? max(0, first_pos + i_first - window + 1) : 0;
+  const int t_lo = kv_lo / C::kKeys, t_hi = (kv_hi + C::kKeys - 1) / C::kKeys;
+  const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
+                   static_cast<int64_t>(kvh) * D};
+
+  const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t kv_s = q_s + C::kQBytes;
+  const uint32_t full = kv_s + C::kStages * C::kStageBytes, empty = full + 32;  // 8 bytes a stage each
+  const int warp_all = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < C::kStages; ++i) {
+      wg::mbar_init(full + 8 * i, 1);
+      wg::mbar_init(empty + 8 * i, 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (warp_all < 8) {  // consumers load Q
+    const T* q = static_cast<const T*>(p.q);
+    for (int id = threadIdx.x; id < C::kRows * (D / 8); id += 256) {
+      const int r = id / (D / 8), chunk = id % (D / 8);
+      const int pr = r0 + r;
+      const bool valid = pr < rows;
+      const T* src = q;
+      if (valid)
+        src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
+      cp_async16(q_s + wg::sw128(r, chunk, C::kRows), src, valid);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    wg::fence_proxy_async();
+  }
+  __syncthreads();  // barriers initialised, Q in place
+
+  if (warp_all >= 8) {  // ---- producer
+    wg::regs_dec<56>();
+    if (threadIdx.x != 256) return;
+    for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
+      const int st = it % C::kStages;
+      if (it >= C::kStages) wg::mbar_wait(empty + 8 * st, ((it / C::kStages) & 1) ^ 1);
+      const uint32_t k_at = kv_s + st * C::kStageBytes;
+      tma_tile_copy<D, C::kKeys>(&tm_k, &tm_v, kv, kvh * D, p.block_size, t, kv_lo, kv_hi, k_at,
+                                 k_at + C::kTileBytes, full + 8 * st);
+    }
+    return;
+  }
+
+  // ---- consumers
+  wg::regs_inc<224>();
+  const int wgi = warp_all / 4, warp = warp_all % 4;
+  const int g = lane / 4, c4 = lane % 4;
+  const int wg_r0 = r0 + wgi * 64;
+  const int wg_first = min(wg_r0, rows - 1) / group, wg_last = min(rows - 1, wg_r0 + 63) / group;
+  const int pos_min = first_pos + wg_first;
+  const int lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
+  bool row_ok[2];
+  int row_pos[2], row_lo[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = wg_r0 + warp * 16 + g + 8 * i;
+    row_ok[i] = pr < rows;
+    row_pos[i] = first_pos + pr / group;
+    row_lo[i] = window > 0 ? row_pos[i] - window + 1 : 0;
+  }
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const uint64_t q_desc = wg::desc128(q_s + wgi * 64 * 128, 16, 1024);
+  if (kPingPong && wgi == 1) wg::named_arrive(1, 256);  // warpgroup 0 issues first
+
+  uint32_t pa[C::kKeys / 16][4];
+  for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
+    const int st = it % C::kStages;
+    wg::mbar_wait(full + 8 * st, (it / C::kStages) & 1);
+    const int key0 = t * C::kKeys;
+    if (key0 < kv_lo || key0 + C::kKeys > kv_hi) {  // an edge tile: both consumers zero V's invisible rows first
+      zero_v_rows<D, C::kKeys, 256>(kv_s + st * C::kStageBytes + C::kTileBytes, key0, kv_lo, kv_hi, threadIdx.x);
+      wg::fence_proxy_async();
+      wg::named_sync(3, 256);
+    }
+    const uint32_t k_s = kv_s + st * C::kStageBytes;
+    const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
+    const uint64_t k_desc = wg::desc128(k_s, 16, 1024), v_desc = wg::desc128(v_prev, C::kKeys * 128, 1024);
+    float sc[kNt][4];
+    if (kPingPong) wg::named_sync(1 + wgi, 256);
+    wg::fence_operands(o);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t da = q_desc + (((kk / 4) * C::kRows * 128 + (kk % 4) * 32) >> 4);
+      const uint64_t db = k_desc + (((kk / 4) * C::kKeys * 128 + (kk % 4) * 32) >> 4);
+      wg::Mma<T, C::kKeys>::ss(sc, da, db, kk > 0 ? 1 : 0);
+    }
+    wg::commit();
+    if (it > 0) {
+#pragma unroll
+      for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
+        wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
+    }
+    wg::commit();
+    if (kPingPong && (wgi == 0 || t + 1 < t_hi)) wg::named_arrive(2 - wgi, 256);
+    wg::wait<1>();
+    wg::fence_operands(sc);
+    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) {
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + nt * 8 + c4 * 2 + e;
+          if (!(row_ok[0] && key <= row_pos[0] && key >= row_lo[0])) sc[nt][e] = -INFINITY;
+          if (!(row_ok[1] && key <= row_pos[1] && key >= row_lo[1])) sc[nt][2 + e] = -INFINITY;
+        }
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx4[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) mx4[j] = fmaxf(sc[j][2 * i], sc[j][2 * i + 1]);
+#pragma unroll
+      for (int nt = 4; nt < kNt; ++nt) mx4[nt % 4] = fmaxf(mx4[nt % 4], fmaxf(sc[nt][2 * i], sc[nt][2 * i + 1]));
+      float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[i], mx * scale_log2);
+      const float base = m_new == -INFINITY ? 0.f : m_new;
+      alpha[i] = fast_exp2(m[i] - base);
+      float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        sc[nt][2 * i] = fast_exp2(fmaf(sc[nt][2 * i], scale_log2, -base));
+        sc[nt][2 * i + 1] = fast_exp2(fmaf(sc[nt][2 * i + 1], scale_log2, -base));
+        sum4[nt % 4] += sc[nt][2 * i] + sc[nt][2 * i + 1];
+      }
+      l[i] = l[i] * alpha[i] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
+      m[i] = m_new;
+    }
+    wg::wait<0>();
+    wg::fence_operands(o);
+    if (it > 0) wg::mbar_arrive(empty + 8 * ((it + C::kStages - 1) % C::kStages));  // tile t-1 fully read
+    rescale_rows(o, alpha[0], alpha[1]);
+#pragma unroll
+    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
+      pa[kc16][0] = pack2<T>(sc[2 * kc16][0], sc[2 * kc16][1]);
+      pa[kc16][1] = pack2<T>(sc[2 * kc16][2], sc[2 * kc16][3]);
+      pa[kc16][2] = pack2<T>(sc[2 * kc16 + 1][0], sc[2 * kc16 + 1][1]);
+      pa[kc16][3] = pack2<T>(sc[2 * kc16 + 1][2], sc[2 * kc16 + 1][3]);
+    }
+  }
+  {
+    const uint32_t v_last = kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes;
+    const uint64_t v_desc = wg::desc128(v_last, C::kKeys * 128, 1024);
+    wg::fence_operands(o);
+    wg::fence();
+#pragma unroll
+    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
+      wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands(o);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    if (!row_ok[i]) continue;
+    const int pr = wg_r0 + warp * 16 + g + 8 * i;
+    const float inv = 1.0f / l[i];
+    T* out = static_cast<T*>(p.out) +
+             (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const uint32_t packed = pack2<T>(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+      *reinterpret_cast<uint32_t*>(out + dn * 8 + c4 * 2) = packed;
+    }
+  }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
 // The driver's tensor-map encoder, through the runtime (null where the driver lacks it).
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -422,13 +655,15 @@ bool encode_cache_map(CUtensorMap* map, const void* cache, const AttentionLaunch
 // TMA copies for b16 caches only with PEREGRINE_PREFILL_TMA=1 until a GPU run has checked and measured them (built
 // 2026-12-06 without one), and only for block sizes 8..128 that are powers of two (a box's rows start on a swizzle
 // atom) with the pool's size known.
-bool tma_wanted(const AttentionLaunch& p) {
-  static const bool on = [] {
+// PEREGRINE_PREFILL_TMA: 1 the kernel above with TMA copies, 2 the warp-specialised kernel, 3 it with ping-pong.
+int tma_mode(const AttentionLaunch& p) {
+  static const int mode = [] {
     const char* v = std::getenv("PEREGRINE_PREFILL_TMA");
-    return v && std::strcmp(v, "1") == 0;
+    const int m = v ? std::atoi(v) : 0;
+    return m >= 1 && m <= 3 ? m : 0;
   }();
   const int bs = p.block_size;
-  return on && p.cache == p.act && p.num_blocks > 0 && bs >= 8 && bs <= 128 && (bs & (bs - 1)) == 0;
+  return p.cache == p.act && p.num_blocks > 0 && bs >= 8 && bs <= 128 && (bs & (bs - 1)) == 0 ? mode : 0;
 }
 
 template <typename T, int D, KvQuant Q, bool kTma>
@@ -447,11 +682,30 @@ void launch_kernel(const AttentionLaunch& p, const CUtensorMap& tm_k, const CUte
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
 
+template <typename T, int D, bool kPingPong>
+void launch_ws(const AttentionLaunch& p, const CUtensorMap& tm_k, const CUtensorMap& tm_v, cudaStream_t stream) {
+  using C = WsCfg<D>;
+  static const bool attribute_set = [] {
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_ws_kernel<T, D, kPingPong>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+  prefill_ws_kernel<T, D, kPingPong><<<grid, C::kThreads, C::kSmem, stream>>>(p, tm_k, tm_v);
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
   CUtensorMap tm_k{}, tm_v{};
   if constexpr (Q == KvQuant::kNone) {
-    if (tma_wanted(p) && encode_cache_map(&tm_k, p.k_cache, p) && encode_cache_map(&tm_v, p.v_cache, p)) {
-      launch_kernel<T, D, Q, true>(p, tm_k, tm_v, stream);
+    const int mode = tma_mode(p);
+    if (mode && encode_cache_map(&tm_k, p.k_cache, p) && encode_cache_map(&tm_v, p.v_cache, p)) {
+      if (mode == 1) launch_kernel<T, D, Q, true>(p, tm_k, tm_v, stream);
+      else if (mode == 2) launch_ws<T, D, false>(p, tm_k, tm_v, stream);
+      else launch_ws<T, D, true>(p, tm_k, tm_v, stream);
       return;
     }
   }
