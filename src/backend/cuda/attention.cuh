@@ -59,7 +59,8 @@ void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows
 void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream);
 void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream);
 // The wgmma prefill (attention_prefill_wgmma.cu): false, launching nothing, where it does not apply (not an sm_90
-// device, an 8-bit cache, head_dim other than 64 / 128, or PEREGRINE_PREFILL_WGMMA=0).
+// device, head_dim other than 64 / 128, PEREGRINE_PREFILL_WGMMA=0, or an 8-bit cache without
+// PEREGRINE_PREFILL_WGMMA_CODES=1).
 bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t stream);
 bool prefill_wgmma_enabled();
 

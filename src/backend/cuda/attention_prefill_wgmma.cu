@@ -6,7 +6,9 @@
 // with P in registers and V read MN-major from shared memory. The two warpgroups of an SM interleave one's softmax
 // with the other's multiplies. Tiles sit at absolute key positions, so a row's result depends only on its own
 // sequence and position, never on the rows beside it.
-// Other head dims, 8-bit caches and pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel.
+// Other head dims and pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel, and so do 8-bit caches
+// unless PEREGRINE_PREFILL_WGMMA_CODES=1. Not yet checked on a GPU (so off by default): the 8-bit caches here, and the
+// tensor-memory-accelerator copies (PEREGRINE_PREFILL_TMA=1, and the warp-specialised kernel at 2 / 3).
 #include <cuda.h>  // CUtensorMap (the driver's encoder is reached through the runtime: no -lcuda)
 #include <cudaTypedefs.h>
 
