@@ -83,6 +83,117 @@ __device__ __forceinline__ void zero_v_rows(uint32_t v_at, int key0, int lo, int
     asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(v_at + wg::sw128(row, c, kKeys)), "r"(0) : "memory");
   }
 }
+
+// ---- pieces both kernels share (a thread's rows are g and g + 8 of its warp's 16; fragments as in attention_mma.cuh)
+
+// Q rows [r0, r0 + kRows) of packed (token, head) rows into a 128-byte-atom tile, by threads tid, tid + n, ...
+template <typename T, int D, int kRows>
+__device__ __forceinline__ void load_q(uint32_t q_s, const AttentionLaunch& p, int r0, int rows, int q0, int group,
+                                       int kvh, int tid, int n) {
+  const T* q = static_cast<const T*>(p.q);
+  for (int id = tid; id < kRows * (D / 8); id += n) {
+    const int r = id / (D / 8), chunk = id % (D / 8);
+    const int pr = r0 + r;
+    const bool valid = pr < rows;
+    const T* src = q;
+    if (valid)
+      src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
+    cp_async16(q_s + wg::sw128(r, chunk, kRows), src, valid);
+  }
+}
+
+// The thread's two rows from its warp's first packed row pr0: whether they exist, their positions and window starts.
+__device__ __forceinline__ void thread_rows(int pr0, int g, int rows, int group, int first_pos, int window,
+                                            bool (&ok)[2], int (&pos)[2], int (&lo)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = pr0 + g + 8 * i;
+    ok[i] = pr < rows;
+    pos[i] = first_pos + pr / group;
+    lo[i] = window > 0 ? pos[i] - window + 1 : 0;
+  }
+}
+
+// Scores of keys a row cannot see (causal, window, missing row) become -inf.
+template <int kNt>
+__device__ __forceinline__ void mask_scores(float (&sc)[kNt][4], int key0, int c4, const bool (&ok)[2],
+                                            const int (&pos)[2], const int (&lo)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + nt * 8 + c4 * 2 + e;
+      if (!(ok[0] && key <= pos[0] && key >= lo[0])) sc[nt][e] = -INFINITY;
+      if (!(ok[1] && key <= pos[1] && key >= lo[1])) sc[nt][2 + e] = -INFINITY;
+    }
+  }
+}
+
+// Online softmax of a tile in log2 units: the scores (scaled inside the exponent's FMA) become probabilities, m and l
+// move on, alpha rescales the old accumulators. Row maxima and sums as trees over a row's 32 values (short dependency
+// chains: a warpgroup has one warp a scheduler to hide latency with).
+template <int kNt>
+__device__ __forceinline__ void online_softmax(float (&sc)[kNt][4], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               float scale_log2) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx4[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mx4[j] = fmaxf(sc[j][2 * i], sc[j][2 * i + 1]);
+#pragma unroll
+    for (int nt = 4; nt < kNt; ++nt) mx4[nt % 4] = fmaxf(mx4[nt % 4], fmaxf(sc[nt][2 * i], sc[nt][2 * i + 1]));
+    float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[i], mx * scale_log2);
+    const float base = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: o and l stay 0
+    alpha[i] = fast_exp2(m[i] - base);
+    float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      sc[nt][2 * i] = fast_exp2(fmaf(sc[nt][2 * i], scale_log2, -base));
+      sc[nt][2 * i + 1] = fast_exp2(fmaf(sc[nt][2 * i + 1], scale_log2, -base));
+      sum4[nt % 4] += sc[nt][2 * i] + sc[nt][2 * i + 1];
+    }
+    l[i] = l[i] * alpha[i] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
+    m[i] = m_new;
+  }
+}
+
+// Probabilities -> the m16n8k16 A fragments of the PV multiply (16 keys each).
+template <typename T, int kNt>
+__device__ __forceinline__ void pack_probs(const float (&sc)[kNt][4], uint32_t (&pa)[kNt / 2][4]) {
+#pragma unroll
+  for (int kc16 = 0; kc16 < kNt / 2; ++kc16) {
+    pa[kc16][0] = pack2<T>(sc[2 * kc16][0], sc[2 * kc16][1]);
+    pa[kc16][1] = pack2<T>(sc[2 * kc16][2], sc[2 * kc16][3]);
+    pa[kc16][2] = pack2<T>(sc[2 * kc16 + 1][0], sc[2 * kc16 + 1][1]);
+    pa[kc16][3] = pack2<T>(sc[2 * kc16 + 1][2], sc[2 * kc16 + 1][3]);
+  }
+}
+
+// O / l of the thread's existing rows into out (l reduced over the quad first, times `factor`).
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(const AttentionLaunch& p, const float (&o)[D / 8][4], float (&l)[2],
+                                           float factor, const bool (&ok)[2], int pr0, int g, int c4, int q0,
+                                           int group, int kvh) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    l[i] *= factor;
+    if (!ok[i]) continue;
+    const int pr = pr0 + g + 8 * i;
+    const float inv = 1.0f / l[i];
+    T* out = static_cast<T*>(p.out) +
+             (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const uint32_t packed = pack2<T>(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
+      *reinterpret_cast<uint32_t*>(out + dn * 8 + c4 * 2) = packed;
+    }
+  }
+}
 #endif  // PEREGRINE_WGMMA
 
 // kTma (b16 caches, block sizes 8..128): thread 0 copies each tile block by block with the tensor memory accelerator
@@ -125,7 +236,6 @@ __global__ void __launch_bounds__(256, 1)
   const int pos_min = first_pos + wg_first;
   const int lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
 
-  const T* q = static_cast<const T*>(p.q);
   const KvT* kc = static_cast<const KvT*>(p.k_cache);
   const KvT* vc = static_cast<const KvT*>(p.v_cache);
   const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
@@ -164,15 +274,7 @@ __global__ void __launch_bounds__(256, 1)
     }
   };
 
-  for (int id = threadIdx.x; id < C::kRows * (D / 8); id += C::kThreads) {
-    const int r = id / (D / 8), chunk = id % (D / 8);
-    const int pr = r0 + r;
-    const bool valid = pr < rows;
-    const T* src = q;
-    if (valid)
-      src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
-    cp_async16(q_s + wg::sw128(r, chunk, C::kRows), src, valid);
-  }
+  load_q<T, D, C::kRows>(q_s, p, r0, rows, q0, group, kvh, threadIdx.x, C::kThreads);
   // 8-bit caches: a tile's codes and scales land in the staging area, and every thread then turns its share into
   // the stage's T tiles (exact values) and copies the scales beside them.
   auto load_codes = [&](int t) {
@@ -215,13 +317,7 @@ __global__ void __launch_bounds__(256, 1)
 
   bool row_ok[2];
   int row_pos[2], row_lo[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int pr = wg_r0 + warp * 16 + g + 8 * i;
-    row_ok[i] = pr < rows;
-    row_pos[i] = first_pos + pr / group;
-    row_lo[i] = window > 0 ? row_pos[i] - window + 1 : 0;
-  }
+  thread_rows(wg_r0 + warp * 16, g, rows, group, first_pos, window, row_ok, row_pos, row_lo);
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
   float o[D / 8][4];
@@ -292,43 +388,9 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
     const int key0 = t * C::kKeys;
-    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) {
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + nt * 8 + c4 * 2 + e;
-          if (!(row_ok[0] && key <= row_pos[0] && key >= row_lo[0])) sc[nt][e] = -INFINITY;
-          if (!(row_ok[1] && key <= row_pos[1] && key >= row_lo[1])) sc[nt][2 + e] = -INFINITY;
-        }
-      }
-    }
-    // Row maxima and sums as trees over the 32 values of a row (short dependency chains: a warpgroup has one warp
-    // per scheduler to hide latency with).
+    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) mask_scores(sc, key0, c4, row_ok, row_pos, row_lo);
     float alpha[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx4[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) mx4[j] = fmaxf(sc[j][2 * i], sc[j][2 * i + 1]);
-#pragma unroll
-      for (int nt = 4; nt < kNt; ++nt) mx4[nt % 4] = fmaxf(mx4[nt % 4], fmaxf(sc[nt][2 * i], sc[nt][2 * i + 1]));
-      float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[i], mx * scale_log2);
-      const float base = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: o and l stay 0
-      alpha[i] = fast_exp2(m[i] - base);
-      float sum4[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-        sc[nt][2 * i] = fast_exp2(fmaf(sc[nt][2 * i], scale_log2, -base));
-        sc[nt][2 * i + 1] = fast_exp2(fmaf(sc[nt][2 * i + 1], scale_log2, -base));
-        sum4[nt % 4] += sc[nt][2 * i] + sc[nt][2 * i + 1];
-      }
-      l[i] = l[i] * alpha[i] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
-      m[i] = m_new;
-    }
+    online_softmax(sc, m, l, alpha, scale_log2);
     if constexpr (!C::kCodes && !kTma) {
       // Tile t+1's copies (slots looked up a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
       // otherwise delay: 1.72 ms against 1.65 ms for 8K causal on an H100); then tile t+2's lookups.
@@ -349,13 +411,7 @@ __global__ void __launch_bounds__(256, 1)
         sc[nt][3] *= kVFactor<T, Q> * vs.y;
       }
     }
-#pragma unroll
-    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
-      pa[kc16][0] = pack2<T>(sc[2 * kc16][0], sc[2 * kc16][1]);
-      pa[kc16][1] = pack2<T>(sc[2 * kc16][2], sc[2 * kc16][3]);
-      pa[kc16][2] = pack2<T>(sc[2 * kc16 + 1][0], sc[2 * kc16 + 1][1]);
-      pa[kc16][3] = pack2<T>(sc[2 * kc16 + 1][2], sc[2 * kc16 + 1][3]);
-    }
+    pack_probs<T>(sc, pa);
     if constexpr (C::kCodes) {
       if (t + 1 < t_hi) {  // tile t+1 into the stage PV_{t-1} just finished reading
         cp_async_wait<0>();
@@ -382,22 +438,8 @@ __global__ void __launch_bounds__(256, 1)
   }
   cp_async_wait<0>();
 
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    l[i] *= kVFactor<T, Q>;  // 1 except f16 over 8-bit caches (exact: a power of two)
-    if (!row_ok[i]) continue;
-    const int pr = wg_r0 + warp * 16 + g + 8 * i;
-    const float inv = 1.0f / l[i];
-    T* out = static_cast<T*>(p.out) +
-             (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const uint32_t packed = pack2<T>(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
-      *reinterpret_cast<uint32_t*>(out + dn * 8 + c4 * 2) = packed;
-    }
-  }
+  // kVFactor: 1 except f16 over 8-bit caches (exact: a power of two)
+  store_rows<T, D>(p, o, l, kVFactor<T, Q>, row_ok, wg_r0 + warp * 16, g, c4, q0, group, kvh);
 #else
   (void)p;
   __trap();  // never launched: the host takes this kernel only on sm_90 devices, which run the sm_90a code
@@ -456,16 +498,7 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (warp_all < 8) {  // consumers load Q
-    const T* q = static_cast<const T*>(p.q);
-    for (int id = threadIdx.x; id < C::kRows * (D / 8); id += 256) {
-      const int r = id / (D / 8), chunk = id % (D / 8);
-      const int pr = r0 + r;
-      const bool valid = pr < rows;
-      const T* src = q;
-      if (valid)
-        src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
-      cp_async16(q_s + wg::sw128(r, chunk, C::kRows), src, valid);
-    }
+    load_q<T, D, C::kRows>(q_s, p, r0, rows, q0, group, kvh, threadIdx.x, 256);
     cp_async_commit();
     cp_async_wait<0>();
     wg::fence_proxy_async();
@@ -495,13 +528,7 @@ __global__ void __launch_bounds__(384, 1)
   const int lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
   bool row_ok[2];
   int row_pos[2], row_lo[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int pr = wg_r0 + warp * 16 + g + 8 * i;
-    row_ok[i] = pr < rows;
-    row_pos[i] = first_pos + pr / group;
-    row_lo[i] = window > 0 ? row_pos[i] - window + 1 : 0;
-  }
+  thread_rows(wg_r0 + warp * 16, g, rows, group, first_pos, window, row_ok, row_pos, row_lo);
   const float scale_log2 = p.scale * 1.4426950408889634f;
   float o[D / 8][4];
 #pragma unroll
@@ -543,52 +570,14 @@ __global__ void __launch_bounds__(384, 1)
     if (kPingPong && (wgi == 0 || t + 1 < t_hi)) wg::named_arrive(2 - wgi, 256);
     wg::wait<1>();
     wg::fence_operands(sc);
-    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) {
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + nt * 8 + c4 * 2 + e;
-          if (!(row_ok[0] && key <= row_pos[0] && key >= row_lo[0])) sc[nt][e] = -INFINITY;
-          if (!(row_ok[1] && key <= row_pos[1] && key >= row_lo[1])) sc[nt][2 + e] = -INFINITY;
-        }
-      }
-    }
+    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) mask_scores(sc, key0, c4, row_ok, row_pos, row_lo);
     float alpha[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx4[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) mx4[j] = fmaxf(sc[j][2 * i], sc[j][2 * i + 1]);
-#pragma unroll
-      for (int nt = 4; nt < kNt; ++nt) mx4[nt % 4] = fmaxf(mx4[nt % 4], fmaxf(sc[nt][2 * i], sc[nt][2 * i + 1]));
-      float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[i], mx * scale_log2);
-      const float base = m_new == -INFINITY ? 0.f : m_new;
-      alpha[i] = fast_exp2(m[i] - base);
-      float sum4[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int nt = 0; nt < kNt; ++nt) {
-        sc[nt][2 * i] = fast_exp2(fmaf(sc[nt][2 * i], scale_log2, -base));
-        sc[nt][2 * i + 1] = fast_exp2(fmaf(sc[nt][2 * i + 1], scale_log2, -base));
-        sum4[nt % 4] += sc[nt][2 * i] + sc[nt][2 * i + 1];
-      }
-      l[i] = l[i] * alpha[i] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
-      m[i] = m_new;
-    }
+    online_softmax(sc, m, l, alpha, scale_log2);
     wg::wait<0>();
     wg::fence_operands(o);
     if (it > 0) wg::mbar_arrive(empty + 8 * ((it + C::kStages - 1) % C::kStages));  // tile t-1 fully read
     rescale_rows(o, alpha[0], alpha[1]);
-#pragma unroll
-    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16) {
-      pa[kc16][0] = pack2<T>(sc[2 * kc16][0], sc[2 * kc16][1]);
-      pa[kc16][1] = pack2<T>(sc[2 * kc16][2], sc[2 * kc16][3]);
-      pa[kc16][2] = pack2<T>(sc[2 * kc16 + 1][0], sc[2 * kc16 + 1][1]);
-      pa[kc16][3] = pack2<T>(sc[2 * kc16 + 1][2], sc[2 * kc16 + 1][3]);
-    }
+    pack_probs<T>(sc, pa);
   }
   {
     const uint32_t v_last = kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes;
@@ -602,21 +591,7 @@ __global__ void __launch_bounds__(384, 1)
     wg::wait<0>();
     wg::fence_operands(o);
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    if (!row_ok[i]) continue;
-    const int pr = wg_r0 + warp * 16 + g + 8 * i;
-    const float inv = 1.0f / l[i];
-    T* out = static_cast<T*>(p.out) +
-             (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const uint32_t packed = pack2<T>(o[dn][2 * i] * inv, o[dn][2 * i + 1] * inv);
-      *reinterpret_cast<uint32_t*>(out + dn * 8 + c4 * 2) = packed;
-    }
-  }
+  store_rows<T, D>(p, o, l, 1.0f, row_ok, wg_r0 + warp * 16, g, c4, q0, group, kvh);
 #else
   (void)p;
   __trap();
