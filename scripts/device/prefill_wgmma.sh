@@ -44,7 +44,7 @@ if [ "${PROFILE:-0}" = 1 ]; then  # one 8K causal bf16 launch of the wgmma kerne
 fi
 if [ -n "${VARIANTS:-}" ]; then
   for v in $VARIANTS; do
-    env $v timeout 150 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention.*' >/tmp/ops_v.log 2>&1
+    env $v timeout 240 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention.*' >/tmp/ops_v.log 2>&1
     t "$v: attention tests rc=$? $(grep -cE '^\[       OK' /tmp/ops_v.log) ok, $(grep -cE '^\[  FAILED' /tmp/ops_v.log) failed"
     env $v timeout 150 "$bin/cuda_ops_bench" --kv-cache-only >/tmp/kv_v.txt 2>&1
     t "kv bench $v:"; grep -E "^\| prefill attention" /tmp/kv_v.txt
