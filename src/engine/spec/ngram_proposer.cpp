@@ -25,25 +25,40 @@ void NgramIndex::update(const std::vector<int32_t>& tokens) {
   indexed_ = std::max(indexed_, last);
 }
 
-int NgramIndex::propose(const std::vector<int32_t>& tokens, int k, std::vector<int32_t>& out) const {
+int NgramIndex::propose(const std::vector<int32_t>& tokens, int k, std::vector<int32_t>& out) {
   out.clear();
   const int32_t len = static_cast<int32_t>(tokens.size());
   if (k <= 0) return 0;
-  for (int n = std::min(max_n_, len - 1); n >= min_n_; --n) {
+  int32_t e = -1;
+  int matched = 0;
+  // The last proposal's source, moved on by the tokens that arrived since, if they continued it.
+  if (src_ >= 0 && len > src_len_) {
+    const int32_t at = src_ + (len - src_len_);
+    const int n = std::min(max_n_, static_cast<int>(len) - 1);
+    if (n >= min_n_ && at < len - 1 && at - n + 1 >= 0 &&
+        std::equal(tokens.data() + len - n, tokens.data() + len, tokens.data() + at - n + 1)) {
+      e = at;
+      matched = n;
+    }
+  }
+  for (int n = std::min(max_n_, len - 1); e < 0 && n >= min_n_; --n) {
     const int32_t* suffix = tokens.data() + len - n;
     const auto& map = maps_[static_cast<size_t>(n - min_n_)];
     auto it = map.find(hash(suffix, n));
     if (it == map.end()) continue;
-    const int32_t e = it->second;
-    if (!std::equal(suffix, suffix + n, tokens.data() + e - n + 1)) continue;  // a hash collision
-    // Tokens after the match; past the end of the context the continuation repeats what it proposed.
-    for (int i = 0; i < k; ++i) {
-      const int32_t at = e + 1 + i;
-      out.push_back(at < len ? tokens[static_cast<size_t>(at)] : out[static_cast<size_t>(at - len)]);
-    }
-    return n;
+    if (!std::equal(suffix, suffix + n, tokens.data() + it->second - n + 1)) continue;  // a hash collision
+    e = it->second;
+    matched = n;
   }
-  return 0;
+  src_ = e;
+  src_len_ = len;
+  if (e < 0) return 0;
+  // Tokens after the match; past the end of the context the continuation repeats what it proposed.
+  for (int i = 0; i < k; ++i) {
+    const int32_t at = e + 1 + i;
+    out.push_back(at < len ? tokens[static_cast<size_t>(at)] : out[static_cast<size_t>(at - len)]);
+  }
+  return matched;
 }
 
 void NgramProposer::propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) {

@@ -20,14 +20,18 @@ class NgramIndex {
   void update(const std::vector<int32_t>& tokens);
   // Up to k tokens predicted to follow `tokens` (the continuation of the latest earlier match of the longest
   // suffix; a continuation that reaches the end repeats itself, following periodic text). Returns the n matched
-  // (0 = none).
-  int propose(const std::vector<int32_t>& tokens, int k, std::vector<int32_t>& out) const;
+  // (0 = none). The match keeps following its source while the tokens that arrived since the last proposal are the
+  // source's own continuation (the last max_n tokens equal the source's there): text copied from the context goes on
+  // being copied from the same place, not from the latest other occurrence of its last few tokens.
+  int propose(const std::vector<int32_t>& tokens, int k, std::vector<int32_t>& out);
 
  private:
   static uint64_t hash(const int32_t* t, int n);
   int min_n_, max_n_;
   std::vector<std::unordered_map<uint64_t, int32_t>> maps_;  // [n - min_n]: hash of tokens[e-n+1..e] -> latest e
   int32_t indexed_ = 0;  // n-grams ending at positions < indexed_ are in the maps
+  int32_t src_ = -1;      // the last proposal's source: the match ended at src_ ...
+  int32_t src_len_ = 0;   // ... when the context was src_len_ tokens long
 };
 
 class NgramProposer final : public Proposer {

@@ -684,6 +684,42 @@ TEST(NgramProposerTest, LongestRecentMatchAndPeriodicContinuation) {
   EXPECT_EQ(s.draft_tokens, (std::vector<int32_t>{10, 11, 12, 2}));
 }
 
+// Copying goes on from the same place: once the tokens after a proposal continue its source, the next proposal
+// follows that source even where the last few tokens occurred more recently elsewhere.
+TEST(NgramProposerTest, FollowsTheSourceItCopiesFrom) {
+  SpeculativeConfig c;
+  c.method = SpeculativeConfig::Method::kNgram;
+  c.num_speculative_tokens = 2;
+  c.prompt_lookup_min = 1;
+  c.prompt_lookup_max = 2;
+  NgramProposer p(c);
+  Sequence s;
+  s.id = 7;
+  // A source line, a distractor holding "13 14" later, then the source's start again.
+  s.token_ids = {10, 11, 12, 13, 14, 15, 16, 17, 50, 13, 14, 90, 91, 10, 11};
+  Sequence* seqs[] = {&s};
+  const int limits[] = {2};
+  p.propose(seqs, limits);
+  EXPECT_EQ(s.draft_tokens, (std::vector<int32_t>{12, 13}));
+  // Both drafts accepted and the next token continues the source too: "13 14" last occurred in the distractor
+  // (followed by 90 91), but the copy goes on with 15 16.
+  s.token_ids.insert(s.token_ids.end(), {12, 13, 14});
+  p.propose(seqs, limits);
+  EXPECT_EQ(s.draft_tokens, (std::vector<int32_t>{15, 16}));
+  // A token that leaves the source: back to the latest match of the suffix ("16 90" never occurred; "90" did).
+  s.token_ids.insert(s.token_ids.end(), {15, 16, 90});
+  p.propose(seqs, limits);
+  EXPECT_EQ(s.draft_tokens, (std::vector<int32_t>{91, 10}));
+  // A fresh proposer without the source to follow takes the latest "13 14".
+  NgramProposer fresh(c);
+  Sequence t;
+  t.id = 8;
+  t.token_ids = {10, 11, 12, 13, 14, 15, 16, 17, 50, 13, 14, 90, 91, 10, 11, 12, 13, 14};
+  Sequence* ts[] = {&t};
+  fresh.propose(ts, limits);
+  EXPECT_EQ(t.draft_tokens, (std::vector<int32_t>{90, 91}));
+}
+
 TEST(LookaheadProposerTest, LearnsFromOtherRequestsAndStaysBounded) {
   SpeculativeConfig c;
   c.method = SpeculativeConfig::Method::kLookahead;
