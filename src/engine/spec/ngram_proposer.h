@@ -1,6 +1,7 @@
 // NgramProposer ("ngram", vLLM's prompt lookup): the longest n-gram (n from prompt_lookup_max down to
 // prompt_lookup_min) that ends the sequence and occurred earlier in its own prompt or output proposes the tokens
-// that followed its most recent earlier occurrence. An index per sequence (n-gram hash -> latest end position) is
+// that followed its most recent earlier occurrence -- or, while the tokens since the last proposal continue that
+// proposal's source, what follows in the source. An index per sequence (n-gram hash -> latest end position) is
 // kept up to date as tokens arrive, so a proposal costs O(max n) and not a scan of the context.
 #pragma once
 
