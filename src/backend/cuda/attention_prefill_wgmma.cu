@@ -14,7 +14,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
@@ -305,9 +304,9 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int i = 0; i < C::kStages; ++i) wg::mbar_init(bars + 8 * i, 1);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-      tma_tile(t_lo, 0);
     }
-    __syncthreads();  // the barriers are initialised before anyone waits on them
+    __syncthreads();  // the barriers are initialised before anyone copies through or waits on them
+    if (threadIdx.x == 0) tma_tile(t_lo, 0);
   } else {
     lookup(t_lo);
     load_tile(0);
