@@ -50,15 +50,17 @@ template <int N> __device__ __forceinline__ void fence_operands(float (&d)[N][4]
     for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
 }
 
-
 // mbarriers (shared::cta) for the tensor-memory-accelerator copies: init with an arrival count, one arrival that also
-// expects `bytes` of copies, the wait for the phase of the given parity, and a 2-D tile copy (box of the tensor map at
-// coordinates c0 (inner), c1) into shared memory that signals the barrier with its bytes.
+// expects `bytes` of copies, a plain arrival, the wait for the phase of the given parity, and a 2-D tile copy (box of
+// the tensor map at coordinates c0 (inner), c1) into shared memory that signals the barrier with its bytes.
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
@@ -75,9 +77,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* tensor_map
       : "memory");
 }
 
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 // Named barriers 1..15 over `threads` threads: sync waits for them all, arrive only counts this warp in.
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
