@@ -62,7 +62,6 @@ void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream);
 // device, head_dim other than 64 / 128, PEREGRINE_PREFILL_WGMMA=0, or an 8-bit cache without
 // PEREGRINE_PREFILL_WGMMA_CODES=1).
 bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t stream);
-bool prefill_wgmma_enabled();
 
 // The block-table row of sequence s.
 __host__ __device__ inline const int32_t* table_row(const AttentionLaunch& p, int s) {
@@ -92,6 +91,43 @@ __host__ __device__ inline int decode_num_splits(int n_tiles, int min_tiles, int
   if (per < 1) per = 1;
   *tiles_per_split = per;
   return (n_tiles + per - 1) / per;
+}
+
+// The rows a prefill CTA takes and the keys they see: packed (token, head) rows [r0, r0 + kRows) of sequence s (row pr
+// is token pr / group, query head kvh * group + pr % group), rows in all; the keys of its first and last token's
+// view, [kv_lo, kv_hi), and the kKeys-wide tiles holding them, [t_lo, t_hi). ok is false where the CTA has nothing
+// to do: a decode-path sequence (at most kDecodeMaxRows rows) or a row tile past the sequence's last row.
+struct PrefillRows {
+  bool ok;
+  int group, q0, rows, r0, first_pos, i_first, i_last, window, kv_lo, kv_hi, t_lo, t_hi;
+};
+template <int kRows, int kKeys>
+__host__ __device__ inline PrefillRows prefill_rows(const AttentionLaunch& p, int s, int tile) {
+  PrefillRows r{};
+  r.group = p.num_q_heads / p.num_kv_heads;
+  r.q0 = p.query_start_loc[s];
+  const int q_len = p.query_start_loc[s + 1] - r.q0;
+  r.rows = q_len * r.group;
+  r.r0 = tile * kRows;
+  r.ok = r.rows > kDecodeMaxRows && r.r0 < r.rows;
+  if (!r.ok) return r;
+  r.first_pos = p.seq_lens[s] - q_len;
+  const int last = r.rows - 1 < r.r0 + kRows - 1 ? r.rows - 1 : r.r0 + kRows - 1;
+  r.i_first = r.r0 / r.group;
+  r.i_last = last / r.group;
+  r.window = p.sliding_window;
+  r.kv_hi = r.first_pos + r.i_last + 1;
+  const int lo = r.first_pos + r.i_first - r.window + 1;
+  r.kv_lo = r.window > 0 ? (lo > 0 ? lo : 0) : 0;
+  r.t_lo = r.kv_lo / kKeys;
+  r.t_hi = (r.kv_hi + kKeys - 1) / kKeys;
+  return r;
+}
+// The prefill grid for CTAs of rows_per_cta packed rows: (row tiles of the longest query, sequences, KV heads).
+inline dim3 prefill_grid(const AttentionLaunch& p, int rows_per_cta) {
+  const int64_t rows = static_cast<int64_t>(p.max_query_len) * (p.num_q_heads / p.num_kv_heads);
+  return dim3(static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta), static_cast<unsigned>(p.num_seqs),
+              static_cast<unsigned>(p.num_kv_heads));
 }
 
 }  // namespace peregrine::cuda

@@ -38,21 +38,12 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
   constexpr int kNt = C::kKeys / 8;  // n-tiles of scores per warp
   extern __shared__ __align__(128) unsigned char smem[];
   const int s = blockIdx.y, kvh = blockIdx.z;
-  const int tile = gridDim.x - 1 - blockIdx.x;  // heaviest (last) row tiles first
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int q0 = p.query_start_loc[s];
-  const int q_len = p.query_start_loc[s + 1] - q0;
-  const int rows = q_len * group;
-  if (rows <= kDecodeMaxRows) return;  // decode path
-  const int r0 = tile * C::kRows;
-  if (r0 >= rows) return;
-  const int len = p.seq_lens[s];
-  const int first_pos = len - q_len;
-  const int i_first = r0 / group, i_last = min(rows - 1, r0 + C::kRows - 1) / group;
-  const int window = p.sliding_window;
-  const int kv_hi = first_pos + i_last + 1;
-  const int kv_lo = window > 0 ? max(0, first_pos + i_first - window + 1) : 0;
-  const int t_lo = kv_lo / C::kKeys, t_hi = (kv_hi + C::kKeys - 1) / C::kKeys;
+  // Heaviest (last) row tiles first; nothing to do for decode-path sequences and tiles past the last row.
+  const PrefillRows at = prefill_rows<C::kRows, C::kKeys>(p, s, gridDim.x - 1 - blockIdx.x);
+  if (!at.ok) return;
+  const int group = at.group, q0 = at.q0, rows = at.rows, r0 = at.r0, first_pos = at.first_pos;
+  const int i_first = at.i_first, i_last = at.i_last, window = at.window;
+  const int kv_lo = at.kv_lo, kv_hi = at.kv_hi, t_lo = at.t_lo, t_hi = at.t_hi;
   // A tile is visible to every row when its keys lie in [lo of the last row, pos of the first row].
   const int pos_min = first_pos + i_first;
   const int lo_max = window > 0 ? first_pos + i_last - window + 1 : 0;
@@ -217,9 +208,7 @@ template <typename T, int D, KvQuant Q> void launch_prefill_typed(const Attentio
     return true;
   }();
   (void)attribute_set;
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
-  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+  const dim3 grid = prefill_grid(p, C::kRows);
   prefill_kernel<T, D, Q><<<grid, C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }

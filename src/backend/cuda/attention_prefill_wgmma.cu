@@ -171,6 +171,53 @@ __device__ __forceinline__ void pack_probs(const float (&sc)[kNt][4], uint32_t (
   }
 }
 
+// A warpgroup's 64 rows from packed row wg_r0: a tile is visible to every one of them when its keys lie in
+// [lo_max, pos_min] (the window start of its last row, the position of its first).
+__device__ __forceinline__ void warpgroup_bounds(int wg_r0, int rows, int group, int first_pos, int window,
+                                                 int& pos_min, int& lo_max) {
+  const int wg_first = min(wg_r0, rows - 1) / group, wg_last = min(rows - 1, wg_r0 + 63) / group;
+  pos_min = first_pos + wg_first;
+  lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
+}
+
+// S = Q K^T of a warpgroup's 64 rows (q_desc: their K-major tile) against the kKeys-key K tile at k_s, issued and
+// committed as one group, not waited for. Descriptors advance by their start address (>> 4; a shared address below
+// 256 KiB never carries out of the field).
+template <typename T, int D, int kRows, int kKeys>
+__device__ __forceinline__ void issue_scores(float (&sc)[kKeys / 8][4], uint64_t q_desc, uint32_t k_s) {
+  const uint64_t k_desc = wg::desc128(k_s, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint64_t da = q_desc + (((kk / 4) * kRows * 128 + (kk % 4) * 32) >> 4);
+    const uint64_t db = k_desc + (((kk / 4) * kKeys * 128 + (kk % 4) * 32) >> 4);
+    wg::Mma<T, kKeys>::ss(sc, da, db, kk > 0 ? 1 : 0);
+  }
+  wg::commit();
+}
+
+// O += P V over the kKeys-key V tile at v_at (read MN-major), P the packed probabilities, committed as one group
+// (empty when !multiply, so the groups a loop waits on keep their order).
+template <typename T, int D, int kKeys>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kKeys / 16][4], uint32_t v_at,
+                                         bool multiply) {
+  const uint64_t v_desc = wg::desc128(v_at, kKeys * 128, 1024);
+  if (multiply) {
+#pragma unroll
+    for (int kc16 = 0; kc16 < kKeys / 16; ++kc16) wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
+  }
+  wg::commit();
+}
+
+// The last tile's PV, waited for.
+template <typename T, int D, int kKeys>
+__device__ __forceinline__ void last_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kKeys / 16][4], uint32_t v_at) {
+  wg::fence_operands(o);
+  wg::fence();
+  issue_pv<T, D, kKeys>(o, pa, v_at, true);
+  wg::wait<0>();
+  wg::fence_operands(o);
+}
+
 // O / l of the thread's existing rows into out (l reduced over the quad first, times `factor`).
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(const AttentionLaunch& p, const float (&o)[D / 8][4], float (&l)[2],
@@ -211,29 +258,18 @@ __global__ void __launch_bounds__(256, 1)
   constexpr int kNt = C::kKeys / 8;  // score fragments (8 keys each) per thread row pair
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int s = blockIdx.y, kvh = blockIdx.z;
-  const int tile = gridDim.x - 1 - blockIdx.x;  // heaviest (last) row tiles first
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int q0 = p.query_start_loc[s];
-  const int q_len = p.query_start_loc[s + 1] - q0;
-  const int rows = q_len * group;
-  if (rows <= kDecodeMaxRows) return;  // decode path
-  const int r0 = tile * C::kRows;
-  if (r0 >= rows) return;
-  const int len = p.seq_lens[s];
-  const int first_pos = len - q_len;
-  const int i_first = r0 / group, i_last = min(rows - 1, r0 + C::kRows - 1) / group;
-  const int window = p.sliding_window;
-  const int kv_hi = first_pos + i_last + 1;
-  const int kv_lo = window > 0 ? max(0, first_pos + i_first - window + 1) : 0;
-  const int t_lo = kv_lo / C::kKeys, t_hi = (kv_hi + C::kKeys - 1) / C::kKeys;
+  // Heaviest (last) row tiles first; nothing to do for decode-path sequences and tiles past the last row.
+  const PrefillRows at = prefill_rows<C::kRows, C::kKeys>(p, s, gridDim.x - 1 - blockIdx.x);
+  if (!at.ok) return;
+  const int group = at.group, q0 = at.q0, rows = at.rows, r0 = at.r0, first_pos = at.first_pos, window = at.window;
+  const int kv_lo = at.kv_lo, kv_hi = at.kv_hi, t_lo = at.t_lo, t_hi = at.t_hi;
 
   const int wgi = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, c4 = lane % 4;
   // This warpgroup's rows: a tile is visible to all of them when its keys lie in [lo of the last, pos of the first].
   const int wg_r0 = r0 + wgi * 64;
-  const int wg_first = min(wg_r0, rows - 1) / group, wg_last = min(rows - 1, wg_r0 + 63) / group;
-  const int pos_min = first_pos + wg_first;
-  const int lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
+  int pos_min, lo_max;
+  warpgroup_bounds(wg_r0, rows, group, first_pos, window, pos_min, lo_max);
 
   const KvT* kc = static_cast<const KvT*>(p.k_cache);
   const KvT* vc = static_cast<const KvT*>(p.v_cache);
@@ -352,24 +388,11 @@ __global__ void __launch_bounds__(256, 1)
     const uint32_t k_s = kv_s + (it % C::kStages) * C::kStageBytes;
     const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
 
-    // Descriptors advance by their start address (>> 4; a shared address < 256 KiB never carries out of the field).
-    const uint64_t k_desc = wg::desc128(k_s, 16, 1024), v_desc = wg::desc128(v_prev, C::kKeys * 128, 1024);
     float sc[kNt][4];
     wg::fence_operands(o);
     wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = q_desc + (((kk / 4) * C::kRows * 128 + (kk % 4) * 32) >> 4);
-      const uint64_t db = k_desc + (((kk / 4) * C::kKeys * 128 + (kk % 4) * 32) >> 4);
-      wg::Mma<T, C::kKeys>::ss(sc, da, db, kk > 0 ? 1 : 0);
-    }
-    wg::commit();
-    if (it > 0) {
-#pragma unroll
-      for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
-        wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
-    }
-    wg::commit();
+    issue_scores<T, D, C::kRows, C::kKeys>(sc, q_desc, k_s);
+    issue_pv<T, D, C::kKeys>(o, pa, v_prev, it > 0);
     if (kTma && threadIdx.x == 0 && t + 1 < t_hi) tma_tile(t + 1, (it + 1) % C::kStages);
     wg::wait<1>();  // S_t (groups complete in order)
     wg::fence_operands(sc);
@@ -423,18 +446,7 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
   }
-  // The last tile's PV.
-  if (t_hi > t_lo) {
-    const uint32_t v_last = kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes;
-    wg::fence_operands(o);
-    wg::fence();
-#pragma unroll
-    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
-      wg::Mma<T, D>::rs_mn(o, pa[kc16], wg::desc128(v_last + kc16 * 16 * 128, C::kKeys * 128, 1024));
-    wg::commit();
-    wg::wait<0>();
-    wg::fence_operands(o);
-  }
+  if (t_hi > t_lo) last_pv<T, D, C::kKeys>(o, pa, kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes);
   cp_async_wait<0>();
 
   // kVFactor: 1 except f16 over 8-bit caches (exact: a power of two)
@@ -466,21 +478,11 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int kNt = C::kKeys / 8;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int s = blockIdx.y, kvh = blockIdx.z;
-  const int tile = gridDim.x - 1 - blockIdx.x;
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int q0 = p.query_start_loc[s];
-  const int q_len = p.query_start_loc[s + 1] - q0;
-  const int rows = q_len * group;
-  if (rows <= kDecodeMaxRows) return;
-  const int r0 = tile * C::kRows;
-  if (r0 >= rows) return;
-  const int len = p.seq_lens[s];
-  const int first_pos = len - q_len;
-  const int i_first = r0 / group, i_last = min(rows - 1, r0 + C::kRows - 1) / group;
-  const int window = p.sliding_window;
-  const int kv_hi = first_pos + i_last + 1;
-  const int kv_lo = window > 0 ? max(0, first_pos + i_first - window + 1) : 0;
-  const int t_lo = kv_lo / C::kKeys, t_hi = (kv_hi + C::kKeys - 1) / C::kKeys;
+  // Heaviest (last) row tiles first; nothing to do for decode-path sequences and tiles past the last row.
+  const PrefillRows at = prefill_rows<C::kRows, C::kKeys>(p, s, gridDim.x - 1 - blockIdx.x);
+  if (!at.ok) return;
+  const int group = at.group, q0 = at.q0, rows = at.rows, r0 = at.r0, first_pos = at.first_pos, window = at.window;
+  const int kv_lo = at.kv_lo, kv_hi = at.kv_hi, t_lo = at.t_lo, t_hi = at.t_hi;
   const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
                    static_cast<int64_t>(kvh) * D};
 
@@ -522,9 +524,8 @@ __global__ void __launch_bounds__(384, 1)
   const int wgi = warp_all / 4, warp = warp_all % 4;
   const int g = lane / 4, c4 = lane % 4;
   const int wg_r0 = r0 + wgi * 64;
-  const int wg_first = min(wg_r0, rows - 1) / group, wg_last = min(rows - 1, wg_r0 + 63) / group;
-  const int pos_min = first_pos + wg_first;
-  const int lo_max = window > 0 ? first_pos + wg_last - window + 1 : 0;
+  int pos_min, lo_max;
+  warpgroup_bounds(wg_r0, rows, group, first_pos, window, pos_min, lo_max);
   bool row_ok[2];
   int row_pos[2], row_lo[2];
   thread_rows(wg_r0 + warp * 16, g, rows, group, first_pos, window, row_ok, row_pos, row_lo);
@@ -548,24 +549,12 @@ __global__ void __launch_bounds__(384, 1)
     }
     const uint32_t k_s = kv_s + st * C::kStageBytes;
     const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
-    const uint64_t k_desc = wg::desc128(k_s, 16, 1024), v_desc = wg::desc128(v_prev, C::kKeys * 128, 1024);
     float sc[kNt][4];
     if (kPingPong) wg::named_sync(1 + wgi, 256);
     wg::fence_operands(o);
     wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint64_t da = q_desc + (((kk / 4) * C::kRows * 128 + (kk % 4) * 32) >> 4);
-      const uint64_t db = k_desc + (((kk / 4) * C::kKeys * 128 + (kk % 4) * 32) >> 4);
-      wg::Mma<T, C::kKeys>::ss(sc, da, db, kk > 0 ? 1 : 0);
-    }
-    wg::commit();
-    if (it > 0) {
-#pragma unroll
-      for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
-        wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
-    }
-    wg::commit();
+    issue_scores<T, D, C::kRows, C::kKeys>(sc, q_desc, k_s);
+    issue_pv<T, D, C::kKeys>(o, pa, v_prev, it > 0);
     if (kPingPong && (wgi == 0 || t + 1 < t_hi)) wg::named_arrive(2 - wgi, 256);
     wg::wait<1>();
     wg::fence_operands(sc);
@@ -578,18 +567,7 @@ __global__ void __launch_bounds__(384, 1)
     rescale_rows(o, alpha[0], alpha[1]);
     pack_probs<T>(sc, pa);
   }
-  {
-    const uint32_t v_last = kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes;
-    const uint64_t v_desc = wg::desc128(v_last, C::kKeys * 128, 1024);
-    wg::fence_operands(o);
-    wg::fence();
-#pragma unroll
-    for (int kc16 = 0; kc16 < C::kKeys / 16; ++kc16)
-      wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
-    wg::commit();
-    wg::wait<0>();
-    wg::fence_operands(o);
-  }
+  last_pv<T, D, C::kKeys>(o, pa, kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes);
   store_rows<T, D>(p, o, l, 1.0f, row_ok, wg_r0 + warp * 16, g, c4, q0, group, kvh);
 #else
   (void)p;
@@ -651,9 +629,7 @@ void launch_kernel(const AttentionLaunch& p, const CUtensorMap& tm_k, const CUte
     return true;
   }();
   (void)attribute_set;
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
-  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+  const dim3 grid = prefill_grid(p, C::kRows);
   prefill_wgmma_kernel<T, D, Q, kTma><<<grid, C::kThreads, C::kSmem, stream>>>(p, tm_k, tm_v);
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
@@ -667,9 +643,7 @@ void launch_ws(const AttentionLaunch& p, const CUtensorMap& tm_k, const CUtensor
     return true;
   }();
   (void)attribute_set;
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int64_t tiles = ceil_div(static_cast<int64_t>(p.max_query_len) * group, C::kRows);
-  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+  const dim3 grid = prefill_grid(p, C::kRows);
   prefill_ws_kernel<T, D, kPingPong><<<grid, C::kThreads, C::kSmem, stream>>>(p, tm_k, tm_v);
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
@@ -703,8 +677,6 @@ bool device_has_wgmma() {
   return cached[dev] == 1;
 }
 
-}  // namespace
-
 bool prefill_wgmma_enabled() {
   // PEREGRINE_PREFILL_WGMMA=0 keeps every prefill on the FlashAttention-2 kernel (A/B benchmarks).
   static const bool env_on = [] {
@@ -713,6 +685,9 @@ bool prefill_wgmma_enabled() {
   }();
   return env_on && device_has_wgmma();
 }
+
+}  // namespace
+
 
 namespace {
 
