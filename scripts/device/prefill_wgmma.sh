@@ -2,14 +2,12 @@
 # The wgmma prefill attention (issue 14): op tests (every attention case, the 8-bit caches' too), compute-sanitizer
 # over the prefill cases, the 8K causal kernel against the mma.sync one (PEREGRINE_PREFILL_WGMMA=0) in the same run,
 # then the 8B shape end to end: prefill 8K, the prefix-cache device / host-tier hits (issue 13), offline c 256.
-# Here: scripts/device/kv_attn.sh bundle and scripts/device/carry_light.sh on (off right after); carry .device/carry_kv.
+# Here: scripts/device/prefill_wgmma_bundle.sh and scripts/device/carry_light.sh on (off right after); carry .device/carry_kv.
 # There: source .device/carry_kv/env.sh && scripts/device/prefill_wgmma.sh
 # PERF=0 stops after the tests; TP=0 skips the offline run; PC=0 the prefix-cache runs; PROFILE=1 adds ncu (one 8K
-# launch per entry of PROFILE_ENVS, stall reasons) and the kernel's SASS opcode counts; VARIANTS (VAR=value entries)
-# runs the attention tests and the kernel bench once per entry (PEREGRINE_PREFILL_WGMMA_CODES=1: the 8-bit caches
-# on the wgmma kernel; PEREGRINE_PREFILL_TMA=1: its b16 tiles copied by the tensor memory accelerator, =2 the
-# warp-specialised kernel over TMA copies, =3 it with ping-pong; all built 2026-12-06 without a GPU run:
-# VARIANTS="PEREGRINE_PREFILL_WGMMA_CODES=1 PEREGRINE_PREFILL_TMA=1 PEREGRINE_PREFILL_TMA=2 PEREGRINE_PREFILL_TMA=3").
+# launch per entry of PROFILE_ENVS, stall reasons) and the kernel's SASS opcode counts (scripts/device/prefill_profile.sh
+# gives per-instruction stall samples); VARIANTS (VAR=value entries) runs the attention tests and the kernel bench once
+# per entry.
 set -uo pipefail
 source "$(dirname "$0")/carry_kv_common.sh"
 ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny
@@ -23,6 +21,11 @@ if [ "${SAN:-1}" = 1 ]; then
     >/tmp/san.log 2>&1
   t "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san.log | head -5
 fi
+# The wgmma shapes in the bf16 head-dim-128 kernel's SASS (an HGMMA.64x8x16 on RZ is ptxas's empty commit: one more
+# group for the waits to count, which the kernel must not have)
+cuobjdump -sass "$bin/cuda_ops_bench" 2>/dev/null |
+  awk '/Function :/ {on = ($0 ~ /prefill_wgmma_kernelI13__nv_bfloat16Li128ELNS0_4attn7KvQuantE0/)} on' |
+  grep -oE "HGMMA\.[0-9x]+" | sort | uniq -c | tr '\n' ' '; echo
 [ "${PERF:-1}" = 1 ] || exit 0
 if [ "${PROFILE:-0}" = 1 ]; then  # one 8K causal bf16 launch of the wgmma kernel under ncu, per variant
   for pv in ${PROFILE_ENVS:-X=1}; do

@@ -42,7 +42,6 @@ struct AttentionLaunch {
   const float* v_scales;
   int num_seqs, num_q_heads, num_kv_heads, head_dim, block_size, max_blocks_per_seq;
   int64_t num_tokens;
-  int64_t num_blocks;  // blocks in each cache pool (0: unknown; the wgmma prefill's tensor maps need it)
   float scale;
   int sliding_window, max_query_len, max_seq_len;
   int block_shift;   // log2(block_size) when a power of two, else -1 (set by launch_attention)

@@ -6,12 +6,11 @@
 // with P in registers and V read MN-major from shared memory. The two warpgroups of an SM interleave one's softmax
 // with the other's multiplies. Tiles sit at absolute key positions, so a row's result depends only on its own
 // sequence and position, never on the rows beside it.
-// Other head dims and pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel, and so do 8-bit caches
-// unless PEREGRINE_PREFILL_WGMMA_CODES=1. Not yet checked on a GPU (so off by default): the 8-bit caches here, and the
-// tensor-memory-accelerator copies (PEREGRINE_PREFILL_TMA=1, and the warp-specialised kernel at 2 / 3).
-#include <cuda.h>  // CUtensorMap (the driver's encoder is reached through the runtime: no -lcuda)
-#include <cudaTypedefs.h>
-
+// 8-bit caches (int8 / fp8 e4m3) pass each tile's codes through a staging area, turned into exact T values before the
+// multiplies, their per-key scales applied to the scores (K) and the probabilities (V). Other head dims and
+// pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel.
+// Measured and removed (2026-12-06, docs/BENCHMARKS.md): tile copies by the tensor memory accelerator (block-sized
+// boxes), with and without a warp-specialised producer and ping-pong consumers — all slower than cp.async here.
 #include <cstdlib>
 #include <cstring>
 
@@ -38,52 +37,12 @@ template <int D, KvQuant Q> struct WgPrefillCfg {
   static constexpr int kStageBytes = 2 * kTileBytes + kScaleBytes;  // K, V (, K scales, V scales): 1024-byte multiple
   static constexpr int kStages = kCodes ? 2 : 3;
   static constexpr int kStagingBytes = kCodes ? CodeStage<D, kKeys>::kBytes : 0;
-  static constexpr int kBarBytes = 64;  // the TMA copies' mbarriers, one a stage
   // + alignment slack for the 1024-byte atoms
-  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + kStagingBytes + kBarBytes;
+  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + kStagingBytes;
 };
 
 #ifdef PEREGRINE_WGMMA
-// TMA: keys [t * kKeys, (t + 1) * kKeys) of a KV head (columns col0.. of the pools) into K and V tiles at k_at / v_at,
-// block by block; blocks wholly outside [lo, hi) and holes (-1) are not copied. One thread calls it; the barrier
-// expects the bytes first.
-template <int D, int kKeys>
-__device__ __forceinline__ void tma_tile_copy(const CUtensorMap* tm_k, const CUtensorMap* tm_v, const PagedKv& kv,
-                                              int col0, int bs, int t, int lo, int hi, uint32_t k_at, uint32_t v_at,
-                                              uint32_t bar) {
-  const int key0 = t * kKeys;
-  uint32_t bytes = 0;
-  for (int b = 0; b < kKeys / bs; ++b) {
-    const int first = key0 + b * bs;
-    if (first + bs <= lo || first >= hi || __ldg(kv.table + first / bs) < 0) continue;
-    bytes += (D / 64) * 2 * bs * 128;
-  }
-  wg::mbar_expect_tx(bar, bytes);
-  for (int b = 0; b < kKeys / bs; ++b) {
-    const int first = key0 + b * bs;
-    if (first + bs <= lo || first >= hi) continue;
-    const int id = __ldg(kv.table + first / bs);
-    if (id < 0) continue;
-#pragma unroll
-    for (int h = 0; h < D / 64; ++h) {
-      const uint32_t off = h * kKeys * 128 + b * bs * 128;
-      wg::tma_load_2d(k_at + off, tm_k, col0 + h * 64, id * bs, bar);
-      wg::tma_load_2d(v_at + off, tm_v, col0 + h * 64, id * bs, bar);
-    }
-  }
-}
-
-// Zeroes the V rows of keys outside [lo, hi) in a tile (kThreads threads from thread `tid`).
-template <int D, int kKeys, int kThreads>
-__device__ __forceinline__ void zero_v_rows(uint32_t v_at, int key0, int lo, int hi, int tid) {
-  for (int id = tid; id < kKeys * (D / 8); id += kThreads) {
-    const int row = id / (D / 8), c = id % (D / 8), key = key0 + row;
-    if (key >= lo && key < hi) continue;
-    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(v_at + wg::sw128(row, c, kKeys)), "r"(0) : "memory");
-  }
-}
-
-// ---- pieces both kernels share (a thread's rows are g and g + 8 of its warp's 16; fragments as in attention_mma.cuh)
+// ---- pieces of the kernel (a thread's rows are g and g + 8 of its warp's 16; fragments as in attention_mma.cuh)
 
 // Q rows [r0, r0 + kRows) of packed (token, head) rows into a 128-byte-atom tile, by threads tid, tid + n, ...
 template <typename T, int D, int kRows>
@@ -195,16 +154,14 @@ __device__ __forceinline__ void issue_scores(float (&sc)[kKeys / 8][4], uint64_t
   wg::commit();
 }
 
-// O += P V over the kKeys-key V tile at v_at (read MN-major), P the packed probabilities, committed as one group
-// (empty when !multiply, so the groups a loop waits on keep their order).
+// O += P V over the kKeys-key V tile at v_at (read MN-major), P the packed probabilities, committed as one group.
+// Never behind a branch: ptxas commits a group that may be empty with an extra (empty) multiply after the branch,
+// which is one more group for the waits to count (a wait<1> for S would then wait for this PV too).
 template <typename T, int D, int kKeys>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kKeys / 16][4], uint32_t v_at,
-                                         bool multiply) {
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kKeys / 16][4], uint32_t v_at) {
   const uint64_t v_desc = wg::desc128(v_at, kKeys * 128, 1024);
-  if (multiply) {
 #pragma unroll
-    for (int kc16 = 0; kc16 < kKeys / 16; ++kc16) wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
-  }
+  for (int kc16 = 0; kc16 < kKeys / 16; ++kc16) wg::Mma<T, D>::rs_mn(o, pa[kc16], v_desc + ((kc16 * 16 * 128) >> 4));
   wg::commit();
 }
 
@@ -213,7 +170,7 @@ template <typename T, int D, int kKeys>
 __device__ __forceinline__ void last_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kKeys / 16][4], uint32_t v_at) {
   wg::fence_operands(o);
   wg::fence();
-  issue_pv<T, D, kKeys>(o, pa, v_at, true);
+  issue_pv<T, D, kKeys>(o, pa, v_at);
   wg::wait<0>();
   wg::fence_operands(o);
 }
@@ -242,17 +199,10 @@ __device__ __forceinline__ void store_rows(const AttentionLaunch& p, const float
 }
 #endif  // PEREGRINE_WGMMA
 
-// kTma (b16 caches, block sizes 8..128): thread 0 copies each tile block by block with the tensor memory accelerator
-// (tm_k, tm_v: the caches as [slots][num_kv_heads * D] with 64-column x block_size-row boxes in the 128-byte swizzle
-// the tiles use), completion on the stage's mbarrier; blocks outside [kv_lo, kv_hi) are not copied, and V rows
-// outside it are zeroed once the copies landed (a P of 0 times stale or NaN values would not be 0).
-template <typename T, int D, KvQuant Q, bool kTma>
-__global__ void __launch_bounds__(256, 1)
-    prefill_wgmma_kernel(const AttentionLaunch p, const __grid_constant__ CUtensorMap tm_k,
-                         const __grid_constant__ CUtensorMap tm_v) {
+template <typename T, int D, KvQuant Q>
+__global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLaunch p) {
 #ifdef PEREGRINE_WGMMA
   using C = WgPrefillCfg<D, Q>;
-  static_assert(!kTma || !C::kCodes, "TMA copies are for b16 caches");
   using S = CodeStage<D, C::kKeys>;
   using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
   constexpr int kNt = C::kKeys / 8;  // score fragments (8 keys each) per thread row pair
@@ -278,34 +228,34 @@ __global__ void __launch_bounds__(256, 1)
   const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const uint32_t kv_s = q_s + C::kQBytes;
   const uint32_t staging = kv_s + C::kStages * C::kStageBytes;  // 8-bit caches
-  const uint32_t bars = staging + C::kStagingBytes;               // TMA: one mbarrier a stage
-  auto tma_tile = [&](int t, int st) {  // thread 0 only
-    const uint32_t k_at = kv_s + st * C::kStageBytes;
-    tma_tile_copy<D, C::kKeys>(&tm_k, &tm_v, kv, kvh * D, p.block_size, t, kv_lo, kv_hi, k_at, k_at + C::kTileBytes,
-                               bars + 8 * st);
-  };
-  // K/V tile loads: a thread copies chunk `ch` of kPasses rows of a tile (row i * kRowsPerPass + kr). The rows' cache
-  // slots (-1: outside [kv_lo, kv_hi), zero-filled, its block-table entry never read) are looked up one tile ahead,
-  // so a tile's copies never wait on the block table.
+  // K/V tile loads (b16 caches): a thread copies chunk `ch` of kPasses rows of a tile (row i * kRowsPerPass + kr).
+  // The rows' block-table entries are read a tile ahead into blk (branch-free: the key clamped into [kv_lo, kv_hi))
+  // and used only by the next tile's copies, so neither waits on the other; keys outside [kv_lo, kv_hi) and holes
+  // (-1) are zero-filled.
   constexpr int kRowsPerPass = C::kThreads / (D / 8), kPasses = C::kKeys / kRowsPerPass;
   const int kr = threadIdx.x / (D / 8), ch = threadIdx.x % (D / 8);
-  int32_t slot[kPasses];
+  int32_t blk[kPasses];
+  auto block_of = [&](int key) { return kv.block_shift >= 0 ? key >> kv.block_shift : key / kv.block_size; };
   auto lookup = [&](int t) {
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int key = t * C::kKeys + i * kRowsPerPass + kr;
-      slot[i] = key >= kv_lo && key < kv_hi ? static_cast<int32_t>(kv_slot(kv, key)) : -1;
+      const int key = min(max(t * C::kKeys + i * kRowsPerPass + kr, kv_lo), kv_hi - 1);
+      blk[i] = __ldg(kv.table + block_of(key));
     }
   };
-  auto load_tile = [&](int st) {
+  auto load_tile = [&](int t, int st) {
     const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
 #pragma unroll
     for (int i = 0; i < kPasses && !C::kCodes; ++i) {
+      const int key = t * C::kKeys + i * kRowsPerPass + kr;
+      const bool valid = key >= kv_lo && key < kv_hi && blk[i] >= 0;
+      const int in_block = key - block_of(key) * kv.block_size;
       const uint32_t dst = wg::sw128(i * kRowsPerPass + kr, ch, C::kKeys);
       const int64_t offset =
-          slot[i] < 0 ? 0 : static_cast<int64_t>(slot[i]) * kv.row_stride + kv.head_offset + ch * 8;
-      cp_async16(k_at + dst, kc + offset, slot[i] >= 0);
-      cp_async16(v_at + dst, vc + offset, slot[i] >= 0);
+          valid ? (static_cast<int64_t>(blk[i]) * kv.block_size + in_block) * kv.row_stride + kv.head_offset + ch * 8
+                : 0;
+      cp_async16(k_at + dst, kc + offset, valid);
+      cp_async16(v_at + dst, vc + offset, valid);
     }
   };
 
@@ -334,18 +284,9 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();  // the next load overwrites the staging area
     if (t_lo + 1 < t_hi) load_codes(t_lo + 1);
     cp_async_commit();
-  } else if constexpr (kTma) {
-    cp_async_commit();  // Q
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int i = 0; i < C::kStages; ++i) wg::mbar_init(bars + 8 * i, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();  // the barriers are initialised before anyone copies through or waits on them
-    if (threadIdx.x == 0) tma_tile(t_lo, 0);
   } else {
     lookup(t_lo);
-    load_tile(0);
+    load_tile(t_lo, 0);
     cp_async_commit();
     if (t_lo + 1 < t_hi) lookup(t_lo + 1);
   }
@@ -364,24 +305,16 @@ __global__ void __launch_bounds__(256, 1)
 
   // Per tile t: S_t = Q K_t and O += P_{t-1} V_{t-1} issued together; the softmax of S_t runs while the tensor
   // cores still multiply P_{t-1} V_{t-1}; then O is rescaled to S_t's row maxima and P_t packed. Three stages: tile
-  // t+1 loads while V_{t-1} and tile t are read.
+  // t+1 loads while V_{t-1} and tile t are read. The first tile has no PV before it: its step is a copy of the loop
+  // body without one (kFirst), so no multiply sits behind a branch.
   uint32_t pa[C::kKeys / 16][4];
-  for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
-    if constexpr (kTma) {
-      const int st = it % C::kStages;
-      wg::mbar_wait(bars + 8 * st, (it / C::kStages) & 1);
-      if (it == 0) cp_async_wait<0>();  // Q
-      const int key0 = t * C::kKeys;
-      if (key0 < kv_lo || key0 + C::kKeys > kv_hi)  // an edge tile: zero V's rows outside [kv_lo, kv_hi)
-        zero_v_rows<D, C::kKeys, C::kThreads>(kv_s + st * C::kStageBytes + C::kTileBytes, key0, kv_lo, kv_hi,
-                                              threadIdx.x);
-      wg::fence_proxy_async();
-      __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
-    } else if constexpr (!C::kCodes) {
+  auto step = [&](int t, int it, auto first) {
+    constexpr bool kFirst = decltype(first)::value;
+    if constexpr (!C::kCodes) {
       cp_async_wait<0>();
       wg::fence_proxy_async();
       __syncthreads();  // tile t is everyone's; tile t-2's readers (PV_{t-2}) are done
-    }  // (8-bit caches: tile t was converted and fenced at the end of the last iteration)
+    }  // (8-bit caches: tile t was converted and fenced before)
     const float* k_scale = reinterpret_cast<const float*>(smem_raw + (kv_s - smem_addr(smem_raw)) +
                                                           (it % C::kStages) * C::kStageBytes + 2 * C::kTileBytes);
     const float* v_scale = k_scale + C::kKeys;
@@ -392,9 +325,12 @@ __global__ void __launch_bounds__(256, 1)
     wg::fence_operands(o);
     wg::fence();
     issue_scores<T, D, C::kRows, C::kKeys>(sc, q_desc, k_s);
-    issue_pv<T, D, C::kKeys>(o, pa, v_prev, it > 0);
-    if (kTma && threadIdx.x == 0 && t + 1 < t_hi) tma_tile(t + 1, (it + 1) % C::kStages);
-    wg::wait<1>();  // S_t (groups complete in order)
+    if constexpr (!kFirst) {
+      issue_pv<T, D, C::kKeys>(o, pa, v_prev);
+      wg::wait<1>();  // S_t (groups complete in order)
+    } else {
+      wg::wait<0>();
+    }
     wg::fence_operands(sc);
 
     // Online softmax in log2 units: scores scaled inside the exponent's FMA; masked scores are -inf. 8-bit caches:
@@ -413,16 +349,18 @@ __global__ void __launch_bounds__(256, 1)
     if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) mask_scores(sc, key0, c4, row_ok, row_pos, row_lo);
     float alpha[2];
     online_softmax(sc, m, l, alpha, scale_log2);
-    if constexpr (!C::kCodes && !kTma) {
-      // Tile t+1's copies (slots looked up a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
+    if constexpr (!C::kCodes) {
+      // Tile t+1's copies (block ids read a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
       // otherwise delay: 1.72 ms against 1.65 ms for 8K causal on an H100); then tile t+2's lookups.
-      if (t + 1 < t_hi) load_tile((it + 1) % C::kStages);
+      if (t + 1 < t_hi) load_tile(t + 1, (it + 1) % C::kStages);
       cp_async_commit();
       if (t + 2 < t_hi) lookup(t + 2);
     }
-    wg::wait<0>();  // PV_{t-1}: o and pa are free
-    wg::fence_operands(o);
-    rescale_rows(o, alpha[0], alpha[1]);
+    if constexpr (!kFirst) {
+      wg::wait<0>();  // PV_{t-1}: o and pa are free
+      wg::fence_operands(o);
+      rescale_rows(o, alpha[0], alpha[1]);
+    }
     if constexpr (C::kCodes) {  // V's per-key scales on the probabilities (l keeps the unscaled ones), times kVFactor
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt) {
@@ -445,8 +383,12 @@ __global__ void __launch_bounds__(256, 1)
         cp_async_commit();
       }
     }
+  };
+  if (t_hi > t_lo) {
+    step(t_lo, 0, std::true_type{});
+    for (int t = t_lo + 1, it = 1; t < t_hi; ++t, ++it) step(t, it, std::false_type{});
+    last_pv<T, D, C::kKeys>(o, pa, kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes);
   }
-  if (t_hi > t_lo) last_pv<T, D, C::kKeys>(o, pa, kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes);
   cp_async_wait<0>();
 
   // kVFactor: 1 except f16 over 8-bit caches (exact: a power of two)
@@ -457,209 +399,17 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-// Warp-specialised form over TMA copies (b16 caches): warpgroups 0 and 1 consume (64 rows each, registers raised to
-// 224), warpgroup 2 produces (registers lowered to 56; one thread of it issues every copy): stage st is "full" when its
-// copies landed and "empty" once both consumer warpgroups finished PV on it, so no CTA-wide barrier runs per tile.
-// kPingPong alternates the two consumers' wgmma issues (named barriers 1 and 2), so one's softmax overlaps the other's
-// multiplies. Rows, tiles, masks and arithmetic are the kernel above's.
-template <int D> struct WsCfg {
-  static constexpr int kThreads = 384;
-  static constexpr int kRows = 128, kKeys = 128, kStages = 3;
-  static constexpr int kQBytes = kRows * D * 2, kTileBytes = kKeys * D * 2, kStageBytes = 2 * kTileBytes;
-  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + 64;  // + full[3], empty[3]
-};
-
-template <typename T, int D, bool kPingPong>
-__global__ void __launch_bounds__(384, 1)
-    prefill_ws_kernel(const AttentionLaunch p, const __grid_constant__ CUtensorMap tm_k,
-                      const __grid_constant__ CUtensorMap tm_v) {
-#ifdef PEREGRINE_WGMMA
-  using C = WsCfg<D>;
-  constexpr int kNt = C::kKeys / 8;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const int s = blockIdx.y, kvh = blockIdx.z;
-  // Heaviest (last) row tiles first; nothing to do for decode-path sequences and tiles past the last row.
-  const PrefillRows at = prefill_rows<C::kRows, C::kKeys>(p, s, gridDim.x - 1 - blockIdx.x);
-  if (!at.ok) return;
-  const int group = at.group, q0 = at.q0, rows = at.rows, r0 = at.r0, first_pos = at.first_pos, window = at.window;
-  const int kv_lo = at.kv_lo, kv_hi = at.kv_hi, t_lo = at.t_lo, t_hi = at.t_hi;
-  const PagedKv kv{table_row(p, s), p.block_size, p.block_shift, static_cast<int64_t>(p.num_kv_heads) * D,
-                   static_cast<int64_t>(kvh) * D};
-
-  const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t kv_s = q_s + C::kQBytes;
-  const uint32_t full = kv_s + C::kStages * C::kStageBytes, empty = full + 32;  // 8 bytes a stage each
-  const int warp_all = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < C::kStages; ++i) {
-      wg::mbar_init(full + 8 * i, 1);
-      wg::mbar_init(empty + 8 * i, 256);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  if (warp_all < 8) {  // consumers load Q
-    load_q<T, D, C::kRows>(q_s, p, r0, rows, q0, group, kvh, threadIdx.x, 256);
-    cp_async_commit();
-    cp_async_wait<0>();
-    wg::fence_proxy_async();
-  }
-  __syncthreads();  // barriers initialised, Q in place
-
-  if (warp_all >= 8) {  // ---- producer
-    wg::regs_dec<56>();
-    if (threadIdx.x != 256) return;
-    for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
-      const int st = it % C::kStages;
-      if (it >= C::kStages) wg::mbar_wait(empty + 8 * st, ((it / C::kStages) & 1) ^ 1);
-      const uint32_t k_at = kv_s + st * C::kStageBytes;
-      tma_tile_copy<D, C::kKeys>(&tm_k, &tm_v, kv, kvh * D, p.block_size, t, kv_lo, kv_hi, k_at,
-                                 k_at + C::kTileBytes, full + 8 * st);
-    }
-    return;
-  }
-
-  // ---- consumers
-  wg::regs_inc<224>();
-  const int wgi = warp_all / 4, warp = warp_all % 4;
-  const int g = lane / 4, c4 = lane % 4;
-  const int wg_r0 = r0 + wgi * 64;
-  int pos_min, lo_max;
-  warpgroup_bounds(wg_r0, rows, group, first_pos, window, pos_min, lo_max);
-  bool row_ok[2];
-  int row_pos[2], row_lo[2];
-  thread_rows(wg_r0 + warp * 16, g, rows, group, first_pos, window, row_ok, row_pos, row_lo);
-  const float scale_log2 = p.scale * 1.4426950408889634f;
-  float o[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const uint64_t q_desc = wg::desc128(q_s + wgi * 64 * 128, 16, 1024);
-  if (kPingPong && wgi == 1) wg::named_arrive(1, 256);  // warpgroup 0 issues first
-
-  uint32_t pa[C::kKeys / 16][4];
-  for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
-    const int st = it % C::kStages;
-    wg::mbar_wait(full + 8 * st, (it / C::kStages) & 1);
-    const int key0 = t * C::kKeys;
-    if (key0 < kv_lo || key0 + C::kKeys > kv_hi) {  // an edge tile: both consumers zero V's invisible rows first
-      zero_v_rows<D, C::kKeys, 256>(kv_s + st * C::kStageBytes + C::kTileBytes, key0, kv_lo, kv_hi, threadIdx.x);
-      wg::fence_proxy_async();
-      wg::named_sync(3, 256);
-    }
-    const uint32_t k_s = kv_s + st * C::kStageBytes;
-    const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
-    float sc[kNt][4];
-    if (kPingPong) wg::named_sync(1 + wgi, 256);
-    wg::fence_operands(o);
-    wg::fence();
-    issue_scores<T, D, C::kRows, C::kKeys>(sc, q_desc, k_s);
-    issue_pv<T, D, C::kKeys>(o, pa, v_prev, it > 0);
-    if (kPingPong && (wgi == 0 || t + 1 < t_hi)) wg::named_arrive(2 - wgi, 256);
-    wg::wait<1>();
-    wg::fence_operands(sc);
-    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) mask_scores(sc, key0, c4, row_ok, row_pos, row_lo);
-    float alpha[2];
-    online_softmax(sc, m, l, alpha, scale_log2);
-    wg::wait<0>();
-    wg::fence_operands(o);
-    if (it > 0) wg::mbar_arrive(empty + 8 * ((it + C::kStages - 1) % C::kStages));  // tile t-1 fully read
-    rescale_rows(o, alpha[0], alpha[1]);
-    pack_probs<T>(sc, pa);
-  }
-  last_pv<T, D, C::kKeys>(o, pa, kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes);
-  store_rows<T, D>(p, o, l, 1.0f, row_ok, wg_r0 + warp * 16, g, c4, q0, group, kvh);
-#else
-  (void)p;
-  __trap();
-#endif
-}
-
-// The driver's tensor-map encoder, through the runtime (null where the driver lacks it).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess)
-      f = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A cache pool as a 2-D tensor [num_blocks * block_size][num_kv_heads * head_dim] of T, boxes of 64 columns x
-// block_size rows, 128-byte swizzle. False where the encoder refuses (the caller keeps cp.async then).
-bool encode_cache_map(CUtensorMap* map, const void* cache, const AttentionLaunch& p) {
-  auto encode = tensor_map_encoder();
-  if (!encode) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.num_kv_heads) * p.head_dim,
-                              static_cast<cuuint64_t>(p.num_blocks) * p.block_size};
-  const cuuint64_t strides[1] = {dims[0] * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(p.block_size)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUtensorMapDataType type =
-      p.act == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode(map, type, 2, const_cast<void*>(cache), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// TMA copies for b16 caches only with PEREGRINE_PREFILL_TMA=1 until a GPU run has checked and measured them (built
-// 2026-12-06 without one), and only for block sizes 8..128 that are powers of two (a box's rows start on a swizzle
-// atom) with the pool's size known.
-// PEREGRINE_PREFILL_TMA: 1 the kernel above with TMA copies, 2 the warp-specialised kernel, 3 it with ping-pong.
-int tma_mode(const AttentionLaunch& p) {
-  static const int mode = [] {
-    const char* v = std::getenv("PEREGRINE_PREFILL_TMA");
-    const int m = v ? std::atoi(v) : 0;
-    return m >= 1 && m <= 3 ? m : 0;
-  }();
-  const int bs = p.block_size;
-  return p.cache == p.act && p.num_blocks > 0 && bs >= 8 && bs <= 128 && (bs & (bs - 1)) == 0 ? mode : 0;
-}
-
-template <typename T, int D, KvQuant Q, bool kTma>
-void launch_kernel(const AttentionLaunch& p, const CUtensorMap& tm_k, const CUtensorMap& tm_v, cudaStream_t stream) {
+template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
   using C = WgPrefillCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kTma>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    PEREGRINE_CUDA_CHECK(
+        cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
   const dim3 grid = prefill_grid(p, C::kRows);
-  prefill_wgmma_kernel<T, D, Q, kTma><<<grid, C::kThreads, C::kSmem, stream>>>(p, tm_k, tm_v);
+  prefill_wgmma_kernel<T, D, Q><<<grid, C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T, int D, bool kPingPong>
-void launch_ws(const AttentionLaunch& p, const CUtensorMap& tm_k, const CUtensorMap& tm_v, cudaStream_t stream) {
-  using C = WsCfg<D>;
-  static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_ws_kernel<T, D, kPingPong>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-    return true;
-  }();
-  (void)attribute_set;
-  const dim3 grid = prefill_grid(p, C::kRows);
-  prefill_ws_kernel<T, D, kPingPong><<<grid, C::kThreads, C::kSmem, stream>>>(p, tm_k, tm_v);
-  PEREGRINE_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
-  CUtensorMap tm_k{}, tm_v{};
-  if constexpr (Q == KvQuant::kNone) {
-    const int mode = tma_mode(p);
-    if (mode && encode_cache_map(&tm_k, p.k_cache, p) && encode_cache_map(&tm_v, p.v_cache, p)) {
-      if (mode == 1) launch_kernel<T, D, Q, true>(p, tm_k, tm_v, stream);
-      else if (mode == 2) launch_ws<T, D, false>(p, tm_k, tm_v, stream);
-      else launch_ws<T, D, true>(p, tm_k, tm_v, stream);
-      return;
-    }
-  }
-  launch_kernel<T, D, Q, false>(p, tm_k, tm_v, stream);
 }
 
 // Whether the current device runs the sm_90a code (compute capability 9.0), per device, asked once.
@@ -702,21 +452,11 @@ template <typename T> void launch_cache(const AttentionLaunch& p, cudaStream_t s
   else launch_dim<T, KvQuant::kNone>(p, stream);
 }
 
-// 8-bit caches on this kernel only with PEREGRINE_PREFILL_WGMMA_CODES=1 until a GPU run has checked and measured it
-// (built 2026-12-06 without one); they keep the mma.sync kernel otherwise.
-bool codes_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_PREFILL_WGMMA_CODES");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 }  // namespace
 
 bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t stream) {
   const bool codes = p.cache == DType::kI8 || p.cache == DType::kF8E4M3;
-  if ((p.cache != p.act && !codes) || (codes && !codes_enabled())) return false;
+  if (p.cache != p.act && !codes) return false;
   if ((p.head_dim != 64 && p.head_dim != 128) || !prefill_wgmma_enabled()) return false;
   if (p.act == DType::kBF16) launch_cache<bf16>(p, stream);
   else launch_cache<f16>(p, stream);

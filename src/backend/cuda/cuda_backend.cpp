@@ -875,7 +875,6 @@ class CudaBackendImpl final : public CudaBackend {
     l.num_kv_heads = static_cast<int>(p.k_cache.dim(2));
     l.head_dim = static_cast<int>(p.q.dim(2));
     l.block_size = static_cast<int>(p.k_cache.dim(1));
-    l.num_blocks = p.k_cache.dim(0);
     l.max_blocks_per_seq = static_cast<int>(p.block_tables.dim(1));
     l.num_tokens = p.q.dim(0);
     l.scale = p.scale;
