@@ -6,7 +6,7 @@
 # There: source .device/carry_kv/env.sh && scripts/device/prefill_profile.sh [VAR=value ...]
 set -uo pipefail
 source "$(dirname "$0")/carry_kv_common.sh"
-out=${OUT:-/tmp}
+out=${OUT:-/tmp}; mkdir -p "$out"
 nvidia-smi --query-gpu=name --format=csv,noheader
 env X=1 "$@" timeout 200 ncu --clock-control none -k regex:prefill_ --launch-skip 1 --launch-count 1 \
   --section SourceCounters --section WarpStateStats --section SpeedOfLight --import-source no \

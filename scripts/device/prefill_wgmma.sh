@@ -7,7 +7,7 @@
 # PERF=0 stops after the tests; TP=0 skips the offline run; PC=0 the prefix-cache runs; PROFILE=1 adds ncu (one 8K
 # launch per entry of PROFILE_ENVS, stall reasons) and the kernel's SASS opcode counts (scripts/device/prefill_profile.sh
 # gives per-instruction stall samples); VARIANTS (VAR=value entries) runs the attention tests and the kernel bench once
-# per entry.
+# per entry (VOPS: the tests' filter, CudaAttention.* unless set).
 set -uo pipefail
 source "$(dirname "$0")/carry_kv_common.sh"
 ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny
@@ -47,7 +47,7 @@ if [ "${PROFILE:-0}" = 1 ]; then  # one 8K causal bf16 launch of the wgmma kerne
 fi
 if [ -n "${VARIANTS:-}" ]; then
   for v in $VARIANTS; do
-    env $v timeout 240 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention.*' >/tmp/ops_v.log 2>&1
+    env $v timeout 240 "$bin/cuda_ops_tests" --gtest_filter="${VOPS:-CudaAttention.*}" >/tmp/ops_v.log 2>&1
     t "$v: attention tests rc=$? $(grep -cE '^\[       OK' /tmp/ops_v.log) ok, $(grep -cE '^\[  FAILED' /tmp/ops_v.log) failed"
     env $v timeout 150 "$bin/cuda_ops_bench" --kv-cache-only >/tmp/kv_v.txt 2>&1
     t "kv bench $v:"; grep -E "^\| prefill attention" /tmp/kv_v.txt
