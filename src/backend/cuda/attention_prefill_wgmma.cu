@@ -10,7 +10,9 @@
 // multiplies, their per-key scales applied to the scores (K) and the probabilities (V). Other head dims and
 // pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel.
 // Measured and removed (2026-12-06, docs/BENCHMARKS.md): tile copies by the tensor memory accelerator (block-sized
-// boxes), with and without a warp-specialised producer and ping-pong consumers — all slower than cp.async here.
+// boxes), with and without a warp-specialised producer and ping-pong consumers; a warp-specialised form with a
+// cp.async producer warpgroup and ping-pong consumers; the next tile's copies issued before the wait for S — none
+// faster than this kernel.
 #include <cstdlib>
 #include <cstring>
 
@@ -199,10 +201,8 @@ __device__ __forceinline__ void store_rows(const AttentionLaunch& p, const float
 }
 #endif  // PEREGRINE_WGMMA
 
-// kPow2: block sizes that are powers of two up to kKeys (b16 caches; the copies' addresses get cheaper). kEarly
-// (PEREGRINE_PREFILL_EARLY_COPIES=1, being measured): tile t+1's copies go out right after S_t and PV_{t-1} are
-// issued, while the warp would wait for S_t, instead of behind the softmax.
-template <typename T, int D, KvQuant Q, bool kPow2, bool kEarly = false>
+// kPow2: block sizes that are powers of two up to kKeys (b16 caches; the copies' addresses get cheaper).
+template <typename T, int D, KvQuant Q, bool kPow2>
 __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLaunch p) {
 #ifdef PEREGRINE_WGMMA
   using C = WgPrefillCfg<D, Q>;
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
     }  // (8-bit caches: tile t was converted and fenced before)
     const float* k_scale = reinterpret_cast<const float*>(smem_raw + (kv_s - smem_addr(smem_raw)) +
                                                           (it % C::kStages) * C::kStageBytes + 2 * C::kTileBytes);
-    const float* v_scale = k_scale + C::kKeys;
+    [[maybe_unused]] const float* v_scale = k_scale + C::kKeys;  // 8-bit caches only
     const uint32_t k_s = kv_s + (it % C::kStages) * C::kStageBytes;
     const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
 
@@ -341,14 +341,12 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
     wg::fence_operands(o);
     wg::fence();
     issue_scores<T, D, C::kRows, C::kKeys>(sc, q_desc, k_s);
-    if constexpr (!kFirst) issue_pv<T, D, C::kKeys>(o, pa, v_prev);
-    if constexpr (kEarly && !C::kCodes) {  // stage (it + 1) % 3 held tile t-2, whose PV both warpgroups waited for
-      if (t + 1 < t_hi) load_tile(t + 1, (it + 1) % C::kStages);
-      cp_async_commit();
-      if (t + 2 < t_hi) lookup(t + 2);
+    if constexpr (!kFirst) {
+      issue_pv<T, D, C::kKeys>(o, pa, v_prev);
+      wg::wait<1>();  // S_t (groups complete in order)
+    } else {
+      wg::wait<0>();
     }
-    if constexpr (!kFirst) wg::wait<1>();  // S_t (groups complete in order)
-    else wg::wait<0>();
     wg::fence_operands(sc);
 
     // Online softmax in log2 units: scores scaled inside the exponent's FMA; masked scores are -inf. 8-bit caches:
@@ -367,7 +365,7 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
     if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) mask_scores(sc, key0, c4, row_ok, row_pos, row_lo);
     float alpha[2];
     online_softmax(sc, m, l, alpha, scale_log2);
-    if constexpr (!C::kCodes && !kEarly) {
+    if constexpr (!C::kCodes) {
       // Tile t+1's copies (block ids read a tile ago) go out beside PV_{t-1}, behind the softmax (which they would
       // otherwise delay: 1.72 ms against 1.65 ms for 8K causal on an H100); then tile t+2's lookups.
       if (t + 1 < t_hi) load_tile(t + 1, (it + 1) % C::kStages);
@@ -417,210 +415,22 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
 #endif
 }
 
-// Warp-specialised form (b16 caches; PEREGRINE_PREFILL_WS=1 until measured): warpgroups 0 and 1 consume, 64 rows
-// each, registers raised to kConsumerRegs; warpgroup 2 produces, registers lowered to kProducerRegs. Its warp w copies
-// keys [32w, 32w + 32) of each tile with cp.async (lane j reads the block-table entry of key 32w + j a tile ahead
-// and hands it to the lanes copying that key by shuffle); stage st is "full" once every producer thread's copies of
-// it landed (each thread waits for its own, fences them for the async proxy and arrives), and "empty" once both
-// consumers finished PV on it. No CTA-wide barrier runs per tile, and the consumers take turns issuing their
-// multiplies (named barriers 1 and 2), so one's softmax overlaps the other's multiplies. Rows, tiles, masks and
-// arithmetic are the kernel above's.
-template <int D> struct WsCfg {
-  static constexpr int kThreads = 384;
-  static constexpr int kRows = 128, kKeys = 128, kStages = 3;
-  static constexpr int kConsumerRegs = 232, kProducerRegs = 40;  // 256 * 232 + 128 * 40 <= 64K
-  static constexpr int kQBytes = kRows * D * 2, kTileBytes = kKeys * D * 2, kStageBytes = 2 * kTileBytes;
-  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes + 64;  // + full[3], empty[3]
-};
-
-template <typename T, int D>
-__global__ void __launch_bounds__(384, 1) prefill_ws_kernel(const AttentionLaunch p) {
-#ifdef PEREGRINE_WGMMA
-  using C = WsCfg<D>;
-  constexpr int kNt = C::kKeys / 8;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const int s = blockIdx.y, kvh = blockIdx.z;
-  // Heaviest (last) row tiles first; nothing to do for decode-path sequences and tiles past the last row.
-  const PrefillRows at = prefill_rows<C::kRows, C::kKeys>(p, s, gridDim.x - 1 - blockIdx.x);
-  if (!at.ok) return;
-  const int group = at.group, q0 = at.q0, rows = at.rows, r0 = at.r0, first_pos = at.first_pos, window = at.window;
-  const int kv_lo = at.kv_lo, kv_hi = at.kv_hi, t_lo = at.t_lo, t_hi = at.t_hi;
-
-  const uint32_t q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t kv_s = q_s + C::kQBytes;
-  const uint32_t full = kv_s + C::kStages * C::kStageBytes, empty = full + 32;  // 8 bytes a stage each
-  const int warp_all = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < C::kStages; ++i) {
-      wg::mbar_init(full + 8 * i, 128);
-      wg::mbar_init(empty + 8 * i, 256);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  if (warp_all < 8) {  // consumers load Q
-    load_q<T, D, C::kRows>(q_s, p, r0, rows, q0, group, kvh, threadIdx.x, 256);
-    cp_async_commit();
-    cp_async_wait<0>();
-    wg::fence_proxy_async();
-  }
-  __syncthreads();  // barriers initialised, Q in place
-
-  if (warp_all >= 8) {  // ---- producer
-    wg::regs_dec<C::kProducerRegs>();
-    const T* kc = static_cast<const T*>(p.k_cache);
-    const T* vc = static_cast<const T*>(p.v_cache);
-    const int32_t* table = table_row(p, s);
-    const int pw = warp_all - 8;             // keys [32 pw, 32 pw + 32) of each tile
-    const int ch = lane % (D / 8), r_lane = lane / (D / 8);  // chunk; first row (rows r_lane + kStep * i)
-    constexpr int kStep = 32 / (D / 8), kRowsPerLane = 32 / kStep;
-    const int64_t row_stride = static_cast<int64_t>(p.num_kv_heads) * D, head_offset = static_cast<int64_t>(kvh) * D;
-    auto block_of = [&](int key) { return p.block_shift >= 0 ? key >> p.block_shift : key / p.block_size; };
-    auto lookup = [&](int t) {
-      const int key = min(max(t * C::kKeys + 32 * pw + lane, kv_lo), kv_hi - 1);
-      return __ldg(table + block_of(key));
-    };
-    int32_t id = lookup(t_lo);
-    for (int t = t_lo, it = 0; t < t_hi; ++t, ++it) {
-      const int st = it % C::kStages;
-      const int32_t id_next = t + 1 < t_hi ? lookup(t + 1) : 0;
-      if (it >= C::kStages) wg::mbar_wait(empty + 8 * st, ((it / C::kStages) & 1) ^ 1);
-      const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
-#pragma unroll 4
-      for (int i = 0; i < kRowsPerLane; ++i) {
-        const int r = r_lane + kStep * i;  // row within the warp's 32
-        const int key = t * C::kKeys + 32 * pw + r;
-        const int32_t b = __shfl_sync(0xffffffffu, id, r);
-        const bool valid = key >= kv_lo && key < kv_hi && b >= 0;
-        const int in_block = key - block_of(key) * p.block_size;
-        const int64_t offset =
-            valid ? (static_cast<int64_t>(b) * p.block_size + in_block) * row_stride + head_offset + ch * 8 : 0;
-        const uint32_t dst = wg::sw128(32 * pw + r, ch, C::kKeys);
-        cp_async16(k_at + dst, kc + offset, valid);
-        cp_async16(v_at + dst, vc + offset, valid);
-      }
-      cp_async_commit();
-      if (it > 0) {  // the previous tile's copies landed: fenced for the async proxy, then announced
-        cp_async_wait<1>();
-        wg::fence_proxy_async();
-        wg::mbar_arrive(full + 8 * ((it + C::kStages - 1) % C::kStages));
-      }
-      id = id_next;
-    }
-    cp_async_wait<0>();
-    wg::fence_proxy_async();
-    if (t_hi > t_lo) wg::mbar_arrive(full + 8 * ((t_hi - 1 - t_lo) % C::kStages));
-    return;
-  }
-
-  // ---- consumers
-  wg::regs_inc<C::kConsumerRegs>();
-  const int wgi = warp_all / 4, warp = warp_all % 4;
-  const int g = lane / 4, c4 = lane % 4;
-  const int wg_r0 = r0 + wgi * 64;
-  int pos_min, lo_max;
-  warpgroup_bounds(wg_r0, rows, group, first_pos, window, pos_min, lo_max);
-  bool row_ok[2];
-  int row_pos[2], row_lo[2];
-  thread_rows(wg_r0 + warp * 16, g, rows, group, first_pos, window, row_ok, row_pos, row_lo);
-  const float scale_log2 = p.scale * 1.4426950408889634f;
-  float o[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const uint64_t q_desc = wg::desc128(q_s + wgi * 64 * 128, 16, 1024);
-  if (wgi == 1 && t_hi > t_lo) wg::named_arrive(1, 256);  // warpgroup 0 issues first
-
-  uint32_t pa[C::kKeys / 16][4];
-  auto step = [&](int t, int it, auto first) {
-    constexpr bool kFirst = decltype(first)::value;
-    const int st = it % C::kStages;
-    wg::mbar_wait(full + 8 * st, (it / C::kStages) & 1);
-    const uint32_t k_s = kv_s + st * C::kStageBytes;
-    const uint32_t v_prev = kv_s + ((it + C::kStages - 1) % C::kStages) * C::kStageBytes + C::kTileBytes;
-    float sc[kNt][4];
-    wg::named_sync(1 + wgi, 256);  // this warpgroup's turn to issue
-    wg::fence_operands(o);
-    wg::fence();
-    issue_scores<T, D, C::kRows, C::kKeys>(sc, q_desc, k_s);
-    if constexpr (!kFirst) issue_pv<T, D, C::kKeys>(o, pa, v_prev);
-    if (wgi == 0 || t + 1 < t_hi) wg::named_arrive(2 - wgi, 256);  // the other's turn
-    if constexpr (!kFirst) wg::wait<1>();
-    else wg::wait<0>();
-    wg::fence_operands(sc);
-    const int key0 = t * C::kKeys;
-    if (!(key0 >= lo_max && key0 + C::kKeys - 1 <= pos_min)) mask_scores(sc, key0, c4, row_ok, row_pos, row_lo);
-    float alpha[2];
-    online_softmax(sc, m, l, alpha, scale_log2);
-    if constexpr (!kFirst) {
-      wg::wait<0>();
-      wg::fence_operands(o);
-      wg::mbar_arrive(empty + 8 * ((it + C::kStages - 1) % C::kStages));  // tile t-1 fully read
-      rescale_rows(o, alpha[0], alpha[1]);
-    }
-    pack_probs<T>(sc, pa);
-  };
-  if (t_hi > t_lo) {
-    step(t_lo, 0, std::true_type{});
-    for (int t = t_lo + 1, it = 1; t < t_hi; ++t, ++it) step(t, it, std::false_type{});
-    last_pv<T, D, C::kKeys>(o, pa, kv_s + ((t_hi - 1 - t_lo) % C::kStages) * C::kStageBytes + C::kTileBytes);
-  }
-  store_rows<T, D>(p, o, l, 1.0f, row_ok, wg_r0 + warp * 16, g, c4, q0, group, kvh);
-#else
-  (void)p;
-  __trap();
-#endif
-}
-
-template <typename T, int D, KvQuant Q, bool kPow2, bool kEarly = false>
-void launch_wg(const AttentionLaunch& p, cudaStream_t stream) {
+template <typename T, int D, KvQuant Q, bool kPow2> void launch_wg(const AttentionLaunch& p, cudaStream_t stream) {
   using C = WgPrefillCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kPow2, kEarly>,
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kPow2>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
-  prefill_wgmma_kernel<T, D, Q, kPow2, kEarly><<<prefill_grid(p, C::kRows), C::kThreads, C::kSmem, stream>>>(p);
+  prefill_wgmma_kernel<T, D, Q, kPow2><<<prefill_grid(p, C::kRows), C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
-}
-
-bool early_copies() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_PREFILL_EARLY_COPIES");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
-// PEREGRINE_PREFILL_WS=1: b16 caches on the warp-specialised kernel (built 2026-12-06, not yet measured).
-bool ws_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_PREFILL_WS");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
 }
 
 template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
   if constexpr (Q == KvQuant::kNone) {
-    if (ws_enabled()) {
-      using C = WsCfg<D>;
-      static const bool attribute_set = [] {
-        PEREGRINE_CUDA_CHECK(
-            cudaFuncSetAttribute(prefill_ws_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-        return true;
-      }();
-      (void)attribute_set;
-      prefill_ws_kernel<T, D><<<prefill_grid(p, C::kRows), C::kThreads, C::kSmem, stream>>>(p);
-      PEREGRINE_CUDA_CHECK_LAUNCH();
-      return;
-    }
-  }
-  if constexpr (Q == KvQuant::kNone) {
     if (p.block_shift >= 0 && p.block_size <= WgPrefillCfg<D, Q>::kKeys) {
-      if (early_copies()) launch_wg<T, D, Q, true, true>(p, stream);
-      else launch_wg<T, D, Q, true>(p, stream);
+      launch_wg<T, D, Q, true>(p, stream);
       return;
     }
   }
