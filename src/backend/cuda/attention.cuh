@@ -58,8 +58,8 @@ void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows
 void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream);
 void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream);
 // The wgmma prefill (attention_prefill_wgmma.cu): false, launching nothing, where it does not apply (not an sm_90
-// device, head_dim other than 64 / 128, PEREGRINE_PREFILL_WGMMA=0, or an 8-bit cache without
-// PEREGRINE_PREFILL_WGMMA_CODES=1).
+// device, head_dim other than 64 / 128, a cache dtype other than the activations' or int8 / fp8 e4m3, or
+// PEREGRINE_PREFILL_WGMMA=0).
 bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t stream);
 
 // The block-table row of sequence s.
