@@ -201,8 +201,9 @@ __device__ __forceinline__ void store_rows(const AttentionLaunch& p, const float
 }
 #endif  // PEREGRINE_WGMMA
 
-// kPow2: block sizes that are powers of two up to kKeys (b16 caches; the copies' addresses get cheaper).
-template <typename T, int D, KvQuant Q, bool kPow2>
+// kPow2: block sizes that are powers of two up to kKeys (b16 caches; the copies' addresses get cheaper);
+// kWarpLookup: and at least kKeys / 32 (see the tile loads).
+template <typename T, int D, KvQuant Q, bool kPow2, bool kWarpLookup = false>
 __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLaunch p) {
 #ifdef PEREGRINE_WGMMA
   using C = WgPrefillCfg<D, Q>;
@@ -232,42 +233,52 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   const uint32_t kv_s = q_s + C::kQBytes;
   const uint32_t staging = kv_s + C::kStages * C::kStageBytes;  // 8-bit caches
   // K/V tile loads (b16 caches): a thread copies chunk `ch` of kPasses rows of a tile (row i * kRowsPerPass + kr).
-  // The rows' block-table entries are read a tile ahead into blk (branch-free: the key clamped into [kv_lo, kv_hi))
-  // and used only by the next tile's copies, so neither waits on the other; keys outside [kv_lo, kv_hi) and holes
-  // (-1) are zero-filled. kPow2 (block sizes 2^k <= kKeys, which divide a tile): a row's place in its block is the
-  // same in every tile, so a copy's source is its block's start plus a fixed offset.
+  // The rows' block-table entries are read a tile ahead (branch-free: the key clamped into [kv_lo, kv_hi)) and used
+  // only by the next tile's copies, so neither waits on the other; keys outside [kv_lo, kv_hi) and holes (-1) are
+  // zero-filled. kPow2 (block sizes 2^k <= kKeys, which divide a tile): a row's place in its block is the same in
+  // every tile, so a copy's source is its block's start plus a fixed offset. kWarpLookup (kPow2 with at most 32
+  // blocks a tile, PEREGRINE_PREFILL_WARP_LOOKUP=1 while measured): lane j of every warp reads the entry of the
+  // tile's block j, and a copy takes its block's entry from that lane by shuffle (one load a thread instead of
+  // kPasses).
   constexpr int kRowsPerPass = C::kThreads / (D / 8), kPasses = C::kKeys / kRowsPerPass;
   const int kr = threadIdx.x / (D / 8), ch = threadIdx.x % (D / 8);
-  int32_t blk[kPasses];
+  int32_t blk[kWarpLookup ? 1 : kPasses];
   auto block_of = [&](int key) {
     if constexpr (kPow2) return key >> kv.block_shift;
     else return kv.block_shift >= 0 ? key >> kv.block_shift : key / kv.block_size;
   };
   auto lookup = [&](int t) {
+    if constexpr (kWarpLookup) {
+      const int key = min(max(t * C::kKeys + (threadIdx.x % 32) * kv.block_size, kv_lo), kv_hi - 1);
+      blk[0] = __ldg(kv.table + block_of(key));
+    } else {
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int key = min(max(t * C::kKeys + i * kRowsPerPass + kr, kv_lo), kv_hi - 1);
-      blk[i] = __ldg(kv.table + block_of(key));
+      for (int i = 0; i < kPasses; ++i) {
+        const int key = min(max(t * C::kKeys + i * kRowsPerPass + kr, kv_lo), kv_hi - 1);
+        blk[i] = __ldg(kv.table + block_of(key));
+      }
     }
   };
   const KvT* k_row = kc + kv.head_offset + ch * 8;  // chunk ch of this KV head in slot 0
   const KvT* v_row = vc + kv.head_offset + ch * 8;
   const int row_stride = static_cast<int>(kv.row_stride);
-  const int64_t block_stride = static_cast<int64_t>(kv.block_size) * kv.row_stride;
+  const int block_stride = kv.block_size * row_stride;  // elements a block (< 2^31: at most 128 x heads x D)
   auto load_tile = [&](int t, int st) {
     const uint32_t k_at = kv_s + st * C::kStageBytes, v_at = k_at + C::kTileBytes;
 #pragma unroll
     for (int i = 0; i < kPasses && !C::kCodes; ++i) {
       const int key = t * C::kKeys + i * kRowsPerPass + kr;
-      const bool valid = key >= kv_lo && key < kv_hi && blk[i] >= 0;
+      int32_t b;
+      if constexpr (kWarpLookup) b = __shfl_sync(0xffffffffu, blk[0], (i * kRowsPerPass + kr) >> kv.block_shift);
+      else b = blk[i];
+      const bool valid = key >= kv_lo && key < kv_hi && b >= 0;
       const uint32_t dst = wg::sw128(i * kRowsPerPass + kr, ch, C::kKeys);
       int64_t offset;
       if constexpr (kPow2) {
-        offset = static_cast<int64_t>(blk[i]) * block_stride +
-                 ((i * kRowsPerPass + kr) & (kv.block_size - 1)) * row_stride;
+        offset = static_cast<int64_t>(b) * block_stride + ((i * kRowsPerPass + kr) & (kv.block_size - 1)) * row_stride;
       } else {
         const int in_block = key - block_of(key) * kv.block_size;
-        offset = (static_cast<int64_t>(blk[i]) * kv.block_size + in_block) * kv.row_stride;
+        offset = (static_cast<int64_t>(b) * kv.block_size + in_block) * kv.row_stride;
       }
       if (!valid) offset = 0;
       cp_async16(k_at + dst, k_row + offset, valid);
@@ -415,22 +426,33 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
 #endif
 }
 
-template <typename T, int D, KvQuant Q, bool kPow2> void launch_wg(const AttentionLaunch& p, cudaStream_t stream) {
+template <typename T, int D, KvQuant Q, bool kPow2, bool kWarpLookup = false>
+void launch_wg(const AttentionLaunch& p, cudaStream_t stream) {
   using C = WgPrefillCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kPow2>,
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kPow2, kWarpLookup>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
-  prefill_wgmma_kernel<T, D, Q, kPow2><<<prefill_grid(p, C::kRows), C::kThreads, C::kSmem, stream>>>(p);
+  prefill_wgmma_kernel<T, D, Q, kPow2, kWarpLookup><<<prefill_grid(p, C::kRows), C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+bool warp_lookup_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PEREGRINE_PREFILL_WARP_LOOKUP");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
 }
 
 template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
   if constexpr (Q == KvQuant::kNone) {
-    if (p.block_shift >= 0 && p.block_size <= WgPrefillCfg<D, Q>::kKeys) {
-      launch_wg<T, D, Q, true>(p, stream);
+    constexpr int kKeys = WgPrefillCfg<D, Q>::kKeys;
+    if (p.block_shift >= 0 && p.block_size <= kKeys) {
+      if (warp_lookup_enabled() && p.block_size * 32 >= kKeys) launch_wg<T, D, Q, true, true>(p, stream);
+      else launch_wg<T, D, Q, true>(p, stream);
       return;
     }
   }
