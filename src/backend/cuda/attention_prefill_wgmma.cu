@@ -11,8 +11,8 @@
 // pre-Hopper GPUs take attention_prefill.cu's FlashAttention-2 kernel.
 // Measured and removed (2026-12-06, docs/BENCHMARKS.md): tile copies by the tensor memory accelerator (block-sized
 // boxes), with and without a warp-specialised producer and ping-pong consumers; a warp-specialised form with a
-// cp.async producer warpgroup and ping-pong consumers; the next tile's copies issued before the wait for S — none
-// faster than this kernel.
+// cp.async producer warpgroup and ping-pong consumers; the next tile's copies issued before the wait for S; the
+// block-table entries read once a warp and shuffled to the copies — none faster than this kernel.
 #include <cstdlib>
 #include <cstring>
 
@@ -201,9 +201,8 @@ __device__ __forceinline__ void store_rows(const AttentionLaunch& p, const float
 }
 #endif  // PEREGRINE_WGMMA
 
-// kPow2: block sizes that are powers of two up to kKeys (b16 caches; the copies' addresses get cheaper);
-// kWarpLookup: and at least kKeys / 32 (see the tile loads).
-template <typename T, int D, KvQuant Q, bool kPow2, bool kWarpLookup = false>
+// kPow2: block sizes that are powers of two up to kKeys (b16 caches; the copies' addresses get cheaper).
+template <typename T, int D, KvQuant Q, bool kPow2>
 __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLaunch p) {
 #ifdef PEREGRINE_WGMMA
   using C = WgPrefillCfg<D, Q>;
@@ -236,27 +235,19 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
   // The rows' block-table entries are read a tile ahead (branch-free: the key clamped into [kv_lo, kv_hi)) and used
   // only by the next tile's copies, so neither waits on the other; keys outside [kv_lo, kv_hi) and holes (-1) are
   // zero-filled. kPow2 (block sizes 2^k <= kKeys, which divide a tile): a row's place in its block is the same in
-  // every tile, so a copy's source is its block's start plus a fixed offset. kWarpLookup (kPow2 with at most 32
-  // blocks a tile, PEREGRINE_PREFILL_WARP_LOOKUP=1 while measured): lane j of every warp reads the entry of the
-  // tile's block j, and a copy takes its block's entry from that lane by shuffle (one load a thread instead of
-  // kPasses).
+  // every tile, so a copy's source is its block's start plus a fixed offset.
   constexpr int kRowsPerPass = C::kThreads / (D / 8), kPasses = C::kKeys / kRowsPerPass;
   const int kr = threadIdx.x / (D / 8), ch = threadIdx.x % (D / 8);
-  int32_t blk[kWarpLookup ? 1 : kPasses];
+  int32_t blk[kPasses];
   auto block_of = [&](int key) {
     if constexpr (kPow2) return key >> kv.block_shift;
     else return kv.block_shift >= 0 ? key >> kv.block_shift : key / kv.block_size;
   };
   auto lookup = [&](int t) {
-    if constexpr (kWarpLookup) {
-      const int key = min(max(t * C::kKeys + (threadIdx.x % 32) * kv.block_size, kv_lo), kv_hi - 1);
-      blk[0] = __ldg(kv.table + block_of(key));
-    } else {
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        const int key = min(max(t * C::kKeys + i * kRowsPerPass + kr, kv_lo), kv_hi - 1);
-        blk[i] = __ldg(kv.table + block_of(key));
-      }
+    for (int i = 0; i < kPasses; ++i) {
+      const int key = min(max(t * C::kKeys + i * kRowsPerPass + kr, kv_lo), kv_hi - 1);
+      blk[i] = __ldg(kv.table + block_of(key));
     }
   };
   const KvT* k_row = kc + kv.head_offset + ch * 8;  // chunk ch of this KV head in slot 0
@@ -268,9 +259,7 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
 #pragma unroll
     for (int i = 0; i < kPasses && !C::kCodes; ++i) {
       const int key = t * C::kKeys + i * kRowsPerPass + kr;
-      int32_t b;
-      if constexpr (kWarpLookup) b = __shfl_sync(0xffffffffu, blk[0], (i * kRowsPerPass + kr) >> kv.block_shift);
-      else b = blk[i];
+      const int32_t b = blk[i];
       const bool valid = key >= kv_lo && key < kv_hi && b >= 0;
       const uint32_t dst = wg::sw128(i * kRowsPerPass + kr, ch, C::kKeys);
       int64_t offset;
@@ -426,33 +415,22 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
 #endif
 }
 
-template <typename T, int D, KvQuant Q, bool kPow2, bool kWarpLookup = false>
-void launch_wg(const AttentionLaunch& p, cudaStream_t stream) {
+template <typename T, int D, KvQuant Q, bool kPow2> void launch_wg(const AttentionLaunch& p, cudaStream_t stream) {
   using C = WgPrefillCfg<D, Q>;
   static const bool attribute_set = [] {
-    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kPow2, kWarpLookup>,
+    PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T, D, Q, kPow2>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)attribute_set;
-  prefill_wgmma_kernel<T, D, Q, kPow2, kWarpLookup><<<prefill_grid(p, C::kRows), C::kThreads, C::kSmem, stream>>>(p);
+  prefill_wgmma_kernel<T, D, Q, kPow2><<<prefill_grid(p, C::kRows), C::kThreads, C::kSmem, stream>>>(p);
   PEREGRINE_CUDA_CHECK_LAUNCH();
-}
-
-bool warp_lookup_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PEREGRINE_PREFILL_WARP_LOOKUP");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
 }
 
 template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch& p, cudaStream_t stream) {
   if constexpr (Q == KvQuant::kNone) {
-    constexpr int kKeys = WgPrefillCfg<D, Q>::kKeys;
-    if (p.block_shift >= 0 && p.block_size <= kKeys) {
-      if (warp_lookup_enabled() && p.block_size * 32 >= kKeys) launch_wg<T, D, Q, true, true>(p, stream);
-      else launch_wg<T, D, Q, true>(p, stream);
+    if (p.block_shift >= 0 && p.block_size <= WgPrefillCfg<D, Q>::kKeys) {
+      launch_wg<T, D, Q, true>(p, stream);
       return;
     }
   }
