@@ -3,6 +3,7 @@
 // the prefix cache.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -67,12 +68,38 @@ void expect_same(const Greedy& other, const Greedy& alone, const std::string& wh
   for (size_t s = 0; s < alone.top.size(); ++s) EXPECT_EQ(other.top[s], alone.top[s]) << what << " step " << s;
 }
 
+// On CUDA the guarantee is vLLM's batch-invariant mode's (VLLM_BATCH_INVARIANT=1: every M on the split-K cuBLASLt
+// path; by default M <= 16 runs the skinny kernel, whose rows differ from larger M's in their last bits). Set for the
+// test's lifetime on CUDA, restored after.
+class BatchInvariantMode {
+ public:
+  explicit BatchInvariantMode(const std::string& device) : on_(device == "cuda") {
+    if (!on_) return;
+    const char* old = std::getenv("VLLM_BATCH_INVARIANT");
+    if (old) old_ = old;
+    had_ = old != nullptr;
+    setenv("VLLM_BATCH_INVARIANT", "1", 1);
+  }
+  ~BatchInvariantMode() {
+    if (!on_) return;
+    if (had_) setenv("VLLM_BATCH_INVARIANT", old_.c_str(), 1);
+    else unsetenv("VLLM_BATCH_INVARIANT");
+  }
+  BatchInvariantMode(const BatchInvariantMode&) = delete;
+  BatchInvariantMode& operator=(const BatchInvariantMode&) = delete;
+
+ private:
+  bool on_, had_ = false;
+  std::string old_;
+};
+
 class Determinism : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
   PEREGRINE_REQUIRE_SHARED(shared);
   const std::string device = GetParam();
   if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  const BatchInvariantMode mode(device);
   const auto dir = shared / "models" / "pycoder-tiny";
   std::ifstream in(shared / "models" / "pycoder-tiny.reference.json");
   auto ref = nlohmann::json::parse(in);
@@ -93,6 +120,7 @@ TEST_P(Determinism, PrefixCacheHitsDoNotChangeGreedyOutput) {
   PEREGRINE_REQUIRE_SHARED(shared);
   const std::string device = GetParam();
   if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+  const BatchInvariantMode mode(device);
   const auto dir = shared / "models" / "pycoder-tiny";
   std::ifstream in(shared / "models" / "pycoder-tiny.reference.json");
   auto ref = nlohmann::json::parse(in);
