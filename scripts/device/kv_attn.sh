@@ -5,7 +5,7 @@
 # the deps' libraries, llama-3-8b.json, pycoder-tiny's weights and reference) and scripts/device/carry_light.sh on
 # (off right after).
 # There: source .device/carry_kv/env.sh && scripts/device/kv_attn.sh run
-# OPS: the op tests' gtest filter; SAN=0 skips compute-sanitizer; THROUGHPUT=0 skips the 8B runs (bf16; fp8 KV;
+# OPS: the op tests' gtest filter; MODEL_TESTS the model tests' (e.g. '*Determinism*:KvCacheQuant.*Cuda*'); SAN=0 skips compute-sanitizer; THROUGHPUT=0 skips the 8B runs (bf16; fp8 KV;
 # fp8 weights + fp8 KV); CONC: their concurrency levels (default 64,256).
 set -uo pipefail
 case "${1:?bundle or run}" in
@@ -30,7 +30,7 @@ case "${1:?bundle or run}" in
     nvidia-smi --query-gpu=name --format=csv,noheader
     timeout 240 "$bin/cuda_ops_tests" --gtest_filter="${OPS:-CudaAttention.*:CudaKvQuant.*}" >/tmp/ops.log 2>&1
     t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|^\[       OK|elements out" /tmp/ops.log | head -30
-    timeout 120 "$bin/model_tests" --gtest_filter='KvCacheQuant.*Cuda*' >/tmp/model.log 2>&1
+    timeout 240 "$bin/model_tests" --gtest_filter="${MODEL_TESTS:-KvCacheQuant.*Cuda*}" >/tmp/model.log 2>&1
     t "model test rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|pycoder-tiny|greedy" /tmp/model.log | head -20
     if [ "${SAN:-1}" = 1 ]; then
       timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_ops_tests" \
