@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/attention_wgmma.cuh"  // wg::sw128, the wgmma kernel's tile layout (convert_kv_codes' kAtoms)
+
 namespace peregrine::cuda::attn {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -69,6 +71,37 @@ template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float 
 // by row % 8 (so ldmatrix's 8 rows hit 8 different bank groups). col is a multiple of 8; D >= 64.
 template <int D> __device__ __forceinline__ uint32_t swizzle(int row, int col) {
   return static_cast<uint32_t>(row * D * 2 + ((((col >> 3) ^ (row & 7))) << 4));
+}
+
+// ---- prefill CTAs over packed (token, head) rows: packed row pr is token pr / group, query head kvh * group + pr % group
+
+// Packed rows [r0, r0 + kRows) of q ([tokens, num_q_heads, D]) into shared memory, 16-byte chunk `chunk` of tile row r
+// at q_s + at(r, chunk) (the kernel's tile layout); rows past `rows` zero-filled. Threads tid, tid + n, ... copy.
+template <typename T, int D, int kRows, typename At>
+__device__ __forceinline__ void load_q_rows(uint32_t q_s, const T* q, int num_q_heads, int r0, int rows, int q0,
+                                            int group, int kvh, int tid, int n, At&& at) {
+  for (int id = tid; id < kRows * (D / 8); id += n) {
+    const int r = id / (D / 8), chunk = id % (D / 8);
+    const int pr = r0 + r;
+    const bool valid = pr < rows;
+    const T* src = q;
+    if (valid)
+      src = q + (static_cast<int64_t>(q0 + pr / group) * num_q_heads + kvh * group + pr % group) * D + chunk * 8;
+    cp_async16(q_s + at(r, chunk), src, valid);
+  }
+}
+
+// A thread's two rows (g and g + 8 of its warp's 16, the m16n8 fragment rows) from the warp's first packed row pr0:
+// whether they exist, their positions and their sliding-window starts.
+__device__ __forceinline__ void thread_rows(int pr0, int g, int rows, int group, int first_pos, int window,
+                                            bool (&ok)[2], int (&pos)[2], int (&lo)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int pr = pr0 + g + 8 * i;
+    ok[i] = pr < rows;
+    pos[i] = first_pos + pr / group;
+    lo[i] = window > 0 ? pos[i] - window + 1 : 0;
+  }
 }
 
 // Where a KV head's rows live in the paged cache: key j sits in slot table[j / block_size] * block_size +
@@ -273,8 +306,7 @@ __device__ __forceinline__ void codes_to_b16(uint32_t w, uint32_t& lo, uint32_t&
 
 // Staged codes -> swizzled K and V tiles of T (what load_kv_tile would have written for a T cache holding the
 // codes' values). Call between barriers: after the stage's cp.async group completed, before the mma loops.
-// kAtoms: the tiles in the wgmma kernel's layout instead (64-column slices of 128-byte rows, chunk XOR row % 8:
-// attention_wgmma.cuh's sw128).
+// kAtoms: the tiles in the wgmma kernel's layout instead (attention_wgmma.cuh's sw128).
 template <typename T, KvQuant Q, int D, int kKeys, int kThreads, bool kAtoms = false>
 __device__ __forceinline__ void convert_kv_codes(uint32_t stage, uint32_t k_smem, uint32_t v_smem) {
   using S = CodeStage<D, kKeys>;
@@ -297,7 +329,7 @@ __device__ __forceinline__ void convert_kv_codes(uint32_t stage, uint32_t k_smem
     for (int j = 0; j < 4; ++j) codes_to_b16<T, Q>(w[j], o[2 * j], o[2 * j + 1]);
     const uint32_t dst = is_v ? v_smem : k_smem;
     auto at = [&](int c8) -> uint32_t {  // the 16-byte chunk c8 (8 values) of row `row`
-      if constexpr (kAtoms) return static_cast<uint32_t>((c8 >> 3) * kKeys * 128 + row * 128 + (((c8 & 7) ^ (row & 7)) << 4));
+      if constexpr (kAtoms) return wg::sw128(row, c8, kKeys);
       else return swizzle<D>(row, c8 * 8);
     };
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + at(2 * chunk)), "r"(o[0]),

@@ -66,27 +66,14 @@ __global__ void __launch_bounds__(128) prefill_kernel(const AttentionLaunch p) {
     }
   };
 
-  for (int id = threadIdx.x; id < C::kRows * (D / 8); id += C::kThreads) {
-    const int r = id / (D / 8), chunk = id % (D / 8);
-    const int pr = r0 + r;
-    const bool valid = pr < rows;
-    const T* src = q;
-    if (valid)
-      src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
-    cp_async16(q_s + swizzle<D>(r, chunk * 8), src, valid);
-  }
+  load_q_rows<T, D, C::kRows>(q_s, q, p.num_q_heads, r0, rows, q0, group, kvh, threadIdx.x, C::kThreads,
+                              [](int r, int chunk) { return swizzle<D>(r, chunk * 8); });
   load_tile(0, t_lo);
   cp_async_commit();
 
   bool row_ok[2];
   int row_pos[2], row_lo[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int pr = r0 + warp * 16 + g + 8 * i;
-    row_ok[i] = pr < rows;
-    row_pos[i] = first_pos + pr / group;
-    row_lo[i] = window > 0 ? row_pos[i] - window + 1 : 0;
-  }
+  thread_rows(r0 + warp * 16, g, rows, group, first_pos, window, row_ok, row_pos, row_lo);
   const float scale_log2 = p.scale * 1.4426950408889634f;
   const int q_row = warp * 16 + lane % 16;  // ldmatrix row of this lane in the Q tile
 

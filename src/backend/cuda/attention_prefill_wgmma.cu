@@ -46,34 +46,6 @@ template <int D, KvQuant Q> struct WgPrefillCfg {
 #ifdef PEREGRINE_WGMMA
 // ---- pieces of the kernel (a thread's rows are g and g + 8 of its warp's 16; fragments as in attention_mma.cuh)
 
-// Q rows [r0, r0 + kRows) of packed (token, head) rows into a 128-byte-atom tile, by threads tid, tid + n, ...
-template <typename T, int D, int kRows>
-__device__ __forceinline__ void load_q(uint32_t q_s, const AttentionLaunch& p, int r0, int rows, int q0, int group,
-                                       int kvh, int tid, int n) {
-  const T* q = static_cast<const T*>(p.q);
-  for (int id = tid; id < kRows * (D / 8); id += n) {
-    const int r = id / (D / 8), chunk = id % (D / 8);
-    const int pr = r0 + r;
-    const bool valid = pr < rows;
-    const T* src = q;
-    if (valid)
-      src = q + (static_cast<int64_t>(q0 + pr / group) * p.num_q_heads + kvh * group + pr % group) * D + chunk * 8;
-    cp_async16(q_s + wg::sw128(r, chunk, kRows), src, valid);
-  }
-}
-
-// The thread's two rows from its warp's first packed row pr0: whether they exist, their positions and window starts.
-__device__ __forceinline__ void thread_rows(int pr0, int g, int rows, int group, int first_pos, int window,
-                                            bool (&ok)[2], int (&pos)[2], int (&lo)[2]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int pr = pr0 + g + 8 * i;
-    ok[i] = pr < rows;
-    pos[i] = first_pos + pr / group;
-    lo[i] = window > 0 ? pos[i] - window + 1 : 0;
-  }
-}
-
 // Scores of keys a row cannot see (causal, window, missing row) become -inf.
 template <int kNt>
 __device__ __forceinline__ void mask_scores(float (&sc)[kNt][4], int key0, int c4, const bool (&ok)[2],
@@ -275,7 +247,8 @@ __global__ void __launch_bounds__(256, 1) prefill_wgmma_kernel(const AttentionLa
     }
   };
 
-  load_q<T, D, C::kRows>(q_s, p, r0, rows, q0, group, kvh, threadIdx.x, C::kThreads);
+  load_q_rows<T, D, C::kRows>(q_s, static_cast<const T*>(p.q), p.num_q_heads, r0, rows, q0, group, kvh, threadIdx.x,
+                              C::kThreads, [](int r, int chunk) { return wg::sw128(r, chunk, C::kRows); });
   // 8-bit caches: a tile's codes and scales land in the staging area, and every thread then turns its share into
   // the stage's T tiles (exact values) and copies the scales beside them.
   auto load_codes = [&](int t) {

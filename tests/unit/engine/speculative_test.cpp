@@ -645,12 +645,18 @@ TEST(SpeculativeConfigTest, ParsesVllmFormAndNamesBadKeys) {
   EXPECT_NE(error_of(R"({"method": "ngram", "num_speculative_tokens": 2, "cache_tokens": 5})").find("speculative_config.cache_tokens"), std::string::npos);
 }
 
-TEST(NgramProposerTest, LongestRecentMatchAndPeriodicContinuation) {
+// An ngram config proposing k tokens from n-grams of min_n..max_n tokens.
+SpeculativeConfig ngram_config(int k, int min_n, int max_n) {
   SpeculativeConfig c;
   c.method = SpeculativeConfig::Method::kNgram;
-  c.num_speculative_tokens = 4;
-  c.prompt_lookup_min = 1;
-  c.prompt_lookup_max = 3;
+  c.num_speculative_tokens = k;
+  c.prompt_lookup_min = min_n;
+  c.prompt_lookup_max = max_n;
+  return c;
+}
+
+TEST(NgramProposerTest, LongestRecentMatchAndPeriodicContinuation) {
+  const SpeculativeConfig c = ngram_config(4, 1, 3);
   NgramProposer p(c);
   Sequence s;
   s.id = 1;
@@ -687,11 +693,7 @@ TEST(NgramProposerTest, LongestRecentMatchAndPeriodicContinuation) {
 // Copying goes on from the same place: once the tokens after a proposal continue its source, the next proposal
 // follows that source even where the last few tokens occurred more recently elsewhere.
 TEST(NgramProposerTest, FollowsTheSourceItCopiesFrom) {
-  SpeculativeConfig c;
-  c.method = SpeculativeConfig::Method::kNgram;
-  c.num_speculative_tokens = 2;
-  c.prompt_lookup_min = 1;
-  c.prompt_lookup_max = 2;
+  const SpeculativeConfig c = ngram_config(2, 1, 2);
   NgramProposer p(c);
   Sequence s;
   s.id = 7;

@@ -93,6 +93,15 @@ class BatchInvariantMode {
   std::string old_;
 };
 
+// The prompt ids of the pycoder-tiny reference fixture's cases `which`.
+std::vector<std::vector<int32_t>> reference_prompts(const std::filesystem::path& shared, const std::vector<int>& which) {
+  std::ifstream in(shared / "models" / "pycoder-tiny.reference.json");
+  const auto ref = nlohmann::json::parse(in);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i : which) prompts.push_back(ref["cases"][i]["prompt_ids"].get<std::vector<int32_t>>());
+  return prompts;
+}
+
 class Determinism : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
@@ -101,10 +110,7 @@ TEST_P(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
   if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
   const BatchInvariantMode mode(device);
   const auto dir = shared / "models" / "pycoder-tiny";
-  std::ifstream in(shared / "models" / "pycoder-tiny.reference.json");
-  auto ref = nlohmann::json::parse(in);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) prompts.push_back(ref["cases"][i]["prompt_ids"].get<std::vector<int32_t>>());
+  const auto prompts = reference_prompts(shared, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
   auto together = run(dir, device, prompts, 512);
   auto chunked = run(dir, device, prompts, 7);
   for (size_t i = 0; i < prompts.size(); i += 5) {
@@ -122,13 +128,9 @@ TEST_P(Determinism, PrefixCacheHitsDoNotChangeGreedyOutput) {
   if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
   const BatchInvariantMode mode(device);
   const auto dir = shared / "models" / "pycoder-tiny";
-  std::ifstream in(shared / "models" / "pycoder-tiny.reference.json");
-  auto ref = nlohmann::json::parse(in);
-  std::vector<std::vector<int32_t>> prompts, prefixes;
-  for (int i : {3, 4, 7, 13, 16}) {  // 72-184 tokens: several whole 16-token blocks
-    prompts.push_back(ref["cases"][i]["prompt_ids"].get<std::vector<int32_t>>());
-    prefixes.emplace_back(prompts.back().begin(), prompts.back().begin() + prompts.back().size() * 3 / 4);
-  }
+  const auto prompts = reference_prompts(shared, {3, 4, 7, 13, 16});  // 72-184 tokens: several 16-token blocks
+  std::vector<std::vector<int32_t>> prefixes;
+  for (const auto& p : prompts) prefixes.emplace_back(p.begin(), p.begin() + p.size() * 3 / 4);
   std::vector<Greedy> alone;
   for (const auto& p : prompts) alone.push_back(run(dir, device, {p}, 512).at(0));
 
