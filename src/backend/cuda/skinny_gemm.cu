@@ -46,10 +46,12 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 }
 
 // kInt4Fact / kUint8Fact: codes on the factored path (below), which takes 128-wide chunks (a lane's 32 codes: one
-// 16-byte load per row for int4, two for uint8) where the others take 64.
-enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8 };
+// 16-byte load per row for int4, two for uint8) where the others take 64. kInt4FactSym: kInt4Fact where no segment
+// has zeros (the midpoint 8 is a compile-time constant: no zero loads, no per-chunk test of them).
+enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym };
 
-template <Weights F> constexpr bool kFactored = F == Weights::kInt4Fact || F == Weights::kUint8Fact;
+template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || F == Weights::kInt4FactSym;
+template <Weights F> constexpr bool kFactored = kInt4F<F> || F == Weights::kUint8Fact;
 template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
 
 // One weight row's share of a 64-wide chunk for one lane (16 consecutive k from 16t), as loaded.
@@ -58,6 +60,7 @@ template <> struct RowPiece<Weights::kDense> { uint4 v[2]; };
 template <> struct RowPiece<Weights::kInt4> { uint2 v; float scale, zero; };
 template <> struct RowPiece<Weights::kUint8> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kInt4Fact> { uint4 v; float scale, zero; };
+template <> struct RowPiece<Weights::kInt4FactSym> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kUint8Fact> { uint4 v[2]; float scale, zero; };
 
 template <typename T, Weights F>
@@ -70,14 +73,10 @@ __device__ __forceinline__ void load_piece(RowPiece<F>& r, const void* row, int6
     for (int h = 0; h < 2; ++h)  // K % 8 == 0: a 16-byte piece is all in or all out
       r.v[h] = in_k && kk + 8 * h < k ? __ldcs(reinterpret_cast<const uint4*>(w + kk + 8 * h)) : zero4;
   } else {
-    constexpr bool kI4 = F == Weights::kInt4 || F == Weights::kInt4Fact;  // else uint8 (midpoint 128)
+    static_assert(!kFactored<F>, "factored pieces: load_fact_piece");
+    constexpr bool kI4 = F == Weights::kInt4;  // else uint8 (midpoint 128)
     const uint8_t* codes = static_cast<const uint8_t*>(row);
-    if constexpr (F == Weights::kInt4Fact) {
-      r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : zero4;
-    } else if constexpr (F == Weights::kUint8Fact) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) r.v[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk + 16 * h)) : zero4;
-    } else if constexpr (kI4) {
+    if constexpr (kI4) {
       r.v = in_k ? __ldcs(reinterpret_cast<const uint2*>(codes + kk / 2)) : make_uint2(0, 0);
     } else {
       r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk)) : zero4;
@@ -85,6 +84,27 @@ __device__ __forceinline__ void load_piece(RowPiece<F>& r, const void* row, int6
     const int64_t gi = in_k ? kk / group_size : 0;  // K % 16 == 0 and group_size % 16 == 0: one group per piece
     r.scale = in_k ? __ldg(scales + gi) : 0.0f;
     r.zero = zeros && in_k ? __ldg(zeros + gi) : (kI4 ? 8.0f : 128.0f);
+  }
+}
+
+// A factored piece (K % 128 == 0 there, so a chunk inside K is whole): the lane's codes at kk (its first k) of the
+// row whose codes start at `codes`, and group gi's scale and zero; zeros where the chunk is past K (in false).
+// 32-bit offsets (a row's codes and groups fit), the group computed once per chunk by the caller.
+template <Weights F>
+__device__ __forceinline__ void load_fact_piece(RowPiece<F>& r, const uint8_t* codes, uint32_t kk, uint32_t gi, bool in,
+                                                const float* scales, const float* zeros) {
+  const uint4 zero4 = make_uint4(0, 0, 0, 0);
+  if constexpr (kInt4F<F>) {
+    r.v = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : zero4;
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) r.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk + 16 * h)) : zero4;
+  }
+  r.scale = in ? __ldg(scales + gi) : 0.0f;
+  if constexpr (F == Weights::kInt4FactSym) {
+    r.zero = 8.0f;
+  } else {
+    r.zero = zeros && in ? __ldg(zeros + gi) : (kInt4F<F> ? 8.0f : 128.0f);
   }
 }
 
@@ -123,10 +143,14 @@ template <typename T> struct CodeMagic;
 template <> struct CodeMagic<bf16> {
   static constexpr uint32_t kBias = 0x43004300u;  // 128.0 in each half
   static constexpr uint32_t kOne = 0x3f803f80u;
+  static constexpr uint32_t kSixteenth = 0x3d803d80u;  // 1 / 16
+  static constexpr float kBiasF = 128.0f;
 };
 template <> struct CodeMagic<f16> {
   static constexpr uint32_t kBias = 0x64006400u;  // 1024.0 in each half
   static constexpr uint32_t kOne = 0x3c003c00u;
+  static constexpr uint32_t kSixteenth = 0x2c002c00u;
+  static constexpr float kBiasF = 1024.0f;
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t mask, uint32_t bits) {
@@ -154,14 +178,45 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 //   uint8: (k 4m + s, k 4m + s + 2) for j = 2m + s (bytes 0 and 2 after a shift by 8s). In f16 a byte fits the
 //   1024 trick whole; bf16 has 8 significant bits, so a byte goes as two words, its low nibble (part 0) and 16 x its
 //   high nibble (part 1: (128 + h) x 16 - 2048, exact), whose products the same accumulator sums.
-// int4 code pair word j as (bias + c) in each half (128 + c in bf16, 1024 + c in f16), before the bias comes off.
-template <typename T> __device__ __forceinline__ uint32_t biased_int4_pair(const RowPiece<Weights::kInt4Fact>& r, int j) {
-  return lop3_and_or(word_of(r.v, j / 4) >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias);
+// int4 code pair word j before the bias comes off, one shift per 32-bit word (Marlin's way): even s the nibbles at
+// bits 0 and 16 (of the word, or of the word >> 8 for s = 2) under the exponent, bias + c in each half (128 + c in
+// bf16, 1024 + c in f16); odd s the nibbles at bits 4 and 20 in place, bias + 16 c, which a multiply by 1 / 16 in
+// the same packed fma brings back (exact: every value is an integer below 2^8 (bf16) or 2^11 (f16)).
+template <typename T, Weights F> __device__ __forceinline__ uint32_t biased_int4_pair(const RowPiece<F>& r, int j) {
+  return lop3_and_or(word_of(r.v, j / 4) >> (j % 4 >= 2 ? 8 : 0), j % 2 ? 0x00f000f0u : 0x000f000fu,
+                     CodeMagic<T>::kBias);
+}
+
+// A biased pair (biased_int4_pair's word j) as c - z exactly: v * (1 or 1 / 16) + nz, with nz = -(bias + z) for
+// even j and -(bias / 16 + z) for odd j (fold_bias).
+template <typename T> __device__ __forceinline__ uint32_t unbias_int4_pair(uint32_t v, int j, uint32_t nz) {
+  uint32_t out;
+  const uint32_t mul = j % 2 ? CodeMagic<T>::kSixteenth : CodeMagic<T>::kOne;
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(mul), "r"(nz));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(mul), "r"(nz));
+  }
+  return out;
+}
+
+// -(bias + z) (hi false) or -(bias / 16 + z) (hi true) in both halves of a T pair: unbias_int4_pair's nz for zero z.
+template <typename T> __device__ __forceinline__ uint32_t fold_bias(float z, bool hi) {
+  const float v = -((hi ? CodeMagic<T>::kBiasF / 16.0f : CodeMagic<T>::kBiasF) + z);
+  uint32_t w;
+  if constexpr (std::is_same_v<T, bf16>) {
+    const __nv_bfloat162 h = __float2bfloat162_rn(v);
+    w = *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __float2half2_rn(v);
+    w = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return w;
 }
 
 template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(const RowPiece<F>& r, int j, int part) {
-  if constexpr (F == Weights::kInt4Fact) {
-    return sub_bias<T>(biased_int4_pair<T>(r, j));
+  if constexpr (kInt4F<F>) {
+    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, fold_bias<T>(0.0f, j % 2));  // the code itself
   } else {
     const uint32_t q = word_of(r.v[j / 8], (j / 2) % 4) >> (8 * (j % 2));
     if constexpr (std::is_same_v<T, f16>) {
@@ -182,7 +237,7 @@ template <typename T, Weights F> constexpr int kParts = F == Weights::kUint8Fact
 
 // x's 32 values of a lane's share (four 16-byte loads) paired as code_pair pairs the codes: word j.
 template <Weights F> __device__ __forceinline__ uint32_t x_pair(const uint4 (&v)[4], int j) {
-  if constexpr (F == Weights::kInt4Fact) {  // (x 8h + s, x 8h + s + 4): words s / 2 and s / 2 + 2 of load h
+  if constexpr (kInt4F<F>) {  // (x 8h + s, x 8h + s + 4): words s / 2 and s / 2 + 2 of load h
     const uint4& h = v[j / 4];
     const int s = j % 4;
     return __byte_perm(s < 2 ? h.x : h.y, s < 2 ? h.z : h.w, s % 2 ? 0x7632 : 0x5410);
@@ -232,30 +287,14 @@ __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPie
 // one packed subtract of 128 + z (1024 + z) leaves c - z exactly when z is an integer in [-128, 127]; then the
 // tensor cores sum (c - z) x in f32 and the group's scale is applied once. Half the mma of factored_chunk (no sum of
 // x) and no cancellation between sum c x and z sum x.
-template <typename T, int NT>
-__device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<Weights::kInt4Fact>& a,
-                                           const RowPiece<Weights::kInt4Fact>& b8, const uint4 (&bx)[NT][4]) {
-  auto bias_of = [](float z) {
-    uint32_t w;
-    if constexpr (std::is_same_v<T, bf16>) {
-      const __nv_bfloat162 v = __float2bfloat162_rn(-(128.0f + z));
-      w = *reinterpret_cast<const uint32_t*>(&v);
-    } else {
-      const __half2 v = __float2half2_rn(-(1024.0f + z));
-      w = *reinterpret_cast<const uint32_t*>(&v);
-    }
-    return w;
-  };
-  const uint32_t za = bias_of(a.zero), zb = bias_of(b8.zero);
-  auto pair = [](const RowPiece<Weights::kInt4Fact>& r, int j, uint32_t nz) {
-    const uint32_t v = biased_int4_pair<T>(r, j);
-    uint32_t out;
-    if constexpr (std::is_same_v<T, bf16>) {
-      asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(CodeMagic<bf16>::kOne), "r"(nz));
-    } else {
-      asm("add.f16x2 %0, %1, %2;\n" : "=r"(out) : "r"(v), "r"(nz));
-    }
-    return out;
+template <typename T, Weights F, int NT>
+__device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
+                                           const uint4 (&bx)[NT][4]) {
+  // Even pair words take the low bias, odd ones the high (biased_int4_pair); constants without zeros.
+  const uint32_t za[2] = {fold_bias<T>(a.zero, false), fold_bias<T>(a.zero, true)};
+  const uint32_t zb[2] = {fold_bias<T>(b8.zero, false), fold_bias<T>(b8.zero, true)};
+  auto pair = [](const RowPiece<F>& r, int j, const uint32_t (&nz)[2]) {
+    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, nz[j % 2]);
   };
   float cs[NT][4];
 #pragma unroll
@@ -267,7 +306,7 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<W
     const uint32_t frag[4] = {pair(a, 2 * i, za), pair(b8, 2 * i, zb), pair(a, 2 * i + 1, za), pair(b8, 2 * i + 1, zb)};
 #pragma unroll
     for (int j = 0; j < NT; ++j)
-      attn::mma16816<T>(cs[j], frag, x_pair<Weights::kInt4Fact>(bx[j], 2 * i), x_pair<Weights::kInt4Fact>(bx[j], 2 * i + 1));
+      attn::mma16816<T>(cs[j], frag, x_pair<F>(bx[j], 2 * i), x_pair<F>(bx[j], 2 * i + 1));
   }
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -283,9 +322,11 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<W
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void any_factored_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                                    const uint4 (&bx)[NT][4], bool fold_zeros) {
-  if constexpr (F == Weights::kInt4Fact) {
+  if constexpr (F == Weights::kInt4FactSym) {  // every zero the midpoint: the fold unless the launch turns it off
+    if (fold_zeros) return fold_chunk<T, F, NT>(acc, a, b8, bx);
+  } else if constexpr (F == Weights::kInt4Fact) {
     auto ok = [](float z) { return z == rintf(z) && z >= -128.0f && z <= 127.0f; };
-    if (__all_sync(0xffffffffu, fold_zeros && ok(a.zero) && ok(b8.zero))) return fold_chunk<T, NT>(acc, a, b8, bx);
+    if (__all_sync(0xffffffffu, fold_zeros && ok(a.zero) && ok(b8.zero))) return fold_chunk<T, F, NT>(acc, a, b8, bx);
   }
   factored_chunk<T, F, NT>(acc, a, b8, bx);
 }
@@ -562,16 +603,30 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
   constexpr int UX = kXAhead ? U : 1;
   constexpr int XH = kLaneK / 8;  // 16-byte loads of x per lane and n-tile
   uint4 bx[UX][NT][XH];
+  // The factored path (K % 128 == 0, called for chunks inside K): 32-bit offsets from each n-tile's row.
+  const T* xrow[NT];
+  bool xin[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) xin[j] = j * 8 + g < p.m, xrow[j] = x0 + (xin[j] ? int64_t{j} * 8 * k : 0);
   auto load_x = [&](int64_t c0, int u, uint4 (&dst)[NT][XH]) {
     const int64_t c = c0 + int64_t{u} * kWarps;
-    const int64_t kk = c * kCk + kLaneK * t;
+    if constexpr (kFact) {
+      const uint32_t kk = static_cast<uint32_t>(c) * kCk + kLaneK * t;
 #pragma unroll
-    for (int h = 0; h < XH; ++h)
+      for (int h = 0; h < XH; ++h)
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-        dst[j][h] = c < chunks && kk + 8 * h < k && j * 8 + g < p.m
-                        ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
-                        : zero;
+        for (int j = 0; j < NT; ++j)
+          dst[j][h] = xin[j] ? __ldg(reinterpret_cast<const uint4*>(xrow[j] + kk + 8 * h)) : zero;
+    } else {
+      const int64_t kk = c * kCk + kLaneK * t;
+#pragma unroll
+      for (int h = 0; h < XH; ++h)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          dst[j][h] = c < chunks && kk + 8 * h < k && j * 8 + g < p.m
+                          ? __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{j} * 8 * k + kk + 8 * h))
+                          : zero;
+    }
   };
   // The norm fusion: chunk c's x pieces become x̂ just before their use (pieces past K or M are zeros, adding 0).
   auto norm_x = [&](int64_t c, uint4 (&v)[NT][XH]) {
@@ -585,14 +640,24 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
       }
     }
   };
+  // The factored path's chunk to group: groups are whole chunks (cpg of them a group), one per row per chunk.
+  const uint32_t cpg = kFact ? static_cast<uint32_t>(src.seg.group_size / kCk) : 1;
   auto load_w = [&](int64_t c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t c = c0 + int64_t{u} * kWarps;
-      const int64_t kk = c * kCk + kLaneK * t;
-      const bool in_k = c < chunks && kk < k;
-      load_piece<T, F>(a[u], src.wa, kk, k, in_k, src.sa, src.za, src.seg.group_size);
-      load_piece<T, F>(b8[u], src.wb, kk, k, in_k, src.sb, src.zb, src.seg.group_size);
+      if constexpr (kFact) {
+        const uint32_t c = static_cast<uint32_t>(c0) + u * kWarps, kk = c * kCk + kLaneK * t;
+        const bool in = c < static_cast<uint32_t>(chunks);
+        const uint32_t gi = !in ? 0 : cpg == 1 ? c : c / cpg;
+        load_fact_piece<F>(a[u], static_cast<const uint8_t*>(src.wa), kk, gi, in, src.sa, src.za);
+        load_fact_piece<F>(b8[u], static_cast<const uint8_t*>(src.wb), kk, gi, in, src.sb, src.zb);
+      } else {
+        const int64_t c = c0 + int64_t{u} * kWarps;
+        const int64_t kk = c * kCk + kLaneK * t;
+        const bool in_k = c < chunks && kk < k;
+        load_piece<T, F>(a[u], src.wa, kk, k, in_k, src.sa, src.za, src.seg.group_size);
+        load_piece<T, F>(b8[u], src.wb, kk, k, in_k, src.sb, src.zb, src.seg.group_size);
+      }
     }
   };
   // The first round of weights goes out before the wait for the kernel before (launch_pdl): no kernel writes them.
@@ -681,7 +746,17 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
     bool factored = !skinny_plain();
     for (int s = 0; s < l.num_segments; ++s) factored = factored && l.seg[s].group_size % 128 == 0;
     if (factored) {
-      launch_factored<T, F == Weights::kInt4 ? Weights::kInt4Fact : Weights::kUint8Fact>(l, grid, block, stream);
+      bool zeros = false;
+      for (int s = 0; s < l.num_segments; ++s) zeros = zeros || l.seg[s].zeros != nullptr;
+      if constexpr (F == Weights::kInt4) {
+        if (zeros) {
+          launch_factored<T, Weights::kInt4Fact>(l, grid, block, stream);
+        } else {
+          launch_factored<T, Weights::kInt4FactSym>(l, grid, block, stream);
+        }
+      } else {
+        launch_factored<T, Weights::kUint8Fact>(l, grid, block, stream);
+      }
       PEREGRINE_CUDA_CHECK(cudaGetLastError());
       return;
     }
