@@ -178,20 +178,25 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 //   uint8: (k 4m + s, k 4m + s + 2) for j = 2m + s (bytes 0 and 2 after a shift by 8s). In f16 a byte fits the
 //   1024 trick whole; bf16 has 8 significant bits, so a byte goes as two words, its low nibble (part 0) and 16 x its
 //   high nibble (part 1: (128 + h) x 16 - 2048, exact), whose products the same accumulator sums.
-// int4 code pair word j before the bias comes off, one shift per 32-bit word (Marlin's way): even s the nibbles at
-// bits 0 and 16 (of the word, or of the word >> 8 for s = 2) under the exponent, bias + c in each half (128 + c in
-// bf16, 1024 + c in f16); odd s the nibbles at bits 4 and 20 in place, bias + 16 c, which a multiply by 1 / 16 in
-// the same packed fma brings back (exact: every value is an integer below 2^8 (bf16) or 2^11 (f16)).
+// int4 code pair word j (nibbles s and s + 4 of word j / 4, s = j % 4) before the bias comes off: the pair's bits
+// moved to 0..3 and 16..19 (a shift by 4s) and OR-ed under the exponent, bias + c in each half (128 + c in bf16,
+// 1024 + c in f16). f16's 10-bit mantissa also takes a nibble at bits 4..7 in place (Marlin's way), bias + 16 c,
+// which a multiply by 1 / 16 in the same packed fma brings back exactly: there odd s needs no shift of its own, one
+// shift (by 8) per 32-bit word instead of three. (bf16's 7-bit mantissa cannot: bit 7 is its exponent's.)
+template <typename T> constexpr bool kHiNibbleInPlace = std::is_same_v<T, f16>;
 template <typename T, Weights F> __device__ __forceinline__ uint32_t biased_int4_pair(const RowPiece<F>& r, int j) {
-  return lop3_and_or(word_of(r.v, j / 4) >> (j % 4 >= 2 ? 8 : 0), j % 2 ? 0x00f000f0u : 0x000f000fu,
-                     CodeMagic<T>::kBias);
+  const uint32_t w = word_of(r.v, j / 4);
+  if constexpr (kHiNibbleInPlace<T>)
+    return lop3_and_or(w >> (j % 4 >= 2 ? 8 : 0), j % 2 ? 0x00f000f0u : 0x000f000fu, CodeMagic<T>::kBias);
+  return lop3_and_or(w >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias);
 }
 
-// A biased pair (biased_int4_pair's word j) as c - z exactly: v * (1 or 1 / 16) + nz, with nz = -(bias + z) for
-// even j and -(bias / 16 + z) for odd j (fold_bias).
+// A biased pair (biased_int4_pair's word j) as c - z exactly: v * (1 or 1 / 16) + nz, with nz = -(bias + z), or
+// -(bias / 16 + z) where the nibble stayed in place (fold_bias with hi = kHiNibbleInPlace<T> && j odd).
+template <typename T> __device__ __forceinline__ bool hi_pair(int j) { return kHiNibbleInPlace<T> && j % 2; }
 template <typename T> __device__ __forceinline__ uint32_t unbias_int4_pair(uint32_t v, int j, uint32_t nz) {
   uint32_t out;
-  const uint32_t mul = j % 2 ? CodeMagic<T>::kSixteenth : CodeMagic<T>::kOne;
+  const uint32_t mul = hi_pair<T>(j) ? CodeMagic<T>::kSixteenth : CodeMagic<T>::kOne;
   if constexpr (std::is_same_v<T, bf16>) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(mul), "r"(nz));
   } else {
@@ -216,7 +221,7 @@ template <typename T> __device__ __forceinline__ uint32_t fold_bias(float z, boo
 
 template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(const RowPiece<F>& r, int j, int part) {
   if constexpr (kInt4F<F>) {
-    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, fold_bias<T>(0.0f, j % 2));  // the code itself
+    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, fold_bias<T>(0.0f, hi_pair<T>(j)));  // the code
   } else {
     const uint32_t q = word_of(r.v[j / 8], (j / 2) % 4) >> (8 * (j % 2));
     if constexpr (std::is_same_v<T, f16>) {
@@ -290,11 +295,11 @@ __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPie
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                            const uint4 (&bx)[NT][4]) {
-  // Even pair words take the low bias, odd ones the high (biased_int4_pair); constants without zeros.
-  const uint32_t za[2] = {fold_bias<T>(a.zero, false), fold_bias<T>(a.zero, true)};
-  const uint32_t zb[2] = {fold_bias<T>(b8.zero, false), fold_bias<T>(b8.zero, true)};
+  // Each row's two biases (hi_pair's words take the second); constants without zeros.
+  const uint32_t za[2] = {fold_bias<T>(a.zero, false), fold_bias<T>(a.zero, kHiNibbleInPlace<T>)};
+  const uint32_t zb[2] = {fold_bias<T>(b8.zero, false), fold_bias<T>(b8.zero, kHiNibbleInPlace<T>)};
   auto pair = [](const RowPiece<F>& r, int j, const uint32_t (&nz)[2]) {
-    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, nz[j % 2]);
+    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, nz[hi_pair<T>(j) ? 1 : 0]);
   };
   float cs[NT][4];
 #pragma unroll
@@ -728,6 +733,15 @@ void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
+  if constexpr (F == Weights::kInt4FactSym && std::is_same_v<T, bf16>) {  // EXPERIMENT (measured, then removed)
+    static const int cfg = [] {
+      const char* v = std::getenv("PEREGRINE_SKINNY_W4_CFG");
+      return v ? std::atoi(v) : 0;
+    }();
+    if (l.m <= 8 && cfg == 23) return launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
+    if (l.m <= 8 && cfg == 33) return launch_kernel<T, F, 1, 3, 3>(grid, block, stream, l);
+    if (l.m <= 8 && cfg == 81) return launch_kernel<T, F, 1, 8, 1>(grid, block, stream, l);
+  }
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
