@@ -48,9 +48,9 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 // kInt4Fact / kUint8Fact: codes on the factored path (below), which takes 128-wide chunks (a lane's 32 codes: one
 // 16-byte load per row for int4, two for uint8) where the others take 64. kInt4FactSym: kInt4Fact where no segment
 // has zeros (the midpoint 8 is a compile-time constant: no zero loads, no per-chunk test of them).
-enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym };
+enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym, kInt4FactSymB };
 
-template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || F == Weights::kInt4FactSym;
+template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || F == Weights::kInt4FactSym || F == Weights::kInt4FactSymB;
 template <Weights F> constexpr bool kFactored = kInt4F<F> || F == Weights::kUint8Fact;
 template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
 
@@ -61,6 +61,7 @@ template <> struct RowPiece<Weights::kInt4> { uint2 v; float scale, zero; };
 template <> struct RowPiece<Weights::kUint8> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kInt4Fact> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kInt4FactSym> { uint4 v; float scale, zero; };
+template <> struct RowPiece<Weights::kInt4FactSymB> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kUint8Fact> { uint4 v[2]; float scale, zero; };
 
 template <typename T, Weights F>
@@ -101,7 +102,7 @@ __device__ __forceinline__ void load_fact_piece(RowPiece<F>& r, const uint8_t* c
     for (int h = 0; h < 2; ++h) r.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk + 16 * h)) : zero4;
   }
   r.scale = in ? __ldg(scales + gi) : 0.0f;
-  if constexpr (F == Weights::kInt4FactSym) {
+  if constexpr (F == Weights::kInt4FactSym || F == Weights::kInt4FactSymB) {
     r.zero = 8.0f;
   } else {
     r.zero = zeros && in ? __ldg(zeros + gi) : (kInt4F<F> ? 8.0f : 128.0f);
@@ -186,7 +187,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 template <typename T> constexpr bool kHiNibbleInPlace = std::is_same_v<T, f16>;
 template <typename T, Weights F> __device__ __forceinline__ uint32_t biased_int4_pair(const RowPiece<F>& r, int j) {
   const uint32_t w = word_of(r.v, j / 4);
-  if constexpr (kHiNibbleInPlace<T>)
+  if constexpr (kHiNibbleInPlace<T> && F != Weights::kInt4FactSymB)
     return lop3_and_or(w >> (j % 4 >= 2 ? 8 : 0), j % 2 ? 0x00f000f0u : 0x000f000fu, CodeMagic<T>::kBias);
   return lop3_and_or(w >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias);
 }
@@ -220,7 +221,9 @@ template <typename T> __device__ __forceinline__ uint32_t fold_bias(float z, boo
 }
 
 template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(const RowPiece<F>& r, int j, int part) {
-  if constexpr (kInt4F<F>) {
+  if constexpr (F == Weights::kInt4FactSymB) {
+    return biased_int4_pair<T, F>(r, j);  // EXPERIMENT: bias + c, the bias taken off through the sum of x
+  } else if constexpr (kInt4F<F>) {
     return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, fold_bias<T>(0.0f, hi_pair<T>(j)));  // the code
   } else {
     const uint32_t q = word_of(r.v[j / 8], (j / 2) % 4) >> (8 * (j % 2));
@@ -327,7 +330,11 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void any_factored_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                                    const uint4 (&bx)[NT][4], bool fold_zeros) {
-  if constexpr (F == Weights::kInt4FactSym) {  // every zero the midpoint: the fold unless the launch turns it off
+  if constexpr (F == Weights::kInt4FactSymB) {  // EXPERIMENT
+    RowPiece<F> a2 = a, b2 = b8;
+    a2.zero += CodeMagic<T>::kBiasF, b2.zero += CodeMagic<T>::kBiasF;
+    return factored_chunk<T, F, NT>(acc, a2, b2, bx);
+  } else if constexpr (F == Weights::kInt4FactSym) {  // every zero the midpoint: the fold unless the launch turns it off
     if (fold_zeros) return fold_chunk<T, F, NT>(acc, a, b8, bx);
   } else if constexpr (F == Weights::kInt4Fact) {
     auto ok = [](float z) { return z == rintf(z) && z >= -128.0f && z <= 127.0f; };
@@ -741,6 +748,7 @@ void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 bloc
     if (l.m <= 8 && cfg == 23) return launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
     if (l.m <= 8 && cfg == 33) return launch_kernel<T, F, 1, 3, 3>(grid, block, stream, l);
     if (l.m <= 8 && cfg == 81) return launch_kernel<T, F, 1, 8, 1>(grid, block, stream, l);
+    if (l.m <= 8 && cfg == 99) return launch_kernel<T, Weights::kInt4FactSymB, 1, 4, 2>(grid, block, stream, l);
   }
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
