@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
 # W4A16 / W8A16 decode on the skinny kernel (issue 11) against a baseline binary in the same call.
 # Here: OLD=path/to/old/peregrine scripts/device/w4_skinny.sh bundle (.device/carry_w4: peregrine, peregrine_old when
-# OLD is set, cuda_ops_tests, the deps' libraries, llama-3-8b.json; the model stays out: scripts/device/carry_light.sh
-# on before the call, off right after).
+# OLD is set, cuda_ops_tests, the deps' libraries, llama-3-8b.json; with MODEL=1 also model_tests, pycoder-tiny's
+# weights and reference and the int4 group-128 fixtures of ../shared/models/quant). The tree's copy of the model
+# stays out either way: scripts/device/carry_light.sh on before the call, off right after.
 # There: source .device/carry_w4/env.sh && scripts/device/w4_skinny.sh run
 # RUNS: space-separated name:binary:quantization:batch[:ENV=V,...] (binary new or old; quantization bf16 for none);
-# TESTS=0 skips the op tests. Prints a table of decode tok/s last.
+# TESTS=0 skips the op tests (OPS: their filter); MODEL_TESTS: the model tests' filter (when the bundle has them).
+# Prints a table of decode tok/s last.
 set -uo pipefail
 case "${1:?bundle or run}" in
   bundle)
     source "$(dirname "$0")/bundle_lib.sh"
-    mkdir -p "$stage/bin" "$stage/shared/configs"
+    mkdir -p "$stage/bin" "$stage/shared/configs" "$stage/shared/models/quant"
     cp -r .device/deps "$stage/deps" && rm -rf "$stage/deps/usr/include"
     cp "$b/peregrine" "$b/tests/cuda/cuda_ops_tests" "$stage/bin/"
     [ -n "${OLD:-}" ] && cp "$OLD" "$stage/bin/peregrine_old"
-    strip "$stage"/bin/*
     cp ../shared/configs/llama-3-8b.json "$stage/shared/configs/"
-    pack .device/carry_w4 deps bin shared
+    extra=()
+    if [ "${MODEL:-0}" = 1 ]; then
+      cp "$b/tests/unit/model_tests" "$stage/bin/"
+      mkdir -p "$stage/model"
+      cp ../shared/models/pycoder-tiny.reference.json "$stage/shared/models/"
+      cp ../shared/models/quant/README.md "$stage/shared/models/quant/"
+      for f in ct-w4a16-g128 ct-w4a16-g128-asym gptq-w4g128-actorder-asym; do
+        cp -r "../shared/models/quant/$f" "$stage/shared/models/quant/"
+      done
+      cp models/pycoder-tiny/model.safetensors "$stage/model/"
+      extra=(model)
+    fi
+    strip "$stage"/bin/*
+    pack .device/carry_w4 deps bin shared "${extra[@]}"
     ;;
   run)
     start=$(date +%s)
@@ -26,6 +40,13 @@ case "${1:?bundle or run}" in
     if [ "${TESTS:-1}" = 1 ]; then
       timeout 200 "$bin/cuda_ops_tests" --gtest_filter="${OPS:-CudaQuant*:CudaSkinny*:CudaFusedMatmul.*:CudaMatmul*}" >/tmp/ops.log 2>&1
       t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|elements out" /tmp/ops.log | head -20
+    fi
+    if [ -x "$bin/model_tests" ]; then
+      [ -f models/pycoder-tiny/model.safetensors ] || cp .device/model/model.safetensors models/pycoder-tiny/
+      ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny
+      PEREGRINE_SHARED_DIR="$PWD/.device/shared" timeout 240 "$bin/model_tests" \
+        --gtest_filter="${MODEL_TESTS:-*Determinism*:Quantized/*cuda*}" >/tmp/model.log 2>&1
+      t "model tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|^\[       OK|SKIPPED \]" /tmp/model.log | head -24
     fi
     rows=()
     for r in ${RUNS:-}; do
