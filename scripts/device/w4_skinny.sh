@@ -6,7 +6,8 @@
 # stays out either way: scripts/device/carry_light.sh on before the call, off right after.
 # There: source .device/carry_w4/env.sh && scripts/device/w4_skinny.sh run
 # RUNS: space-separated name:binary:quantization:batch[:ENV=V,...] (binary new or old; quantization bf16 for none);
-# TESTS=0 skips the op tests (OPS: their filter); MODEL_TESTS: the model tests' filter (when the bundle has them).
+# TESTS=0 skips the op tests (OPS: their filter); MODEL_TESTS: the model tests' filter (when the bundle has them;
+# none skips them).
 # Prints a table of decode tok/s last.
 set -uo pipefail
 case "${1:?bundle or run}" in
@@ -41,7 +42,7 @@ case "${1:?bundle or run}" in
       timeout 200 "$bin/cuda_ops_tests" --gtest_filter="${OPS:-CudaQuant*:CudaSkinny*:CudaFusedMatmul.*:CudaMatmul*}" >/tmp/ops.log 2>&1
       t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|elements out" /tmp/ops.log | head -20
     fi
-    if [ -x "$bin/model_tests" ]; then
+    if [ -x "$bin/model_tests" ] && [ "${MODEL_TESTS:-}" != none ]; then
       [ -f models/pycoder-tiny/model.safetensors ] || cp .device/model/model.safetensors models/pycoder-tiny/
       ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny
       PEREGRINE_SHARED_DIR="$PWD/.device/shared" timeout 240 "$bin/model_tests" \
