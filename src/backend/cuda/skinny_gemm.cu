@@ -46,11 +46,16 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 }
 
 // kInt4Fact / kUint8Fact: codes on the factored path (below), which takes 128-wide chunks (a lane's 32 codes: one
-// 16-byte load per row for int4, two for uint8) where the others take 64. kInt4FactSym: kInt4Fact where no segment
-// has zeros (the midpoint 8 is a compile-time constant: no zero loads, no per-chunk test of them).
+// 16-byte load per row for int4, two for uint8) where the others take 64.
+// kInt4FactSym (opt-in, PEREGRINE_SKINNY_SYM, until the GPU measures it): kInt4Fact where no segment has zeros, the
+// midpoint 8 a compile-time constant (no zero loads, no per-chunk test of them), loads with 32-bit offsets and the
+// chunk's group computed once (load_fact_piece), and for f16 the high nibbles converted in place (biased_int4_pair).
+// kInt4FactSymB: the same with the biased codes on the tensor cores and the bias taken off through the sum of x
+// (factored_chunk's arithmetic with zero 128 + 8 or 1024 + 8): one mma more per step, four packed fmas fewer.
 enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym, kInt4FactSymB };
 
-template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || F == Weights::kInt4FactSym || F == Weights::kInt4FactSymB;
+template <Weights F> constexpr bool kSymF = F == Weights::kInt4FactSym || F == Weights::kInt4FactSymB;
+template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || kSymF<F>;
 template <Weights F> constexpr bool kFactored = kInt4F<F> || F == Weights::kUint8Fact;
 template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
 
@@ -74,10 +79,15 @@ __device__ __forceinline__ void load_piece(RowPiece<F>& r, const void* row, int6
     for (int h = 0; h < 2; ++h)  // K % 8 == 0: a 16-byte piece is all in or all out
       r.v[h] = in_k && kk + 8 * h < k ? __ldcs(reinterpret_cast<const uint4*>(w + kk + 8 * h)) : zero4;
   } else {
-    static_assert(!kFactored<F>, "factored pieces: load_fact_piece");
-    constexpr bool kI4 = F == Weights::kInt4;  // else uint8 (midpoint 128)
+    static_assert(!kSymF<F>, "kInt4FactSym pieces: load_fact_piece");
+    constexpr bool kI4 = F == Weights::kInt4 || F == Weights::kInt4Fact;  // else uint8 (midpoint 128)
     const uint8_t* codes = static_cast<const uint8_t*>(row);
-    if constexpr (kI4) {
+    if constexpr (F == Weights::kInt4Fact) {
+      r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : zero4;
+    } else if constexpr (F == Weights::kUint8Fact) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) r.v[h] = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk + 16 * h)) : zero4;
+    } else if constexpr (kI4) {
       r.v = in_k ? __ldcs(reinterpret_cast<const uint2*>(codes + kk / 2)) : make_uint2(0, 0);
     } else {
       r.v = in_k ? __ldcs(reinterpret_cast<const uint4*>(codes + kk)) : zero4;
@@ -88,25 +98,16 @@ __device__ __forceinline__ void load_piece(RowPiece<F>& r, const void* row, int6
   }
 }
 
-// A factored piece (K % 128 == 0 there, so a chunk inside K is whole): the lane's codes at kk (its first k) of the
-// row whose codes start at `codes`, and group gi's scale and zero; zeros where the chunk is past K (in false).
-// 32-bit offsets (a row's codes and groups fit), the group computed once per chunk by the caller.
+// A kInt4FactSym piece (K % 128 == 0 on the factored path, so a chunk inside K is whole): the lane's codes at kk (its
+// first k) of the row whose codes start at `codes`, and group gi's scale (zero: the midpoint); zeros where the chunk
+// is past K (in false). 32-bit offsets (a row's codes and groups fit), the group computed once per chunk by the caller.
 template <Weights F>
 __device__ __forceinline__ void load_fact_piece(RowPiece<F>& r, const uint8_t* codes, uint32_t kk, uint32_t gi, bool in,
-                                                const float* scales, const float* zeros) {
-  const uint4 zero4 = make_uint4(0, 0, 0, 0);
-  if constexpr (kInt4F<F>) {
-    r.v = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : zero4;
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) r.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk + 16 * h)) : zero4;
-  }
+                                                const float* scales) {
+  static_assert(kSymF<F>);
+  r.v = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : make_uint4(0, 0, 0, 0);
   r.scale = in ? __ldg(scales + gi) : 0.0f;
-  if constexpr (F == Weights::kInt4FactSym || F == Weights::kInt4FactSymB) {
-    r.zero = 8.0f;
-  } else {
-    r.zero = zeros && in ? __ldg(zeros + gi) : (kInt4F<F> ? 8.0f : 128.0f);
-  }
+  r.zero = 8.0f;
 }
 
 __device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xffu; }
@@ -181,23 +182,25 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
 //   high nibble (part 1: (128 + h) x 16 - 2048, exact), whose products the same accumulator sums.
 // int4 code pair word j (nibbles s and s + 4 of word j / 4, s = j % 4) before the bias comes off: the pair's bits
 // moved to 0..3 and 16..19 (a shift by 4s) and OR-ed under the exponent, bias + c in each half (128 + c in bf16,
-// 1024 + c in f16). f16's 10-bit mantissa also takes a nibble at bits 4..7 in place (Marlin's way), bias + 16 c,
-// which a multiply by 1 / 16 in the same packed fma brings back exactly: there odd s needs no shift of its own, one
-// shift (by 8) per 32-bit word instead of three. (bf16's 7-bit mantissa cannot: bit 7 is its exponent's.)
-template <typename T> constexpr bool kHiNibbleInPlace = std::is_same_v<T, f16>;
+// 1024 + c in f16). On kInt4FactSym, f16's 10-bit mantissa also takes a nibble at bits 4..7 in place (Marlin's
+// way), bias + 16 c, which a multiply by 1 / 16 in the same packed fma brings back exactly: there odd s needs no
+// shift of its own, one shift (by 8) per 32-bit word instead of three. (bf16's 7-bit mantissa cannot: bit 7 is its
+// exponent's.)
+template <typename T, Weights F>
+constexpr bool kHiNibbleInPlace = std::is_same_v<T, f16> && F == Weights::kInt4FactSym;
 template <typename T, Weights F> __device__ __forceinline__ uint32_t biased_int4_pair(const RowPiece<F>& r, int j) {
   const uint32_t w = word_of(r.v, j / 4);
-  if constexpr (kHiNibbleInPlace<T> && F != Weights::kInt4FactSymB)
+  if constexpr (kHiNibbleInPlace<T, F>)
     return lop3_and_or(w >> (j % 4 >= 2 ? 8 : 0), j % 2 ? 0x00f000f0u : 0x000f000fu, CodeMagic<T>::kBias);
   return lop3_and_or(w >> (4 * (j % 4)), 0x000f000fu, CodeMagic<T>::kBias);
 }
 
 // A biased pair (biased_int4_pair's word j) as c - z exactly: v * (1 or 1 / 16) + nz, with nz = -(bias + z), or
-// -(bias / 16 + z) where the nibble stayed in place (fold_bias with hi = kHiNibbleInPlace<T> && j odd).
-template <typename T> __device__ __forceinline__ bool hi_pair(int j) { return kHiNibbleInPlace<T> && j % 2; }
-template <typename T> __device__ __forceinline__ uint32_t unbias_int4_pair(uint32_t v, int j, uint32_t nz) {
+// -(bias / 16 + z) where the nibble stayed in place (fold_bias with hi = hi_pair).
+template <typename T, Weights F> __device__ __forceinline__ bool hi_pair(int j) { return kHiNibbleInPlace<T, F> && j % 2; }
+template <typename T, Weights F> __device__ __forceinline__ uint32_t unbias_int4_pair(uint32_t v, int j, uint32_t nz) {
   uint32_t out;
-  const uint32_t mul = hi_pair<T>(j) ? CodeMagic<T>::kSixteenth : CodeMagic<T>::kOne;
+  const uint32_t mul = hi_pair<T, F>(j) ? CodeMagic<T>::kSixteenth : CodeMagic<T>::kOne;
   if constexpr (std::is_same_v<T, bf16>) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(mul), "r"(nz));
   } else {
@@ -222,9 +225,11 @@ template <typename T> __device__ __forceinline__ uint32_t fold_bias(float z, boo
 
 template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(const RowPiece<F>& r, int j, int part) {
   if constexpr (F == Weights::kInt4FactSymB) {
-    return biased_int4_pair<T, F>(r, j);  // EXPERIMENT: bias + c, the bias taken off through the sum of x
-  } else if constexpr (kInt4F<F>) {
-    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, fold_bias<T>(0.0f, hi_pair<T>(j)));  // the code
+    return biased_int4_pair<T, F>(r, j);  // bias + c, the bias taken off through the sum of x
+  } else if constexpr (F == Weights::kInt4FactSym) {
+    return unbias_int4_pair<T, F>(biased_int4_pair<T, F>(r, j), j, fold_bias<T>(0.0f, hi_pair<T, F>(j)));  // c
+  } else if constexpr (F == Weights::kInt4Fact) {
+    return sub_bias<T>(biased_int4_pair<T, F>(r, j));
   } else {
     const uint32_t q = word_of(r.v[j / 8], (j / 2) % 4) >> (8 * (j % 2));
     if constexpr (std::is_same_v<T, f16>) {
@@ -299,10 +304,16 @@ template <typename T, Weights F, int NT>
 __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                            const uint4 (&bx)[NT][4]) {
   // Each row's two biases (hi_pair's words take the second); constants without zeros.
-  const uint32_t za[2] = {fold_bias<T>(a.zero, false), fold_bias<T>(a.zero, kHiNibbleInPlace<T>)};
-  const uint32_t zb[2] = {fold_bias<T>(b8.zero, false), fold_bias<T>(b8.zero, kHiNibbleInPlace<T>)};
+  const uint32_t za[2] = {fold_bias<T>(a.zero, false), fold_bias<T>(a.zero, kHiNibbleInPlace<T, F>)};
+  const uint32_t zb[2] = {fold_bias<T>(b8.zero, false), fold_bias<T>(b8.zero, kHiNibbleInPlace<T, F>)};
   auto pair = [](const RowPiece<F>& r, int j, const uint32_t (&nz)[2]) {
-    return unbias_int4_pair<T>(biased_int4_pair<T, F>(r, j), j, nz[hi_pair<T>(j) ? 1 : 0]);
+    const uint32_t v = biased_int4_pair<T, F>(r, j);
+    if constexpr (F == Weights::kInt4Fact && !std::is_same_v<T, bf16>) {  // f16: the packed add of -(1024 + z)
+      uint32_t out;
+      asm("add.f16x2 %0, %1, %2;\n" : "=r"(out) : "r"(v), "r"(nz[0]));
+      return out;
+    }
+    return unbias_int4_pair<T, F>(v, j, nz[hi_pair<T, F>(j) ? 1 : 0]);
   };
   float cs[NT][4];
 #pragma unroll
@@ -330,7 +341,7 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void any_factored_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                                    const uint4 (&bx)[NT][4], bool fold_zeros) {
-  if constexpr (F == Weights::kInt4FactSymB) {  // EXPERIMENT
+  if constexpr (F == Weights::kInt4FactSymB) {  // zero: bias + 8
     RowPiece<F> a2 = a, b2 = b8;
     a2.zero += CodeMagic<T>::kBiasF, b2.zero += CodeMagic<T>::kBiasF;
     return factored_chunk<T, F, NT>(acc, a2, b2, bx);
@@ -622,7 +633,7 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
   for (int j = 0; j < NT; ++j) xin[j] = j * 8 + g < p.m, xrow[j] = x0 + (xin[j] ? int64_t{j} * 8 * k : 0);
   auto load_x = [&](int64_t c0, int u, uint4 (&dst)[NT][XH]) {
     const int64_t c = c0 + int64_t{u} * kWarps;
-    if constexpr (kFact) {
+    if constexpr (kSymF<F>) {
       const uint32_t kk = static_cast<uint32_t>(c) * kCk + kLaneK * t;
 #pragma unroll
       for (int h = 0; h < XH; ++h)
@@ -653,16 +664,16 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
     }
   };
   // The factored path's chunk to group: groups are whole chunks (cpg of them a group), one per row per chunk.
-  const uint32_t cpg = kFact ? static_cast<uint32_t>(src.seg.group_size / kCk) : 1;
+  const uint32_t cpg = kSymF<F> ? static_cast<uint32_t>(src.seg.group_size / kCk) : 1;
   auto load_w = [&](int64_t c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if constexpr (kFact) {
+      if constexpr (kSymF<F>) {
         const uint32_t c = static_cast<uint32_t>(c0) + u * kWarps, kk = c * kCk + kLaneK * t;
         const bool in = c < static_cast<uint32_t>(chunks);
         const uint32_t gi = !in ? 0 : cpg == 1 ? c : c / cpg;
-        load_fact_piece<F>(a[u], static_cast<const uint8_t*>(src.wa), kk, gi, in, src.sa, src.za);
-        load_fact_piece<F>(b8[u], static_cast<const uint8_t*>(src.wb), kk, gi, in, src.sb, src.zb);
+        load_fact_piece<F>(a[u], static_cast<const uint8_t*>(src.wa), kk, gi, in, src.sa);
+        load_fact_piece<F>(b8[u], static_cast<const uint8_t*>(src.wb), kk, gi, in, src.sb);
       } else {
         const int64_t c = c0 + int64_t{u} * kWarps;
         const int64_t kk = c * kCk + kLaneK * t;
@@ -723,6 +734,16 @@ bool skinny_plain() {
   return plain;
 }
 
+// PEREGRINE_SKINNY_SYM (opt-in until the GPU measures it): int4 codes without zeros on kInt4FactSym ('1') or
+// kInt4FactSymB ('b', bf16 x; f16 takes '1'), every M <= kSkinnyMaxM alike; '0' (unset) keeps kInt4Fact.
+char skinny_sym() {
+  static const char sym = [] {
+    const char* v = std::getenv("PEREGRINE_SKINNY_SYM");
+    return v && (v[0] == '1' || v[0] == 'b') ? v[0] : '0';
+  }();
+  return sym;
+}
+
 // One kernel of the set, with the fusion l asks for (dense weights and the factored path only).
 template <typename T, Weights F, int NT, int U, int MINB>
 void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
@@ -740,16 +761,6 @@ void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
-  if constexpr (F == Weights::kInt4FactSym && std::is_same_v<T, bf16>) {  // EXPERIMENT (measured, then removed)
-    static const int cfg = [] {
-      const char* v = std::getenv("PEREGRINE_SKINNY_W4_CFG");
-      return v ? std::atoi(v) : 0;
-    }();
-    if (l.m <= 8 && cfg == 23) return launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
-    if (l.m <= 8 && cfg == 33) return launch_kernel<T, F, 1, 3, 3>(grid, block, stream, l);
-    if (l.m <= 8 && cfg == 81) return launch_kernel<T, F, 1, 8, 1>(grid, block, stream, l);
-    if (l.m <= 8 && cfg == 99) return launch_kernel<T, Weights::kInt4FactSymB, 1, 4, 2>(grid, block, stream, l);
-  }
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
@@ -771,10 +782,16 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
       bool zeros = false;
       for (int s = 0; s < l.num_segments; ++s) zeros = zeros || l.seg[s].zeros != nullptr;
       if constexpr (F == Weights::kInt4) {
-        if (zeros) {
-          launch_factored<T, Weights::kInt4Fact>(l, grid, block, stream);
-        } else {
+        const char sym = zeros ? '0' : skinny_sym();
+        bool done = false;
+        if constexpr (std::is_same_v<T, bf16>) {
+          if (sym == 'b') launch_factored<T, Weights::kInt4FactSymB>(l, grid, block, stream), done = true;
+        }
+        if (done) {
+        } else if (sym == '1' || sym == 'b') {
           launch_factored<T, Weights::kInt4FactSym>(l, grid, block, stream);
+        } else {
+          launch_factored<T, Weights::kInt4Fact>(l, grid, block, stream);
         }
       } else {
         launch_factored<T, Weights::kUint8Fact>(l, grid, block, stream);
