@@ -47,14 +47,14 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 
 // kInt4Fact / kUint8Fact: codes on the factored path (below), which takes 128-wide chunks (a lane's 32 codes: one
 // 16-byte load per row for int4, two for uint8) where the others take 64.
-// kInt4FactSym (opt-in, PEREGRINE_SKINNY_SYM, until the GPU measures it): kInt4Fact where no segment has zeros, the
-// midpoint 8 a compile-time constant (no zero loads, no per-chunk test of them), loads with 32-bit offsets and the
-// chunk's group computed once (load_fact_piece), and for f16 the high nibbles converted in place (biased_int4_pair).
-// kInt4FactSymB: the same with the biased codes on the tensor cores and the bias taken off through the sum of x
-// (factored_chunk's arithmetic with zero 128 + 8 or 1024 + 8): one mma more per step, four packed fmas fewer.
-enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym, kInt4FactSymB };
+// kInt4FactSym: kInt4Fact where no segment has zeros (the symmetric checkpoints: GPTQ sym, compressed-tensors sym),
+// the midpoint 8 a compile-time constant (no zero loads, no per-chunk test of them), loads with 32-bit offsets and
+// the chunk's group computed once per chunk (load_fact_piece; kInt4Fact divides 64-bit offsets per row), and for f16
+// the high nibbles converted in place (biased_int4_pair). About 40% fewer instructions a chunk; PEREGRINE_SKINNY_SYM=0
+// sends such codes to kInt4Fact (comparisons).
+enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym };
 
-template <Weights F> constexpr bool kSymF = F == Weights::kInt4FactSym || F == Weights::kInt4FactSymB;
+template <Weights F> constexpr bool kSymF = F == Weights::kInt4FactSym;
 template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || kSymF<F>;
 template <Weights F> constexpr bool kFactored = kInt4F<F> || F == Weights::kUint8Fact;
 template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
@@ -66,7 +66,6 @@ template <> struct RowPiece<Weights::kInt4> { uint2 v; float scale, zero; };
 template <> struct RowPiece<Weights::kUint8> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kInt4Fact> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kInt4FactSym> { uint4 v; float scale, zero; };
-template <> struct RowPiece<Weights::kInt4FactSymB> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kUint8Fact> { uint4 v[2]; float scale, zero; };
 
 template <typename T, Weights F>
@@ -224,9 +223,7 @@ template <typename T> __device__ __forceinline__ uint32_t fold_bias(float z, boo
 }
 
 template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(const RowPiece<F>& r, int j, int part) {
-  if constexpr (F == Weights::kInt4FactSymB) {
-    return biased_int4_pair<T, F>(r, j);  // bias + c, the bias taken off through the sum of x
-  } else if constexpr (F == Weights::kInt4FactSym) {
+  if constexpr (F == Weights::kInt4FactSym) {
     return unbias_int4_pair<T, F>(biased_int4_pair<T, F>(r, j), j, fold_bias<T>(0.0f, hi_pair<T, F>(j)));  // c
   } else if constexpr (F == Weights::kInt4Fact) {
     return sub_bias<T>(biased_int4_pair<T, F>(r, j));
@@ -341,11 +338,7 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void any_factored_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                                    const uint4 (&bx)[NT][4], bool fold_zeros) {
-  if constexpr (F == Weights::kInt4FactSymB) {  // zero: bias + 8
-    RowPiece<F> a2 = a, b2 = b8;
-    a2.zero += CodeMagic<T>::kBiasF, b2.zero += CodeMagic<T>::kBiasF;
-    return factored_chunk<T, F, NT>(acc, a2, b2, bx);
-  } else if constexpr (F == Weights::kInt4FactSym) {  // every zero the midpoint: the fold unless the launch turns it off
+  if constexpr (F == Weights::kInt4FactSym) {  // every zero the midpoint: the fold unless the launch turns it off
     if (fold_zeros) return fold_chunk<T, F, NT>(acc, a, b8, bx);
   } else if constexpr (F == Weights::kInt4Fact) {
     auto ok = [](float z) { return z == rintf(z) && z >= -128.0f && z <= 127.0f; };
@@ -734,12 +727,12 @@ bool skinny_plain() {
   return plain;
 }
 
-// PEREGRINE_SKINNY_SYM (opt-in until the GPU measures it): int4 codes without zeros on kInt4FactSym ('1') or
-// kInt4FactSymB ('b', bf16 x; f16 takes '1'), every M <= kSkinnyMaxM alike; '0' (unset) keeps kInt4Fact.
-char skinny_sym() {
-  static const char sym = [] {
-    const char* v = std::getenv("PEREGRINE_SKINNY_SYM");
-    return v && (v[0] == '1' || v[0] == 'b') ? v[0] : '0';
+// int4 codes without zeros take kInt4FactSym at every M <= kSkinnyMaxM alike; PEREGRINE_SKINNY_SYM=0 keeps them on
+// kInt4Fact (comparisons).
+bool skinny_sym() {
+  static const bool sym = [] {
+    const char* e = std::getenv("PEREGRINE_SKINNY_SYM");
+    return !(e && std::string_view(e) == "0");
   }();
   return sym;
 }
@@ -782,13 +775,7 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
       bool zeros = false;
       for (int s = 0; s < l.num_segments; ++s) zeros = zeros || l.seg[s].zeros != nullptr;
       if constexpr (F == Weights::kInt4) {
-        const char sym = zeros ? '0' : skinny_sym();
-        bool done = false;
-        if constexpr (std::is_same_v<T, bf16>) {
-          if (sym == 'b') launch_factored<T, Weights::kInt4FactSymB>(l, grid, block, stream), done = true;
-        }
-        if (done) {
-        } else if (sym == '1' || sym == 'b') {
+        if (!zeros && skinny_sym()) {
           launch_factored<T, Weights::kInt4FactSym>(l, grid, block, stream);
         } else {
           launch_factored<T, Weights::kInt4Fact>(l, grid, block, stream);
