@@ -2,7 +2,8 @@
 # W4A16 / W8A16 decode on the skinny kernel (issue 11) against a baseline binary in the same call.
 # Here: OLD=path/to/old/peregrine scripts/device/w4_skinny.sh bundle (.device/carry_w4: peregrine, peregrine_old when
 # OLD is set, cuda_ops_tests, the deps' libraries, llama-3-8b.json; with MODEL=1 also model_tests, pycoder-tiny's
-# weights and reference and the int4 group-128 fixtures of ../shared/models/quant). The tree's copy of the model
+# weights and reference and the int4 group-128 fixtures of ../shared/models/quant; MODEL_ONLY=1 leaves peregrine and
+# the op tests out: a model-test call). The tree's copy of the model
 # stays out either way: scripts/device/carry_light.sh on before the call, off right after.
 # There: source .device/carry_w4/env.sh && scripts/device/w4_skinny.sh run
 # RUNS: space-separated name:binary:quantization:batch[:ENV=V,...] (binary new or old; quantization bf16 for none);
@@ -15,7 +16,7 @@ case "${1:?bundle or run}" in
     source "$(dirname "$0")/bundle_lib.sh"
     mkdir -p "$stage/bin" "$stage/shared/configs" "$stage/shared/models/quant"
     cp -r .device/deps "$stage/deps" && rm -rf "$stage/deps/usr/include"
-    cp "$b/peregrine" "$b/tests/cuda/cuda_ops_tests" "$stage/bin/"
+    [ "${MODEL_ONLY:-0}" = 1 ] || cp "$b/peregrine" "$b/tests/cuda/cuda_ops_tests" "$stage/bin/"
     [ -n "${OLD:-}" ] && cp "$OLD" "$stage/bin/peregrine_old"
     cp ../shared/configs/llama-3-8b.json "$stage/shared/configs/"
     extra=()
