@@ -50,8 +50,8 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 // kInt4FactSym: kInt4Fact where no segment has zeros (the symmetric checkpoints: GPTQ sym, compressed-tensors sym),
 // the midpoint 8 a compile-time constant (no zero loads, no per-chunk test of them), loads with 32-bit offsets and
 // the chunk's group computed once per chunk (load_fact_piece; kInt4Fact divides 64-bit offsets per row), and for f16
-// the high nibbles converted in place (biased_int4_pair). About 40% fewer instructions a chunk; PEREGRINE_SKINNY_SYM=0
-// sends such codes to kInt4Fact (comparisons).
+// the high nibbles converted in place (biased_int4_pair): a quarter fewer PTX instructions a chunk (~281 -> ~206
+// at bf16, M <= 8). PEREGRINE_SKINNY_SYM=0 sends such codes to kInt4Fact (comparisons).
 enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym };
 
 template <Weights F> constexpr bool kSymF = F == Weights::kInt4FactSym;
@@ -296,7 +296,7 @@ __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPie
 // The int4 factored chunk with the zero folded into the codes: (0x4300 | c) is 128 + c in bf16 (1024 + c in f16), and
 // one packed subtract of 128 + z (1024 + z) leaves c - z exactly when z is an integer in [-128, 127]; then the
 // tensor cores sum (c - z) x in f32 and the group's scale is applied once. Half the mma of factored_chunk (no sum of
-// x) and no cancellation between sum c x and z sum x.
+// x) and no cancellation between sum c x and z sum x. (kInt4FactSym with f16: odd pairs as biased_int4_pair says.)
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                            const uint4 (&bx)[NT][4]) {
@@ -619,7 +619,8 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
   constexpr int UX = kXAhead ? U : 1;
   constexpr int XH = kLaneK / 8;  // 16-byte loads of x per lane and n-tile
   uint4 bx[UX][NT][XH];
-  // The factored path (K % 128 == 0, called for chunks inside K): 32-bit offsets from each n-tile's row.
+  // kInt4FactSym's x (K % 128 == 0 on the factored path, loaded for chunks inside K): 32-bit offsets from each
+  // n-tile's row.
   const T* xrow[NT];
   bool xin[NT];
 #pragma unroll
@@ -772,9 +773,9 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
     bool factored = !skinny_plain();
     for (int s = 0; s < l.num_segments; ++s) factored = factored && l.seg[s].group_size % 128 == 0;
     if (factored) {
-      bool zeros = false;
-      for (int s = 0; s < l.num_segments; ++s) zeros = zeros || l.seg[s].zeros != nullptr;
       if constexpr (F == Weights::kInt4) {
+        bool zeros = false;
+        for (int s = 0; s < l.num_segments; ++s) zeros = zeros || l.seg[s].zeros != nullptr;
         if (!zeros && skinny_sym()) {
           launch_factored<T, Weights::kInt4FactSym>(l, grid, block, stream);
         } else {
