@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -58,7 +59,7 @@ std::vector<Greedy> generate(Engine& engine, const std::vector<std::vector<int32
 
 // Through a fresh engine with the given token budget per step, no prefix cache.
 std::vector<Greedy> run(const std::filesystem::path& dir, const std::string& device,
-                     const std::vector<std::vector<int32_t>>& prompts, int budget) {
+                        const std::vector<std::vector<int32_t>>& prompts, int budget) {
   auto engine = make_engine(dir, device, budget, static_cast<int>(prompts.size()), false);
   return generate(*engine, prompts);
 }
@@ -102,14 +103,23 @@ std::vector<std::vector<int32_t>> reference_prompts(const std::filesystem::path&
   return prompts;
 }
 
-class Determinism : public ::testing::TestWithParam<std::string> {};
+// Each case on one device (the parameter), with pycoder-tiny from ../shared, in batch-invariant mode on CUDA.
+class Determinism : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    PEREGRINE_REQUIRE_SHARED(found);
+    if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
+    shared = found;
+    dir = shared / "models" / "pycoder-tiny";
+    mode.emplace(device);
+  }
+
+  const std::string device = GetParam();
+  std::filesystem::path shared, dir;
+  std::optional<BatchInvariantMode> mode;
+};
 
 TEST_P(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
-  PEREGRINE_REQUIRE_SHARED(shared);
-  const std::string device = GetParam();
-  if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
-  const BatchInvariantMode mode(device);
-  const auto dir = shared / "models" / "pycoder-tiny";
   const auto prompts = reference_prompts(shared, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
   auto together = run(dir, device, prompts, 512);
   auto chunked = run(dir, device, prompts, 7);
@@ -123,11 +133,6 @@ TEST_P(Determinism, BatchAndChunkingDoNotChangeGreedyOutput) {
 // Prefix-cache hits: a prompt whose first blocks an earlier request left in the cache gives the greedy tokens and
 // logprobs it gives alone without a cache, in a batch of hits and alone on the warm engine.
 TEST_P(Determinism, PrefixCacheHitsDoNotChangeGreedyOutput) {
-  PEREGRINE_REQUIRE_SHARED(shared);
-  const std::string device = GetParam();
-  if (device == "cuda" && !ops::cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
-  const BatchInvariantMode mode(device);
-  const auto dir = shared / "models" / "pycoder-tiny";
   const auto prompts = reference_prompts(shared, {3, 4, 7, 13, 16});  // 72-184 tokens: several 16-token blocks
   std::vector<std::vector<int32_t>> prefixes;
   for (const auto& p : prompts) prefixes.emplace_back(p.begin(), p.begin() + p.size() * 3 / 4);
