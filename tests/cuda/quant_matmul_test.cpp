@@ -96,37 +96,39 @@ TEST(CudaQuantMatmul, MatchesRefOnEveryElement) {
   }
 }
 
-// int4 codes on the skinny kernel's factored path fold integer zeros into the code conversion (c - z exactly);
-// zeros that are not integers, in some groups only, keep the zero's sums apart for the chunks that hold them. Both
-// against the ref backend on every element, and rows of every M <= 16 bitwise the same.
+// int4 and uint8 codes on the skinny kernel's factored path fold integer zeros into the code conversion (c - z
+// exactly); zeros that are not integers, in some groups only, keep the zero's sums apart for the chunks that hold
+// them. Both against the ref backend on every element, and rows of every M <= 16 bitwise the same.
 TEST(CudaQuantMatmul, FoldedAndUnfoldedZerosMatchRef) {
   std::mt19937 rng(23);
   const int64_t n = 272, k = 1024, group = 128;
-  for (bool integral : {true, false}) {
-    QuantInputs in = make_inputs(DType::kI4, n, k, group, rng);
-    if (!integral)
-      for (int64_t i = 0; i < in.zeros.numel(); i += 3) in.zeros.set(i, in.zeros.get(i) + 0.37);
-    const DeviceQuant dev(in);
-    const ops::WeightQuant dq = dev.quant(true, false, false, group), hq = in.host_quant(true, false, false, group);
-    for (DType act : {DType::kBF16, DType::kF16}) {
-      HostTensor x = random_tensor(act, {16, k}, rng);
-      DeviceTensor d_x(x);
-      HostTensor full;
-      for (int64_t m : {16, 1, 5, 9}) {
-        HostTensor want(act, {m, n});
-        HostTensor xm(act, {m, k});
-        std::copy(x.bytes.begin(), x.bytes.begin() + static_cast<std::ptrdiff_t>(xm.bytes.size()), xm.bytes.begin());
-        ref().matmul({xm.view(), in.codes.view(), TensorView(), want.view(), hq});
-        DeviceTensor d_out(want);
-        d_out.poison();
-        gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
-        const HostTensor got = d_out.to_host();
-        EXPECT_TRUE(all_close(got, want)) << (integral ? "integer" : "fractional") << " zeros, " << dtype_name(act)
-                                          << " M " << m;
-        if (m == 16) {
-          full = got;
-        } else {
-          EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), full.bytes.begin())) << "M " << m;
+  for (DType codes : {DType::kI4, DType::kU8}) {
+    for (bool integral : {true, false}) {
+      QuantInputs in = make_inputs(codes, n, k, group, rng);
+      if (!integral)
+        for (int64_t i = 0; i < in.zeros.numel(); i += 3) in.zeros.set(i, in.zeros.get(i) + 0.37);
+      const DeviceQuant dev(in);
+      const ops::WeightQuant dq = dev.quant(true, false, false, group), hq = in.host_quant(true, false, false, group);
+      for (DType act : {DType::kBF16, DType::kF16}) {
+        HostTensor x = random_tensor(act, {16, k}, rng);
+        DeviceTensor d_x(x);
+        HostTensor full;
+        for (int64_t m : {16, 1, 5, 9}) {
+          HostTensor want(act, {m, n});
+          HostTensor xm(act, {m, k});
+          std::copy(x.bytes.begin(), x.bytes.begin() + static_cast<std::ptrdiff_t>(xm.bytes.size()), xm.bytes.begin());
+          ref().matmul({xm.view(), in.codes.view(), TensorView(), want.view(), hq});
+          DeviceTensor d_out(want);
+          d_out.poison();
+          gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
+          const HostTensor got = d_out.to_host();
+          EXPECT_TRUE(all_close(got, want)) << dtype_name(codes) << (integral ? " integer" : " fractional")
+                                            << " zeros, " << dtype_name(act) << " M " << m;
+          if (m == 16) {
+            full = got;
+          } else {
+            EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), full.bytes.begin())) << "M " << m;
+          }
         }
       }
     }

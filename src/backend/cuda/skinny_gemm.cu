@@ -51,12 +51,14 @@ __device__ __forceinline__ uint32_t word(const uint4 (&v)[2], int i) {
 // the midpoint 8 a compile-time constant (no zero loads, no per-chunk test of them), loads with 32-bit offsets and
 // the chunk's group computed once per chunk (load_fact_piece; kInt4Fact divides 64-bit offsets per row), and for f16
 // the high nibbles converted in place (biased_int4_pair): a quarter fewer PTX instructions a chunk (~281 -> ~206
-// at bf16, M <= 8). PEREGRINE_SKINNY_SYM=0 sends such codes to kInt4Fact (comparisons).
-enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym };
+// at bf16, M <= 8). kUint8FactSym: the same for uint8 codes without zeros (midpoint 128). PEREGRINE_SKINNY_SYM=0
+// sends such codes to kInt4Fact / kUint8Fact (comparisons).
+enum class Weights { kDense, kInt4, kUint8, kInt4Fact, kUint8Fact, kGgml, kW8, kInt4FactSym, kUint8FactSym };
 
-template <Weights F> constexpr bool kSymF = F == Weights::kInt4FactSym;
-template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || kSymF<F>;
-template <Weights F> constexpr bool kFactored = kInt4F<F> || F == Weights::kUint8Fact;
+template <Weights F> constexpr bool kSymF = F == Weights::kInt4FactSym || F == Weights::kUint8FactSym;
+template <Weights F> constexpr bool kInt4F = F == Weights::kInt4Fact || F == Weights::kInt4FactSym;
+template <Weights F> constexpr bool kU8F = F == Weights::kUint8Fact || F == Weights::kUint8FactSym;
+template <Weights F> constexpr bool kFactored = kInt4F<F> || kU8F<F>;
 template <Weights F> constexpr int kChunkOf = kFactored<F> ? 128 : kChunk;
 
 // One weight row's share of a 64-wide chunk for one lane (16 consecutive k from 16t), as loaded.
@@ -67,6 +69,7 @@ template <> struct RowPiece<Weights::kUint8> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kInt4Fact> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kInt4FactSym> { uint4 v; float scale, zero; };
 template <> struct RowPiece<Weights::kUint8Fact> { uint4 v[2]; float scale, zero; };
+template <> struct RowPiece<Weights::kUint8FactSym> { uint4 v[2]; float scale, zero; };
 
 template <typename T, Weights F>
 __device__ __forceinline__ void load_piece(RowPiece<F>& r, const void* row, int64_t kk, int64_t k, bool in_k,
@@ -97,16 +100,24 @@ __device__ __forceinline__ void load_piece(RowPiece<F>& r, const void* row, int6
   }
 }
 
-// A kInt4FactSym piece (K % 128 == 0 on the factored path, so a chunk inside K is whole): the lane's codes at kk (its
-// first k) of the row whose codes start at `codes`, and group gi's scale (zero: the midpoint); zeros where the chunk
-// is past K (in false). 32-bit offsets (a row's codes and groups fit), the group computed once per chunk by the caller.
+// A kInt4FactSym / kUint8FactSym piece (K % 128 == 0 on the factored path, so a chunk inside K is whole): the lane's
+// codes at kk (its first k) of the row whose codes start at `codes`, and group gi's scale (zero: the midpoint); zeros
+// where the chunk is past K (in false). 32-bit offsets (a row's codes and groups fit), the group computed once per
+// chunk by the caller.
 template <Weights F>
 __device__ __forceinline__ void load_fact_piece(RowPiece<F>& r, const uint8_t* codes, uint32_t kk, uint32_t gi, bool in,
                                                 const float* scales) {
   static_assert(kSymF<F>);
-  r.v = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : make_uint4(0, 0, 0, 0);
+  const uint4 zero4 = make_uint4(0, 0, 0, 0);
+  if constexpr (kU8F<F>) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) r.v[h] = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk + 16 * h)) : zero4;
+    r.zero = 128.0f;
+  } else {
+    r.v = in ? __ldcs(reinterpret_cast<const uint4*>(codes + kk / 2)) : zero4;
+    r.zero = 8.0f;
+  }
   r.scale = in ? __ldg(scales + gi) : 0.0f;
-  r.zero = 8.0f;
 }
 
 __device__ __forceinline__ uint32_t byte_of(uint32_t w, int b) { return (w >> (8 * b)) & 0xffu; }
@@ -243,7 +254,7 @@ template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(c
   }
 }
 // Words per code pair: two for uint8 codes with bf16 x.
-template <typename T, Weights F> constexpr int kParts = F == Weights::kUint8Fact && std::is_same_v<T, bf16> ? 2 : 1;
+template <typename T, Weights F> constexpr int kParts = kU8F<F> && std::is_same_v<T, bf16> ? 2 : 1;
 
 // x's 32 values of a lane's share (four 16-byte loads) paired as code_pair pairs the codes: word j.
 template <Weights F> __device__ __forceinline__ uint32_t x_pair(const uint4 (&v)[4], int j) {
@@ -297,6 +308,36 @@ __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPie
 // one packed subtract of 128 + z (1024 + z) leaves c - z exactly when z is an integer in [-128, 127]; then the
 // tensor cores sum (c - z) x in f32 and the group's scale is applied once. Half the mma of factored_chunk (no sum of
 // x) and no cancellation between sum c x and z sum x. (kInt4FactSym with f16: odd pairs as biased_int4_pair says.)
+// The folded chunks' tensor-core part: pa(j) / pb(j) give code pair word j (code_pair's order) of rows g and g + 8
+// as c - z exactly in T; the tensor cores sum (c - z) x in f32 and each row's scale is applied once.
+template <typename T, Weights F, int NT, typename PairA, typename PairB>
+__device__ __forceinline__ void folded_mma(float (&acc)[NT][4], float sa, float sb, const uint4 (&bx)[NT][4], PairA&& pa,
+                                           PairB&& pb) {
+  float cs[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) cs[j][e] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t frag[4] = {pa(2 * i), pb(2 * i), pa(2 * i + 1), pb(2 * i + 1)};
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+      attn::mma16816<T>(cs[j], frag, x_pair<F>(bx[j], 2 * i), x_pair<F>(bx[j], 2 * i + 1));
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    acc[j][0] = fmaf(sa, cs[j][0], acc[j][0]);
+    acc[j][1] = fmaf(sa, cs[j][1], acc[j][1]);
+    acc[j][2] = fmaf(sb, cs[j][2], acc[j][2]);
+    acc[j][3] = fmaf(sb, cs[j][3], acc[j][3]);
+  }
+}
+
+// The int4 factored chunk with the zero folded into the codes: (0x4300 | c) is 128 + c in bf16 (1024 + c in f16), and
+// one packed subtract of 128 + z (1024 + z) leaves c - z exactly when z is an integer in [-128, 127]; then the
+// tensor cores sum (c - z) x in f32 and the group's scale is applied once. Half the mma of factored_chunk (no sum of
+// x) and no cancellation between sum c x and z sum x. (kInt4FactSym with f16: odd pairs as biased_int4_pair says.)
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                            const uint4 (&bx)[NT][4]) {
@@ -312,25 +353,62 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F
     }
     return unbias_int4_pair<T, F>(v, j, nz[hi_pair<T, F>(j) ? 1 : 0]);
   };
-  float cs[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) cs[j][e] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t frag[4] = {pair(a, 2 * i, za), pair(b8, 2 * i, zb), pair(a, 2 * i + 1, za), pair(b8, 2 * i + 1, zb)};
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-      attn::mma16816<T>(cs[j], frag, x_pair<F>(bx[j], 2 * i), x_pair<F>(bx[j], 2 * i + 1));
+  folded_mma<T, F, NT>(acc, a.scale, b8.scale, bx, [&](int j) { return pair(a, j, za); },
+                       [&](int j) { return pair(b8, j, zb); });
+}
+
+template <typename T> __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  } else {
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   }
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    acc[j][0] = fmaf(a.scale, cs[j][0], acc[j][0]);
-    acc[j][1] = fmaf(a.scale, cs[j][1], acc[j][1]);
-    acc[j][2] = fmaf(b8.scale, cs[j][2], acc[j][2]);
-    acc[j][3] = fmaf(b8.scale, cs[j][3], acc[j][3]);
+  return r;
+}
+
+// uint8 codes folded (kSym: z the midpoint 128): code pair word j (bytes 2 (j % 2) and 2 (j % 2) + 1 of the pair's
+// word) as c - z exactly, from per-row constants c_hi, c_lo (fold_u8_consts). f16 (11 significant bits): (1024 + c)
+// - (1024 + z), one packed fma. bf16 has 8 (c - z in [-256, 255] fits, 128 + c does not): the nibbles as 128 + l and
+// 128 + h (OR-ed under the exponent), then 16 (128 + h) - 2176 = 16 h - 128 (- 2304: 16 h - 256 where z is the
+// midpoint), plus 128 + l - z (128 + l): every step's result is an integer of at most 8 significant bits, so exact.
+template <typename T, Weights F, bool kSym>
+__device__ __forceinline__ uint32_t u8_fold_pair(const RowPiece<F>& r, int j, uint32_t c_hi, uint32_t c_lo) {
+  const uint32_t q = word_of(r.v[j / 8], (j / 2) % 4) >> (8 * (j % 2));
+  if constexpr (std::is_same_v<T, f16>) {
+    return fma2<T>(lop3_and_or(q, 0x00ff00ffu, CodeMagic<T>::kBias), CodeMagic<T>::kOne, c_hi);
+  } else {
+    const uint32_t hi = fma2<T>(lop3_and_or(q >> 4, 0x000f000fu, CodeMagic<T>::kBias), 0x41804180u, c_hi);  // x 16
+    uint32_t lo = lop3_and_or(q, 0x000f000fu, CodeMagic<T>::kBias);
+    if constexpr (!kSym) lo = fma2<T>(lo, CodeMagic<T>::kOne, c_lo);
+    return fma2<T>(hi, CodeMagic<T>::kOne, lo);
   }
+}
+
+// u8_fold_pair's constants for a row with zero z: f16 c_hi = -(1024 + z); bf16 c_hi = -2304 (midpoint) or -2176 and
+// c_lo = -z.
+template <typename T, bool kSym> __device__ __forceinline__ void fold_u8_consts(float z, uint32_t& c_hi, uint32_t& c_lo) {
+  if constexpr (std::is_same_v<T, f16>) {
+    c_hi = kSym ? 0xe480e480u : fold_bias<T>(z, false);  // -1152 = -(1024 + 128)
+    c_lo = 0;
+  } else if constexpr (kSym) {
+    c_hi = 0xc510c510u, c_lo = 0;  // -2304
+  } else {
+    const __nv_bfloat162 h = __float2bfloat162_rn(-z);
+    c_hi = 0xc508c508u, c_lo = *reinterpret_cast<const uint32_t*>(&h);  // -2176, -z
+  }
+}
+
+// The uint8 factored chunk with the zero folded (z an integer in [0, 256]): one mma per 16 codes where
+// factored_chunk takes three at bf16 (two words per pair and the sum of x) and two at f16.
+template <typename T, Weights F, int NT, bool kSym>
+__device__ __forceinline__ void fold_u8_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
+                                              const uint4 (&bx)[NT][4]) {
+  uint32_t ha, la, hb, lb;
+  fold_u8_consts<T, kSym>(a.zero, ha, la);
+  fold_u8_consts<T, kSym>(b8.zero, hb, lb);
+  folded_mma<T, F, NT>(acc, a.scale, b8.scale, bx, [&](int j) { return u8_fold_pair<T, F, kSym>(a, j, ha, la); },
+                       [&](int j) { return u8_fold_pair<T, F, kSym>(b8, j, hb, lb); });
 }
 
 // A factored chunk: folded where the launch allows it and every zero of the warp's rows is an integer in range
@@ -343,6 +421,12 @@ __device__ __forceinline__ void any_factored_chunk(float (&acc)[NT][4], const Ro
   } else if constexpr (F == Weights::kInt4Fact) {
     auto ok = [](float z) { return z == rintf(z) && z >= -128.0f && z <= 127.0f; };
     if (__all_sync(0xffffffffu, fold_zeros && ok(a.zero) && ok(b8.zero))) return fold_chunk<T, F, NT>(acc, a, b8, bx);
+  } else if constexpr (F == Weights::kUint8FactSym) {
+    if (fold_zeros) return fold_u8_chunk<T, F, NT, true>(acc, a, b8, bx);
+  } else if constexpr (F == Weights::kUint8Fact) {
+    auto ok = [](float z) { return z == rintf(z) && z >= 0.0f && z <= 256.0f; };
+    if (__all_sync(0xffffffffu, fold_zeros && ok(a.zero) && ok(b8.zero)))
+      return fold_u8_chunk<T, F, NT, false>(acc, a, b8, bx);
   }
   factored_chunk<T, F, NT>(acc, a, b8, bx);
 }
@@ -562,7 +646,7 @@ __device__ __forceinline__ bool tile_src(const SkinnyGemmLaunch& p, int64_t tile
   const int64_t rb = kPair ? ra : s.n0 + g + 8 < n ? s.n0 + g + 8 : n - 1;
   // A row's bytes: K elements of T (dense), K / 2 (int4) or K (uint8).
   const int64_t row_bytes = F == Weights::kDense ? k * static_cast<int64_t>(sizeof(T))
-                            : F == Weights::kUint8 || F == Weights::kUint8Fact ? k
+                            : F == Weights::kUint8 || kU8F<F> ? k
                                                                                 : k / 2;
   const uint8_t* w = static_cast<const uint8_t*>(seg.w);
   const uint8_t* w_b = w;
@@ -754,7 +838,7 @@ void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
-  constexpr int kU1 = F == Weights::kUint8Fact ? kFactU1 - 1 : kFactU1;
+  constexpr int kU1 = kU8F<F> ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
@@ -773,14 +857,16 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
     bool factored = !skinny_plain();
     for (int s = 0; s < l.num_segments; ++s) factored = factored && l.seg[s].group_size % 128 == 0;
     if (factored) {
+      bool zeros = false;
+      for (int s = 0; s < l.num_segments; ++s) zeros = zeros || l.seg[s].zeros != nullptr;
       if constexpr (F == Weights::kInt4) {
-        bool zeros = false;
-        for (int s = 0; s < l.num_segments; ++s) zeros = zeros || l.seg[s].zeros != nullptr;
         if (!zeros && skinny_sym()) {
           launch_factored<T, Weights::kInt4FactSym>(l, grid, block, stream);
         } else {
           launch_factored<T, Weights::kInt4Fact>(l, grid, block, stream);
         }
+      } else if (!zeros && skinny_sym()) {
+        launch_factored<T, Weights::kUint8FactSym>(l, grid, block, stream);
       } else {
         launch_factored<T, Weights::kUint8Fact>(l, grid, block, stream);
       }
