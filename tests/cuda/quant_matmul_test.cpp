@@ -14,6 +14,7 @@
 #include <numeric>
 #include <string>
 
+#include "backend/cuda/skinny_gemm.cuh"
 #include "cuda_test_util.h"
 
 namespace peregrine::cuda_test {
@@ -133,6 +134,40 @@ TEST(CudaQuantMatmul, FoldedAndUnfoldedZerosMatchRef) {
       }
     }
   }
+}
+
+// The symmetric factored kernels at M <= 8 with three blocks an SM and two chunks ahead (chosen where that fills
+// the last wave better, e.g. q/k/v) run each warp's chunks in the same order as the two-block kernel: the same bits,
+// and the reference's values on every element.
+TEST(CudaQuantMatmul, ThreeBlocksAnSmGiveTheSameBits) {
+  std::mt19937 rng(24);
+  for (DType codes : {DType::kI4, DType::kU8})
+    for (int64_t group : {128, 256}) {
+      const int64_t n = 400, k = 4096;
+      const QuantInputs in = make_inputs(codes, n, k, group, rng);
+      const DeviceQuant dev(in);
+      const ops::WeightQuant dq = dev.quant(false, false, false, group), hq = in.host_quant(false, false, false, group);
+      for (DType act : {DType::kBF16, DType::kF16})
+        for (int64_t m : {1, 5, 8}) {
+          HostTensor x = random_tensor(act, {m, k}, rng);
+          HostTensor want(act, {m, n});
+          ref().matmul({x.view(), in.codes.view(), TensorView(), want.view(), hq});
+          DeviceTensor d_x(x);
+          HostTensor got[2];
+          for (int mode : {0, 1}) {
+            cuda::set_skinny_fact3(mode);
+            DeviceTensor d_out(want);
+            d_out.poison();
+            gpu().matmul({d_x.view(), dev.codes.view(), TensorView(), d_out.view(), dq});
+            got[mode] = d_out.to_host();
+          }
+          cuda::set_skinny_fact3(0);
+          const std::string what = std::string(dtype_name(codes)) + " G " + std::to_string(group) + " " +
+                                   std::string(dtype_name(act)) + " M " + std::to_string(m);
+          EXPECT_TRUE(all_close(got[1], want)) << what;
+          EXPECT_TRUE(std::equal(got[0].bytes.begin(), got[0].bytes.end(), got[1].bytes.begin())) << what;
+        }
+    }
 }
 
 TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {

@@ -1,6 +1,7 @@
 #include "backend/cuda/skinny_gemm.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string_view>
 #include <type_traits>
@@ -835,11 +836,38 @@ void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const
   launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNone>, grid, block, 0, stream, l.m, l);
 }
 
+// How full a launch of `tiles` blocks leaves its last wave at per_sm blocks an SM (1: every slot of every wave used).
+double wave_fill(const SkinnyGemmLaunch& l, int64_t tiles, int per_sm) {
+  const int64_t slots = int64_t{std::max(1, l.sm_count)} * per_sm;
+  return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, slots) * slots);
+}
+
+// PEREGRINE_SKINNY_FACT3: the symmetric factored kernels at M <= 8 with three blocks an SM and two chunks ahead (the
+// same chunk order, so the same bits): unset or 0 never (not yet measured against the two-block kernel), `auto` where
+// that fills the last wave much better (q/k/v's 384 tiles on 132 SMs: 1.45 waves of 2 x 132, one of 3 x 132, as the
+// dense kernel does), anything else always.
+std::atomic<int> g_fact3{-2};  // -2: the environment not read yet; then -1 auto, 0 never, 1 always
+int skinny_fact3() {
+  int mode = g_fact3.load(std::memory_order_relaxed);
+  if (mode == -2) {
+    const char* e = std::getenv("PEREGRINE_SKINNY_FACT3");
+    const std::string_view v = e ? e : "0";
+    mode = v == "0" ? 0 : v == "auto" ? -1 : 1;
+    g_fact3.store(mode, std::memory_order_relaxed);
+  }
+  return mode;
+}
+
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = kU8F<F> ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
+    if constexpr (kSymF<F>) {
+      const int mode = skinny_fact3();
+      if (mode == 1 || (mode < 0 && wave_fill(l, grid.x, 3) > wave_fill(l, grid.x, 2) + 0.05))
+        return launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
+    }
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
     launch_kernel<T, F, 2, kFactU2, 2>(grid, block, stream, l);
@@ -877,16 +905,12 @@ void launch_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   if (l.m <= 8) {
     // Two blocks per SM with four chunks ahead, or three with two ahead when that fills the last wave of blocks
     // much better (q/k/v's 384 tiles on 132 SMs: 73% of 2 x 132 slots in two waves, 97% of 3 x 132 in one).
-    auto wave_fill = [&](int per_sm) {
-      const int64_t slots = int64_t{std::max(1, l.sm_count)} * per_sm;
-      return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, slots) * slots);
-    };
     if constexpr (F == Weights::kInt4) {
       // Codes are a quarter of bf16's bytes per chunk: more chunks ahead for as many bytes.
       launch_kernel<T, F, 1, 8, 2>(grid, block, stream, l);
     } else if constexpr (F != Weights::kDense) {
       launch_kernel<T, F, 1, 4, 2>(grid, block, stream, l);
-    } else if (wave_fill(3) > wave_fill(2) + 0.05) {
+    } else if (wave_fill(l, tiles, 3) > wave_fill(l, tiles, 2) + 0.05) {
       launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
     } else {
       launch_kernel<T, F, 1, 4, 2>(grid, block, stream, l);
@@ -1628,6 +1652,8 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   }
   return true;
 }
+
+void set_skinny_fact3(int mode) { g_fact3.store(mode, std::memory_order_relaxed); }
 
 void launch_skinny_gemm(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   if (launch.norm_w || launch.residual || launch.silu_pair)
