@@ -305,10 +305,6 @@ __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPie
   }
 }
 
-// The int4 factored chunk with the zero folded into the codes: (0x4300 | c) is 128 + c in bf16 (1024 + c in f16), and
-// one packed subtract of 128 + z (1024 + z) leaves c - z exactly when z is an integer in [-128, 127]; then the
-// tensor cores sum (c - z) x in f32 and the group's scale is applied once. Half the mma of factored_chunk (no sum of
-// x) and no cancellation between sum c x and z sum x. (kInt4FactSym with f16: odd pairs as biased_int4_pair says.)
 // The folded chunks' tensor-core part: pa(j) / pb(j) give code pair word j (code_pair's order) of rows g and g + 8
 // as c - z exactly in T; the tensor cores sum (c - z) x in f32 and each row's scale is applied once.
 template <typename T, Weights F, int NT, typename PairA, typename PairB>
