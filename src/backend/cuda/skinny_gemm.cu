@@ -803,110 +803,6 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGe
   skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
 }
 
-// Symmetric codes (kInt4FactSym / kUint8FactSym) at M <= 8 without the norm or pair fusions, where every warp's
-// chunks fill whole rounds of kStreamU (K % (kWarps * kStreamU * 128) == 0): a persistent grid (gridDim.x blocks
-// take tiles blockIdx.x, + gridDim.x, ...) whose warps keep the next round's codes in flight while they compute the
-// current round, across tile ends too (two register buffers of kStreamU chunks: int4's four chunks, the rounds
-// kernel's registers; uint8's two, one fewer than its rounds kernel's three, which would spill). Each tile's chunks
-// run in the rounds kernel's order (warp, warp + 8, ...), so its rows are the same bits.
-template <Weights F> constexpr int kStreamU = kU8F<F> ? 1 : 2;
-template <typename T, Weights F>
-__global__ void __launch_bounds__(kWarps * 32, 2) skinny_stream_kernel(SkinnyGemmLaunch p) {
-  static_assert(kSymF<F>);
-  constexpr int kCk = 128, kLaneK = kCk / 4, XH = kLaneK / 8, U = kStreamU<F>;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint32_t k = static_cast<uint32_t>(p.k);
-  const uint32_t rounds = k / (kWarps * U * kCk);
-  const int64_t tiles = launch_tiles(p);
-  // Where a tile's codes and scales are (for its loads): this lane's two rows, and chunks per group.
-  struct Src {
-    const uint8_t *wa, *wb;
-    const float *sa, *sb;
-    uint32_t cpg;
-  };
-  auto src_of = [&](int64_t tile, TileSrc<F>& full) {
-    int64_t ti = tile;
-    tile_src<T, F, false>(p, ti, full);
-    return Src{static_cast<const uint8_t*>(full.wa), static_cast<const uint8_t*>(full.wb), full.sa, full.sb,
-               static_cast<uint32_t>(full.seg.group_size / kCk)};
-  };
-  auto load_round = [&](const Src& s, uint32_t r, RowPiece<F> (&ra)[U], RowPiece<F> (&rb)[U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const uint32_t c = r * (kWarps * U) + warp + u * kWarps, kk = c * kCk + kLaneK * t;
-      const uint32_t gi = s.cpg == 1 ? c : c / s.cpg;
-      load_fact_piece<F>(ra[u], s.wa, kk, gi, true, s.sa);
-      load_fact_piece<F>(rb[u], s.wb, kk, gi, true, s.sb);
-    }
-  };
-  const T* xrow = static_cast<const T*>(p.x) + (g < p.m ? int64_t{g} * k : 0);
-  const bool xin = g < p.m;
-  float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-  float ss[1] = {0.0f};
-  auto compute_round = [&](uint32_t r, const RowPiece<F> (&ra)[U], const RowPiece<F> (&rb)[U]) {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const uint32_t c = r * (kWarps * U) + warp + u * kWarps, kk = c * kCk + kLaneK * t;
-      uint4 bx[1][XH];
-#pragma unroll
-      for (int h = 0; h < XH; ++h) bx[0][h] = xin ? __ldg(reinterpret_cast<const uint4*>(xrow + kk + 8 * h)) : zero;
-      any_factored_chunk<T, F, 1>(acc, ra[u], rb[u], bx, p.fold_zeros);
-    }
-  };
-
-  int64_t tile = blockIdx.x;
-  TileSrc<F> cur;
-  Src s = src_of(tile, cur);
-  RowPiece<F> a0[U], b0[U], a1[U], b1[U];
-  load_round(s, 0, a0, b0);  // before the wait: no kernel writes the weights
-  pdl_wait();
-  pdl_trigger();
-  uint32_t r = 0;
-  // One round: the next one's codes (this tile's next round, or the next tile's first) into (na, nb), this one's
-  // computed from (ca, cb); at a tile's end its outputs. False when the block has no tile left.
-  auto step = [&](const RowPiece<F> (&ca)[U], const RowPiece<F> (&cb)[U], RowPiece<F> (&na)[U], RowPiece<F> (&nb)[U]) {
-    const bool last = r + 1 == rounds;
-    const int64_t next_tile = tile + gridDim.x;
-    if (!last) {
-      load_round(s, r + 1, na, nb);
-    } else if (next_tile < tiles) {
-      TileSrc<F> unused;
-      load_round(src_of(next_tile, unused), 0, na, nb);
-    }
-    compute_round(r, ca, cb);
-    if (!last) {
-      ++r;
-      return true;
-    }
-    store_tile<T, 1, false, false>(p, cur.seg, cur.n0, acc, ss);
-    __syncthreads();  // the partials' shared memory is the next tile's
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[0][e] = 0.0f;
-    tile = next_tile;
-    if (tile >= tiles) return false;
-    s = src_of(tile, cur);
-    r = 0;
-    return true;
-  };
-  while (step(a0, b0, a1, b1) && step(a1, b1, a0, b0)) {
-  }
-}
-
-// PEREGRINE_SKINNY_STREAM2=1: symmetric codes at M <= 8 on skinny_stream_kernel where it takes them (off by default
-// until measured against the rounds kernel). set_skinny_stream: the same for tests, with a grid of at most `blocks`
-// blocks (0 off, -1 two an SM).
-std::atomic<int> g_stream{-2};
-int skinny_stream_blocks() {
-  int v = g_stream.load(std::memory_order_relaxed);
-  if (v == -2) {
-    const char* e = std::getenv("PEREGRINE_SKINNY_STREAM2");
-    v = e && std::string_view(e) == "1" ? -1 : 0;
-    g_stream.store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
 bool skinny_plain() {
   static const bool plain = std::getenv("PEREGRINE_SKINNY_PLAIN") != nullptr;
@@ -942,20 +838,19 @@ double wave_fill(const SkinnyGemmLaunch& l, int64_t tiles, int per_sm) {
   return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, slots) * slots);
 }
 
-// PEREGRINE_SKINNY_FACT3: the symmetric factored kernels at M <= 8 with three blocks an SM and two chunks ahead (the
-// same chunk order, so the same bits): unset or 0 never (not yet measured against the two-block kernel), `auto` where
-// that fills the last wave much better (q/k/v's 384 tiles on 132 SMs: 1.45 waves of 2 x 132, one of 3 x 132, as the
-// dense kernel does), anything else always.
-std::atomic<int> g_fact3{-2};  // -2: the environment not read yet; then -1 auto, 0 never, 1 always
-int skinny_fact3() {
+// The symmetric factored kernels at M <= 8 run three blocks an SM with two chunks ahead (80 registers; the same
+// chunk order as two blocks with four, so the same bits): more warps a scheduler to hide the codes' latency and a
+// fuller last wave (H100, 8B shape, bs 1: W4A16 +5.7%, W8A16 +3.9%; docs/BENCHMARKS.md). PEREGRINE_SKINNY_FACT3=0
+// keeps two blocks (comparisons); set_skinny_fact3 does the same for tests.
+std::atomic<int> g_fact3{-1};  // -1: the environment not read yet; then 0 or 1
+bool skinny_fact3() {
   int mode = g_fact3.load(std::memory_order_relaxed);
-  if (mode == -2) {
+  if (mode < 0) {
     const char* e = std::getenv("PEREGRINE_SKINNY_FACT3");
-    const std::string_view v = e ? e : "0";
-    mode = v == "0" ? 0 : v == "auto" ? -1 : 1;
+    mode = e && std::string_view(e) == "0" ? 0 : 1;
     g_fact3.store(mode, std::memory_order_relaxed);
   }
-  return mode;
+  return mode != 0;
 }
 
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
@@ -964,15 +859,7 @@ void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 bloc
   constexpr int kU1 = kU8F<F> ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
     if constexpr (kSymF<F>) {
-      const int blocks = skinny_stream_blocks();
-      if (blocks != 0 && !l.norm_w && !l.silu_pair && l.k % (kWarps * kStreamU<F> * 128) == 0) {
-        const int64_t cap = blocks > 0 ? blocks : 2 * int64_t{std::max(1, l.sm_count)};
-        const dim3 sgrid(static_cast<unsigned>(std::min<int64_t>(grid.x, cap)));
-        return launch_pdl(skinny_stream_kernel<T, F>, sgrid, block, 0, stream, l.m, l);
-      }
-      const int mode = skinny_fact3();
-      if (mode == 1 || (mode < 0 && wave_fill(l, grid.x, 3) > wave_fill(l, grid.x, 2) + 0.05))
-        return launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
+      if (skinny_fact3()) return launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
     }
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
@@ -1759,8 +1646,7 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   return true;
 }
 
-void set_skinny_fact3(int mode) { g_fact3.store(mode, std::memory_order_relaxed); }
-void set_skinny_stream(int blocks) { g_stream.store(blocks, std::memory_order_relaxed); }
+void set_skinny_fact3(bool on) { g_fact3.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void launch_skinny_gemm(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   if (launch.norm_w || launch.residual || launch.silu_pair)

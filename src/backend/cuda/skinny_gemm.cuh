@@ -108,13 +108,9 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
 // pair's two segments alike, and for the norm a 16-byte aligned norm_w of at most 19456 values.
 bool skinny_gemm_fuses(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
-// PEREGRINE_SKINNY_FACT3's mode for the launches after the call (-1 where it fills the last wave better, 0 never, 1
-// always: the symmetric factored kernels at M <= 8 with three blocks an SM), for tests; the default is 0.
-void set_skinny_fact3(int mode);
-// PEREGRINE_SKINNY_STREAM2's setting for the launches after the call, for tests: symmetric codes at M <= 8 on the
-// persistent kernel that keeps the next round's codes in flight (0 off, the default; -1 two blocks an SM; n > 0 at
-// most n blocks).
-void set_skinny_stream(int blocks);
+// Whether the symmetric factored kernels at M <= 8 run three blocks an SM (the default) or two
+// (PEREGRINE_SKINNY_FACT3=0), for the launches after the call; for tests.
+void set_skinny_fact3(bool on);
 
 // GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes
 // and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 (- 16 sum q for Q5_0)
