@@ -2,7 +2,7 @@
 # W4A16 / W8A16 decode on the skinny kernel (issue 11) against a baseline binary in the same call.
 # Here: OLD=path/to/old/peregrine scripts/device/w4_skinny.sh bundle (.device/carry_w4: peregrine, peregrine_old when
 # OLD is set, cuda_ops_tests, the deps' libraries, llama-3-8b.json; with MODEL=1 also model_tests, pycoder-tiny's
-# weights and reference and the int4 group-128 fixtures of ../shared/models/quant; MODEL_ONLY=1 leaves peregrine and
+# weights and reference and int4 fixtures of ../shared/models/quant (QUANT_FIXTURES: which); MODEL_ONLY=1 leaves peregrine and
 # the op tests out: a model-test call). The tree's copy of the model
 # stays out either way: scripts/device/carry_light.sh on before the call, off right after.
 # There: source .device/carry_w4/env.sh && scripts/device/w4_skinny.sh run
@@ -25,7 +25,7 @@ case "${1:?bundle or run}" in
       mkdir -p "$stage/model"
       cp ../shared/models/pycoder-tiny.reference.json "$stage/shared/models/"
       cp ../shared/models/quant/README.md "$stage/shared/models/quant/"
-      for f in ct-w4a16-g128 ct-w4a16-g128-asym gptq-w4g128-actorder-asym; do
+      for f in ${QUANT_FIXTURES:-ct-w4a16-g128 ct-w4a16-g128-asym gptq-w4g128-actorder-asym}; do
         cp -r "../shared/models/quant/$f" "$stage/shared/models/quant/"
       done
       cp models/pycoder-tiny/model.safetensors "$stage/model/"
