@@ -6,8 +6,7 @@
 # (ENGINE_TESTS needs engine_model_tests and the model's weights too: carry_k2, whose model goes to models/pycoder-tiny).
 # TESTS / ENGINE_TESTS: gtest filters run first. BENCH: the decode figures (see below). NCU=0 skips the profiles;
 # PROFILE_ENVS="VAR=VALUE ..." one profile per setting (X=1: none). QUANT (default w4a16) picks the scheme profiled;
-# SKIP / COUNT the skinny launches skipped and profiled (KREGEX: which kernels count, default
-# skinny_gemm_kernel). The profiles are left out once the call
+# SKIP / COUNT the skinny launches skipped and profiled. The profiles are left out once the call
 # has run 330 s (a device call has 600).
 # Out: details_N.csv and source_N.csv (ncu's pages per profile; read them here), and a short table on stdout.
 set -uo pipefail
@@ -44,7 +43,7 @@ n=0
 for penv in ${PROFILE_ENVS:-X=1}; do  # one profile per switch setting: details_N.csv, source_N.csv
   n=$((n + 1))
   [ $(( $(date +%s) - start )) -gt 330 ] && { t "profile $n ($penv) left out: no time"; continue; }
-  env "$penv" timeout 150 ncu --kernel-name regex:"${KREGEX:-skinny_gemm_kernel}" --launch-skip "${SKIP:-129}" \
+  env "$penv" timeout 150 ncu --kernel-name regex:'skinny_gemm_kernel' --launch-skip "${SKIP:-129}" \
     --launch-count "${COUNT:-4}" --set full --import-source yes -f -o "$out/prof" "$bin/peregrine" bench latency \
     --random-weights --config "$cfg" --device cuda --input-len 128 --output-len 4 --batch-size 1 --iterations 1 \
     --quantization "$q" >"$out/ncu_run_$n.txt" 2>&1

@@ -2,9 +2,9 @@
 # W4A16 / W8A16 decode on the skinny kernel (issue 11) against a baseline binary in the same call.
 # Here: OLD=path/to/old/peregrine scripts/device/w4_skinny.sh bundle (.device/carry_w4: peregrine, peregrine_old when
 # OLD is set, cuda_ops_tests, the deps' libraries, llama-3-8b.json; with MODEL=1 also model_tests, pycoder-tiny's
-# weights and reference and int4 fixtures of ../shared/models/quant (QUANT_FIXTURES: which); MODEL_ONLY=1 leaves peregrine and
-# the op tests out: a model-test call). The tree's copy of the model
-# stays out either way: scripts/device/carry_light.sh on before the call, off right after.
+# weights and reference and int4 fixtures of ../shared/models/quant (QUANT_FIXTURES: which); MODEL_ONLY=1 leaves
+# peregrine and the op tests out: a model-test call). The tree's copy of the model stays out either way:
+# scripts/device/carry_light.sh on before the call, off right after.
 # There: source .device/carry_w4/env.sh && scripts/device/w4_skinny.sh run
 # RUNS: space-separated name:binary:quantization:batch[:ENV=V,...] (binary new or old; quantization bf16 for none);
 # TESTS=0 skips the op tests (OPS: their filter); MODEL_TESTS: the model tests' filter (when the bundle has them;

@@ -172,14 +172,25 @@ __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t mask, uint3
   return r;
 }
 
-template <typename T> __device__ __forceinline__ uint32_t sub_bias(uint32_t v) {
+// a * b + c on packed pairs of T, one rounding.
+template <typename T> __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t r;
   if constexpr (std::is_same_v<T, bf16>) {
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(CodeMagic<bf16>::kOne), "r"(0xc300c300u));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   } else {
-    asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(CodeMagic<f16>::kBias));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
   }
   return r;
+}
+
+template <typename T> __device__ __forceinline__ uint32_t sub_bias(uint32_t v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return fma2<T>(v, CodeMagic<bf16>::kOne, 0xc300c300u);
+  } else {
+    uint32_t r;
+    asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(CodeMagic<f16>::kBias));
+    return r;
+  }
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
@@ -210,14 +221,7 @@ template <typename T, Weights F> __device__ __forceinline__ uint32_t biased_int4
 // -(bias / 16 + z) where the nibble stayed in place (fold_bias with hi = hi_pair).
 template <typename T, Weights F> __device__ __forceinline__ bool hi_pair(int j) { return kHiNibbleInPlace<T, F> && j % 2; }
 template <typename T, Weights F> __device__ __forceinline__ uint32_t unbias_int4_pair(uint32_t v, int j, uint32_t nz) {
-  uint32_t out;
-  const uint32_t mul = hi_pair<T, F>(j) ? CodeMagic<T>::kSixteenth : CodeMagic<T>::kOne;
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(mul), "r"(nz));
-  } else {
-    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(out) : "r"(v), "r"(mul), "r"(nz));
-  }
-  return out;
+  return fma2<T>(v, hi_pair<T, F>(j) ? CodeMagic<T>::kSixteenth : CodeMagic<T>::kOne, nz);
 }
 
 // -(bias + z) (hi false) or -(bias / 16 + z) (hi true) in both halves of a T pair: unbias_int4_pair's nz for zero z.
@@ -245,12 +249,8 @@ template <typename T, Weights F> __device__ __forceinline__ uint32_t code_pair(c
       return sub_bias<T>(lop3_and_or(q, 0x00ff00ffu, CodeMagic<T>::kBias));
     } else if (part == 0) {
       return sub_bias<T>(lop3_and_or(q, 0x000f000fu, CodeMagic<T>::kBias));
-    } else {
-      uint32_t v;
-      asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
-          : "=r"(v)
-          : "r"(lop3_and_or(q >> 4, 0x000f000fu, CodeMagic<T>::kBias)), "r"(0x41804180u), "r"(0xc500c500u));
-      return v;  // 16 = 0x4180, -2048 = 0xc500
+    } else {  // 16 = 0x4180, -2048 = 0xc500
+      return fma2<T>(lop3_and_or(q >> 4, 0x000f000fu, CodeMagic<T>::kBias), 0x41804180u, 0xc500c500u);
     }
   }
 }
@@ -352,16 +352,6 @@ __device__ __forceinline__ void fold_chunk(float (&acc)[NT][4], const RowPiece<F
   };
   folded_mma<T, F, NT>(acc, a.scale, b8.scale, bx, [&](int j) { return pair(a, j, za); },
                        [&](int j) { return pair(b8, j, zb); });
-}
-
-template <typename T> __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t r;
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  } else {
-    asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  }
-  return r;
 }
 
 // uint8 codes folded (kSym: z the midpoint 128): code pair word j (bytes 2 (j % 2) and 2 (j % 2) + 1 of the pair's
@@ -809,8 +799,8 @@ bool skinny_plain() {
   return plain;
 }
 
-// int4 codes without zeros take kInt4FactSym at every M <= kSkinnyMaxM alike; PEREGRINE_SKINNY_SYM=0 keeps them on
-// kInt4Fact (comparisons).
+// Codes without zeros take kInt4FactSym / kUint8FactSym at every M <= kSkinnyMaxM alike; PEREGRINE_SKINNY_SYM=0
+// keeps them on kInt4Fact / kUint8Fact (comparisons).
 bool skinny_sym() {
   static const bool sym = [] {
     const char* e = std::getenv("PEREGRINE_SKINNY_SYM");
@@ -838,9 +828,10 @@ double wave_fill(const SkinnyGemmLaunch& l, int64_t tiles, int per_sm) {
   return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, slots) * slots);
 }
 
-// The symmetric factored kernels at M <= 8 run three blocks an SM with two chunks ahead (80 registers; the same
-// chunk order as two blocks with four, so the same bits): more warps a scheduler to hide the codes' latency and a
-// fuller last wave (H100, 8B shape, bs 1: W4A16 +5.7%, W8A16 +3.9%; docs/BENCHMARKS.md). PEREGRINE_SKINNY_FACT3=0
+// The symmetric factored kernels at M <= 8 without the norm or pair fusion run three blocks an SM with two chunks
+// ahead (80 registers; the same chunk order as two blocks with four, so the same bits): more warps a scheduler to
+// hide the codes' latency and a fuller last wave (H100, 8B shape, bs 1: W4A16 +5.7%, W8A16 +3.9%;
+// docs/BENCHMARKS.md). The fused kernels would spill at 80 registers and were not measured so. PEREGRINE_SKINNY_FACT3=0
 // keeps two blocks (comparisons); set_skinny_fact3 does the same for tests.
 std::atomic<int> g_fact3{-1};  // -1: the environment not read yet; then 0 or 1
 bool skinny_fact3() {
@@ -858,8 +849,9 @@ template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = kU8F<F> ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
-    if constexpr (kSymF<F>) {
-      if (skinny_fact3()) return launch_kernel<T, F, 1, 2, 3>(grid, block, stream, l);
+    if constexpr (kSymF<F>) {  // the norm and pair fusions (off for codes unless asked) keep two blocks
+      if (skinny_fact3() && !l.norm_w && !l.silu_pair)
+        return launch_pdl(skinny_gemm_kernel<T, F, 1, 2, 3, kFuseNone>, grid, block, 0, stream, l.m, l);
     }
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
