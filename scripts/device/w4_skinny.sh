@@ -8,7 +8,8 @@
 # There: source .device/carry_w4/env.sh && scripts/device/w4_skinny.sh run
 # RUNS: space-separated name:binary:quantization:batch[:ENV=V,...] (binary new or old; quantization bf16 for none);
 # TESTS=0 skips the op tests (OPS: their filter); MODEL_TESTS: the model tests' filter (when the bundle has them;
-# none skips them).
+# none skips them). PYCODER=0 leaves pycoder-tiny's weights out of a MODEL=1 bundle (room for the binaries beside
+# every quantized fixture; then MODEL_TESTS='Quantized/*cuda*').
 # Prints a table of decode tok/s last.
 set -uo pipefail
 case "${1:?bundle or run}" in
@@ -28,8 +29,8 @@ case "${1:?bundle or run}" in
       for f in ${QUANT_FIXTURES:-ct-w4a16-g128 ct-w4a16-g128-asym gptq-w4g128-actorder-asym}; do
         cp -r "../shared/models/quant/$f" "$stage/shared/models/quant/"
       done
-      cp models/pycoder-tiny/model.safetensors "$stage/model/"
-      extra=(model)
+      extra=()
+      if [ "${PYCODER:-1}" = 1 ]; then cp models/pycoder-tiny/model.safetensors "$stage/model/"; extra=(model); fi
     fi
     strip "$stage"/bin/*
     pack .device/carry_w4 deps bin shared "${extra[@]}"
@@ -44,7 +45,8 @@ case "${1:?bundle or run}" in
       t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]|elements out" /tmp/ops.log | head -20
     fi
     if [ -x "$bin/model_tests" ] && [ "${MODEL_TESTS:-}" != none ]; then
-      [ -f models/pycoder-tiny/model.safetensors ] || cp .device/model/model.safetensors models/pycoder-tiny/
+      [ -f models/pycoder-tiny/model.safetensors ] || [ ! -f .device/model/model.safetensors ] ||
+        cp .device/model/model.safetensors models/pycoder-tiny/
       ln -sfn "$PWD/models/pycoder-tiny" .device/shared/models/pycoder-tiny
       PEREGRINE_SHARED_DIR="$PWD/.device/shared" timeout 240 "$bin/model_tests" \
         --gtest_filter="${MODEL_TESTS:-*Determinism*:Quantized/*cuda*}" >/tmp/model.log 2>&1
