@@ -13,6 +13,7 @@
 #include <iterator>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/skinny_gemm.cuh"
 #include "cuda_test_util.h"
@@ -136,38 +137,45 @@ TEST(CudaQuantMatmul, FoldedAndUnfoldedZerosMatchRef) {
   }
 }
 
-// The symmetric factored kernels at M <= 8 with three blocks an SM and two chunks ahead (the default) run each
-// warp's chunks in the same order as the two-block kernel with four: the same bits, and the reference's values on
-// every element.
+// Three blocks an SM or two (the symmetric factored kernels at M <= 8) change how loads are grouped, never a sum's
+// order: the same bits, and the ref backend's values; symmetric codes and codes with zeros (two blocks either way),
+// K of one round of chunks a warp to many.
 TEST(CudaQuantMatmul, ThreeBlocksAnSmGiveTheSameBits) {
   std::mt19937 rng(24);
+  struct Shape {
+    int64_t k;
+    std::vector<int64_t> ms;
+  };
   for (DType codes : {DType::kI4, DType::kU8})
-    for (int64_t group : {128, 256}) {
-      const int64_t n = 400, k = 4096;
-      const QuantInputs in = make_inputs(codes, n, k, group, rng);
-      const DeviceQuant dev(in);
-      const ops::WeightQuant dq = dev.quant(false, false, false, group), hq = in.host_quant(false, false, false, group);
-      for (DType act : {DType::kBF16, DType::kF16})
-        for (int64_t m : {1, 5, 8}) {
-          HostTensor x = random_tensor(act, {m, k}, rng);
-          HostTensor want(act, {m, n});
-          ref().matmul({x.view(), in.codes.view(), TensorView(), want.view(), hq});
-          DeviceTensor d_x(x);
-          HostTensor got[2];
-          for (int mode : {0, 1}) {
-            cuda::set_skinny_fact3(mode == 1);
-            DeviceTensor d_out(want);
-            d_out.poison();
-            gpu().matmul({d_x.view(), dev.codes.view(), TensorView(), d_out.view(), dq});
-            got[mode] = d_out.to_host();
+    for (bool zeros : {false, true})
+      for (const Shape& shape : {Shape{4096, {1, 2, 4, 5, 8}}, Shape{14336, {1}}, Shape{1024, {8}}}) {
+        const int64_t n = 400, k = shape.k, group = zeros ? 256 : 128;
+        const QuantInputs in = make_inputs(codes, n, k, group, rng);
+        const DeviceQuant dev(in);
+        const ops::WeightQuant dq = dev.quant(zeros, false, false, group),
+                               hq = in.host_quant(zeros, false, false, group);
+        for (DType act : {DType::kBF16, DType::kF16})
+          for (int64_t m : shape.ms) {
+            HostTensor x = random_tensor(act, {m, k}, rng);
+            HostTensor want(act, {m, n});
+            ref().matmul({x.view(), in.codes.view(), TensorView(), want.view(), hq});
+            DeviceTensor d_x(x);
+            HostTensor got[2];
+            for (int mode : {0, 1}) {
+              cuda::set_skinny_fact3(mode == 1);
+              DeviceTensor d_out(want);
+              d_out.poison();
+              gpu().matmul({d_x.view(), dev.codes.view(), TensorView(), d_out.view(), dq});
+              got[mode] = d_out.to_host();
+            }
+            cuda::set_skinny_fact3(true);
+            const std::string what = std::string(dtype_name(codes)) + (zeros ? " zeros" : " sym") + " K " +
+                                     std::to_string(k) + " " + std::string(dtype_name(act)) + " M " +
+                                     std::to_string(m);
+            EXPECT_TRUE(all_close(got[1], want)) << what;
+            EXPECT_TRUE(std::equal(got[0].bytes.begin(), got[0].bytes.end(), got[1].bytes.begin())) << what;
           }
-          cuda::set_skinny_fact3(true);
-          const std::string what = std::string(dtype_name(codes)) + " G " + std::to_string(group) + " " +
-                                   std::string(dtype_name(act)) + " M " + std::to_string(m);
-          EXPECT_TRUE(all_close(got[1], want)) << what;
-          EXPECT_TRUE(std::equal(got[0].bytes.begin(), got[0].bytes.end(), got[1].bytes.begin())) << what;
-        }
-    }
+      }
 }
 
 TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
