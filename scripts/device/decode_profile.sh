@@ -4,7 +4,7 @@
 # read, summed per kernel and per matmul grid (rate = bytes / time), beside the step's wall time.
 # Here: BINARIES="peregrine cuda_ops_tests" SHARED=configs scripts/device/prepare.sh --binaries; there:
 # source .device/carry/env.sh && scripts/device/decode_profile.sh. VARIANTS="ENV=VALUE@scheme:batch ..." adds benches
-# with a switch set. CTX sets the bench's input length (default 1024).
+# with a switch set. CTX sets the bench's input length (default 1024), PCTX the profiled run's (default 128).
 set -uo pipefail
 out=${OUT:-/tmp/decode_profile}
 mkdir -p "$out"
@@ -33,9 +33,9 @@ for spec in ${PROFILE-bf16:1}; do
   env ${PROFILE_ENV:-} timeout 240 ncu --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
     --log-file "$out/ncu_${q}_$bs.csv" "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
-    --input-len 128 --output-len 3 --batch-size "$bs" --iterations 1 $qf >/dev/null 2>&1
+    --input-len "${PCTX:-128}" --output-len 3 --batch-size "$bs" --iterations 1 $qf >/dev/null 2>&1
   echo "== ncu $q bs $bs rc=$?"
-  python3 scripts/device/ncu_step.py "$out/ncu_${q}_$bs.csv" "one $q decode step (bs=$bs, ctx ~130)" --by-grid || true
+  python3 scripts/device/ncu_step.py "$out/ncu_${q}_$bs.csv" "one $q decode step (bs=$bs, ctx ~${PCTX:-128})" --by-grid || true
 done
 echo "total: $(( $(date +%s) - start )) s"
 echo "| run | decode |"; echo "| --- | --- |"; cat "$out/table.md"
