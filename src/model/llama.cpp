@@ -72,6 +72,12 @@ class LlamaModel final : public Model {
   // Whether a step of t tokens runs every layer fused (the backend has kernels for all of its groups); the same
   // answer for every layer of a step, remembered per t.
   bool fused_step(int64_t t);
+  // Otherwise each layer's epilogue fusions, which give the bits of the unfused ops (ops.h MatmulFusion): the
+  // residual add after o_proj and down_proj, SiLU·mul after gate/up on x the norm kernel made. Bits of
+  // kEpilogue*, per layer, remembered per t (a backend may fuse them where it does not fuse the norms, as CUDA does
+  // for 4- and 8-bit codes).
+  enum : uint8_t { kEpilogueO = 1, kEpilogueGateUp = 2, kEpilogueDown = 4 };
+  const std::vector<uint8_t>& epilogue_plan(int64_t t);
   TensorView act(const ops::DeviceBuffer& buf, int64_t rows, int64_t cols) const {
     return TensorView(buf.data(), options_.activation_dtype, {rows, cols});
   }
@@ -95,6 +101,7 @@ class LlamaModel final : public Model {
   ops::DeviceBuffer selected_;  // [R_max, hidden]
   ops::DeviceBuffer inv_freq_;  // [rotary_dim / 2] f32
   std::vector<int8_t> fused_;   // per t: -1 not asked yet, 0 / 1 fused_step's answer
+  std::vector<std::vector<uint8_t>> epilogues_;  // per t: empty until asked, then epilogue_plan's bits per layer
   // The compact LM head (use_logits_subset): rows of the LM head's weight gathered by token id.
   // A quantized head's compact copy is quantized alike: GGUF blocks or codes by rows, with the codes' scale and
   // zero rows, and the backend's packed copy of the compact rows where the LM head has one.
@@ -167,9 +174,34 @@ bool LlamaModel::fused_step(int64_t t) {
   return known == 1;
 }
 
+const std::vector<uint8_t>& LlamaModel::epilogue_plan(int64_t t) {
+  if (epilogues_.size() <= static_cast<size_t>(t)) epilogues_.resize(static_cast<size_t>(t) + 1);
+  std::vector<uint8_t>& plan = epilogues_[static_cast<size_t>(t)];
+  if (plan.empty()) {
+    const auto& c = config_;
+    const TensorView residual = act(residual_, t, c.hidden_size), normed = act(normed_, t, c.hidden_size);
+    const TensorView gate = act(gate_, t, c.intermediate_size), up = act(up_, t, c.intermediate_size);
+    const TensorView attn = act(attn_, t, c.num_attention_heads * c.head_dim);
+    ops::MatmulFusion add, silu;
+    add.residual = residual;
+    silu.silu_mul = true;
+    for (const LayerWeights& w : weights_.layers) {
+      const ops::MatmulParams o = w.o_proj(attn, residual), down = w.down_proj(gate, residual);
+      const std::array gate_up{w.gate_proj(normed, gate), w.up_proj(normed, up)};
+      uint8_t bits = 0;
+      if (backend_.fuses_matmuls({&o, 1}, add)) bits |= kEpilogueO;
+      if (backend_.fuses_matmuls(gate_up, silu)) bits |= kEpilogueGateUp;
+      if (backend_.fuses_matmuls({&down, 1}, add)) bits |= kEpilogueDown;
+      plan.push_back(bits);
+    }
+  }
+  return plan;
+}
+
 // Every layer on the inputs already on the device. Enqueues ops only (no host synchronisation), so it can be
 // captured into a graph. Decode-sized steps on a backend with fused kernels run each layer's norms, SiLU·mul and
-// residual adds inside its matmuls (fused_step); otherwise every op runs on its own.
+// residual adds inside its matmuls (fused_step); otherwise the norms run on their own, and the residual adds and
+// SiLU·mul inside the matmuls where the backend fuses those alone (epilogue_plan), else on their own too.
 void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
   const auto& c = config_;
   const int64_t t = in.token_ids.dim(0);
@@ -185,21 +217,34 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   const bool fused = fused_step(t);
+  const std::vector<uint8_t>* plan = fused ? nullptr : &epilogue_plan(t);
+  // Unfused: `pending` while hidden holds a product (or the embedding) not yet added to the residual stream; the
+  // next norm adds it (rms_norm with a residual), as the fused residual epilogue would have.
+  bool pending = false;
+  auto norm = [&](const TensorView& weight) {
+    if (pending) {
+      backend_.rms_norm({hidden, residual, weight, normed, eps});  // residual += hidden; normed = rmsnorm(residual)
+    } else {
+      backend_.rms_norm({residual, {}, weight, normed, eps});
+    }
+    pending = false;
+  };
   if (fused) {
     backend_.embedding({in.token_ids, weights_.embed_tokens, residual, weights_.embed_ggml});
   } else {
     backend_.embedding({in.token_ids, weights_.embed_tokens, hidden, weights_.embed_ggml});
     backend_.fill_zero(residual.data, residual.bytes());
+    pending = true;
   }
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     if (in.before_layer) in.before_layer(static_cast<int>(l));
     const LayerWeights& w = weights_.layers[l];
     const FusedGroups g = fused ? fused_groups(w, t) : FusedGroups{};
+    const uint8_t epi = fused ? 0 : (*plan)[l];
     if (fused) {
       backend_.matmuls_fused(g.qkv, g.qkv_f);
     } else {
-      // residual += hidden; normed = rmsnorm(residual)
-      backend_.rms_norm({hidden, residual, w.input_norm, normed, eps});
+      norm(w.input_norm);
       backend_.matmuls(std::array{w.q_proj(normed, q), w.k_proj(normed, k), w.v_proj(normed, v)});
     }
     if (c.qk_norm) {
@@ -236,16 +281,33 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
       backend_.matmuls_fused({&g.down, 1}, g.down_f);           // residual += down_proj(gate)
       continue;
     }
-    backend_.matmul(w.o_proj(attn, hidden));
-    backend_.rms_norm({hidden, residual, w.post_norm, normed, eps});
-    backend_.matmuls(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)});
-    backend_.silu_mul({gate, up, gate});
-    backend_.matmul(w.down_proj(gate, hidden));
+    ops::MatmulFusion add;
+    add.residual = residual;
+    if (epi & kEpilogueO) {  // pending is false: the input norm added hidden
+      const ops::MatmulParams o = w.o_proj(attn, residual);
+      backend_.matmuls_fused({&o, 1}, add);
+    } else {
+      backend_.matmul(w.o_proj(attn, hidden));
+      pending = true;
+    }
+    norm(w.post_norm);
+    if (epi & kEpilogueGateUp) {
+      ops::MatmulFusion silu;
+      silu.silu_mul = true;
+      backend_.matmuls_fused(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)}, silu);
+    } else {
+      backend_.matmuls(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)});
+      backend_.silu_mul({gate, up, gate});
+    }
+    if (epi & kEpilogueDown) {
+      const ops::MatmulParams down = w.down_proj(gate, residual);
+      backend_.matmuls_fused({&down, 1}, add);
+    } else {
+      backend_.matmul(w.down_proj(gate, hidden));
+      pending = true;
+    }
   }
-  if (fused)
-    backend_.rms_norm({residual, {}, weights_.final_norm, normed, eps});
-  else
-    backend_.rms_norm({hidden, residual, weights_.final_norm, normed, eps});
+  norm(weights_.final_norm);
 }
 
 void LlamaModel::compute_logits(const TensorView& rows, const TensorView& out) {

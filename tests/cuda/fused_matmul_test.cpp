@@ -1,7 +1,8 @@
 // Fused decode matmuls (ops.h MatmulFusion; the skinny kernel's norm made piece by piece as x is read, residual add
-// and SiLU·mul epilogues) against the ref backend's definition on fresh random inputs, every output element: dense bf16/f16 and
-// W4A16 / W8A16 codes on the factored path, q/k/v-like groups with the norm and bias, a residual add in place, and
-// gate/up as a silu pair; rows bitwise the same for every M <= 16; and what the backend refuses.
+// and SiLU·mul epilogues) against the ref backend's definition on fresh random inputs, every output element: dense
+// bf16/f16 and W4A16 / W8A16 codes on the factored path, q/k/v-like groups with the norm and bias, a residual add in
+// place, and gate/up as a silu pair with and without the norm; rows bitwise the same for every M <= 16; and what the
+// backend refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,8 +57,9 @@ Weights make_weights(DType act, DType codes, int64_t n, int64_t k, std::mt19937&
 }
 
 // One fused group of the given kind on both backends: every element against the ref.
-// kPlain: the group's matmuls one by one, without a fusion. Returns the device's outputs.
-enum class Kind { kNormGroup, kResidual, kSiluPair, kPlain };
+// kPlain: the group's matmuls one by one, without a fusion; kSiluOnly: the silu pair without the norm (x already
+// normalised; the epilogue fusion the model uses where the norm runs on its own). Returns the device's outputs.
+enum class Kind { kNormGroup, kResidual, kSiluPair, kPlain, kSiluOnly };
 
 std::vector<HostTensor> check_group(Kind kind, DType act, DType codes, int64_t m, int64_t k, std::vector<int64_t> ns,
                                     bool bias, std::mt19937& rng, int64_t group = 128) {
@@ -81,7 +83,7 @@ std::vector<HostTensor> check_group(Kind kind, DType act, DType codes, int64_t m
     dp.push_back({d_x.view(), ws[i].d_w.view(), bias ? d_b[i].view() : TensorView(), d_out[i].view(), ws[i].dev_q});
   }
   ops::MatmulFusion hf, df;
-  if (kind != Kind::kResidual && kind != Kind::kPlain) {
+  if (kind == Kind::kNormGroup || kind == Kind::kSiluPair) {
     hf.norm_weight = gamma.view();
     df.norm_weight = d_gamma.view();
     hf.eps = df.eps = 1e-5f;
@@ -90,7 +92,7 @@ std::vector<HostTensor> check_group(Kind kind, DType act, DType codes, int64_t m
     hf.residual = want[0].view();
     df.residual = d_out[0].view();
   }
-  hf.silu_mul = df.silu_mul = kind == Kind::kSiluPair;
+  hf.silu_mul = df.silu_mul = kind == Kind::kSiluPair || kind == Kind::kSiluOnly;
   if (kind == Kind::kPlain) {
     for (size_t i = 0; i < ns.size(); ++i) {
       ref().matmul(hp[i]);
@@ -100,7 +102,7 @@ std::vector<HostTensor> check_group(Kind kind, DType act, DType codes, int64_t m
     ref().matmuls_fused(hp, hf);
     gpu().matmuls_fused(dp, df);
   }
-  const size_t outs = kind == Kind::kSiluPair ? 1 : ns.size();
+  const size_t outs = hf.silu_mul ? 1 : ns.size();
   std::vector<HostTensor> got;
   for (size_t i = 0; i < outs; ++i) {
     got.push_back(d_out[i].to_host());
@@ -120,6 +122,7 @@ TEST(CudaFusedMatmul, MatchesTheReferenceOnEveryElement) {
         check_group(Kind::kNormGroup, act, codes, m, 512, {384, 128, 136}, bias, rng);
         check_group(Kind::kResidual, act, codes, m, 640, {264}, bias, rng);
         check_group(Kind::kSiluPair, act, codes, m, 512, {1000, 1000}, bias, rng);
+        check_group(Kind::kSiluOnly, act, codes, m, 512, {1000, 1000}, bias, rng);
       }
   // More tiles than a wave of blocks, N tails included; K not a multiple of a chunk (its tail pieces are zeros) and a
   // long K.
@@ -128,6 +131,8 @@ TEST(CudaFusedMatmul, MatchesTheReferenceOnEveryElement) {
     check_group(Kind::kNormGroup, DType::kBF16, DType::kI4, m, 512, {4096, 1024, 1032}, false, rng);
     check_group(Kind::kNormGroup, DType::kBF16, kDense, m, 520, {64, 72}, true, rng);
     check_group(Kind::kSiluPair, DType::kF16, kDense, m, 19456, {96, 96}, false, rng);
+    check_group(Kind::kSiluOnly, DType::kBF16, DType::kI4, m, 4096, {2056, 2056}, false, rng);
+    check_group(Kind::kSiluOnly, DType::kBF16, DType::kU8, m, 4096, {2056, 2056}, true, rng);
   }
 }
 
@@ -184,7 +189,7 @@ TEST(CudaFusedMatmul, RefusesWhatItHasNoKernelFor) {
   const char* on = std::getenv("PEREGRINE_FUSE");
   EXPECT_EQ(gpu().fuses_matmuls({&one, 1}, f), !(on != nullptr && std::string(on) == "0"));
   EXPECT_NO_THROW(gpu().matmuls_fused({&one, 1}, f));
-  // A residual add into another dtype than the product's, and a silu pair without the norm, have no kernel.
+  // A residual add into another dtype than the product's, and a silu pair of two sizes, have no kernel.
   DeviceTensor f32_out(HostTensor(DType::kF32, {1, 64}));
   ops::MatmulFusion fr;
   fr.residual = f32_out.view();
@@ -192,7 +197,9 @@ TEST(CudaFusedMatmul, RefusesWhatItHasNoKernelFor) {
   EXPECT_FALSE(gpu().fuses_matmuls({&to_f32, 1}, fr));
   ops::MatmulFusion fp;
   fp.silu_mul = true;
-  const std::array<ops::MatmulParams, 2> pair = {one, one};
+  DeviceTensor d_w72(random_tensor(DType::kBF16, {72, 256}, rng)), d_out72(HostTensor(DType::kBF16, {1, 72}));
+  const ops::MatmulParams other{d_x.view().slice_rows(0, 1), d_w72.view(), TensorView(), d_out72.view()};
+  const std::array<ops::MatmulParams, 2> pair = {one, other};
   EXPECT_FALSE(gpu().fuses_matmuls(pair, fp));
   // The norm's weights must fit in shared memory (K <= 19456).
   DeviceTensor xw(random_tensor(DType::kBF16, {1, 19520}, rng)), gw(random_tensor(DType::kBF16, {19520}, rng));

@@ -275,10 +275,12 @@ class CudaBackendImpl final : public CudaBackend {
   // reads x, the residual add and SiLU-mul in its epilogue, so a layer's decode runs without the norm, SiLU-mul and
   // residual launches. By default for dense weights only: on the H200 (8B shape, 2026-12-04, docs/BENCHMARKS.md)
   // it makes bf16 bs 1 faster, but W4A16 slower (each block normalises all of x's pieces for its 16 rows, which
-  // costs more beside 4-bit codes' smaller loads). PEREGRINE_FUSE=1 fuses codes too, PEREGRINE_FUSE=0 nothing
-  // (comparisons). The fusion covers every M <= 16 or none, never a boundary by M inside the skinny range (rows
-  // would differ between a request alone and in a batch). fuses_matmuls says no where it is off, so the model
-  // runs the ops one by one.
+  // costs more beside 4-bit codes' smaller loads). So codes take the epilogue fusions only (the residual add, and
+  // SiLU-mul on gate/up whose x the norm kernel made): the model runs the norms on their own, the rest fused.
+  // PEREGRINE_FUSE=1 fuses the norm into codes too, PEREGRINE_FUSE=0 nothing, PEREGRINE_FUSE_EPILOGUE=0 keeps
+  // codes' epilogues apart (comparisons). The fusion covers every M <= 16 or none, never a boundary by M inside the
+  // skinny range (the full fusion's rows would differ between a request alone and in a batch; the epilogue fusions
+  // give the unfused bits). fuses_matmuls says no where it is off, so the model runs the ops one by one.
   enum class FusionMode { kNone, kDense, kAll };
   static FusionMode fusion_mode() {
     static const FusionMode mode = [] {
@@ -306,7 +308,9 @@ class CudaBackendImpl final : public CudaBackend {
     const FusionMode mode = fusion_mode();
     cuda::SkinnyGemmLaunch l;
     if (mode == FusionMode::kNone || !fused_launch(ps, f, l)) return false;
-    return mode == FusionMode::kAll || (l.codes != DType::kI4 && l.codes != DType::kU8);
+    static const bool epilogues = !env_off("PEREGRINE_FUSE_EPILOGUE");
+    return mode == FusionMode::kAll || (l.codes != DType::kI4 && l.codes != DType::kU8) ||
+           (epilogues && f.norm_weight.empty());
   }
   void matmuls_fused(std::span<const MatmulParams> ps, const MatmulFusion& f) override {
     check_matmul_fusion(ps, f);

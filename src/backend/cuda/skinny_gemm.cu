@@ -584,10 +584,11 @@ __device__ __forceinline__ uint4 norm_piece(const uint4& xv, const uint4& gv, fl
 // Fusions (SkinnyGemmLaunch): kFuseNone; kFuseNorm, x the residual stream: each lane turns the x pieces it loads
 // into x̂ = round(x * gamma) just before their use, summing their squares on the way (its k in chunk order, so a
 // token's sum of squares depends on K alone, never on M), and the epilogue scales by 1 / rms; kFusePair, the same
-// with a silu pair, whose tiles take rows g of gate (a) and of up (b8) for 8 outputs each. Every block has the
-// whole of K for its rows, so it needs no other block's sums. The residual add is the epilogue's alone
-// (p.residual), so it needs no variant.
-enum Fuse : int { kFuseNone, kFuseNorm, kFusePair };
+// with a silu pair, whose tiles take rows g of gate (a) and of up (b8) for 8 outputs each; kFuseSilu, the silu pair
+// without the norm (x already normalised: the main loop is kFuseNone's, only the tiles and the epilogue differ).
+// Every block has the whole of K for its rows, so it needs no other block's sums. The residual add is the
+// epilogue's alone (p.residual), so it needs no variant.
+enum Fuse : int { kFuseNone, kFuseNorm, kFusePair, kFuseSilu };
 
 // Tiles of a launch: 16-row tiles of every segment, or 8 rows of each of a silu pair's two.
 __host__ __device__ __forceinline__ int64_t launch_tiles(const SkinnyGemmLaunch& l) {
@@ -656,7 +657,7 @@ __device__ __forceinline__ bool tile_src(const SkinnyGemmLaunch& p, int64_t tile
 // One tile (a block's 16 weight rows, or a pair's 8 + 8) into its outputs.
 template <typename T, Weights F, int NT, int U, int kFuse>
 __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t tile) {
-  constexpr bool kNorm = kFuse != kFuseNone, pair = kFuse == kFusePair;
+  constexpr bool kNorm = kFuse == kFuseNorm || kFuse == kFusePair, pair = kFuse == kFusePair || kFuse == kFuseSilu;
   TileSrc<F> src;
   if (!tile_src<T, F, pair>(p, tile, src)) return pdl_wait();  // whole block: uniform
   // The norm fusion's weights, K values of T, go to shared memory once per block (read with each chunk's x).
@@ -814,6 +815,8 @@ template <typename T, Weights F, int NT, int U, int MINB>
 void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
   if constexpr (F == Weights::kDense || kFactored<F>) {
     const size_t gamma_bytes = static_cast<size_t>(l.k) * sizeof(T);
+    if (l.silu_pair && !l.norm_w)
+      return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseSilu>, grid, block, 0, stream, l.m, l);
     if (l.silu_pair)
       return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFusePair>, grid, block, gamma_bytes, stream, l.m, l);
     if (l.norm_w)
@@ -849,9 +852,11 @@ template <typename T, Weights F>
 void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 block, cudaStream_t stream) {
   constexpr int kU1 = kU8F<F> ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
-    if constexpr (kSymF<F>) {  // the norm and pair fusions (off for codes unless asked) keep two blocks
-      if (skinny_fact3() && !l.norm_w && !l.silu_pair)
+    if constexpr (kSymF<F>) {  // the norm fusions (off for codes unless asked) keep two blocks
+      if (skinny_fact3() && !l.norm_w) {
+        if (l.silu_pair) return launch_pdl(skinny_gemm_kernel<T, F, 1, 2, 3, kFuseSilu>, grid, block, 0, stream, l.m, l);
         return launch_pdl(skinny_gemm_kernel<T, F, 1, 2, 3, kFuseNone>, grid, block, 0, stream, l.m, l);
+      }
     }
     launch_kernel<T, F, 1, kU1, 2>(grid, block, stream, l);
   } else {
@@ -1630,7 +1635,7 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   if (l.residual && l.num_segments != 1) return false;
   if (l.silu_pair) {
     const SkinnySegment &a = l.seg[0], &b = l.seg[1];
-    if (!l.norm_w || l.residual || l.num_segments != 2 || a.n != b.n || a.groups != b.groups || a.group_size != b.group_size ||
+    if (l.residual || l.num_segments != 2 || a.n != b.n || a.groups != b.groups || a.group_size != b.group_size ||
         (a.scales == nullptr) != (b.scales == nullptr) || (a.zeros == nullptr) != (b.zeros == nullptr) ||
         (b.bias && a.bias && a.bias_dtype != b.bias_dtype) || (b.bias && !a.bias))
       return false;

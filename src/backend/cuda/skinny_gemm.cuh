@@ -71,8 +71,8 @@ struct SkinnyGemmLaunch {
   // inv = 1 / sqrt(mean(x^2) + norm_eps); each lane makes x̂ = round(x * norm_w) of the x pieces it reads (norm_w
   // from shared memory, so K * 2 bytes must fit: K <= 19456) and sums their squares in an order fixed by K alone;
   // residual [M, n] in out_dtype (one segment): out = round(residual + round(product)), out may alias it;
-  // silu_pair (segments 0 = gate and 1 = up of one n, groups and bias dtype; with norm_w): a block takes 8 rows of
-  // each, and seg[0].out = round(silu(round(gate)) * round(up)).
+  // silu_pair (segments 0 = gate and 1 = up of one n, groups and bias dtype; with norm_w, or without it on x already
+  // normalised): a block takes 8 rows of each, and seg[0].out = round(silu(round(gate)) * round(up)).
   const void* norm_w = nullptr;
   float norm_eps = 0.0f;
   const void* residual = nullptr;
