@@ -46,6 +46,9 @@ struct AttentionLaunch {
   int sliding_window, max_query_len, max_seq_len;
   int block_shift;   // log2(block_size) when a power of two, else -1 (set by launch_attention)
   float* workspace;  // split-K partials, attention_workspace_bytes(...) bytes
+  // The fewest KV tiles a decode split takes over b16 caches (0: kDecodeMinTilesPerSplit), twice that over 8-bit
+  // ones; a property of the model's cache, never of the batch (decode_min_tiles).
+  int decode_split_tiles = 0;
 };
 
 // Bytes of device workspace launch_attention needs for these params (0 when none).
@@ -77,7 +80,8 @@ constexpr int kDecodeMaxRows = 16;
 // (a split's fixed costs -- Q, the pipeline's fill, the warps' merge, its partial -- then weigh the same per byte).
 // A property of the model's cache, never of the batch, so a sequence's splits depend on its own length alone.
 __host__ __device__ inline int decode_min_tiles(const AttentionLaunch& p) {
-  return p.cache == DType::kI8 || p.cache == DType::kF8E4M3 ? 2 * kDecodeMinTilesPerSplit : kDecodeMinTilesPerSplit;
+  const int base = p.decode_split_tiles > 0 ? p.decode_split_tiles : kDecodeMinTilesPerSplit;
+  return p.cache == DType::kI8 || p.cache == DType::kF8E4M3 ? 2 * base : base;
 }
 __host__ __device__ inline int decode_split_bound(int n_tiles, int min_tiles) {
   int s = (n_tiles + min_tiles - 1) / min_tiles;

@@ -64,8 +64,6 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
 
 template <typename T, int D, KvQuant Q, int kMinBlocks>
 __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
-  pdl_wait();
-  pdl_trigger();
   using C = DecodeCfg<D, Q>;
   using S = CodeStage<D, C::kKeys>;
   using KvT = std::conditional_t<C::kCodes, uint8_t, T>;
@@ -103,6 +101,13 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
                                                 d.kv_hi);
     }
   };
+  // The split's first tile goes out before the wait for the kernel before (launch_pdl) when all its keys are older
+  // than the step's tokens: only the step's own keys (written by the RoPE + KV-write kernel just before) and Q
+  // depend on it; the geometry reads the step's inputs alone. Remapped keys (tails) wait.
+  const bool early = t_begin < t_end && kv.tail == nullptr && (t_begin + 1) * C::kKeys <= d.first_pos;
+  if (early) load_tile(0, t_begin);
+  pdl_wait();
+  pdl_trigger();
   // A tile is visible to every row when its keys lie in [lo of the last row, pos of the first row].
   const int pos_min = d.first_pos;
   const int lo_max = p.sliding_window > 0 ? d.first_pos + (d.rows - 1) / group - p.sliding_window + 1 : 0;
@@ -127,7 +132,7 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
   }
 #pragma unroll
   for (int st = 0; st < C::kStages - 1; ++st) {
-    if (t_begin + st < t_end) load_tile(st, t_begin + st);
+    if (t_begin + st < t_end && !(st == 0 && early)) load_tile(st, t_begin + st);
     cp_async_commit();
   }
 
@@ -343,38 +348,57 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
 }
 
 // Merges the splits of each decode-path (sequence, KV head): out = sum_i w_i O_i / sum_i w_i with
-// w_i = 2^(lse_i - max lse), splits in index order.
+// w_i = 2^(lse_i - max lse), splits in index order. Every row's log-sum-exps come in one round of loads, a thread a
+// row makes its weights and their sum, then each output's partials are loaded eight at a time and summed in split
+// order: a few round trips to L2 where a loop over rows and splits made dozens.
 template <typename T>
 __global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float weights[kDecodeMaxSplits];
+  __shared__ float weights[kDecodeMaxRows][kDecodeMaxSplits];
+  __shared__ float totals[kDecodeMaxRows];
   const int s = blockIdx.x, kvh = blockIdx.y;
   const int group = p.num_q_heads / p.num_kv_heads;
   const DecodeSeq d = decode_seq(p, s, group);
   if (d.rows == 0 || d.num_splits <= 1) return;
-  const int D = p.head_dim;
+  const int D = p.head_dim, n = d.num_splits;
   const int64_t part0 = (static_cast<int64_t>(s) * p.num_kv_heads + kvh) * grid_splits * rows_cap;
   const float* ws_o = p.workspace;
   const float* ws_lse = p.workspace + static_cast<int64_t>(p.num_seqs) * p.num_kv_heads * grid_splits * rows_cap * D;
-  for (int r = 0; r < d.rows; ++r) {
+  for (int i = threadIdx.x; i < d.rows * n; i += blockDim.x) {
+    const int r = i / n, split = i % n;
+    weights[r][split] = ws_lse[part0 + split * rows_cap + r];
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < d.rows) {
+    float* w = weights[threadIdx.x];
     float mx = -INFINITY;
-    for (int i = 0; i < d.num_splits; ++i) mx = fmaxf(mx, ws_lse[part0 + i * rows_cap + r]);
-    __syncthreads();
-    if (static_cast<int>(threadIdx.x) < d.num_splits) {
-      const float lse = ws_lse[part0 + threadIdx.x * rows_cap + r];
-      weights[threadIdx.x] = lse == -INFINITY ? 0.f : exp2f(lse - mx);
-    }
-    __syncthreads();
+    for (int i = 0; i < n; ++i) mx = fmaxf(mx, w[i]);
     float total = 0.f;
-    for (int i = 0; i < d.num_splits; ++i) total += weights[i];
+    for (int i = 0; i < n; ++i) {
+      w[i] = w[i] == -INFINITY ? 0.f : exp2f(w[i] - mx);
+      total += w[i];
+    }
+    totals[threadIdx.x] = total;
+  }
+  __syncthreads();
+  const int64_t split_stride = static_cast<int64_t>(rows_cap) * D;
+  for (int idx = threadIdx.x; idx < d.rows * D; idx += blockDim.x) {
+    const int r = idx / D, col = idx % D;
+    const float* src = ws_o + (part0 + r) * D + col;
+    float acc = 0.f;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = src[(i + j) * split_stride];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc += weights[r][i + j] * v[j];
+    }
+    for (; i < n; ++i) acc += weights[r][i] * src[i * split_stride];
     const int64_t token = d.q0 + r / group;
     T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D;
-    for (int col = threadIdx.x; col < D; col += blockDim.x) {
-      float acc = 0.f;
-      for (int i = 0; i < d.num_splits; ++i) acc += weights[i] * ws_o[(part0 + i * rows_cap + r) * D + col];
-      out[col] = from_f32<T>(acc / total);
-    }
+    out[col] = from_f32<T>(acc / totals[r]);
   }
 }
 

@@ -888,6 +888,13 @@ class CudaBackendImpl final : public CudaBackend {
     l.max_query_len = static_cast<int>(p.max_query_len > 0 ? std::min<int64_t>(p.max_query_len, l.num_tokens)
                                                            : l.num_tokens);
     l.max_seq_len = static_cast<int>(p.max_seq_len > 0 ? std::min<int64_t>(p.max_seq_len, seq_cap) : seq_cap);
+    // PEREGRINE_DECODE_SPLIT_TILES=N: decode splits of at least N 64-key tiles (comparisons; a process-wide
+    // constant, so a sequence's splits still depend on its own length alone).
+    static const int split_tiles = [] {
+      const char* v = std::getenv("PEREGRINE_DECODE_SPLIT_TILES");
+      return v ? std::max(1, std::atoi(v)) : 0;
+    }();
+    l.decode_split_tiles = split_tiles;
     const size_t ws = cuda::attention_workspace_bytes(l);
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
     cuda::launch_attention(l, stream_);
