@@ -162,13 +162,13 @@ TEST(CudaQuantMatmul, ThreeBlocksAnSmGiveTheSameBits) {
             DeviceTensor d_x(x);
             HostTensor got[2];
             for (int mode : {0, 1}) {
-              cuda::set_skinny_fact3(mode == 1);
+              cuda::set_skinny_fact3(mode);  // two blocks an SM, then three
               DeviceTensor d_out(want);
               d_out.poison();
               gpu().matmul({d_x.view(), dev.codes.view(), TensorView(), d_out.view(), dq});
               got[mode] = d_out.to_host();
             }
-            cuda::set_skinny_fact3(true);
+            cuda::set_skinny_fact3(2);  // the default
             const std::string what = std::string(dtype_name(codes)) + (zeros ? " zeros" : " sym") + " K " +
                                      std::to_string(k) + " " + std::string(dtype_name(act)) + " M " +
                                      std::to_string(m);

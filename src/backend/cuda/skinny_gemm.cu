@@ -831,20 +831,22 @@ double wave_fill(const SkinnyGemmLaunch& l, int64_t tiles, int per_sm) {
   return static_cast<double>(tiles) / static_cast<double>(ceil_div(tiles, slots) * slots);
 }
 
-// The symmetric factored kernels at M <= 8 without the norm or pair fusion run three blocks an SM with two chunks
-// ahead (80 registers; the same chunk order as two blocks with four, so the same bits): more warps a scheduler to
-// hide the codes' latency and a fuller last wave (H100, 8B shape, bs 1: W4A16 +5.7%, W8A16 +3.9%;
-// docs/BENCHMARKS.md). The fused kernels would spill at 80 registers and were not measured so. PEREGRINE_SKINNY_FACT3=0
-// keeps two blocks (comparisons); set_skinny_fact3 does the same for tests.
-std::atomic<int> g_fact3{-1};  // -1: the environment not read yet; then 0 or 1
-bool skinny_fact3() {
+// The symmetric factored kernels at M <= 8 without the norm fusion run three blocks an SM with two chunks ahead (80
+// registers; the same chunk order as two blocks with four, so the same bits) where the launch has more tiles than two
+// blocks an SM hold: more warps a scheduler to hide the codes' latency and a fuller last wave (H100, 8B shape, bs 1:
+// W4A16 +5.7%, W8A16 +3.9%); a grid that two blocks an SM hold (o_proj, down_proj: 256 tiles) keeps four chunks
+// ahead (+2.3% / +5.2% more; docs/BENCHMARKS.md). The norm-fused kernels would spill at 80 registers and were not
+// measured so. PEREGRINE_SKINNY_FACT3=0 keeps two blocks everywhere, =1 takes three everywhere (comparisons);
+// set_skinny_fact3 does the same for tests.
+std::atomic<int> g_fact3{-1};  // -1: the environment not read yet; then 0 (two), 1 (three) or 2 (by the grid)
+bool skinny_fact3(const SkinnyGemmLaunch& l, int64_t tiles) {
   int mode = g_fact3.load(std::memory_order_relaxed);
   if (mode < 0) {
     const char* e = std::getenv("PEREGRINE_SKINNY_FACT3");
-    mode = e && std::string_view(e) == "0" ? 0 : 1;
+    mode = e && std::string_view(e) == "0" ? 0 : e && std::string_view(e) == "1" ? 1 : 2;
     g_fact3.store(mode, std::memory_order_relaxed);
   }
-  return mode != 0;
+  return mode == 1 || (mode == 2 && tiles > 2 * int64_t{std::max(1, l.sm_count)});
 }
 
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
@@ -853,7 +855,7 @@ void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 bloc
   constexpr int kU1 = kU8F<F> ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
     if constexpr (kSymF<F>) {  // the norm fusions (off for codes unless asked) keep two blocks
-      if (skinny_fact3() && !l.norm_w) {
+      if (skinny_fact3(l, grid.x) && !l.norm_w) {
         if (l.silu_pair) return launch_pdl(skinny_gemm_kernel<T, F, 1, 2, 3, kFuseSilu>, grid, block, 0, stream, l.m, l);
         return launch_pdl(skinny_gemm_kernel<T, F, 1, 2, 3, kFuseNone>, grid, block, 0, stream, l.m, l);
       }
@@ -1643,7 +1645,7 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   return true;
 }
 
-void set_skinny_fact3(bool on) { g_fact3.store(on ? 1 : 0, std::memory_order_relaxed); }
+void set_skinny_fact3(int mode) { g_fact3.store(mode, std::memory_order_relaxed); }
 
 void launch_skinny_gemm(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   if (launch.norm_w || launch.residual || launch.silu_pair)

@@ -108,9 +108,9 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l);
 // pair's two segments alike, and for the norm a 16-byte aligned norm_w of at most 19456 values.
 bool skinny_gemm_fuses(const SkinnyGemmLaunch& l);
 void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
-// Whether the symmetric factored kernels at M <= 8 run three blocks an SM (the default) or two
-// (PEREGRINE_SKINNY_FACT3=0), for the launches after the call; for tests.
-void set_skinny_fact3(bool on);
+// How the symmetric factored kernels at M <= 8 take blocks an SM, for the launches after the call (tests): 0 two,
+// 1 three, 2 three where the launch has more tiles than two an SM hold (the default, PEREGRINE_SKINNY_FACT3).
+void set_skinny_fact3(int mode);
 
 // GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes
 // and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 (- 16 sum q for Q5_0)
