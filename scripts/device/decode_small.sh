@@ -15,9 +15,9 @@ tests default "${OPS:-CudaAttention*:CudaKvQuant*:CudaGraph*:CudaFusedMatmul.*:C
 tests tiles1 'CudaAttention*:CudaKvQuant*' PEREGRINE_DECODE_SPLIT_TILES=1
 T1=PEREGRINE_DECODE_SPLIT_TILES=1
 TESTS=0 RUNS="${RUNS:-bf16:new:bf16:1 bf16t2:new:bf16:1:PEREGRINE_DECODE_SPLIT_TILES=2 bf16t1:new:bf16:1:$T1 \
-w4:new:w4a16:1 w4t1:new:w4a16:1:$T1 w4f2:new:w4a16:1:PEREGRINE_SKINNY_FACT3=2 \
-w4t1f2:new:w4a16:1:$T1,PEREGRINE_SKINNY_FACT3=2 w8f2:new:w8a16:1:PEREGRINE_SKINNY_FACT3=2 w8:new:w8a16:1 \
+w4:new:w4a16:1 w4t1:new:w4a16:1:$T1 w4f1:new:w4a16:1:PEREGRINE_SKINNY_FACT3=1 \
+w8f1:new:w8a16:1:PEREGRINE_SKINNY_FACT3=1 w8:new:w8a16:1 \
 bf16b8:new:bf16:8 bf16b8t1:new:bf16:8:$T1 bf16b64:new:bf16:64 bf16b64t1:new:bf16:64:$T1}" \
   scripts/device/w4_skinny.sh run 2>&1 | grep -E "^\|"
-BENCH=bf16:1 PROFILE="w4a16:1" PCTX=1024 PROFILE_ENV="${PROFILE_ENV:-$T1 PEREGRINE_SKINNY_FACT3=2}" \
+BENCH=bf16:1 PROFILE="w4a16:1" PCTX=1024 PROFILE_ENV="${PROFILE_ENV:-X=1}" \
   scripts/device/decode_profile.sh 2>&1 | grep -A14 "^| kernel | grid"
