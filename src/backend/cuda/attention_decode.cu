@@ -11,6 +11,10 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
 namespace peregrine::cuda {
 namespace {
 
@@ -351,8 +355,12 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
 // w_i = 2^(lse_i - max lse), splits in index order. Every row's log-sum-exps come in one round of loads, a thread a
 // row makes its weights and their sum, then each output's partials are loaded eight at a time and summed in split
 // order: a few round trips to L2 where a loop over rows and splits made dozens.
-template <typename T>
-__global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
+// kWide (PEREGRINE_DECODE_COMBINE_WIDE=1, an experiment): a thread an output where the block holds them (up to
+// kCombineWideThreads) and sixteen partials in flight, predicated, instead of eight; the same sums in the same order.
+constexpr int kCombineWideThreads = 1024;
+template <typename T, bool kWide>
+__global__ void __launch_bounds__(kWide ? kCombineWideThreads : 128) decode_combine_kernel(const AttentionLaunch p,
+                                                                                        int grid_splits, int rows_cap) {
   pdl_wait();
   pdl_trigger();
   __shared__ float weights[kDecodeMaxRows][kDecodeMaxSplits];
@@ -387,15 +395,26 @@ __global__ void decode_combine_kernel(const AttentionLaunch p, int grid_splits, 
     const int r = idx / D, col = idx % D;
     const float* src = ws_o + (part0 + r) * D + col;
     float acc = 0.f;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-      float v[8];
+    if constexpr (kWide) {
+      for (int i = 0; i < n; i += 16) {
+        float v[16];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = src[(i + j) * split_stride];
+        for (int j = 0; j < 16; ++j) v[j] = i + j < n ? src[(i + j) * split_stride] : 0.f;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc += weights[r][i + j] * v[j];
+        for (int j = 0; j < 16; ++j)
+          if (i + j < n) acc += weights[r][i + j] * v[j];
+      }
+    } else {
+      int i = 0;
+      for (; i + 8 <= n; i += 8) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = src[(i + j) * split_stride];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc += weights[r][i + j] * v[j];
+      }
+      for (; i < n; ++i) acc += weights[r][i] * src[i * split_stride];
     }
-    for (; i < n; ++i) acc += weights[r][i] * src[i * split_stride];
     const int64_t token = d.q0 + r / group;
     T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D;
     out[col] = from_f32<T>(acc / totals[r]);
@@ -417,7 +436,16 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
              rows_cap);
   if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
-    launch_pdl(decode_combine_kernel<T>, cgrid, 128, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
+    static const bool wide = [] {
+      const char* e = std::getenv("PEREGRINE_DECODE_COMBINE_WIDE");
+      return e && std::string_view(e) == "1";
+    }();
+    if (wide) {
+      const int threads = std::clamp((rows_cap * D + 31) / 32 * 32, 128, kCombineWideThreads);
+      launch_pdl(decode_combine_kernel<T, true>, cgrid, threads, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
+    } else {
+      launch_pdl(decode_combine_kernel<T, false>, cgrid, 128, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
+    }
   }
 }
 
