@@ -18,7 +18,7 @@ T1=PEREGRINE_DECODE_SPLIT_TILES=1 CW=PEREGRINE_DECODE_COMBINE_WIDE=1 BI=PEREGRIN
 TESTS=0 RUNS="${RUNS:-bf16:new:bf16:1 bf16t2:new:bf16:1:PEREGRINE_DECODE_SPLIT_TILES=2 bf16t1:new:bf16:1:$T1 \
 w4:new:w4a16:1 w4t1:new:w4a16:1:$T1 w4cw:new:w4a16:1:$CW w4bi:new:w4a16:1:$BI w4bi8:new:w4a16:8:$BI w4b8:new:w4a16:8 \
 w8f1:new:w8a16:1:PEREGRINE_SKINNY_FACT3=1 w8:new:w8a16:1 bf16cw:new:bf16:1:$CW \
-bf16b8:new:bf16:8 bf16b8t1:new:bf16:8:$T1 bf16b64:new:bf16:64 bf16b64t1:new:bf16:64:$T1}" \
+bf16b8:new:bf16:8 bf16b8t2:new:bf16:8:PEREGRINE_DECODE_SPLIT_TILES=2 bf16b64:new:bf16:64 bf16b64t2:new:bf16:64:PEREGRINE_DECODE_SPLIT_TILES=2}" \
   scripts/device/w4_skinny.sh run 2>&1 | grep -E "^\|"
 BENCH=bf16:1 PROFILE="w4a16:1" PCTX=1024 PROFILE_ENV="${PROFILE_ENV:-X=1}" \
   scripts/device/decode_profile.sh 2>&1 | grep -A14 "^| kernel | grid"
