@@ -1,14 +1,19 @@
 // The step builder and the model runner: logits rows per sequence (prompt rows, the last k+1 rows that verify
 // drafted tokens), batch validation, warm-up, and truncating a sequence's KV tail. On pycoder-tiny (CPU): rows
 // asked for several positions at once equal, bit for bit, the rows of the same positions computed one step at a
-// time (CPU kernels keep rows independent of the batch).
+// time (CPU kernels keep rows independent of the batch). And the model's epilogue fusions on a backend that fuses
+// only those (as CUDA does for codes) against the unfused ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/device_setup.h"
@@ -535,6 +540,121 @@ TEST(RunnerLogitsSubset, GgufHeadsAreCutByRows) {
   if (!shared || !std::filesystem::exists(*shared / "models" / "gguf")) GTEST_SKIP() << "no ../shared/models/gguf";
   for (const char* file : {"pycoder-tiny-q8_0.gguf", "pycoder-tiny-q4_0.gguf", "pycoder-tiny-q4_k.gguf"})
     for (const char* device : {"ref", "cpu"}) check_logits_subset(*shared / "models" / "gguf" / file, device, "");
+}
+
+// A backend that runs every op on another one and fuses the epilogues alone (the residual add, SiLU·mul on normed
+// x: ops.h MatmulFusion without a norm), as CUDA does for 4- and 8-bit codes. The ref backend computes the fused
+// groups by ops.h's definitions.
+class EpilogueFusing final : public ops::Backend {
+ public:
+  explicit EpilogueFusing(std::unique_ptr<ops::Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return "epilogues(" + inner_->name() + ")"; }
+  ops::DeviceKind kind() const override { return inner_->kind(); }
+  bool is_host() const override { return inner_->is_host(); }
+  bool supports_activation(DType act) const override { return inner_->supports_activation(act); }
+  void* allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  void deallocate(void* p) override { inner_->deallocate(p); }
+  void copy_from_host(void* d, const void* s, size_t n) override { inner_->copy_from_host(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
+  void copy_on_device(void* d, const void* s, size_t n) override { inner_->copy_on_device(d, s, n); }
+  void fill_zero(void* d, size_t n) override { inner_->fill_zero(d, n); }
+  void synchronize() override { inner_->synchronize(); }
+  size_t free_memory() const override { return inner_->free_memory(); }
+  void embedding(const ops::EmbeddingParams& p) override { inner_->embedding(p); }
+  void matmul(const ops::MatmulParams& p) override { inner_->matmul(p); }
+  void rms_norm(const ops::RmsNormParams& p) override { inner_->rms_norm(p); }
+  void rope(const ops::RopeParams& p) override { inner_->rope(p); }
+  void silu_mul(const ops::SiluMulParams& p) override { inner_->silu_mul(p); }
+  void kv_write(const ops::KvWriteParams& p) override { inner_->kv_write(p); }
+  void attention(const ops::AttentionParams& p) override { inner_->attention(p); }
+  void gather_rows(const ops::GatherRowsParams& p) override { inner_->gather_rows(p); }
+  bool fuses_matmuls(std::span<const ops::MatmulParams>, const ops::MatmulFusion& f) const override {
+    ++asked_;
+    return f.norm_weight.empty();
+  }
+  void matmuls_fused(std::span<const ops::MatmulParams> ps, const ops::MatmulFusion& f) override {
+    ++fused_;
+    inner_->matmuls_fused(ps, f);
+  }
+  mutable int asked_ = 0;
+  int fused_ = 0;
+
+ private:
+  std::unique_ptr<ops::Backend> inner_;
+};
+
+// The model's epilogue plan (LlamaModel::epilogue_plan): on a backend that fuses the residual adds and SiLU·mul but
+// not the norms, a prefill and decode steps give the logits of the unfused ops (the fused ops keep their roundings)
+// and the same greedy tokens; the fused ops are used.
+TEST(EpilogueFusions, MatchTheUnfusedOpsOnPycoderTiny) {
+  auto shared = testing::shared_dir();
+  const std::filesystem::path dir =
+      shared ? *shared / "models" / "pycoder-tiny" : testing::source_dir() / "models" / "pycoder-tiny";
+  if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << dir << " absent";
+  const io::ModelConfig config = io::load_model_config(dir);
+  const DeviceChoice choice = resolve_device("ref", "auto", config.torch_dtype);
+  EpilogueFusing* fusing = nullptr;
+  auto make = [&](bool fuse) {
+    std::unique_ptr<ops::Backend> backend = create_backend(choice, 0);
+    if (fuse) {
+      auto wrapped = std::make_unique<EpilogueFusing>(std::move(backend));
+      fusing = wrapped.get();
+      backend = std::move(wrapped);
+    }
+    model::ModelOptions mo;
+    mo.activation_dtype = choice.activation_dtype;
+    mo.max_num_tokens = 64;
+    mo.max_logits_rows = 4;
+    auto model = model::load_model(dir, *backend, mo);
+    RunnerOptions ro;
+    ro.max_num_seqs = 2;
+    ro.max_num_batched_tokens = 64;
+    ro.max_model_len = 64;
+    ro.block_size = 16;
+    ro.kv_dtype = choice.kv_dtype;
+    auto runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
+    runner->allocate_kv_cache(8);
+    return runner;
+  };
+  // A 20-token prompt, then three decode steps of the greedy tokens.
+  auto run = [&](ModelRunner& runner) {
+    const int vocab = runner.vocab_size();
+    Sequence seq = make_seq(24, 20, 0, 16, 0);
+    seq.token_ids.resize(20);
+    for (int i = 0; i < 20; ++i) seq.token_ids[static_cast<size_t>(i)] = 300 + 11 * i;
+    std::vector<std::vector<float>> rows;
+    LogitsRows lr;
+    for (int step = 0; step < 4; ++step) {
+      SchedulerOutput out;
+      const int n = step == 0 ? 20 : 1;
+      out.seqs = {{&seq, n, true}};
+      std::vector<float> logits;
+      runner.prepare(out, {}, lr);
+      runner.execute(logits);
+      EXPECT_EQ(logits.size(), static_cast<size_t>(vocab));
+      seq.num_computed_tokens += n;
+      const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      seq.token_ids.push_back(next);
+      rows.push_back(std::move(logits));
+    }
+    return std::make_pair(rows, seq.token_ids);
+  };
+  auto plain = make(false);
+  auto fused = make(true);
+  const auto [want, want_ids] = run(*plain);
+  const auto [got, got_ids] = run(*fused);
+  EXPECT_EQ(got_ids, want_ids);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t step = 0; step < want.size(); ++step) {
+    float worst = 0.0f;
+    for (size_t i = 0; i < want[step].size(); ++i) worst = std::max(worst, std::fabs(got[step][i] - want[step][i]));
+    EXPECT_LT(worst, 1e-4f) << "step " << step;
+  }
+  ASSERT_NE(fusing, nullptr);
+  EXPECT_GT(fusing->asked_, 0);
+  // Each layer's o_proj, gate/up and down fused in every forward (4 steps, and any warm-up).
+  EXPECT_GE(fusing->fused_, 4 * 3 * config.num_hidden_layers);
+  EXPECT_EQ(fusing->fused_ % (3 * config.num_hidden_layers), 0);
 }
 
 }  // namespace
