@@ -98,7 +98,8 @@ struct SkinnyGemmLaunch {
   // (launch_skinny_gemm sets it so under PEREGRINE_SKINNY_FOLD=0; comparisons).
   bool fold_zeros = true;
   // int4 codes at bf16 on the factored path: the codes' bias kept and taken off through the sum of x (skinny_gemm.cu,
-  // biased_chunk); launch_skinny_gemm sets it under PEREGRINE_SKINNY_BIASED=1 (an experiment, off by default).
+  // factored_chunk with kBiased); launch_skinny_gemm sets it under PEREGRINE_SKINNY_BIASED=1 (an experiment, off by
+  // default).
   bool biased_codes = false;
 };
 
