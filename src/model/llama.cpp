@@ -281,15 +281,20 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
       backend_.matmuls_fused({&g.down, 1}, g.down_f);           // residual += down_proj(gate)
       continue;
     }
-    ops::MatmulFusion add;
-    add.residual = residual;
-    if (epi & kEpilogueO) {  // pending is false: the input norm added hidden
-      const ops::MatmulParams o = w.o_proj(attn, residual);
-      backend_.matmuls_fused({&o, 1}, add);
-    } else {
-      backend_.matmul(w.o_proj(attn, hidden));
-      pending = true;
-    }
+    // residual += proj(x): in the matmul's epilogue (pending is false: the norm before added hidden), or into hidden
+    // for the next norm to add.
+    auto add_projection = [&](const Linear& proj, const TensorView& x, bool fuse) {
+      if (fuse) {
+        ops::MatmulFusion add;
+        add.residual = residual;
+        const ops::MatmulParams p = proj(x, residual);
+        backend_.matmuls_fused({&p, 1}, add);
+      } else {
+        backend_.matmul(proj(x, hidden));
+        pending = true;
+      }
+    };
+    add_projection(w.o_proj, attn, (epi & kEpilogueO) != 0);
     norm(w.post_norm);
     if (epi & kEpilogueGateUp) {
       ops::MatmulFusion silu;
@@ -299,13 +304,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
       backend_.matmuls(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)});
       backend_.silu_mul({gate, up, gate});
     }
-    if (epi & kEpilogueDown) {
-      const ops::MatmulParams down = w.down_proj(gate, residual);
-      backend_.matmuls_fused({&down, 1}, add);
-    } else {
-      backend_.matmul(w.down_proj(gate, hidden));
-      pending = true;
-    }
+    add_projection(w.down_proj, gate, (epi & kEpilogueDown) != 0);
   }
   norm(weights_.final_norm);
 }
