@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -134,10 +135,13 @@ class RunnerOnModel : public ::testing::Test {
     vocab_ = runner_->vocab_size();
   }
   // A runner of its own on the CPU (8 sequences, 256 tokens a step, 512 positions, a 64-block cache), with the
-  // options tweak sets.
-  std::unique_ptr<ModelRunner> make_runner(int max_logits_rows, const std::function<void(RunnerOptions&)>& tweak) const {
+  // options tweak sets; device and wrap (a backend around the device's) for runners on other backends.
+  using Wrap = std::function<std::unique_ptr<ops::Backend>(std::unique_ptr<ops::Backend>)>;
+  std::unique_ptr<ModelRunner> make_runner(int max_logits_rows, const std::function<void(RunnerOptions&)>& tweak,
+                                           const std::string& device = "cpu", const Wrap& wrap = nullptr) const {
     const io::ModelConfig config = io::load_model_config(dir_);
-    auto backend = create_backend(resolve_device("cpu", "auto", config.torch_dtype), 0);
+    auto backend = create_backend(resolve_device(device, "auto", config.torch_dtype), 0);
+    if (wrap) backend = wrap(std::move(backend));
     model::ModelOptions mo;
     mo.max_num_tokens = 256;
     mo.max_logits_rows = max_logits_rows;
@@ -586,39 +590,16 @@ class EpilogueFusing final : public ops::Backend {
 // The model's epilogue plan (LlamaModel::epilogue_plan): on a backend that fuses the residual adds and SiLU·mul but
 // not the norms, a prefill and decode steps give the logits of the unfused ops (the fused ops keep their roundings)
 // and the same greedy tokens; the fused ops are used.
-TEST(EpilogueFusions, MatchTheUnfusedOpsOnPycoderTiny) {
-  auto shared = testing::shared_dir();
-  const std::filesystem::path dir =
-      shared ? *shared / "models" / "pycoder-tiny" : testing::source_dir() / "models" / "pycoder-tiny";
-  if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << dir << " absent";
-  const io::ModelConfig config = io::load_model_config(dir);
-  const DeviceChoice choice = resolve_device("ref", "auto", config.torch_dtype);
+TEST_F(RunnerOnModel, EpilogueFusionsMatchTheUnfusedOps) {
   EpilogueFusing* fusing = nullptr;
-  auto make = [&](bool fuse) {
-    std::unique_ptr<ops::Backend> backend = create_backend(choice, 0);
-    if (fuse) {
-      auto wrapped = std::make_unique<EpilogueFusing>(std::move(backend));
-      fusing = wrapped.get();
-      backend = std::move(wrapped);
-    }
-    model::ModelOptions mo;
-    mo.activation_dtype = choice.activation_dtype;
-    mo.max_num_tokens = 64;
-    mo.max_logits_rows = 4;
-    auto model = model::load_model(dir, *backend, mo);
-    RunnerOptions ro;
-    ro.max_num_seqs = 2;
-    ro.max_num_batched_tokens = 64;
-    ro.max_model_len = 64;
-    ro.block_size = 16;
-    ro.kv_dtype = choice.kv_dtype;
-    auto runner = std::make_unique<ModelRunner>(std::move(backend), std::move(model), ro);
-    runner->allocate_kv_cache(8);
-    return runner;
-  };
+  auto plain = make_runner(4, [](RunnerOptions&) {}, "ref");
+  auto fused = make_runner(4, [](RunnerOptions&) {}, "ref", [&](std::unique_ptr<ops::Backend> inner) {
+    auto wrapped = std::make_unique<EpilogueFusing>(std::move(inner));
+    fusing = wrapped.get();
+    return std::unique_ptr<ops::Backend>(std::move(wrapped));
+  });
   // A 20-token prompt, then three decode steps of the greedy tokens.
   auto run = [&](ModelRunner& runner) {
-    const int vocab = runner.vocab_size();
     Sequence seq = make_seq(24, 20, 0, 16, 0);
     seq.token_ids.resize(20);
     for (int i = 0; i < 20; ++i) seq.token_ids[static_cast<size_t>(i)] = 300 + 11 * i;
@@ -631,7 +612,7 @@ TEST(EpilogueFusions, MatchTheUnfusedOpsOnPycoderTiny) {
       std::vector<float> logits;
       runner.prepare(out, {}, lr);
       runner.execute(logits);
-      EXPECT_EQ(logits.size(), static_cast<size_t>(vocab));
+      EXPECT_EQ(logits.size(), static_cast<size_t>(vocab_));
       seq.num_computed_tokens += n;
       const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       seq.token_ids.push_back(next);
@@ -639,8 +620,6 @@ TEST(EpilogueFusions, MatchTheUnfusedOpsOnPycoderTiny) {
     }
     return std::make_pair(rows, seq.token_ids);
   };
-  auto plain = make(false);
-  auto fused = make(true);
   const auto [want, want_ids] = run(*plain);
   const auto [got, got_ids] = run(*fused);
   EXPECT_EQ(got_ids, want_ids);
@@ -653,8 +632,9 @@ TEST(EpilogueFusions, MatchTheUnfusedOpsOnPycoderTiny) {
   ASSERT_NE(fusing, nullptr);
   EXPECT_GT(fusing->asked_, 0);
   // Each layer's o_proj, gate/up and down fused in every forward (4 steps, and any warm-up).
-  EXPECT_GE(fusing->fused_, 4 * 3 * config.num_hidden_layers);
-  EXPECT_EQ(fusing->fused_ % (3 * config.num_hidden_layers), 0);
+  const int64_t layers = io::load_model_config(dir_).num_hidden_layers;
+  EXPECT_GE(fusing->fused_, 4 * 3 * layers);
+  EXPECT_EQ(fusing->fused_ % (3 * layers), 0);
 }
 
 }  // namespace
