@@ -897,6 +897,8 @@ class CudaBackendImpl final : public CudaBackend {
     l.decode_split_tiles = split_tiles;
     const size_t ws = cuda::attention_workspace_bytes(l);
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
+    // The last split CTA of each (sequence, KV head) merges the decode splits instead of a combine kernel.
+    if (ws && cuda::decode_fused_combine()) l.split_counters = split_counters(static_cast<int64_t>(l.num_seqs) * l.num_kv_heads);
     cuda::launch_attention(l, stream_);
   }
 
@@ -1046,6 +1048,30 @@ class CudaBackendImpl final : public CudaBackend {
   int multiprocessor_count() const override { return sm_count_; }
   void* stream_handle() const override { return stream_; }
   int* device_error_word() override { return error_word_; }
+
+  // n zeroed ints for the fused split combine's arrival counters (each launch leaves them zero again). Grown like
+  // scratch: never inside a graph capture, and the old buffer kept while graphs may point at it.
+  int* split_counters(int64_t n) {
+    if (n <= counters_n_) return counters_;
+    if (capturing_)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cuda: workspace must grow inside a graph capture; run the same step eagerly before capturing");
+    PEREGRINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (counters_) {
+      if (graphs_.empty()) {
+        PEREGRINE_CUDA_CHECK(cudaFree(counters_));
+      } else {
+        retired_.push_back(counters_);
+      }
+      counters_ = nullptr;
+      counters_n_ = 0;
+    }
+    const int64_t grown = std::max<int64_t>(4096, (n + 4095) / 4096 * 4096);
+    counters_ = static_cast<int*>(allocate(static_cast<size_t>(grown) * sizeof(int)));
+    PEREGRINE_CUDA_CHECK(cudaMemset(counters_, 0, static_cast<size_t>(grown) * sizeof(int)));
+    counters_n_ = grown;
+    return counters_;
+  }
 
   void* scratch(size_t bytes, int slot) override {
     if (slot < 0 || slot >= kScratchSlots) throw Error(ErrorCode::kInvalidArgument, "cuda: scratch slot out of range");
@@ -1282,6 +1308,8 @@ class CudaBackendImpl final : public CudaBackend {
     }
     for (void* p : retired_) cudaFree(p);
     retired_.clear();
+    if (counters_) cudaFree(counters_);
+    counters_ = nullptr;
     for (void* p : pinned_) cudaFreeHost(p);
     pinned_.clear();
     if (gemm_workspace_) cudaFree(gemm_workspace_);
@@ -1328,6 +1356,8 @@ class CudaBackendImpl final : public CudaBackend {
   std::map<int64_t, cudaGraphExec_t> graphs_;
   int64_t next_graph_id_ = 1;
   Scratch scratch_[kScratchSlots];
+  int* counters_ = nullptr;  // split_counters
+  int64_t counters_n_ = 0;
   std::vector<void*> retired_;
   std::set<void*> pinned_;
 };
