@@ -431,8 +431,9 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
   }
 
   // Fused combine (p.split_counters): the split CTA that finishes last merges the (sequence, KV head)'s splits, in
-  // place of decode_combine_kernel (one launch a layer fewer; the same arithmetic, so the same bits).
-  if (d.num_splits > 1 && p.split_counters) {
+  // place of decode_combine_kernel (one launch a layer fewer; the same arithmetic, so the same bits). b16 caches
+  // only: in the 8-bit kernels (128 registers) it doubled the spills, so those keep the combine kernel.
+  if constexpr (!C::kCodes) if (d.num_splits > 1 && p.split_counters) {
     __shared__ int last;
     __threadfence();  // this CTA's partials are visible device-wide before its arrival counts
     __syncthreads();
@@ -462,7 +463,7 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
             static_cast<unsigned>(p.num_kv_heads));
   launch_pdl(decode_kernel<T, D, Q, kMinBlocks>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits,
              rows_cap);
-  if (grid_splits > 1 && p.split_counters == nullptr) {
+  if (grid_splits > 1 && (p.split_counters == nullptr || C::kCodes)) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
     static const bool wide = [] {
       const char* e = std::getenv("PEREGRINE_DECODE_COMBINE_WIDE");
