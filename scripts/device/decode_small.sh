@@ -13,7 +13,7 @@ tests() {  # label filter [ENV=V]
   echo "tests $label rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|Failure" "/tmp/tests_$label.log" | head -12
 }
 tests default "${OPS:-CudaAttention*:CudaKvQuant*:CudaGraph*:CudaFusedMatmul.*:CudaQuant*:CudaRope*:CudaKvWrite*}"
-tests fused 'CudaAttention*:CudaKvQuant*:CudaGraph*' PEREGRINE_DECODE_FUSED_COMBINE=1 PEREGRINE_DECODE_SPLIT_TILES=1
+tests fused 'CudaAttention*:CudaGraph*' PEREGRINE_DECODE_FUSED_COMBINE=1 PEREGRINE_DECODE_SPLIT_TILES=1
 T1=PEREGRINE_DECODE_SPLIT_TILES=1 T2=PEREGRINE_DECODE_SPLIT_TILES=2 FC=PEREGRINE_DECODE_FUSED_COMBINE=1
 BI=PEREGRINE_SKINNY_BIASED=1
 TESTS=0 RUNS="${RUNS:-bf16:new:bf16:1 bf16fc:new:bf16:1:$FC bf16t2fc:new:bf16:1:$T2,$FC bf16t1fc:new:bf16:1:$T1,$FC \
