@@ -12,14 +12,14 @@ tests() {  # label filter [ENV=V]
   env "$@" timeout 200 "$b/cuda_ops_tests" --gtest_filter="$filter" >"/tmp/tests_$label.log" 2>&1
   echo "tests $label rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|Failure" "/tmp/tests_$label.log" | head -12
 }
-tests default "${OPS:-CudaAttention*:CudaKvQuant*:CudaGraph*:CudaFusedMatmul.*:CudaQuant*:CudaRope*:CudaKvWrite*}"
-tests fused 'CudaAttention*:CudaGraph*' PEREGRINE_DECODE_FUSED_COMBINE=1 PEREGRINE_DECODE_SPLIT_TILES=1
 T1=PEREGRINE_DECODE_SPLIT_TILES=1 T2=PEREGRINE_DECODE_SPLIT_TILES=2 FC=PEREGRINE_DECODE_FUSED_COMBINE=1
 BI=PEREGRINE_SKINNY_BIASED=1
-TESTS=0 RUNS="${RUNS:-bf16:new:bf16:1 bf16fc:new:bf16:1:$FC bf16t2fc:new:bf16:1:$T2,$FC bf16t1fc:new:bf16:1:$T1,$FC \
+tests fused 'CudaAttention*:CudaGraph*' $FC $T1
+TESTS=0 RUNS="${RUNS:-bf16:new:bf16:1 bf16fc:new:bf16:1:$FC bf16t2fc:new:bf16:1:$T2,$FC \
 w4:new:w4a16:1 w4fc:new:w4a16:1:$FC w4t1fc:new:w4a16:1:$T1,$FC w4bi:new:w4a16:1:$BI w4bi8:new:w4a16:8:$BI \
 w4b8:new:w4a16:8 w8:new:w8a16:1 bf16b8:new:bf16:8 bf16b8fc:new:bf16:8:$FC bf16b8t2fc:new:bf16:8:$T2,$FC \
 bf16b64:new:bf16:64 bf16b64fc:new:bf16:64:$FC bf16b64t2fc:new:bf16:64:$T2,$FC}" \
   scripts/device/w4_skinny.sh run 2>&1 | grep -E "^\||rc="
 BENCH=bf16:1 PROFILE="w4a16:1" PCTX=1024 PROFILE_ENV="${PROFILE_ENV:-PEREGRINE_DECODE_FUSED_COMBINE=1}" \
   scripts/device/decode_profile.sh 2>&1 | grep -A14 "^| kernel | grid"
+tests default "${OPS:-CudaAttention.FusedCombine*:CudaKvQuant*:CudaFusedMatmul.*:CudaQuant*:CudaRope*:CudaKvWrite*}"
