@@ -85,6 +85,8 @@ class CudaBackendImpl final : public CudaBackend {
       PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
       PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMemset(error_word_, 0, sizeof(int)));
+      PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&matmul_counter_), sizeof(int)));
+      PEREGRINE_CUDA_CHECK(cudaMemset(matmul_counter_, 0, sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(int)));
       *error_host_ = 0;
       PEREGRINE_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
@@ -302,6 +304,13 @@ class CudaBackendImpl final : public CudaBackend {
     }
     if (!f.residual.empty()) l.residual = f.residual.data;
     l.silu_pair = f.silu_mul;
+    if (!f.norm_after.empty()) {
+      if (w8a8 || f.norm_after.dtype != l.dtype) return false;
+      l.norm_after_w = f.norm_after.data;
+      l.norm_out = f.norm_after_out.data;
+      l.norm_after_eps = f.eps;
+      l.counter = matmul_counter_;
+    }
     return w8a8 ? cuda::skinny_w8a8_takes(l) : cuda::skinny_gemm_fuses(l);
   }
   bool fuses_matmuls(std::span<const MatmulParams> ps, const MatmulFusion& f) const override {
@@ -309,6 +318,9 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::SkinnyGemmLaunch l;
     if (mode == FusionMode::kNone || !fused_launch(ps, f, l)) return false;
     static const bool epilogues = !env_off("PEREGRINE_FUSE_EPILOGUE");
+    // PEREGRINE_FUSE_NORM_AFTER=0: codes' norms after the residual adds on their own again (comparisons).
+    static const bool norm_after = !env_off("PEREGRINE_FUSE_NORM_AFTER");
+    if (!f.norm_after.empty() && !norm_after) return false;
     return mode == FusionMode::kAll || (l.codes != DType::kI4 && l.codes != DType::kU8) ||
            (epilogues && f.norm_weight.empty());
   }
@@ -1318,6 +1330,8 @@ class CudaBackendImpl final : public CudaBackend {
     staging_buf_ = nullptr;
     if (error_word_) cudaFree(error_word_);
     error_word_ = nullptr;
+    if (matmul_counter_) cudaFree(matmul_counter_);
+    matmul_counter_ = nullptr;
     if (error_host_) cudaFreeHost(error_host_);
     error_host_ = nullptr;
     if (stream_) cudaStreamDestroy(stream_);
@@ -1346,6 +1360,7 @@ class CudaBackendImpl final : public CudaBackend {
   uint64_t last_ticket_ = 0;
   int* error_word_ = nullptr;
   int* error_host_ = nullptr;
+  int* matmul_counter_ = nullptr;  // the skinny kernel's last-block count (SkinnyGemmLaunch::counter), zero between launches
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;
   std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 and int8 W8A8 at M > 32 (created at first use)
