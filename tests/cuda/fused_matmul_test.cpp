@@ -168,18 +168,19 @@ TEST(CudaFusedMatmul, RowsDoNotDependOnM) {
 }
 
 // The norm after a residual add (MatmulFusion::norm_after, codes on the factored path): the residual and the normed
-// rows bitwise those of the residual epilogue followed by the rms_norm kernel, for every M <= 16, widths whose norm
-// takes 1-8 pieces a lane, codes with and without zeros; a second launch gives them again (the last-block counter is
-// left zero); dense weights are refused (their norms go into the next matmul instead).
+// rows bitwise those of the residual epilogue followed by the rms_norm kernel, for every M <= 16, several widths,
+// codes with and without zeros; a second launch gives them again (the last-block counter is left zero); dense weights
+// are refused (their norms go into the next matmul instead). Widths up to 8 pieces a lane take the norm kernel's
+// register form, wider ones its two-pass form (norm_rows.cuh): the fused norm's two-pass form equals both.
 TEST(CudaFusedMatmul, NormAfterTheResidualAddIsTheNormKernelsBits) {
   gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
   std::mt19937 rng(4104);
   struct Shape { int64_t n, k; };
   for (DType act : {DType::kBF16, DType::kF16})
     for (DType codes : {DType::kI4, DType::kU8})
-      for (const Shape sh : {Shape{4096, 1024}, Shape{640, 512}, Shape{12288, 256}, Shape{384, 14336}})
+      for (const Shape sh : {Shape{4096, 1024}, Shape{640, 512}, Shape{12288, 256}, Shape{20480, 128}, Shape{384, 14336}})
         for (int64_t m : {1, 2, 3, 8, 9, 16}) {
-          if ((sh.k == 14336 || sh.n == 12288) && m != 1 && m != 9 && m != 16) continue;
+          if ((sh.k == 14336 || sh.n >= 12288) && m != 1 && m != 9 && m != 16) continue;
           Weights w = make_weights(act, codes, sh.n, sh.k, rng);
           if (m % 2 == 0) w.dev_q.zeros = TensorView();  // the symmetric kernels
           const HostTensor x = random_tensor(act, {m, sh.k}, rng), res = random_tensor(act, {m, sh.n}, rng, 3.0);

@@ -11,11 +11,14 @@ namespace {
 
 constexpr int kThreads = kNormThreads;
 
+// The vector path (16-byte pieces) is norm_rows.cuh's rms_norm_vec_rows; the scalar one below, for rows that are not
+// a multiple of 8 elements or not 16-byte aligned.
 template <typename T, typename TW>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int tpr, bool vec) {
   pdl_wait();
   pdl_trigger();
   const int rows_per_block = kThreads / tpr;
+  if (vec) return rms_norm_vec_rows<T, TW, false>(p, static_cast<int64_t>(blockIdx.x) * rows_per_block, tpr);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
   const bool active = row < p.rows;
@@ -27,47 +30,21 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
 
   float ss = 0.f;
   if (active) {
-    if (vec) {
-      for (int64_t i = lane * 8; i < h; i += tpr * 8) {
-        float v[8];
-        load8(x + i, v);
-        if (res) {
-          float r[8];
-          load8(res + i, r);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) v[e] = to_f32(from_f32<T>(v[e] + r[e]));
-          store8(res + i, v);
-        }
-        ss = add_squares8(v, ss);
+    for (int64_t i = lane; i < h; i += tpr) {
+      float v = to_f32(x[i]);
+      if (res) {
+        T sum = from_f32<T>(v + to_f32(res[i]));
+        res[i] = sum;
+        v = to_f32(sum);
       }
-    } else {
-      for (int64_t i = lane; i < h; i += tpr) {
-        float v = to_f32(x[i]);
-        if (res) {
-          T sum = from_f32<T>(v + to_f32(res[i]));
-          res[i] = sum;
-          v = to_f32(sum);
-        }
-        ss = __fmaf_rn(v, v, ss);
-      }
+      ss = __fmaf_rn(v, v, ss);
     }
   }
   ss = row_sum(ss, tpr);
   if (!active) return;
   const float inv = rms_inv(ss, h, p.eps);
   const T* src = res ? res : x;
-  if (vec) {
-    for (int64_t i = lane * 8; i < h; i += tpr * 8) {
-      float v[8], wv[8];
-      load8(src + i, v);
-      load8(w + i, wv);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * wv[e];
-      store8(out + i, v);
-    }
-  } else {
-    for (int64_t i = lane; i < h; i += tpr) out[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
-  }
+  for (int64_t i = lane; i < h; i += tpr) out[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
 }
 
 // The same arithmetic as rms_norm_kernel's vector path, a lane's pieces all loaded before anything is stored

@@ -1,9 +1,10 @@
-// One row group of RMSNorm's register path, for device code: norm.cu's rms_norm_regs_kernel runs it once a block,
-// and the skinny kernel's last block (skinny_gemm.cu, the norm after a residual add) loops over row groups with it,
-// so both give the same bits. The same arithmetic as rms_norm_kernel's vector path (each lane's sum of squares over
-// its 8-element pieces in order, then row_sum: the xor butterfly, then the warps' partials in order), with a lane's
-// C pieces of x, residual and weight all loaded before anything is stored, so a row costs one round trip to memory
-// instead of one per piece and pass (out may alias x, which forces the generic kernel's order).
+// One row group of RMSNorm over 16-byte pieces, for device code, in two forms with the same arithmetic (each lane's
+// sum of squares over its 8-element pieces in order, then row_sum: the xor butterfly, then the warps' partials in
+// order), so the same bits: rms_norm_vec_rows, two passes over the row (the second hits L1/L2), few registers;
+// rms_norm_regs_rows, a lane's C pieces of x, residual and weight all loaded before anything is stored, so a row costs
+// one round trip to memory instead of one per piece and pass (out may alias x, which forces the first form's order).
+// norm.cu's kernels run them once a block; the skinny kernel's last block (skinny_gemm.cu, the norm after a residual
+// add) loops over row groups with rms_norm_vec_rows.
 #pragma once
 
 #include "backend/cuda/cuda_common.cuh"
@@ -12,19 +13,56 @@
 
 namespace peregrine::cuda {
 
-// The pieces a lane takes at these rows' width (launch_rms_norm's kernel choice: C = 2, 4 or 8 takes 1-2, 3-4, 5-8
-// pieces; 0 when the register path does not apply: more pieces, or hidden not a multiple of 8).
-__host__ __device__ constexpr int rms_norm_regs_pieces(int64_t hidden) {
-  if (hidden % 8 != 0) return 0;
-  const int64_t units = hidden / 8;
-  const int tpr = rms_norm_lanes(units);
-  const int64_t pieces = (units + tpr - 1) / tpr;
-  return pieces <= 2 ? 2 : pieces <= 4 ? 4 : pieces <= 8 ? 8 : 0;
+// Both forms: rows row_base + threadIdx.x / tpr of p, lane threadIdx.x % tpr (kNormThreads threads: kNormThreads /
+// tpr rows; p.hidden a multiple of 8, 16-byte aligned rows). Every thread of the block must call it (row_sum may
+// synchronize); a caller that calls it again must synchronize first. kL2: x and the residual read through L2 only
+// (written by other blocks of the running kernel).
+template <typename T, typename TW, bool kL2>
+__device__ __forceinline__ void rms_norm_vec_rows(const RmsNormLaunch& p, int64_t row_base, int tpr) {
+  const int64_t row = row_base + threadIdx.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const bool active = row < p.rows;
+  const int64_t h = p.hidden;
+  const T* x = static_cast<const T*>(p.x) + row * h;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
+  T* out = static_cast<T*>(p.out) + row * h;
+  const TW* w = static_cast<const TW*>(p.weight);
+  auto load = [](const T* src, float (&v)[8]) {
+    if constexpr (kL2) {
+      load8_cg(src, v);
+    } else {
+      load8(src, v);
+    }
+  };
+  float ss = 0.f;
+  if (active) {
+    for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+      float v[8];
+      load(x + i, v);
+      if (res) {
+        float r[8];
+        load(res + i, r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = to_f32(from_f32<T>(v[e] + r[e]));
+        store8(res + i, v);
+      }
+      ss = add_squares8(v, ss);
+    }
+  }
+  ss = row_sum(ss, tpr);
+  if (!active) return;
+  const float inv = rms_inv(ss, h, p.eps);
+  const T* src = res ? res : x;
+  for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+    float v[8], wv[8];
+    load(src + i, v);
+    load8(w + i, wv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * wv[e];
+    store8(out + i, v);
+  }
 }
 
-// Rows row_base + threadIdx.x / tpr of p, lane threadIdx.x % tpr (kNormThreads threads: kNormThreads / tpr rows).
-// Every thread of the block must call it (row_sum may synchronize); a caller that calls it again must synchronize
-// first. kL2: x and the residual read through L2 only (written by other blocks of the running kernel).
 template <typename T, typename TW, int C, bool kL2>
 __device__ __forceinline__ void rms_norm_regs_rows(const RmsNormLaunch& p, int64_t row_base, int tpr) {
   const int64_t row = row_base + threadIdx.x / tpr;

@@ -811,10 +811,11 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
 }
 
 // The norm after a residual add (SkinnyGemmLaunch::norm_out): every block counts itself in once its tile is stored;
-// the last one makes norm_out = rmsnorm(out) * norm_after_w over all M rows with rms_norm_regs_rows, the norm
-// kernel's own arithmetic and lanes (the skinny kernel's kWarps * 32 threads are the norm's kNormThreads), reading
-// out through L2, and leaves the counter zero for the next launch.
-template <typename T, int C>
+// the last one makes norm_out = rmsnorm(out) * norm_after_w over all M rows with rms_norm_vec_rows, the norm
+// kernels' arithmetic and lanes (the skinny kernel's kWarps * 32 threads are the norm's kNormThreads; the two-pass
+// form, whose few registers leave the matmul's allocation alone), reading out through L2, and leaves the counter zero
+// for the next launch.
+template <typename T>
 __device__ __forceinline__ void norm_after_last_block(const SkinnyGemmLaunch& p) {
   static_assert(kWarps * 32 == kNormThreads, "the norm's row groups take a whole block");
   __shared__ int last;
@@ -831,7 +832,7 @@ __device__ __forceinline__ void norm_after_last_block(const SkinnyGemmLaunch& p)
                         p.norm_after_eps};
   const int tpr = rms_norm_lanes(p.seg[0].n / 8);
   for (int64_t base = 0; base < p.m; base += kNormThreads / tpr) {
-    rms_norm_regs_rows<T, T, C, true>(n, base, tpr);
+    rms_norm_vec_rows<T, T, true>(n, base, tpr);
     __syncthreads();  // row_sum's partials are reused by the next group
   }
 }
@@ -839,12 +840,7 @@ __device__ __forceinline__ void norm_after_last_block(const SkinnyGemmLaunch& p)
 template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
   skinny_tile<T, F, NT, U, kFuse == kFuseNormAfter ? kFuseNone : kFuse>(p, blockIdx.x);
-  if constexpr (kFuse == kFuseNormAfter) {
-    const int pieces = rms_norm_regs_pieces(p.seg[0].n);  // 2, 4 or 8 (skinny_gemm_fuses)
-    if (pieces == 2) norm_after_last_block<T, 2>(p);
-    else if (pieces == 4) norm_after_last_block<T, 4>(p);
-    else norm_after_last_block<T, 8>(p);
-  }
+  if constexpr (kFuse == kFuseNormAfter) norm_after_last_block<T>(p);
 }
 
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
@@ -1693,12 +1689,11 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   if (l.norm_w && (!aligned16(l.norm_w) || l.k * 2 > kSkinnyNormMaxBytes)) return false;
   if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
   if (l.residual && l.num_segments != 1) return false;
-  // The norm after the residual add: codes on the factored path, the norm's register path at out's width (n), x-dtype
-  // weights (the caller's), 16-byte aligned buffers and a counter.
+  // The norm after the residual add: codes on the factored path, the norm's 16-byte pieces (n % 8 == 0, aligned),
+  // x-dtype weights (the caller's) and a counter.
   if (l.norm_out) {
     if ((l.codes != DType::kI4 && l.codes != DType::kU8) || !l.residual || !l.counter || !l.norm_after_w ||
-        rms_norm_regs_pieces(l.seg[0].n) == 0 || !aligned16(l.norm_after_w) || !aligned16(l.norm_out) ||
-        !aligned16(l.seg[0].out))
+        l.seg[0].n % 8 != 0 || !aligned16(l.norm_after_w) || !aligned16(l.norm_out) || !aligned16(l.seg[0].out))
       return false;
   }
   if (l.silu_pair) {
@@ -1793,12 +1788,11 @@ bool skinny_w8a8_takes(const SkinnyGemmLaunch& l) {
   if (l.norm_w && (!l.quantize_x || !aligned16(l.norm_w) || l.residual)) return false;
   if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
   if (l.residual && l.num_segments != 1) return false;
-  // The norm after the residual add: codes on the factored path, the norm's register path at out's width (n), x-dtype
-  // weights (the caller's), 16-byte aligned buffers and a counter.
+  // The norm after the residual add: codes on the factored path, the norm's 16-byte pieces (n % 8 == 0, aligned),
+  // x-dtype weights (the caller's) and a counter.
   if (l.norm_out) {
     if ((l.codes != DType::kI4 && l.codes != DType::kU8) || !l.residual || !l.counter || !l.norm_after_w ||
-        rms_norm_regs_pieces(l.seg[0].n) == 0 || !aligned16(l.norm_after_w) || !aligned16(l.norm_out) ||
-        !aligned16(l.seg[0].out))
+        l.seg[0].n % 8 != 0 || !aligned16(l.norm_after_w) || !aligned16(l.norm_out) || !aligned16(l.seg[0].out))
       return false;
   }
   if (l.silu_pair) {
