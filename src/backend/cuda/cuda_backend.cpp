@@ -318,8 +318,12 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::SkinnyGemmLaunch l;
     if (mode == FusionMode::kNone || !fused_launch(ps, f, l)) return false;
     static const bool epilogues = !env_off("PEREGRINE_FUSE_EPILOGUE");
-    // PEREGRINE_FUSE_NORM_AFTER=0: codes' norms after the residual adds on their own again (comparisons).
-    static const bool norm_after = !env_off("PEREGRINE_FUSE_NORM_AFTER");
+    // PEREGRINE_FUSE_NORM_AFTER=1: codes' norms after the residual adds made by the matmul's last block (an
+    // experiment, off until measured; matmuls_fused runs it whenever asked).
+    static const bool norm_after = [] {
+      const char* v = std::getenv("PEREGRINE_FUSE_NORM_AFTER");
+      return v && std::string_view(v) == "1";
+    }();
     if (!f.norm_after.empty() && !norm_after) return false;
     return mode == FusionMode::kAll || (l.codes != DType::kI4 && l.codes != DType::kU8) ||
            (epilogues && f.norm_weight.empty());
