@@ -73,25 +73,11 @@ class LlamaModel final : public Model {
   // answer for every layer of a step, remembered per t.
   bool fused_step(int64_t t);
   // Otherwise each layer's epilogue fusions, which give the bits of the unfused ops (ops.h MatmulFusion): the
-  // residual add after o_proj and down_proj, SiLU·mul after gate/up on x the norm kernel made, and the norm after a
-  // residual add (o_proj's: the MLP's input norm; down_proj's: the next layer's input norm or the final norm). Bits
-  // of kEpilogue*, per layer, remembered per t (a backend may fuse them where it does not fuse the norms into its
-  // matmuls, as CUDA does for 4- and 8-bit codes).
-  enum : uint8_t { kEpilogueO = 1, kEpilogueGateUp = 2, kEpilogueDown = 4, kEpilogueONorm = 8, kEpilogueDownNorm = 16 };
+  // residual add after o_proj and down_proj, SiLU·mul after gate/up on x the norm kernel made. Bits of
+  // kEpilogue*, per layer, remembered per t (a backend may fuse them where it does not fuse the norms, as CUDA does
+  // for 4- and 8-bit codes).
+  enum : uint8_t { kEpilogueO = 1, kEpilogueGateUp = 2, kEpilogueDown = 4 };
   const std::vector<uint8_t>& epilogue_plan(int64_t t);
-  // The residual add into the residual stream with the norm after it (weight) into normed_, for t tokens.
-  ops::MatmulFusion add_norm(const TensorView& weight, int64_t t) const {
-    ops::MatmulFusion f;
-    f.residual = act(residual_, t, config_.hidden_size);
-    f.norm_after = weight;
-    f.norm_after_out = act(normed_, t, config_.hidden_size);
-    f.eps = static_cast<float>(config_.rms_norm_eps);
-    return f;
-  }
-  // The norm after layer l's MLP: the next layer's input norm, or the final norm.
-  const TensorView& next_norm(size_t l) const {
-    return l + 1 < weights_.layers.size() ? weights_.layers[l + 1].input_norm : weights_.final_norm;
-  }
   TensorView act(const ops::DeviceBuffer& buf, int64_t rows, int64_t cols) const {
     return TensorView(buf.data(), options_.activation_dtype, {rows, cols});
   }
@@ -199,20 +185,13 @@ const std::vector<uint8_t>& LlamaModel::epilogue_plan(int64_t t) {
     ops::MatmulFusion add, silu;
     add.residual = residual;
     silu.silu_mul = true;
-    for (size_t l = 0; l < weights_.layers.size(); ++l) {
-      const LayerWeights& w = weights_.layers[l];
+    for (const LayerWeights& w : weights_.layers) {
       const ops::MatmulParams o = w.o_proj(attn, residual), down = w.down_proj(gate, residual);
       const std::array gate_up{w.gate_proj(normed, gate), w.up_proj(normed, up)};
       uint8_t bits = 0;
-      if (backend_.fuses_matmuls({&o, 1}, add)) {
-        bits |= kEpilogueO;
-        if (backend_.fuses_matmuls({&o, 1}, add_norm(w.post_norm, t))) bits |= kEpilogueONorm;
-      }
+      if (backend_.fuses_matmuls({&o, 1}, add)) bits |= kEpilogueO;
       if (backend_.fuses_matmuls(gate_up, silu)) bits |= kEpilogueGateUp;
-      if (backend_.fuses_matmuls({&down, 1}, add)) {
-        bits |= kEpilogueDown;
-        if (backend_.fuses_matmuls({&down, 1}, add_norm(next_norm(l), t))) bits |= kEpilogueDownNorm;
-      }
+      if (backend_.fuses_matmuls({&down, 1}, add)) bits |= kEpilogueDown;
       plan.push_back(bits);
     }
   }
@@ -242,13 +221,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
   // Unfused: `pending` while hidden holds a product (or the embedding) not yet added to the residual stream; the
   // next norm adds it (rms_norm with a residual), as the fused residual epilogue would have.
   bool pending = false;
-  // normed_ready: a residual epilogue already made normed with the norm the next norm() call asks for.
-  bool normed_ready = false;
   auto norm = [&](const TensorView& weight) {
-    if (normed_ready) {
-      normed_ready = false;
-      return;
-    }
     if (pending) {
       backend_.rms_norm({hidden, residual, weight, normed, eps});  // residual += hidden; normed = rmsnorm(residual)
     } else {
@@ -310,15 +283,10 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     }
     // residual += proj(x): in the matmul's epilogue (pending is false: the norm before added hidden), or into hidden
     // for the next norm to add.
-    // norm_after: the norm that follows, made in the same epilogue (a kEpilogue*Norm bit; fuse is then true).
-    auto add_projection = [&](const Linear& proj, const TensorView& x, bool fuse, const TensorView* norm_after) {
+    auto add_projection = [&](const Linear& proj, const TensorView& x, bool fuse) {
       if (fuse) {
         ops::MatmulFusion add;
         add.residual = residual;
-        if (norm_after) {
-          add = add_norm(*norm_after, t);
-          normed_ready = true;
-        }
         const ops::MatmulParams p = proj(x, residual);
         backend_.matmuls_fused({&p, 1}, add);
       } else {
@@ -326,7 +294,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
         pending = true;
       }
     };
-    add_projection(w.o_proj, attn, (epi & kEpilogueO) != 0, epi & kEpilogueONorm ? &w.post_norm : nullptr);
+    add_projection(w.o_proj, attn, (epi & kEpilogueO) != 0);
     norm(w.post_norm);
     if (epi & kEpilogueGateUp) {
       ops::MatmulFusion silu;
@@ -336,7 +304,7 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
       backend_.matmuls(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)});
       backend_.silu_mul({gate, up, gate});
     }
-    add_projection(w.down_proj, gate, (epi & kEpilogueDown) != 0, epi & kEpilogueDownNorm ? &next_norm(l) : nullptr);
+    add_projection(w.down_proj, gate, (epi & kEpilogueDown) != 0);
   }
   norm(weights_.final_norm);
 }

@@ -147,15 +147,6 @@ void check_matmul_fusion(std::span<const MatmulParams> ps, const MatmulFusion& f
     require(f.residual.numel() == first.out.numel() && f.residual.dtype == first.out.dtype, op,
             "residual must have out's shape and dtype");
   }
-  if (!f.norm_after.empty()) {
-    require(!f.residual.empty(), op, "norm_after needs a residual add");
-    require(f.norm_after.numel() == first.out.dim(1), op, "norm_after must have N elements");
-    require_float(f.norm_after, op, "norm_after");
-    require(f.norm_after_out.numel() == first.out.numel() && f.norm_after_out.dtype == first.out.dtype, op,
-            "norm_after_out must have out's shape and dtype");
-  } else {
-    require(f.norm_after_out.empty(), op, "norm_after_out without norm_after");
-  }
   if (f.silu_mul) {
     require(ps.size() == 2, op, "silu_mul takes two matmuls (gate, up)");
     require(ps[1].out.dim(1) == first.out.dim(1) && ps[1].out.dtype == first.out.dtype, op,

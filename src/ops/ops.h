@@ -87,16 +87,11 @@ struct MatmulParams {
 //   residual set (one matmul; [M, N] in out's dtype): out = round(residual + round(product)); out may alias it.
 //   silu_mul (two matmuls, gate then up, of one shape and out dtype): gate.out = round(silu(round(gate)) ·
 //     round(up)), the unfused silu_mul of the two rounded products; up.out is not written.
-//   norm_after set (with residual; [N]): then norm_after_out = rms_norm of the new residual with
-//     norm_after and eps, exactly as rms_norm({residual, {}, norm_after, norm_after_out, eps}) computes it after the
-//     matmul (the next layer's or the MLP's input norm, without its own launch).
 struct MatmulFusion {
   TensorView norm_weight;  // [K] in x's dtype, optional
   float eps = 1e-6f;
   TensorView residual;     // optional
   bool silu_mul = false;
-  TensorView norm_after;      // [N] f32/bf16/f16, optional (with residual)
-  TensorView norm_after_out;  // [M, N] in out's dtype (with norm_after)
 };
 
 // When residual is set: residual += x (in place), then out = rmsnorm(residual) * weight.

@@ -167,63 +167,6 @@ TEST(CudaFusedMatmul, RowsDoNotDependOnM) {
   }
 }
 
-// The norm after a residual add (MatmulFusion::norm_after, codes on the factored path): the residual and the normed
-// rows bitwise those of the residual epilogue followed by the rms_norm kernel, for every M <= 16, several widths,
-// codes with and without zeros; a second launch gives them again (the last-block counter is left zero); dense weights
-// are refused (their norms go into the next matmul instead). Widths up to 8 pieces a lane take the norm kernel's
-// register form, wider ones its two-pass form (norm_rows.cuh): the fused norm's two-pass form equals both.
-TEST(CudaFusedMatmul, NormAfterTheResidualAddIsTheNormKernelsBits) {
-  gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);
-  std::mt19937 rng(4104);
-  struct Shape { int64_t n, k; };
-  for (DType act : {DType::kBF16, DType::kF16})
-    for (DType codes : {DType::kI4, DType::kU8})
-      for (const Shape sh : {Shape{4096, 1024}, Shape{640, 512}, Shape{12288, 256}, Shape{20480, 128}, Shape{384, 14336}})
-        for (int64_t m : {1, 2, 3, 8, 9, 16}) {
-          if ((sh.k == 14336 || sh.n >= 12288) && m != 1 && m != 9 && m != 16) continue;
-          Weights w = make_weights(act, codes, sh.n, sh.k, rng);
-          if (m % 2 == 0) w.dev_q.zeros = TensorView();  // the symmetric kernels
-          const HostTensor x = random_tensor(act, {m, sh.k}, rng), res = random_tensor(act, {m, sh.n}, rng, 3.0);
-          const DeviceTensor d_x(x), gamma(random_tensor(act, {sh.n}, rng));
-          auto run = [&](bool fused) {
-            DeviceTensor r(res), normed(HostTensor(act, {m, sh.n}));
-            normed.poison();
-            const ops::MatmulParams p{d_x.view(), w.d_w.view(), TensorView(), r.view(), w.dev_q};
-            ops::MatmulFusion f;
-            f.residual = r.view();
-            f.eps = 1e-5f;
-            if (fused) {
-              f.norm_after = gamma.view();
-              f.norm_after_out = normed.view();
-              const char* on = std::getenv("PEREGRINE_FUSE_NORM_AFTER");  // the model asks for it only then
-              EXPECT_EQ(gpu().fuses_matmuls({&p, 1}, f), on != nullptr && std::string(on) == "1");
-              gpu().matmuls_fused({&p, 1}, f);
-            } else {
-              gpu().matmuls_fused({&p, 1}, f);
-              gpu().rms_norm({r.view(), {}, gamma.view(), normed.view(), f.eps});
-            }
-            return std::make_pair(r.to_host(), normed.to_host());
-          };
-          const auto want = run(false), got = run(true), again = run(true);
-          const std::string what = std::string(dtype_name(act)) + " codes " + std::string(dtype_name(codes)) + " n " +
-                                   std::to_string(sh.n) + " k " + std::to_string(sh.k) + " M " + std::to_string(m);
-          EXPECT_EQ(want.first.bytes, got.first.bytes) << what << ": residual";
-          EXPECT_EQ(want.second.bytes, got.second.bytes) << what << ": normed rows";
-          EXPECT_EQ(want.second.bytes, again.second.bytes) << what << ": a second launch";
-        }
-  // Dense weights keep their norms in the next matmul: no norm after.
-  const DeviceTensor x(random_tensor(DType::kBF16, {1, 256}, rng)), w(random_tensor(DType::kBF16, {256, 256}, rng));
-  DeviceTensor r(random_tensor(DType::kBF16, {1, 256}, rng)), normed(HostTensor(DType::kBF16, {1, 256}));
-  const DeviceTensor gamma(random_tensor(DType::kBF16, {256}, rng));
-  const ops::MatmulParams p{x.view(), w.view(), TensorView(), r.view()};
-  ops::MatmulFusion f;
-  f.residual = r.view();
-  f.norm_after = gamma.view();
-  f.norm_after_out = normed.view();
-  EXPECT_FALSE(gpu().fuses_matmuls({&p, 1}, f));
-  EXPECT_THROW(gpu().matmuls_fused({&p, 1}, f), peregrine::Error);
-}
-
 // What has no fused kernel is refused by fuses_matmuls and by matmuls_fused (with an Error, not a wrong result).
 TEST(CudaFusedMatmul, RefusesWhatItHasNoKernelFor) {
   gpu_services().set_matmul_policy(ops::MatmulPolicy::kSkinnySmallM);

@@ -3,10 +3,6 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
-#include <atomic>
-#include <cstdlib>
-#include <string_view>
-
 namespace peregrine::cuda {
 namespace {
 
@@ -27,20 +23,7 @@ DecodeGeometry decode_geometry(const AttentionLaunch& p) {
   return g;
 }
 
-std::atomic<int> g_fused_combine{-1};  // -1: PEREGRINE_DECODE_FUSED_COMBINE not read yet
-
 }  // namespace
-
-bool decode_fused_combine() {
-  int v = g_fused_combine.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("PEREGRINE_DECODE_FUSED_COMBINE");
-    v = e && std::string_view(e) == "1" ? 1 : 0;
-    g_fused_combine.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
-void set_decode_fused_combine(bool on) { g_fused_combine.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 bool attention_uses_tensor_cores(const AttentionLaunch& p) {
   const bool b16 = p.act == DType::kBF16 || p.act == DType::kF16;

@@ -46,18 +46,10 @@ struct AttentionLaunch {
   int sliding_window, max_query_len, max_seq_len;
   int block_shift;   // log2(block_size) when a power of two, else -1 (set by launch_attention)
   float* workspace;  // split-K partials, attention_workspace_bytes(...) bytes
-  // Arrival counters of the fused split combine, num_seqs * num_kv_heads ints, zero before the launch and zero again
-  // after it; null: a combine kernel merges the splits instead (the same bits).
-  int* split_counters = nullptr;
   // The fewest KV tiles a decode split takes over b16 caches (0: kDecodeMinTilesPerSplit), twice that over 8-bit
   // ones; a property of the model's cache, never of the batch (decode_min_tiles).
   int decode_split_tiles = 0;
 };
-
-// Whether the backend has the last split CTA merge the decode splits (AttentionLaunch::split_counters) instead of a
-// combine kernel: PEREGRINE_DECODE_FUSED_COMBINE=0/1 (default below), or set_decode_fused_combine (tests).
-bool decode_fused_combine();
-void set_decode_fused_combine(bool on);
 
 // Bytes of device workspace launch_attention needs for these params (0 when none).
 size_t attention_workspace_bytes(const AttentionLaunch& p);

@@ -66,86 +66,6 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   return d;
 }
 
-// Merges the splits of one decode-path (sequence, KV head): out = sum_i w_i O_i / sum_i w_i with
-// w_i = 2^(lse_i - max lse), splits in index order. Every row's log-sum-exps come in one round of loads, a thread a
-// row makes its weights and their sum, then each output's partials are loaded eight at a time and summed in split
-// order: a few round trips to L2 where a loop over rows and splits made dozens. The partials are read from L2
-// (ld.global.cg): in the fused form other CTAs wrote them during this kernel.
-// kWide (PEREGRINE_DECODE_COMBINE_WIDE=1, an experiment): a thread an output where the block holds them (up to
-// kCombineWideThreads) and sixteen partials in flight, predicated, instead of eight; the same sums in the same order.
-// Run by decode_combine_kernel, or by the last of a (sequence, KV head)'s split CTAs to finish (fused combine): the
-// same arithmetic either way, so the same bits.
-constexpr int kCombineWideThreads = 1024;
-template <typename T, bool kWide>
-__device__ __forceinline__ void combine_splits(const AttentionLaunch& p, const DecodeSeq& d, int s, int kvh,
-                                               int grid_splits, int rows_cap, float (*weights)[kDecodeMaxSplits],
-                                               float* totals) {
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int D = p.head_dim, n = d.num_splits;
-  const int64_t part0 = (static_cast<int64_t>(s) * p.num_kv_heads + kvh) * grid_splits * rows_cap;
-  const float* ws_o = p.workspace;
-  const float* ws_lse = p.workspace + static_cast<int64_t>(p.num_seqs) * p.num_kv_heads * grid_splits * rows_cap * D;
-  for (int i = threadIdx.x; i < d.rows * n; i += blockDim.x) {
-    const int r = i / n, split = i % n;
-    weights[r][split] = __ldcg(ws_lse + part0 + split * rows_cap + r);
-  }
-  __syncthreads();
-  if (static_cast<int>(threadIdx.x) < d.rows) {
-    float* w = weights[threadIdx.x];
-    float mx = -INFINITY;
-    for (int i = 0; i < n; ++i) mx = fmaxf(mx, w[i]);
-    float total = 0.f;
-    for (int i = 0; i < n; ++i) {
-      w[i] = w[i] == -INFINITY ? 0.f : exp2f(w[i] - mx);
-      total += w[i];
-    }
-    totals[threadIdx.x] = total;
-  }
-  __syncthreads();
-  const int64_t split_stride = static_cast<int64_t>(rows_cap) * D;
-  for (int idx = threadIdx.x; idx < d.rows * D; idx += blockDim.x) {
-    const int r = idx / D, col = idx % D;
-    const float* src = ws_o + (part0 + r) * D + col;
-    float acc = 0.f;
-    if constexpr (kWide) {
-      for (int i = 0; i < n; i += 16) {
-        float v[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) v[j] = i + j < n ? __ldcg(src + (i + j) * split_stride) : 0.f;
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-          if (i + j < n) acc += weights[r][i + j] * v[j];
-      }
-    } else {
-      int i = 0;
-      for (; i + 8 <= n; i += 8) {
-        float v[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = __ldcg(src + (i + j) * split_stride);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc += weights[r][i + j] * v[j];
-      }
-      for (; i < n; ++i) acc += weights[r][i] * __ldcg(src + i * split_stride);
-    }
-    const int64_t token = d.q0 + r / group;
-    T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D;
-    out[col] = from_f32<T>(acc / totals[r]);
-  }
-}
-
-template <typename T, bool kWide>
-__global__ void __launch_bounds__(kWide ? kCombineWideThreads : 128) decode_combine_kernel(const AttentionLaunch p,
-                                                                                        int grid_splits, int rows_cap) {
-  pdl_wait();
-  pdl_trigger();
-  __shared__ float weights[kDecodeMaxRows][kDecodeMaxSplits];
-  __shared__ float totals[kDecodeMaxRows];
-  const int s = blockIdx.x, kvh = blockIdx.y;
-  const DecodeSeq d = decode_seq(p, s, p.num_q_heads / p.num_kv_heads);
-  if (d.rows == 0 || d.num_splits <= 1) return;
-  combine_splits<T, kWide>(p, d, s, kvh, grid_splits, rows_cap, weights, totals);
-}
-
 template <typename T, int D, KvQuant Q, int kMinBlocks>
 __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
   using C = DecodeCfg<D, Q>;
@@ -429,24 +349,75 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
       if (col == 0) ws_lse[part + r] = sum > 0.f ? mx + log2f(sum) : -INFINITY;
     }
   }
+}
 
-  // Fused combine (p.split_counters): the split CTA that finishes last merges the (sequence, KV head)'s splits, in
-  // place of decode_combine_kernel (one launch a layer fewer; the same arithmetic, so the same bits). b16 caches
-  // only: in the 8-bit kernels (128 registers) it doubled the spills, so those keep the combine kernel.
-  if constexpr (!C::kCodes) if (d.num_splits > 1 && p.split_counters) {
-    __shared__ int last;
-    __threadfence();  // this CTA's partials are visible device-wide before its arrival counts
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int* ctr = p.split_counters + static_cast<int64_t>(s) * p.num_kv_heads + kvh;
-      last = atomicAdd(ctr, 1) == d.num_splits - 1;
-      if (last) *ctr = 0;  // zero again for the next launch (which starts only after this kernel has finished)
+// Merges the splits of each decode-path (sequence, KV head): out = sum_i w_i O_i / sum_i w_i with
+// w_i = 2^(lse_i - max lse), splits in index order. Every row's log-sum-exps come in one round of loads, a thread a
+// row makes its weights and their sum, then each output's partials are loaded eight at a time and summed in split
+// order: a few round trips to L2 where a loop over rows and splits made dozens.
+// kWide (PEREGRINE_DECODE_COMBINE_WIDE=1, an experiment): a thread an output where the block holds them (up to
+// kCombineWideThreads) and sixteen partials in flight, predicated, instead of eight; the same sums in the same order.
+constexpr int kCombineWideThreads = 1024;
+template <typename T, bool kWide>
+__global__ void __launch_bounds__(kWide ? kCombineWideThreads : 128) decode_combine_kernel(const AttentionLaunch p,
+                                                                                        int grid_splits, int rows_cap) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float weights[kDecodeMaxRows][kDecodeMaxSplits];
+  __shared__ float totals[kDecodeMaxRows];
+  const int s = blockIdx.x, kvh = blockIdx.y;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const DecodeSeq d = decode_seq(p, s, group);
+  if (d.rows == 0 || d.num_splits <= 1) return;
+  const int D = p.head_dim, n = d.num_splits;
+  const int64_t part0 = (static_cast<int64_t>(s) * p.num_kv_heads + kvh) * grid_splits * rows_cap;
+  const float* ws_o = p.workspace;
+  const float* ws_lse = p.workspace + static_cast<int64_t>(p.num_seqs) * p.num_kv_heads * grid_splits * rows_cap * D;
+  for (int i = threadIdx.x; i < d.rows * n; i += blockDim.x) {
+    const int r = i / n, split = i % n;
+    weights[r][split] = ws_lse[part0 + split * rows_cap + r];
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < d.rows) {
+    float* w = weights[threadIdx.x];
+    float mx = -INFINITY;
+    for (int i = 0; i < n; ++i) mx = fmaxf(mx, w[i]);
+    float total = 0.f;
+    for (int i = 0; i < n; ++i) {
+      w[i] = w[i] == -INFINITY ? 0.f : exp2f(w[i] - mx);
+      total += w[i];
     }
-    __syncthreads();  // also: every thread is done with the merge scratch reused below
-    if (!last) return;
-    __threadfence();
-    auto* weights = reinterpret_cast<float(*)[kDecodeMaxSplits]>(smem + C::kQBytes);
-    combine_splits<T, false>(p, d, s, kvh, grid_splits, rows_cap, weights, &weights[kDecodeMaxRows][0]);
+    totals[threadIdx.x] = total;
+  }
+  __syncthreads();
+  const int64_t split_stride = static_cast<int64_t>(rows_cap) * D;
+  for (int idx = threadIdx.x; idx < d.rows * D; idx += blockDim.x) {
+    const int r = idx / D, col = idx % D;
+    const float* src = ws_o + (part0 + r) * D + col;
+    float acc = 0.f;
+    if constexpr (kWide) {
+      for (int i = 0; i < n; i += 16) {
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v[j] = i + j < n ? src[(i + j) * split_stride] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          if (i + j < n) acc += weights[r][i + j] * v[j];
+      }
+    } else {
+      int i = 0;
+      for (; i + 8 <= n; i += 8) {
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = src[(i + j) * split_stride];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc += weights[r][i + j] * v[j];
+      }
+      for (; i < n; ++i) acc += weights[r][i] * src[i * split_stride];
+    }
+    const int64_t token = d.q0 + r / group;
+    T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D;
+    out[col] = from_f32<T>(acc / totals[r]);
   }
 }
 
@@ -463,7 +434,7 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
             static_cast<unsigned>(p.num_kv_heads));
   launch_pdl(decode_kernel<T, D, Q, kMinBlocks>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits,
              rows_cap);
-  if (grid_splits > 1 && (p.split_counters == nullptr || C::kCodes)) {
+  if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
     static const bool wide = [] {
       const char* e = std::getenv("PEREGRINE_DECODE_COMBINE_WIDE");

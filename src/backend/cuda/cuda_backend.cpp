@@ -85,8 +85,6 @@ class CudaBackendImpl final : public CudaBackend {
       PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
       PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMemset(error_word_, 0, sizeof(int)));
-      PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&matmul_counter_), sizeof(int)));
-      PEREGRINE_CUDA_CHECK(cudaMemset(matmul_counter_, 0, sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(int)));
       *error_host_ = 0;
       PEREGRINE_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
@@ -304,13 +302,6 @@ class CudaBackendImpl final : public CudaBackend {
     }
     if (!f.residual.empty()) l.residual = f.residual.data;
     l.silu_pair = f.silu_mul;
-    if (!f.norm_after.empty()) {
-      if (w8a8 || f.norm_after.dtype != l.dtype) return false;
-      l.norm_after_w = f.norm_after.data;
-      l.norm_out = f.norm_after_out.data;
-      l.norm_after_eps = f.eps;
-      l.counter = matmul_counter_;
-    }
     return w8a8 ? cuda::skinny_w8a8_takes(l) : cuda::skinny_gemm_fuses(l);
   }
   bool fuses_matmuls(std::span<const MatmulParams> ps, const MatmulFusion& f) const override {
@@ -318,13 +309,6 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::SkinnyGemmLaunch l;
     if (mode == FusionMode::kNone || !fused_launch(ps, f, l)) return false;
     static const bool epilogues = !env_off("PEREGRINE_FUSE_EPILOGUE");
-    // PEREGRINE_FUSE_NORM_AFTER=1: codes' norms after the residual adds made by the matmul's last block (an
-    // experiment, off until measured; matmuls_fused runs it whenever asked).
-    static const bool norm_after = [] {
-      const char* v = std::getenv("PEREGRINE_FUSE_NORM_AFTER");
-      return v && std::string_view(v) == "1";
-    }();
-    if (!f.norm_after.empty() && !norm_after) return false;
     return mode == FusionMode::kAll || (l.codes != DType::kI4 && l.codes != DType::kU8) ||
            (epilogues && f.norm_weight.empty());
   }
@@ -913,8 +897,6 @@ class CudaBackendImpl final : public CudaBackend {
     l.decode_split_tiles = split_tiles;
     const size_t ws = cuda::attention_workspace_bytes(l);
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
-    // The last split CTA of each (sequence, KV head) merges the decode splits instead of a combine kernel.
-    if (ws && cuda::decode_fused_combine()) l.split_counters = split_counters(static_cast<int64_t>(l.num_seqs) * l.num_kv_heads);
     cuda::launch_attention(l, stream_);
   }
 
@@ -1064,30 +1046,6 @@ class CudaBackendImpl final : public CudaBackend {
   int multiprocessor_count() const override { return sm_count_; }
   void* stream_handle() const override { return stream_; }
   int* device_error_word() override { return error_word_; }
-
-  // n zeroed ints for the fused split combine's arrival counters (each launch leaves them zero again). Grown like
-  // scratch: never inside a graph capture, and the old buffer kept while graphs may point at it.
-  int* split_counters(int64_t n) {
-    if (n <= counters_n_) return counters_;
-    if (capturing_)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "cuda: workspace must grow inside a graph capture; run the same step eagerly before capturing");
-    PEREGRINE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (counters_) {
-      if (graphs_.empty()) {
-        PEREGRINE_CUDA_CHECK(cudaFree(counters_));
-      } else {
-        retired_.push_back(counters_);
-      }
-      counters_ = nullptr;
-      counters_n_ = 0;
-    }
-    const int64_t grown = std::max<int64_t>(4096, (n + 4095) / 4096 * 4096);
-    counters_ = static_cast<int*>(allocate(static_cast<size_t>(grown) * sizeof(int)));
-    PEREGRINE_CUDA_CHECK(cudaMemset(counters_, 0, static_cast<size_t>(grown) * sizeof(int)));
-    counters_n_ = grown;
-    return counters_;
-  }
 
   void* scratch(size_t bytes, int slot) override {
     if (slot < 0 || slot >= kScratchSlots) throw Error(ErrorCode::kInvalidArgument, "cuda: scratch slot out of range");
@@ -1324,8 +1282,6 @@ class CudaBackendImpl final : public CudaBackend {
     }
     for (void* p : retired_) cudaFree(p);
     retired_.clear();
-    if (counters_) cudaFree(counters_);
-    counters_ = nullptr;
     for (void* p : pinned_) cudaFreeHost(p);
     pinned_.clear();
     if (gemm_workspace_) cudaFree(gemm_workspace_);
@@ -1334,8 +1290,6 @@ class CudaBackendImpl final : public CudaBackend {
     staging_buf_ = nullptr;
     if (error_word_) cudaFree(error_word_);
     error_word_ = nullptr;
-    if (matmul_counter_) cudaFree(matmul_counter_);
-    matmul_counter_ = nullptr;
     if (error_host_) cudaFreeHost(error_host_);
     error_host_ = nullptr;
     if (stream_) cudaStreamDestroy(stream_);
@@ -1364,7 +1318,6 @@ class CudaBackendImpl final : public CudaBackend {
   uint64_t last_ticket_ = 0;
   int* error_word_ = nullptr;
   int* error_host_ = nullptr;
-  int* matmul_counter_ = nullptr;  // the skinny kernel's last-block count (SkinnyGemmLaunch::counter), zero between launches
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;
   std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 and int8 W8A8 at M > 32 (created at first use)
@@ -1375,8 +1328,6 @@ class CudaBackendImpl final : public CudaBackend {
   std::map<int64_t, cudaGraphExec_t> graphs_;
   int64_t next_graph_id_ = 1;
   Scratch scratch_[kScratchSlots];
-  int* counters_ = nullptr;  // split_counters
-  int64_t counters_n_ = 0;
   std::vector<void*> retired_;
   std::set<void*> pinned_;
 };

@@ -57,18 +57,6 @@ template <typename T> __device__ __forceinline__ void load8(const T* p, float (&
     for (int i = 0; i < 8; ++i) v[i] = to_f32(e[i]);
   }
 }
-// load8 through L2 only (ld.global.cg): for data other blocks of the running kernel wrote.
-template <typename T> __device__ __forceinline__ void load8_cg(const T* p, float (&v)[8]) {
-  if constexpr (sizeof(T) == 4) {
-    float4 a = __ldcg(reinterpret_cast<const float4*>(p)), b = __ldcg(reinterpret_cast<const float4*>(p) + 1);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-  } else {
-    uint4 raw = __ldcg(reinterpret_cast<const uint4*>(p));
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = to_f32(e[i]);
-  }
-}
 template <typename T> __device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
   if constexpr (sizeof(T) == 4) {
     reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);

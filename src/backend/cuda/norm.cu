@@ -3,7 +3,6 @@
 // squares go through norm_sum.cuh, which the 8-bit skinny kernel's norm fusion shares.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/norm.cuh"
-#include "backend/cuda/norm_rows.cuh"
 #include "backend/cuda/norm_sum.cuh"
 
 namespace peregrine::cuda {
@@ -11,14 +10,11 @@ namespace {
 
 constexpr int kThreads = kNormThreads;
 
-// The vector path (16-byte pieces) is norm_rows.cuh's rms_norm_vec_rows; the scalar one below, for rows that are not
-// a multiple of 8 elements or not 16-byte aligned.
 template <typename T, typename TW>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int tpr, bool vec) {
   pdl_wait();
   pdl_trigger();
   const int rows_per_block = kThreads / tpr;
-  if (vec) return rms_norm_vec_rows<T, TW, false>(p, static_cast<int64_t>(blockIdx.x) * rows_per_block, tpr);
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
   const int lane = threadIdx.x % tpr;
   const bool active = row < p.rows;
@@ -30,30 +26,104 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
 
   float ss = 0.f;
   if (active) {
-    for (int64_t i = lane; i < h; i += tpr) {
-      float v = to_f32(x[i]);
-      if (res) {
-        T sum = from_f32<T>(v + to_f32(res[i]));
-        res[i] = sum;
-        v = to_f32(sum);
+    if (vec) {
+      for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+        float v[8];
+        load8(x + i, v);
+        if (res) {
+          float r[8];
+          load8(res + i, r);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[e] = to_f32(from_f32<T>(v[e] + r[e]));
+          store8(res + i, v);
+        }
+        ss = add_squares8(v, ss);
       }
-      ss = __fmaf_rn(v, v, ss);
+    } else {
+      for (int64_t i = lane; i < h; i += tpr) {
+        float v = to_f32(x[i]);
+        if (res) {
+          T sum = from_f32<T>(v + to_f32(res[i]));
+          res[i] = sum;
+          v = to_f32(sum);
+        }
+        ss = __fmaf_rn(v, v, ss);
+      }
     }
   }
   ss = row_sum(ss, tpr);
   if (!active) return;
   const float inv = rms_inv(ss, h, p.eps);
   const T* src = res ? res : x;
-  for (int64_t i = lane; i < h; i += tpr) out[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
+  if (vec) {
+    for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+      float v[8], wv[8];
+      load8(src + i, v);
+      load8(w + i, wv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * wv[e];
+      store8(out + i, v);
+    }
+  } else {
+    for (int64_t i = lane; i < h; i += tpr) out[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
+  }
 }
 
-// The same arithmetic as rms_norm_kernel's vector path, a lane's pieces all loaded before anything is stored
-// (norm_rows.cuh).
+// The same arithmetic as rms_norm_kernel's vector path (each lane's sum of squares over its 8-element pieces in
+// order, the xor butterfly, then the warps' partials in order: bitwise the same results), with a lane's C pieces of
+// x, residual and weight all loaded before anything is stored, so a row costs one round trip to memory instead of
+// one per piece and pass (out may alias x, which forces the compiler to keep the generic kernel's order).
 template <typename T, typename TW, int C>
 __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p, int tpr) {
   pdl_wait();
   pdl_trigger();
-  rms_norm_regs_rows<T, TW, C, false>(p, static_cast<int64_t>(blockIdx.x) * (kThreads / tpr), tpr);
+  const int rows_per_block = kThreads / tpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const bool active = row < p.rows;
+  const int64_t h = p.hidden;
+  const T* x = static_cast<const T*>(p.x) + row * h;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
+  T* out = static_cast<T*>(p.out) + row * h;
+  const TW* w = static_cast<const TW*>(p.weight);
+  float v[C][8], wv[C][8];
+  float ss = 0.f;
+  if (active) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) {
+        load8(x + i, v[c]);
+        load8(w + i, wv[c]);
+        if (res) {
+          float r[8];
+          load8(res + i, r);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[c][e] = to_f32(from_f32<T>(v[c][e] + r[e]));
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) {
+        if (res) store8(res + i, v[c]);
+        ss = add_squares8(v[c], ss);
+      }
+    }
+  }
+  ss = row_sum(ss, tpr);
+  if (!active) return;
+  const float inv = rms_inv(ss, h, p.eps);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+    if (i < h) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * inv * wv[c][e];
+      store8(out + i, v[c]);
+    }
+  }
 }
 
 }  // namespace

@@ -11,7 +11,6 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
-#include "backend/cuda/norm_rows.cuh"
 #include "backend/cuda/norm_sum.cuh"
 #include "core/status.h"
 
@@ -607,9 +606,7 @@ __device__ __forceinline__ uint4 norm_piece(const uint4& xv, const uint4& gv, fl
 // without the norm (x already normalised: the main loop is kFuseNone's, only the tiles and the epilogue differ).
 // Every block has the whole of K for its rows, so it needs no other block's sums. The residual add is the
 // epilogue's alone (p.residual), so it needs no variant.
-// kFuseNormAfter: kFuseNone's kernel with the residual add, then the norm after it made by the block that finishes
-// last (norm_after_last_block).
-enum Fuse : int { kFuseNone, kFuseNorm, kFusePair, kFuseSilu, kFuseNormAfter };
+enum Fuse : int { kFuseNone, kFuseNorm, kFusePair, kFuseSilu };
 
 // Tiles of a launch: 16-row tiles of every segment, or 8 rows of each of a silu pair's two.
 __host__ __device__ __forceinline__ int64_t launch_tiles(const SkinnyGemmLaunch& l) {
@@ -810,37 +807,9 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
   store_tile<T, NT, kNorm, pair>(p, src.seg, src.n0, acc, ss);
 }
 
-// The norm after a residual add (SkinnyGemmLaunch::norm_out): every block counts itself in once its tile is stored;
-// the last one makes norm_out = rmsnorm(out) * norm_after_w over all M rows with rms_norm_vec_rows, the norm
-// kernels' arithmetic and lanes (the skinny kernel's kWarps * 32 threads are the norm's kNormThreads; the two-pass
-// form, whose few registers leave the matmul's allocation alone), reading out through L2, and leaves the counter zero
-// for the next launch.
-template <typename T>
-__device__ __forceinline__ void norm_after_last_block(const SkinnyGemmLaunch& p) {
-  static_assert(kWarps * 32 == kNormThreads, "the norm's row groups take a whole block");
-  __shared__ int last;
-  __threadfence();  // this block's outputs are visible device-wide before it counts itself in
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(p.counter, 1) == static_cast<int>(gridDim.x) - 1;
-    if (last) *p.counter = 0;  // the next launch starts after this kernel has finished
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const RmsNormLaunch n{p.seg[0].out, nullptr, p.norm_after_w, p.norm_out, p.dtype, p.dtype, p.m, p.seg[0].n,
-                        p.norm_after_eps};
-  const int tpr = rms_norm_lanes(p.seg[0].n / 8);
-  for (int64_t base = 0; base < p.m; base += kNormThreads / tpr) {
-    rms_norm_vec_rows<T, T, true>(n, base, tpr);
-    __syncthreads();  // row_sum's partials are reused by the next group
-  }
-}
-
 template <typename T, Weights F, int NT, int U, int MINB, int kFuse>
 __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_gemm_kernel(SkinnyGemmLaunch p) {
-  skinny_tile<T, F, NT, U, kFuse == kFuseNormAfter ? kFuseNone : kFuse>(p, blockIdx.x);
-  if constexpr (kFuse == kFuseNormAfter) norm_after_last_block<T>(p);
+  skinny_tile<T, F, NT, U, kFuse>(p, blockIdx.x);
 }
 
 // PEREGRINE_SKINNY_PLAIN=1 (comparisons): codes take the dequantize-per-code path even where the factored one fits.
@@ -862,9 +831,6 @@ bool skinny_sym() {
 // One kernel of the set, with the fusion l asks for (dense weights and the factored path only).
 template <typename T, Weights F, int NT, int U, int MINB>
 void launch_kernel(const dim3 grid, const dim3 block, cudaStream_t stream, const SkinnyGemmLaunch& l) {
-  if constexpr (kFactored<F>) {
-    if (l.norm_out) return launch_pdl(skinny_gemm_kernel<T, F, NT, U, MINB, kFuseNormAfter>, grid, block, 0, stream, l.m, l);
-  }
   if constexpr (F == Weights::kDense || kFactored<F>) {
     const size_t gamma_bytes = static_cast<size_t>(l.k) * sizeof(T);
     if (l.silu_pair && !l.norm_w)
@@ -909,7 +875,7 @@ void launch_factored(const SkinnyGemmLaunch& l, const dim3 grid, const dim3 bloc
   constexpr int kU1 = kU8F<F> ? kFactU1 - 1 : kFactU1;
   if (l.m <= 8) {
     if constexpr (kSymF<F>) {  // the norm fusions (off for codes unless asked) keep two blocks
-      if (skinny_fact3(l, grid.x) && !l.norm_w && !l.norm_out) {
+      if (skinny_fact3(l, grid.x) && !l.norm_w) {
         if (l.silu_pair) return launch_pdl(skinny_gemm_kernel<T, F, 1, 2, 3, kFuseSilu>, grid, block, 0, stream, l.m, l);
         return launch_pdl(skinny_gemm_kernel<T, F, 1, 2, 3, kFuseNone>, grid, block, 0, stream, l.m, l);
       }
@@ -1678,7 +1644,7 @@ bool skinny_gemm_supports(const SkinnyGemmLaunch& l) {
 
 bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   if (!skinny_gemm_supports(l)) return false;
-  const bool fused = l.norm_w || l.residual || l.silu_pair || l.norm_out;
+  const bool fused = l.norm_w || l.residual || l.silu_pair;
   if (!fused) return true;
   if (l.codes == DType::kI4 || l.codes == DType::kU8) {
     if (skinny_plain()) return false;
@@ -1689,13 +1655,6 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
   if (l.norm_w && (!aligned16(l.norm_w) || l.k * 2 > kSkinnyNormMaxBytes)) return false;
   if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
   if (l.residual && l.num_segments != 1) return false;
-  // The norm after the residual add: codes on the factored path, the norm's 16-byte pieces (n % 8 == 0, aligned),
-  // x-dtype weights (the caller's) and a counter.
-  if (l.norm_out) {
-    if ((l.codes != DType::kI4 && l.codes != DType::kU8) || !l.residual || !l.counter || !l.norm_after_w ||
-        l.seg[0].n % 8 != 0 || !aligned16(l.norm_after_w) || !aligned16(l.norm_out) || !aligned16(l.seg[0].out))
-      return false;
-  }
   if (l.silu_pair) {
     const SkinnySegment &a = l.seg[0], &b = l.seg[1];
     if (l.residual || l.num_segments != 2 || a.n != b.n || a.groups != b.groups || a.group_size != b.group_size ||
@@ -1710,7 +1669,7 @@ void set_skinny_fact3(int mode) { g_fact3.store(mode, std::memory_order_relaxed)
 void set_skinny_biased_codes(bool on) { g_biased.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void launch_skinny_gemm(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
-  if (launch.norm_w || launch.residual || launch.silu_pair || launch.norm_out)
+  if (launch.norm_w || launch.residual || launch.silu_pair)
     PEREGRINE_CHECK(skinny_gemm_fuses(launch), "skinny matmul: fusions asked of a launch that does not take them");
   static const bool no_fold = [] {
     const char* e = std::getenv("PEREGRINE_SKINNY_FOLD");
@@ -1788,13 +1747,6 @@ bool skinny_w8a8_takes(const SkinnyGemmLaunch& l) {
   if (l.norm_w && (!l.quantize_x || !aligned16(l.norm_w) || l.residual)) return false;
   if ((l.residual || l.silu_pair) && l.out_dtype != l.dtype) return false;
   if (l.residual && l.num_segments != 1) return false;
-  // The norm after the residual add: codes on the factored path, the norm's 16-byte pieces (n % 8 == 0, aligned),
-  // x-dtype weights (the caller's) and a counter.
-  if (l.norm_out) {
-    if ((l.codes != DType::kI4 && l.codes != DType::kU8) || !l.residual || !l.counter || !l.norm_after_w ||
-        l.seg[0].n % 8 != 0 || !aligned16(l.norm_after_w) || !aligned16(l.norm_out) || !aligned16(l.seg[0].out))
-      return false;
-  }
   if (l.silu_pair) {
     const SkinnySegment &a = l.seg[0], &b = l.seg[1];
     if (!l.norm_w || l.num_segments != 2 || a.n != b.n) return false;

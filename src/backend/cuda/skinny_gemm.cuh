@@ -77,14 +77,6 @@ struct SkinnyGemmLaunch {
   float norm_eps = 0.0f;
   const void* residual = nullptr;
   bool silu_pair = false;
-  // The norm after the residual add (codes on the factored path, with residual; ops.h MatmulFusion::norm_after):
-  // once every tile is stored, norm_out [M, n] = rmsnorm(out) * norm_after_w ([n] in x's dtype), made by the block
-  // that finishes last with the norm kernel's arithmetic (launch_rms_norm's bits), which saves the next norm's
-  // launch. counter: one int, zero before the launch (the launch leaves it zero).
-  const void* norm_after_w = nullptr;
-  void* norm_out = nullptr;
-  float norm_after_eps = 0.0f;
-  int* counter = nullptr;
   // GGUF Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K blocks in the packed layout (launch_skinny_ggml): x already quantized by
   // launch_ggml_quantize_x into xq / xd / xsum ([M, K] codes, [M, K / 32] scales and code sums); dtype is unused.
   GgmlType ggml = GgmlType::kNone;

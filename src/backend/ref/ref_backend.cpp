@@ -258,7 +258,6 @@ class RefBackend final : public Backend {
         store(out, i, v);
       }
     }
-    if (!f.norm_after.empty()) rms_norm({ps[0].out, {}, f.norm_after, f.norm_after_out, f.eps});
   }
 
   void rms_norm(const RmsNormParams& p) override {
