@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Batch-1 decode's small kernels (issues 14, 11): the decode attention's split size and fused split combine, the
-# codes' norm after the residual add (NORM_AFTER=1) and the skinny kernel's biased
-# int4 codes, measured in one call, with the attention tests under the fused combine over one-tile splits and the
-# fused-matmul / quant / RoPE / KV op tests.
+# Batch-1 decode's small kernels (issues 14, 11): the decode attention's split size (PEREGRINE_DECODE_SPLIT_TILES)
+# and the split combine's wide form (PEREGRINE_DECODE_COMBINE_WIDE=1, an experiment) against the defaults in one call,
+# bf16 / W4A16 / W8A16 at batch 1, 8 and 64, with the attention, quant and fused-matmul op tests and ncu of a W4A16 step.
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle (peregrine and cuda_ops_tests in .device/carry_w4), then
 # scripts/device/carry_light.sh on; there: source .device/carry_w4/env.sh && scripts/device/decode_small.sh.
 # RUNS as w4_skinny.sh takes them (default below); PROFILE_ENV: the switches of the ncu step profile (w4a16 bs 1);
-# QUICK=1: fewer runs, no attention tests under the fused combine, no ncu (a call with less time left).
+# QUICK=1: no attention tests and no ncu (a call with less time left).
 set -uo pipefail
 b=.device/bin
 tests() {  # label filter [ENV=V]
@@ -14,18 +13,13 @@ tests() {  # label filter [ENV=V]
   env "$@" timeout 200 "$b/cuda_ops_tests" --gtest_filter="$filter" >"/tmp/tests_$label.log" 2>&1
   echo "tests $label rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|Failure" "/tmp/tests_$label.log" | head -12
 }
-T1=PEREGRINE_DECODE_SPLIT_TILES=1 T2=PEREGRINE_DECODE_SPLIT_TILES=2 FC=PEREGRINE_DECODE_FUSED_COMBINE=1
-BI=PEREGRINE_SKINNY_BIASED=1 NA1=PEREGRINE_FUSE_NORM_AFTER=1
-tests new 'CudaFusedMatmul.NormAfter*:CudaAttention.FusedCombine*' $NA1
-[ "${QUICK:-0}" = 1 ] || tests fused 'CudaAttention.MixedBatch*:CudaAttention.ResultDoesNotDependOnBatch:CudaAttention.RowExact*:CudaGraph*' $FC $T1
-[ "${QUICK:-0}" = 1 ] && RUNS=${RUNS:-"bf16:new:bf16:1 bf16fc:new:bf16:1:$FC w4:new:w4a16:1 w4na1:new:w4a16:1:$NA1 \
-w4fc:new:w4a16:1:$FC w4both:new:w4a16:1:$FC,$NA1 w8:new:w8a16:1 w8na1:new:w8a16:1:$NA1 bf16b64:new:bf16:64 \
-bf16b64fc:new:bf16:64:$FC"}
-TESTS=0 RUNS="${RUNS:-bf16:new:bf16:1 bf16fc:new:bf16:1:$FC w4:new:w4a16:1 w4na1:new:w4a16:1:$NA1 \
-w4fc:new:w4a16:1:$FC w4both:new:w4a16:1:$FC,$NA1 w8:new:w8a16:1 w8na1:new:w8a16:1:$NA1 bf16t2fc:new:bf16:1:$T2,$FC \
-w4t1fc:new:w4a16:1:$T1,$FC,$NA1 w4bi:new:w4a16:1:$BI w4b8:new:w4a16:8 w4b8na1:new:w4a16:8:$NA1 bf16b8:new:bf16:8 \
-bf16b8fc:new:bf16:8:$FC bf16b64:new:bf16:64 bf16b64fc:new:bf16:64:$FC}" \
+T2=PEREGRINE_DECODE_SPLIT_TILES=2 CW=PEREGRINE_DECODE_COMBINE_WIDE=1
+tests ops "${OPS:-CudaKvQuant*:CudaFusedMatmul.*:CudaQuant*:CudaRope*:CudaKvWrite*:CudaSkinny*}"
+[ "${QUICK:-0}" = 1 ] || tests attention 'CudaAttention*:CudaGraph*'
+[ "${QUICK:-0}" = 1 ] || tests wide 'CudaAttention*' $CW PEREGRINE_DECODE_SPLIT_TILES=1
+TESTS=0 RUNS="${RUNS:-bf16:new:bf16:1 bf16t2:new:bf16:1:$T2 w4:new:w4a16:1 w4t2:new:w4a16:1:$T2 w8:new:w8a16:1 \
+w8t2:new:w8a16:1:$T2 w4cw:new:w4a16:1:$CW bf16cw:new:bf16:1:$CW bf16b8:new:bf16:8 bf16b8t2:new:bf16:8:$T2 \
+w4b8:new:w4a16:8 bf16b64:new:bf16:64 bf16b64t2:new:bf16:64:$T2 w4b64:new:w4a16:64}" \
   scripts/device/w4_skinny.sh run 2>&1 | grep -E "^\||rc="
-[ "${QUICK:-0}" = 1 ] || BENCH=bf16:1 PROFILE="w4a16:1" PCTX=1024 PROFILE_ENV="${PROFILE_ENV:-PEREGRINE_DECODE_FUSED_COMBINE=1 PEREGRINE_FUSE_NORM_AFTER=1}" \
+[ "${QUICK:-0}" = 1 ] || BENCH=bf16:1 PROFILE="w4a16:1" PCTX=1024 PROFILE_ENV="${PROFILE_ENV:-X=1}" \
   scripts/device/decode_profile.sh 2>&1 | grep -A14 "^| kernel | grid"
-tests default "${OPS:-CudaKvQuant*:CudaFusedMatmul.*:CudaQuant*:CudaRope*:CudaKvWrite*:CudaSkinny*}"

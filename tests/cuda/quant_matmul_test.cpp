@@ -178,38 +178,6 @@ TEST(CudaQuantMatmul, ThreeBlocksAnSmGiveTheSameBits) {
       }
 }
 
-// The biased int4 chunks (an experiment, PEREGRINE_SKINNY_BIASED=1): every element against the ref backend for
-// symmetric codes and codes with zeros at bf16, M 1 to 16, and rows bitwise the same for every M <= 16.
-TEST(CudaQuantMatmul, BiasedCodesMatchRef) {
-  std::mt19937 rng(25);
-  cuda::set_skinny_biased_codes(true);
-  for (bool zeros : {false, true}) {
-    const int64_t n = 400, k = 4096, group = 128;
-    const QuantInputs in = make_inputs(DType::kI4, n, k, group, rng);
-    const DeviceQuant dev(in);
-    const ops::WeightQuant dq = dev.quant(zeros, false, false, group), hq = in.host_quant(zeros, false, false, group);
-    HostTensor x = random_tensor(DType::kBF16, {16, k}, rng);
-    DeviceTensor d_x(x);
-    HostTensor full;
-    for (int64_t m : {16, 1, 2, 5, 8, 9}) {
-      HostTensor want(DType::kBF16, {m, n});
-      ref().matmul({x.view().slice_rows(0, m), in.codes.view(), TensorView(), want.view(), hq});
-      DeviceTensor d_out(want);
-      d_out.poison();
-      gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
-      const HostTensor got = d_out.to_host();
-      const std::string what = std::string(zeros ? "zeros" : "sym") + " M " + std::to_string(m);
-      EXPECT_TRUE(all_close(got, want)) << what;
-      if (m == 16) {
-        full = got;
-      } else {
-        EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), full.bytes.begin())) << what;
-      }
-    }
-  }
-  cuda::set_skinny_biased_codes(false);
-}
-
 TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
   std::mt19937 rng(22);
   for (DType codes : {DType::kI4, DType::kU8}) {

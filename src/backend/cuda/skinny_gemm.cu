@@ -273,21 +273,9 @@ template <Weights F> __device__ __forceinline__ uint32_t x_pair(const uint4 (&v)
 
 // One chunk (one group) of the factored path: the codes' and x's sums on the tensor cores, then the group's zero
 // and scale: acc += scale * (sum c x - zero * sum x), for this lane's rows g (a) and g + 8 (b).
-// kBiased (int4 codes at bf16; SkinnyGemmLaunch::biased_codes, PEREGRINE_SKINNY_BIASED=1, an experiment): each code
-// pair goes to the tensor cores as 128 + c (the lop3 alone, no packed fma) and the bias comes off with the zero,
-// acc += s (sum (128 + c) x - (128 + z) sum x): about a sixth fewer instructions a chunk than the fold; the sums
-// carry 128 sum x, so a few bits of the f32 accumulator go to the cancellation (still far finer than x's bf16).
-template <typename T, Weights F, int NT, bool kBiased = false>
+template <typename T, Weights F, int NT>
 __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
                                                const uint4 (&bx)[NT][4]) {
-  static_assert(!kBiased || kInt4F<F>, "biased chunks take int4 codes");
-  auto word = [&](const RowPiece<F>& r, int j, int part) {
-    if constexpr (kBiased) {
-      return biased_int4_pair<T, F>(r, j);
-    } else {
-      return code_pair<T, F>(r, j, part);
-    }
-  };
   const uint32_t ones[4] = {CodeMagic<T>::kOne, CodeMagic<T>::kOne, CodeMagic<T>::kOne, CodeMagic<T>::kOne};
   float cs[NT][4], xs[NT][4];
 #pragma unroll
@@ -301,21 +289,19 @@ __device__ __forceinline__ void factored_chunk(float (&acc)[NT][4], const RowPie
       const uint32_t x0w = x_pair<F>(bx[j], 2 * i), x1w = x_pair<F>(bx[j], 2 * i + 1);
 #pragma unroll
       for (int part = 0; part < kParts<T, F>; ++part) {
-        const uint32_t frag[4] = {word(a, 2 * i, part), word(b8, 2 * i, part), word(a, 2 * i + 1, part),
-                                  word(b8, 2 * i + 1, part)};
+        const uint32_t frag[4] = {code_pair<T, F>(a, 2 * i, part), code_pair<T, F>(b8, 2 * i, part),
+                                  code_pair<T, F>(a, 2 * i + 1, part), code_pair<T, F>(b8, 2 * i + 1, part)};
         attn::mma16816<T>(cs[j], frag, x0w, x1w);
       }
       attn::mma16816<T>(xs[j], ones, x0w, x1w);
     }
   }
-  const float za = kBiased ? a.zero + CodeMagic<T>::kBiasF : a.zero;
-  const float zb = kBiased ? b8.zero + CodeMagic<T>::kBiasF : b8.zero;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    acc[j][0] = fmaf(a.scale, fmaf(-za, xs[j][0], cs[j][0]), acc[j][0]);
-    acc[j][1] = fmaf(a.scale, fmaf(-za, xs[j][1], cs[j][1]), acc[j][1]);
-    acc[j][2] = fmaf(b8.scale, fmaf(-zb, xs[j][2], cs[j][2]), acc[j][2]);
-    acc[j][3] = fmaf(b8.scale, fmaf(-zb, xs[j][3], cs[j][3]), acc[j][3]);
+    acc[j][0] = fmaf(a.scale, fmaf(-a.zero, xs[j][0], cs[j][0]), acc[j][0]);
+    acc[j][1] = fmaf(a.scale, fmaf(-a.zero, xs[j][1], cs[j][1]), acc[j][1]);
+    acc[j][2] = fmaf(b8.scale, fmaf(-b8.zero, xs[j][2], cs[j][2]), acc[j][2]);
+    acc[j][3] = fmaf(b8.scale, fmaf(-b8.zero, xs[j][3], cs[j][3]), acc[j][3]);
   }
 }
 
@@ -412,15 +398,11 @@ __device__ __forceinline__ void fold_u8_chunk(float (&acc)[NT][4], const RowPiec
                        [&](int j) { return u8_fold_pair<T, F, kSym>(b8, j, hb, lb); });
 }
 
-// A factored chunk: biased where the launch asks (bf16 int4), else folded where the launch allows it and every zero
-// of the warp's rows is an integer in range (decided per chunk by the whole warp, from the data alone: never by M),
-// else the zero's sums apart.
+// A factored chunk: folded where the launch allows it and every zero of the warp's rows is an integer in range
+// (decided per chunk by the whole warp, from the data alone: never by M), else the zero's sums apart.
 template <typename T, Weights F, int NT>
 __device__ __forceinline__ void any_factored_chunk(float (&acc)[NT][4], const RowPiece<F>& a, const RowPiece<F>& b8,
-                                                   const uint4 (&bx)[NT][4], bool fold_zeros, bool biased) {
-  if constexpr (kInt4F<F> && std::is_same_v<T, bf16>) {
-    if (biased) return factored_chunk<T, F, NT, true>(acc, a, b8, bx);
-  }
+                                                   const uint4 (&bx)[NT][4], bool fold_zeros) {
   if constexpr (F == Weights::kInt4FactSym) {  // every zero the midpoint: the fold unless the launch turns it off
     if (fold_zeros) return fold_chunk<T, F, NT>(acc, a, b8, bx);
   } else if constexpr (F == Weights::kInt4Fact) {
@@ -784,7 +766,7 @@ __device__ __forceinline__ void skinny_tile(const SkinnyGemmLaunch& p, int64_t t
         if (c0 + int64_t{u} * kWarps >= chunks) break;  // warp-uniform; depends on K alone
         load_x(c0, u, bx[0]);
         norm_x(c0 + int64_t{u} * kWarps, bx[0]);
-        any_factored_chunk<T, F, NT>(acc, a[u], b8[u], bx[0], p.fold_zeros, p.biased_codes);
+        any_factored_chunk<T, F, NT>(acc, a[u], b8[u], bx[0], p.fold_zeros);
       }
     } else {
 #pragma unroll
@@ -866,8 +848,6 @@ bool skinny_fact3(const SkinnyGemmLaunch& l, int64_t tiles) {
   }
   return mode == 1 || (mode == 2 && tiles > 2 * int64_t{std::max(1, l.sm_count)});
 }
-
-std::atomic<int> g_biased{-1};  // PEREGRINE_SKINNY_BIASED: -1 not read yet; then 0 or 1 (set_skinny_biased_codes)
 
 // The factored kernels (uint8 codes take twice the registers per chunk: one chunk ahead fewer).
 template <typename T, Weights F>
@@ -1666,7 +1646,6 @@ bool skinny_gemm_fuses(const SkinnyGemmLaunch& l) {
 }
 
 void set_skinny_fact3(int mode) { g_fact3.store(mode, std::memory_order_relaxed); }
-void set_skinny_biased_codes(bool on) { g_biased.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void launch_skinny_gemm(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
   if (launch.norm_w || launch.residual || launch.silu_pair)
@@ -1675,15 +1654,8 @@ void launch_skinny_gemm(const SkinnyGemmLaunch& launch, cudaStream_t stream) {
     const char* e = std::getenv("PEREGRINE_SKINNY_FOLD");
     return e && std::string_view(e) == "0";
   }();
-  int biased = g_biased.load(std::memory_order_relaxed);
-  if (biased < 0) {
-    const char* e = std::getenv("PEREGRINE_SKINNY_BIASED");
-    biased = e && std::string_view(e) == "1" ? 1 : 0;
-    g_biased.store(biased, std::memory_order_relaxed);
-  }
   SkinnyGemmLaunch l = launch;
   if (no_fold) l.fold_zeros = false;
-  if (biased) l.biased_codes = true;
   if (l.dtype == DType::kBF16) return launch_format<bf16>(l, stream);
   launch_format<f16>(l, stream);
 }

@@ -97,10 +97,6 @@ struct SkinnyGemmLaunch {
   // zero a warp meets in a chunk is an integer (skinny_gemm.cu, fold_chunk); false keeps the zero's sums apart
   // (launch_skinny_gemm sets it so under PEREGRINE_SKINNY_FOLD=0; comparisons).
   bool fold_zeros = true;
-  // int4 codes at bf16 on the factored path: the codes' bias kept and taken off through the sum of x (skinny_gemm.cu,
-  // factored_chunk with kBiased); launch_skinny_gemm sets it under PEREGRINE_SKINNY_BIASED=1 (an experiment, off by
-  // default).
-  bool biased_codes = false;
 };
 
 // Whether the kernel takes it: bf16/f16 x (and dense w of the same dtype), f32/bf16/f16 out, 16-byte aligned x
@@ -115,9 +111,6 @@ void launch_skinny_gemm(const SkinnyGemmLaunch& l, cudaStream_t stream);
 // How the symmetric factored kernels at M <= 8 take blocks an SM, for the launches after the call (tests): 0 two,
 // 1 three, 2 three where the launch has more tiles than two an SM hold (the default, PEREGRINE_SKINNY_FACT3).
 void set_skinny_fact3(int mode);
-// Whether int4 codes at bf16 take the biased chunks (SkinnyGemmLaunch::biased_codes) in the launches after the call;
-// for tests (PEREGRINE_SKINNY_BIASED=1 outside them).
-void set_skinny_biased_codes(bool on);
 
 // GGUF blocks on int8 tensor cores (mma m16n8k32 s8): each 32-value block's integer dot products of weight codes
 // and x codes, then out += d_x * (d_w * dot) for Q8_0, d_x * d_w * (dot - 8 sum q) for Q4_0 (- 16 sum q for Q5_0)
