@@ -73,11 +73,11 @@ __host__ __device__ inline const int32_t* table_row(const AttentionLaunch& p, in
 // Decode split policy, shared by host (grid and workspace sizing) and device (each sequence's own split).
 constexpr int kDecodeTileKeys = 64;
 constexpr int kDecodeMaxSplits = 64;
+// Four tiles a split trade batch 1 for batches 8-64: two were +2-5% at bs 1 and -1.5-2% at bs 8-64 on the H100 (8B
+// shape, 1K context; one tile -11% at bs 64; docs/BENCHMARKS.md, 2026-12-06).
 constexpr int kDecodeMinTilesPerSplit = 4;
 constexpr int kDecodeMaxRows = 16;
 
-// Four tiles trade batch 1 for batches 8-64: two tiles were +2-5% at bs 1 and -1.5-2% at bs 8-64 on the H100 (8B
-// shape, 1K context; one tile -11% at bs 64; docs/BENCHMARKS.md, 2026-12-06).
 // The fewest tiles a split takes: 4 over b16 caches; twice that over 8-bit caches, whose tiles hold half the bytes
 // (a split's fixed costs -- Q, the pipeline's fill, the warps' merge, its partial -- then weigh the same per byte).
 // A property of the model's cache, never of the batch, so a sequence's splits depend on its own length alone.
