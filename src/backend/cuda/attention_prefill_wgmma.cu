@@ -410,21 +410,6 @@ template <typename T, int D, KvQuant Q> void launch_typed(const AttentionLaunch&
   launch_wg<T, D, Q, false>(p, stream);
 }
 
-// Whether the current device runs the sm_90a code (compute capability 9.0), per device, asked once.
-bool device_has_wgmma() {
-  static int cached[64];  // 0 unknown, 1 yes, 2 no
-  int dev = 0;
-  PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) return false;
-  if (cached[dev] == 0) {
-    int major = 0, minor = 0;
-    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
-  }
-  return cached[dev] == 1;
-}
-
 bool prefill_wgmma_enabled() {
   // PEREGRINE_PREFILL_WGMMA=0 keeps every prefill on the FlashAttention-2 kernel (A/B benchmarks).
   static const bool env_on = [] {
@@ -459,6 +444,22 @@ bool launch_attention_prefill_wgmma(const AttentionLaunch& p, cudaStream_t strea
   if (p.act == DType::kBF16) launch_cache<bf16>(p, stream);
   else launch_cache<f16>(p, stream);
   return true;
+}
+
+// Whether the current device runs the sm_90a code (compute capability 9.0), per device, asked once
+// (declared in attention_wgmma.cuh).
+bool device_has_wgmma() {
+  static int cached[64];  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  PEREGRINE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return cached[dev] == 1;
 }
 
 }  // namespace peregrine::cuda

@@ -485,6 +485,16 @@ class CudaBackendImpl final : public CudaBackend {
       return false;
     cuda::W4GemmLaunch w{l.x, l.x_dtype, l.codes, l.scales, l.zeros, l.bias, l.bias_dtype, l.out, l.out_dtype,
                          l.m, l.n, l.k, l.groups, l.group_size, sm_count_};
+    // Hopper: the warpgroup-MMA kernel where PEREGRINE_W4_WGMMA=1 (not yet the default: not yet run on a GPU);
+    // otherwise mma.sync's w4_gemm.
+    static const bool wgmma_on = [] {
+      const char* v = std::getenv("PEREGRINE_W4_WGMMA");
+      return v && std::string_view(v) == "1";
+    }();
+    if (wgmma_on && cuda::w4_wgmma_supports(w)) {
+      cuda::launch_w4_wgmma(w, stream_);
+      return true;
+    }
     if (!cuda::w4_gemm_supports(w)) return false;
     cuda::launch_w4_gemm(w, stream_);
     return true;

@@ -46,4 +46,10 @@ bool w4_gemm_supports(const W4GemmLaunch& l);
 int w4_gemm_splits(int64_t n, int64_t k, int sm_count);
 void launch_w4_gemm(const W4GemmLaunch& l, cudaStream_t stream);
 
+// The same product on Hopper's warpgroup MMA (w4_wgmma.cu): the codes as wgmma's A operand in registers, x as its
+// B operand in shared memory, 128 weight rows x 32 or 64 tokens a block, the same K split. Its rows differ from
+// launch_w4_gemm's (another MMA) and never depend on M. Supported where w4_gemm is, on devices that run sm_90a.
+bool w4_wgmma_supports(const W4GemmLaunch& l);
+void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream);
+
 }  // namespace peregrine::cuda

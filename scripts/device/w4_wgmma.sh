@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# W4A16 at 16 < M on the warpgroup-MMA kernel (w4_wgmma.cu, PEREGRINE_W4_WGMMA=1; issue 11's batch 64 / 256 goal)
+# against mma.sync's w4_gemm (the default) and bf16, in one call: the W4A16 op tests on both kernels, the per-projection
+# timing test on both, then decode at batch 64 / 128 / 256 (8B shape, 1K context).
+# Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, then scripts/device/carry_light.sh on (off right after);
+# there: source .device/carry_w4/env.sh && scripts/device/w4_wgmma.sh
+# RUNS as w4_skinny.sh takes them (default below); TIMING=0 skips the timing tests; SAN=1 adds compute-sanitizer
+# memcheck / racecheck of the new kernel's op test.
+set -uo pipefail
+b=.device/bin
+tests() {  # label filter [ENV=V]
+  local label=$1 filter=$2; shift 2
+  env "$@" timeout 150 "$b/cuda_ops_tests" --gtest_filter="$filter" >"/tmp/tests_$label.log" 2>&1
+  echo "tests $label rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|Failure|elements out|Expected|Which is|M [0-9]" "/tmp/tests_$label.log" | head -16
+}
+nvidia-smi --query-gpu=name --format=csv,noheader
+tests wgmma 'CudaQuantMatmul.*:CudaSkinny*' PEREGRINE_W4_WGMMA=1
+tests mmasync 'CudaQuantMatmul.W4Gemm*'
+if [ "${SAN:-0}" = 1 ]; then
+  for tool in memcheck racecheck; do
+    PEREGRINE_W4_WGMMA=1 timeout 200 compute-sanitizer --tool "$tool" "$b/cuda_ops_tests" --gtest_filter='CudaQuantMatmul.W4GemmRowsDoNotDependOnM' \
+      >"/tmp/san_$tool.log" 2>&1
+    echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "/tmp/san_$tool.log" | head -4
+  done
+fi
+if [ "${TIMING:-1}" = 1 ]; then
+  for e in PEREGRINE_W4_WGMMA=1 X=1; do
+    env "$e" timeout 120 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
+      >"/tmp/timing_$e.log" 2>&1
+    echo "timing $e rc=$?"; grep -E "^\|" "/tmp/timing_$e.log"
+  done
+fi
+W=PEREGRINE_W4_WGMMA=1 B256=PEREGRINE_W4_MMA_MAX_M=256
+TESTS=0 RUNS="${RUNS:-bf16b64:new:bf16:64 w4b64wg:new:w4a16:64:$W w4b64:new:w4a16:64 bf16b128:new:bf16:128 \
+w4b128wg:new:w4a16:128:$W w4b128:new:w4a16:128 bf16b256:new:bf16:256 w4b256:new:w4a16:256 \
+w4b256wg:new:w4a16:256:$W,$B256 bf16:new:bf16:1 w4:new:w4a16:1}" \
+  scripts/device/w4_skinny.sh run 2>&1 | grep -E "^\||rc="

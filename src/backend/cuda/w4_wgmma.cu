@@ -1,0 +1,331 @@
+// W4A16 GEMM for 16 < M on Hopper's warpgroup MMA (see w4_gemm.cuh; sm_90a only, w4_gemm.cu elsewhere).
+//
+// The weights are the MMA's M side and x its N side: a block owns 128 weight rows (two warpgroups of 64) and NT
+// tokens (32 or 64, the wgmma's N). Each 64-wide K tile's codes, x rows and the tile's group scales (and zeros)
+// stream through a cp.async ring; x lands in the 128-byte-swizzled K-major layout wgmma reads B from, and each
+// thread turns its rows' codes into the m16n8k16 A fragments in registers — a code byte's two nibbles as the b16
+// pair (c - 8, c' - 8), exact, in four instructions (shift, byte permute, lop3 under the exponent of 128 / 1024,
+// one packed fma/sub) — so the codes are read once per block and never written back as b16.
+//
+// Sums: a group's tiles accumulate into one f32 tile (wgmma, scale-d 0 at the group's first tile), folded at the
+// group's end as acc += s · (P + (8 - z) · Σx), the w4_gemm formula; Σx of each token over the group in f32 from
+// the staged x in an order fixed by K (zeros only). The K split is w4_gemm's: a function of (N, K, SM count), its
+// blocks one cluster adding their partials in split order. A row's bits therefore never depend on M or on the token
+// tile (NT) that M picked; they differ from w4_gemm's (another MMA), so the backend uses one of the two for all M.
+#include <cooperative_groups.h>
+
+#include <cstdlib>
+#include <type_traits>
+
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_wgmma.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/w4_gemm.cuh"
+
+namespace peregrine::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+namespace wg = attn::wg;
+
+constexpr int kRows = 128;     // weight rows per block: two warpgroups of 64
+constexpr int kTK = 64;        // K per tile
+constexpr int kThreads = 256;
+constexpr int kStages = 8;
+constexpr int kPartPad = 4;    // floats of padding per token row of the f32 partial tile
+
+template <int NT> struct WgCfg {
+  static constexpr int kXBytes = NT * 128;       // NT tokens x 64 K, one 128-byte swizzled row each
+  static constexpr int kCBytes = kRows * kTK / 2;
+  static constexpr int kSBytes = kRows * 4 * 2;  // the tile's group scale, then zero, of the 128 rows
+  static constexpr int kStageBytes = kXBytes + kCBytes + kSBytes;  // a 1024-byte multiple (swizzle atoms)
+  static constexpr int kRing = kStages * kStageBytes;
+  static constexpr int kPartBytes = NT * (kRows + kPartPad) * 4;
+  static constexpr int kXsumBytes = 2 * NT * 4;  // Σx of the tokens over the group, two groups (zeros only)
+  static constexpr int kSmem = 1024 + (kRing > kPartBytes ? kRing : kPartBytes) + kXsumBytes;
+  static_assert(kStageBytes % 1024 == 0, "swizzled x tiles need 1024-byte aligned stages");
+};
+
+#ifdef PEREGRINE_WGMMA
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+
+// Byte `sel` of w: its low nibble c (even k) and high nibble c' (odd k) as the b16 pair (c - 8, c' - 8), exact.
+// perm = t | (t + 4) << 8 puts byte t of w in byte 0 and byte t of w >> 4 (whose low nibble is c') in byte 2.
+template <typename T> __device__ __forceinline__ uint32_t byte_pair(uint32_t w, uint32_t perm) {
+  const uint32_t y = __byte_perm(w, w >> 4, perm);
+  uint32_t v, r;
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(v) : "r"(y), "r"(0x000f000fu), "r"(0x43004300u));  // 128 + c
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));    // - 136
+  } else {
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(v) : "r"(y), "r"(0x000f000fu), "r"(0x64006400u));  // 1024 + c
+    asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(0x64086408u));                               // - 1032
+  }
+  return r;
+}
+
+__device__ __forceinline__ float b16_lo(uint32_t v, bool is_bf16) {
+  return is_bf16 ? __uint_as_float(v << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(v & 0xffffu)));
+}
+__device__ __forceinline__ float b16_hi(uint32_t v, bool is_bf16) {
+  return is_bf16 ? __uint_as_float(v & 0xffff0000u) : __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
+}
+
+#endif  // PEREGRINE_WGMMA
+
+// grid: (splits, token tiles, weight-row tiles); the splits of one output tile are one cluster (splits > 1).
+template <typename T, int NT, bool kZeros>
+__global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, int splits) {
+#ifdef PEREGRINE_WGMMA
+  using C = WgCfg<NT>;
+  constexpr int kFrags = NT / 8;
+  constexpr int kMaxSplits = 8;  // portable cluster size
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = attn::smem_addr(smem_raw);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - raw);
+  float* xsum = reinterpret_cast<float*>(smem + (C::kRing > C::kPartBytes ? C::kRing : C::kPartBytes));
+  const int tid = threadIdx.x, wgi = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int rank = blockIdx.x;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * NT, n0 = static_cast<int64_t>(blockIdx.z) * kRows;
+  const int k_tiles = static_cast<int>(p.k / kTK);
+  const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
+  const int tpg = static_cast<int>(p.group_size / kTK);  // tiles per group
+
+  // Each thread's share of a stage (offsets in 32 bits: w4_gemm_supports bounds M * K and N * K / 2).
+  // x: NT rows x 8 chunks, chunk c of token row r at r * 128 + ((c ^ (r & 7)) << 4); codes: 128 rows x 2 chunks,
+  // chunk h of row r at r * 32 + ((h ^ ((r >> 2) & 1)) << 4) (a warp's eight rows read without bank conflicts);
+  // the tile's group scale (threads 0..127) or zero (128..255) of each row. Rows past M or N are zero-filled.
+  constexpr int kXPer = NT * 8 / kThreads;  // 16-byte x chunks per thread: 2 (NT 64) or 1 (NT 32)
+  const T* x = static_cast<const T*>(p.x);
+  uint32_t xoff[kXPer], xdst[kXPer];
+  bool xok[kXPer];
+#pragma unroll
+  for (int j = 0; j < kXPer; ++j) {
+    const int idx = tid + kThreads * j, row = idx / 8, c = idx % 8;
+    xok[j] = m0 + row < p.m;
+    xoff[j] = xok[j] ? static_cast<uint32_t>((m0 + row) * p.k + static_cast<int64_t>(kt0) * kTK + c * 8) : 0u;
+    xdst[j] = static_cast<uint32_t>(row * 128 + ((c ^ (row & 7)) << 4));
+  }
+  const int crow = tid / 2, ch = tid % 2;
+  const bool cok = n0 + crow < p.n;
+  uint32_t coff = cok ? static_cast<uint32_t>((n0 + crow) * (p.k / 2) + static_cast<int64_t>(kt0) * (kTK / 2) + ch * 16) : 0u;
+  const uint32_t cdst = C::kXBytes + crow * 32 + ((ch ^ ((crow >> 2) & 1)) << 4);
+  const int srow = tid % kRows;
+  const bool sok = n0 + srow < p.n && (tid < kRows || kZeros);
+  const float* sg = (tid < kRows ? p.scales : p.zeros) + (sok ? (n0 + srow) * p.groups : 0);
+  const uint32_t sdst = C::kXBytes + C::kCBytes + tid * 4;
+  int gi = kt0 / tpg, gcount = kt0 % tpg;  // the next loaded tile's group, and its tile within that group
+
+  auto load_stage = [&](int slot) {
+    const uint32_t base = sbase + slot * C::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < kXPer; ++j) {
+      attn::cp_async16(base + xdst[j], x + xoff[j], xok[j]);
+      if (xok[j]) xoff[j] += kTK;
+    }
+    attn::cp_async16(base + cdst, p.codes + coff, cok);
+    if (cok) coff += kTK / 2;
+    if (tid < kRows || kZeros) cp_async4(base + sdst, sg + (sok ? gi : 0), sok);
+    if (++gcount == tpg) {
+      gcount = 0;
+      ++gi;
+    }
+  };
+
+  // This thread's rows within the block (r0, r0 + 8) and its A-fragment byte selector.
+  const int r0 = wgi * 64 + warp * 16 + g;
+  const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
+  float acc[kFrags][4], total[kFrags][4];
+#pragma unroll
+  for (int j = 0; j < kFrags; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = total[j][e] = 0.0f;
+  float s_cur[2] = {0.0f, 0.0f}, z_cur[2] = {0.0f, 0.0f};
+
+  // The finished group's sums into the total: acc += s · (P + (8 - z) · Σx) per row and token.
+  auto fold = [&](int parity) {
+#pragma unroll
+    for (int j = 0; j < kFrags; ++j) {
+      float2 xs = make_float2(0.0f, 0.0f);
+      if constexpr (kZeros) xs = *reinterpret_cast<const float2*>(xsum + parity * NT + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float pv = acc[j][e];
+        if constexpr (kZeros) pv = fmaf(8.0f - z_cur[e / 2], e & 1 ? xs.y : xs.x, pv);
+        total[j][e] = fmaf(s_cur[e / 2], pv, total[j][e]);
+      }
+    }
+  };
+
+  // Σx of the tile's tokens (zeros only): NT 64 — four threads a token, 16 k each; NT 32 — eight, 8 k each; summed
+  // in k order, then across the threads by xor shuffles; added to the group's running sum (reset at its first tile).
+  constexpr int kPerTok = kThreads / NT, kChunks = 8 / kPerTok;
+  auto tile_xsum = [&](const unsigned char* xs_tile, int parity, bool first) {
+    const int r = tid / kPerTok, q = tid % kPerTok;
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int chunk = q * kChunks + c;
+      const uint4 v = *reinterpret_cast<const uint4*>(xs_tile + r * 128 + ((chunk ^ (r & 7)) << 4));
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s += b16_lo(w[e], std::is_same_v<T, bf16>);
+        s += b16_hi(w[e], std::is_same_v<T, bf16>);
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < kPerTok; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (q == 0) xsum[parity * NT + r] = (first ? 0.0f : xsum[parity * NT + r]) + s;
+  };
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nk) load_stage(s);
+    attn::cp_async_commit();
+  }
+  for (int i = 0; i < nk; ++i) {
+    const int tile = kt0 + i, slot = i % kStages;
+    const bool first = i == 0 || tile % tpg == 0;  // the first tile of a group (within this split)
+    const int parity = (tile / tpg) & 1;
+    attn::cp_async_wait<kStages - 2>();
+    wg::fence_proxy_async();
+    __syncthreads();
+    // Everyone's tile i is visible, and every warpgroup has waited for its tile i - 1 multiplies: tile i - 1's slot
+    // takes tile i + kStages - 1, and a group that ended at tile i - 1 folds (its Σx was written before this barrier).
+    if (i > 0 && first) fold(parity ^ 1);
+    if (i + kStages - 1 < nk) load_stage((i + kStages - 1) % kStages);
+    attn::cp_async_commit();
+    const unsigned char* st = smem + slot * C::kStageBytes;
+    if constexpr (kZeros) tile_xsum(st, parity, first);
+    // This tile's A fragments: rows r0 and r0 + 8, k16 step kk from words 2kk (a0, a1) and 2kk + 1 (a2, a3).
+    uint32_t w[2][8];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = r0 + 8 * rr;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 u = *reinterpret_cast<const uint4*>(st + C::kXBytes + row * 32 + ((h ^ ((row >> 2) & 1)) << 4));
+        w[rr][4 * h] = u.x;
+        w[rr][4 * h + 1] = u.y;
+        w[rr][4 * h + 2] = u.z;
+        w[rr][4 * h + 3] = u.w;
+      }
+      s_cur[rr] = *reinterpret_cast<const float*>(st + C::kXBytes + C::kCBytes + row * 4);
+      if constexpr (kZeros) z_cur[rr] = *reinterpret_cast<const float*>(st + C::kXBytes + C::kCBytes + kRows * 4 + row * 4);
+    }
+    uint32_t a[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      a[kk][0] = byte_pair<T>(w[0][2 * kk], perm);
+      a[kk][1] = byte_pair<T>(w[1][2 * kk], perm);
+      a[kk][2] = byte_pair<T>(w[0][2 * kk + 1], perm);
+      a[kk][3] = byte_pair<T>(w[1][2 * kk + 1], perm);
+    }
+    const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands(acc);
+  }
+  attn::cp_async_wait<0>();
+  __syncthreads();  // the last group's Σx visible; the ring free for the partial tile
+  if (nk > 0) fold(((kt1 - 1) / tpg) & 1);
+
+  // The block's f32 partial tile [token][row] into shared memory, then the cluster's partials added in split order:
+  // block `rank` finishes tokens [rank, rank + 1) * NT / splits of the tile.
+  constexpr int kPS = kRows + kPartPad;
+  float* partial = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int j = 0; j < kFrags; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[(8 * j + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = total[j][e];
+  cg::cluster_group cluster = cg::this_cluster();
+  if (splits > 1) cluster.sync();
+  else __syncthreads();
+  const int toks = NT / splits;
+  for (int idx = tid; idx < toks * (kRows / 4); idx += kThreads) {
+    const int r = rank * toks + idx / (kRows / 4), c = 4 * (idx % (kRows / 4));
+    const int64_t m = m0 + r;
+    if (m >= p.m) continue;
+    float4 sum = *reinterpret_cast<const float4*>(partial + r * kPS + c);
+    if (splits > 1) {
+      float4 o[kMaxSplits];
+#pragma unroll
+      for (int q = 0; q < kMaxSplits; ++q)
+        if (q < splits) o[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + r * kPS + c);
+      sum = o[0];
+#pragma unroll
+      for (int q = 1; q < kMaxSplits; ++q)
+        if (q < splits) {
+          sum.x += o[q].x;
+          sum.y += o[q].y;
+          sum.z += o[q].z;
+          sum.w += o[q].w;
+        }
+    }
+    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t n = n0 + c + e;
+      if (n >= p.n) break;
+      float val = vals[e];
+      if (p.bias) val += load_any(p.bias, p.bias_dtype, n);
+      store_any(p.out, p.out_dtype, m * p.n + n, val);
+    }
+  }
+  if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+}
+
+template <typename T, int NT, bool kZeros>
+void launch_nt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
+  using C = WgCfg<NT>;
+  auto kernel = w4_wgmma_kernel<T, NT, kZeros>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  PEREGRINE_CUDA_CHECK(attr);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(l.m, NT)),
+                     static_cast<unsigned>(ceil_div(l.n, kRows)));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = C::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = static_cast<unsigned>(splits);
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = splits > 1 ? 1 : 0;
+  PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l, splits));
+}
+
+}  // namespace
+
+bool w4_wgmma_supports(const W4GemmLaunch& l) {
+  return device_has_wgmma() && w4_gemm_supports(l) && ceil_div(l.m, 32) <= 65535;
+}
+
+void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
+  if (l.m == 0 || l.n == 0) return;
+  const int splits = w4_gemm_splits(l.n, l.k, l.sm_count);
+  const auto go = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto z = [&](auto nt) {
+      if (l.zeros) launch_nt<T, decltype(nt)::value, true>(l, splits, stream);
+      else launch_nt<T, decltype(nt)::value, false>(l, splits, stream);
+    };
+    if (l.m <= 32) z(std::integral_constant<int, 32>{});
+    else z(std::integral_constant<int, 64>{});
+  };
+  if (l.dtype == DType::kBF16) go(TypeTag<bf16>{});
+  else go(TypeTag<f16>{});
+}
+
+}  // namespace peregrine::cuda
