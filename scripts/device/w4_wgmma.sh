@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # W4A16 at 16 < M on the warpgroup-MMA kernel (w4_wgmma.cu, PEREGRINE_W4_WGMMA=1; issue 11's batch 64 / 256 goal)
-# against mma.sync's w4_gemm (the default) and bf16, in one call: the W4A16 op tests on both kernels, the per-projection
-# timing test on both, then decode at batch 64 / 128 / 256 (8B shape, 1K context).
+# against mma.sync's w4_gemm (the default) and bf16, in one call: the W4A16 op tests on both kernels, decode at
+# batch 64 / 128 / 256 (8B shape, 1K context), then the per-projection timing test on both.
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, then scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && scripts/device/w4_wgmma.sh
 # RUNS as w4_skinny.sh takes them (default below); TIMING=0 skips the timing tests; SAN=1 adds compute-sanitizer
-# memcheck / racecheck of the new kernel's op test.
+# memcheck / racecheck of the new kernel's op test. PEREGRINE_W4_WGMMA_NT=128: 128-token tiles above M 64.
 set -uo pipefail
 b=.device/bin
 tests() {  # label filter [ENV=V]
@@ -15,6 +15,7 @@ tests() {  # label filter [ENV=V]
 }
 nvidia-smi --query-gpu=name --format=csv,noheader
 tests wgmma 'CudaQuantMatmul.*:CudaSkinny*' PEREGRINE_W4_WGMMA=1
+tests wgmma128 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WGMMA=1 PEREGRINE_W4_WGMMA_NT=128
 tests mmasync 'CudaQuantMatmul.W4Gemm*'
 if [ "${SAN:-0}" = 1 ]; then
   for tool in memcheck racecheck; do
@@ -23,15 +24,15 @@ if [ "${SAN:-0}" = 1 ]; then
     echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "/tmp/san_$tool.log" | head -4
   done
 fi
+W=PEREGRINE_W4_WGMMA=1 B256=PEREGRINE_W4_MMA_MAX_M=256 N128=PEREGRINE_W4_WGMMA_NT=128
+TESTS=0 RUNS="${RUNS:-bf16b64:new:bf16:64 w4b64wg:new:w4a16:64:$W w4b64:new:w4a16:64 bf16b128:new:bf16:128 \
+w4b128wg:new:w4a16:128:$W w4b128wg128:new:w4a16:128:$W,$N128 w4b128:new:w4a16:128 bf16b256:new:bf16:256 \
+w4b256:new:w4a16:256 w4b256wg:new:w4a16:256:$W,$B256 w4b256wg128:new:w4a16:256:$W,$B256,$N128 bf16:new:bf16:1}" \
+  scripts/device/w4_skinny.sh run 2>&1 | grep -E "^\||rc="
 if [ "${TIMING:-1}" = 1 ]; then
-  for e in PEREGRINE_W4_WGMMA=1 X=1; do
-    env "$e" timeout 120 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
-      >"/tmp/timing_$e.log" 2>&1
-    echo "timing $e rc=$?"; grep -E "^\|" "/tmp/timing_$e.log"
+  for e in PEREGRINE_W4_WGMMA=1 X=1 "PEREGRINE_W4_WGMMA=1 PEREGRINE_W4_WGMMA_NT=128"; do
+    env $e timeout 100 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
+      >/tmp/timing.log 2>&1
+    echo "timing $e rc=$?"; grep -E "^\|" /tmp/timing.log
   done
 fi
-W=PEREGRINE_W4_WGMMA=1 B256=PEREGRINE_W4_MMA_MAX_M=256
-TESTS=0 RUNS="${RUNS:-bf16b64:new:bf16:64 w4b64wg:new:w4a16:64:$W w4b64:new:w4a16:64 bf16b128:new:bf16:128 \
-w4b128wg:new:w4a16:128:$W w4b128:new:w4a16:128 bf16b256:new:bf16:256 w4b256:new:w4a16:256 \
-w4b256wg:new:w4a16:256:$W,$B256 bf16:new:bf16:1 w4:new:w4a16:1}" \
-  scripts/device/w4_skinny.sh run 2>&1 | grep -E "^\||rc="
