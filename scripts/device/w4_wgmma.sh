@@ -19,7 +19,7 @@ tests wgmma128 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WGMMA=1 PEREGRINE_W4_WGMMA
 tests mmasync 'CudaQuantMatmul.W4Gemm*'
 if [ "${SAN:-0}" = 1 ]; then
   for tool in memcheck racecheck; do
-    PEREGRINE_W4_WGMMA=1 timeout 200 compute-sanitizer --tool "$tool" "$b/cuda_ops_tests" --gtest_filter='CudaQuantMatmul.W4GemmRowsDoNotDependOnM' \
+    PEREGRINE_W4_WGMMA=1 timeout 90 compute-sanitizer --tool "$tool" "$b/cuda_ops_tests" --gtest_filter='CudaQuantMatmul.W4GemmRowsDoNotDependOnM' \
       >"/tmp/san_$tool.log" 2>&1
     echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "/tmp/san_$tool.log" | head -4
   done
