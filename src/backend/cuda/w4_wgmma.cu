@@ -28,16 +28,17 @@ namespace {
 namespace cg = cooperative_groups;
 namespace wg = attn::wg;
 
-constexpr int kRows = 128;     // weight rows per block: two warpgroups of 64
-constexpr int kTK = 64;        // K per tile
+constexpr int kRows = 128;  // weight rows per block: two warpgroups of 64
+constexpr int kTK = 64;     // K per tile
 constexpr int kThreads = 256;
 constexpr int kStages = 8;
-constexpr int kPartPad = 4;    // floats of padding per token row of the f32 partial tile
+constexpr int kPartPad = 4;  // floats of padding per token row of the f32 partial tile
 
-template <int NT> struct WgCfg {
-  static constexpr int kXBytes = NT * 128;       // NT tokens x 64 K, one 128-byte swizzled row each
+template <int NT>
+struct WgCfg {
+  static constexpr int kXBytes = NT * 128;  // NT tokens x 64 K, one 128-byte swizzled row each
   static constexpr int kCBytes = kRows * kTK / 2;
-  static constexpr int kSBytes = kRows * 4 * 2;  // the tile's group scale, then zero, of the 128 rows
+  static constexpr int kSBytes = kRows * 4 * 2;                    // the tile's group scale, then zero, of the 128 rows
   static constexpr int kStageBytes = kXBytes + kCBytes + kSBytes;  // a 1024-byte multiple (swizzle atoms)
   static constexpr int kRing = kStages * kStageBytes;
   static constexpr int kPartBytes = NT * (kRows + kPartPad) * 4;
@@ -53,15 +54,16 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
 
 // Byte `sel` of w: its low nibble c (even k) and high nibble c' (odd k) as the b16 pair (c - 8, c' - 8), exact.
 // perm = t | (t + 4) << 8 puts byte t of w in byte 0 and byte t of w >> 4 (whose low nibble is c') in byte 2.
-template <typename T> __device__ __forceinline__ uint32_t byte_pair(uint32_t w, uint32_t perm) {
+template <typename T>
+__device__ __forceinline__ uint32_t byte_pair(uint32_t w, uint32_t perm) {
   const uint32_t y = __byte_perm(w, w >> 4, perm);
   uint32_t v, r;
   if constexpr (std::is_same_v<T, bf16>) {
     asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(v) : "r"(y), "r"(0x000f000fu), "r"(0x43004300u));  // 128 + c
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));    // - 136
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(0x3f803f80u), "r"(0xc308c308u));   // - 136
   } else {
     asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(v) : "r"(y), "r"(0x000f000fu), "r"(0x64006400u));  // 1024 + c
-    asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(0x64086408u));                               // - 1032
+    asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(0x64086408u));                             // - 1032
   }
   return r;
 }
@@ -70,7 +72,8 @@ __device__ __forceinline__ float b16_lo(uint32_t v, bool is_bf16) {
   return is_bf16 ? __uint_as_float(v << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(v & 0xffffu)));
 }
 __device__ __forceinline__ float b16_hi(uint32_t v, bool is_bf16) {
-  return is_bf16 ? __uint_as_float(v & 0xffff0000u) : __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
+  return is_bf16 ? __uint_as_float(v & 0xffff0000u)
+                 : __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
 }
 
 #endif  // PEREGRINE_WGMMA
@@ -111,7 +114,8 @@ __global__ void __launch_bounds__(kThreads, NT == 128 ? 1 : 2) w4_wgmma_kernel(W
   }
   const int crow = tid / 2, ch = tid % 2;
   const bool cok = n0 + crow < p.n;
-  uint32_t coff = cok ? static_cast<uint32_t>((n0 + crow) * (p.k / 2) + static_cast<int64_t>(kt0) * (kTK / 2) + ch * 16) : 0u;
+  uint32_t coff =
+      cok ? static_cast<uint32_t>((n0 + crow) * (p.k / 2) + static_cast<int64_t>(kt0) * (kTK / 2) + ch * 16) : 0u;
   const uint32_t cdst = C::kXBytes + crow * 32 + ((ch ^ ((crow >> 2) & 1)) << 4);
   const int srow = tid % kRows;
   const bool sok = n0 + srow < p.n && (tid < kRows || kZeros);
@@ -215,7 +219,8 @@ __global__ void __launch_bounds__(kThreads, NT == 128 ? 1 : 2) w4_wgmma_kernel(W
         w[rr][4 * h + 3] = u.w;
       }
       s_cur[rr] = *reinterpret_cast<const float*>(st + C::kXBytes + C::kCBytes + row * 4);
-      if constexpr (kZeros) z_cur[rr] = *reinterpret_cast<const float*>(st + C::kXBytes + C::kCBytes + kRows * 4 + row * 4);
+      if constexpr (kZeros)
+        z_cur[rr] = *reinterpret_cast<const float*>(st + C::kXBytes + C::kCBytes + kRows * 4 + row * 4);
     }
     uint32_t a[4][4];
 #pragma unroll
@@ -228,7 +233,8 @@ __global__ void __launch_bounds__(kThreads, NT == 128 ? 1 : 2) w4_wgmma_kernel(W
     const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
     wg::fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
+    for (int kk = 0; kk < 4; ++kk)
+      wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
     wg::commit();
     wg::wait<0>();
     wg::fence_operands(acc);
@@ -246,8 +252,10 @@ __global__ void __launch_bounds__(kThreads, NT == 128 ? 1 : 2) w4_wgmma_kernel(W
 #pragma unroll
     for (int e = 0; e < 4; ++e) partial[(8 * j + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = total[j][e];
   cg::cluster_group cluster = cg::this_cluster();
-  if (splits > 1) cluster.sync();
-  else __syncthreads();
+  if (splits > 1)
+    cluster.sync();
+  else
+    __syncthreads();
   const int toks = NT / splits;
   for (int idx = tid; idx < toks * (kRows / 4); idx += kThreads) {
     const int r = rank * toks + idx / (kRows / 4), c = 4 * (idx % (kRows / 4));
@@ -287,8 +295,7 @@ template <typename T, int NT, bool kZeros>
 void launch_nt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = WgCfg<NT>;
   auto kernel = w4_wgmma_kernel<T, NT, kZeros>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(l.m, NT)),
@@ -324,15 +331,22 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
   const auto go = [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto z = [&](auto nt) {
-      if (l.zeros) launch_nt<T, decltype(nt)::value, true>(l, splits, stream);
-      else launch_nt<T, decltype(nt)::value, false>(l, splits, stream);
+      if (l.zeros)
+        launch_nt<T, decltype(nt)::value, true>(l, splits, stream);
+      else
+        launch_nt<T, decltype(nt)::value, false>(l, splits, stream);
     };
-    if (l.m <= 32) z(std::integral_constant<int, 32>{});
-    else if (l.m <= 64 || max_nt < 128) z(std::integral_constant<int, 64>{});
-    else z(std::integral_constant<int, 128>{});
+    if (l.m <= 32)
+      z(std::integral_constant<int, 32>{});
+    else if (l.m <= 64 || max_nt < 128)
+      z(std::integral_constant<int, 64>{});
+    else
+      z(std::integral_constant<int, 128>{});
   };
-  if (l.dtype == DType::kBF16) go(TypeTag<bf16>{});
-  else go(TypeTag<f16>{});
+  if (l.dtype == DType::kBF16)
+    go(TypeTag<bf16>{});
+  else
+    go(TypeTag<f16>{});
 }
 
 }  // namespace peregrine::cuda
