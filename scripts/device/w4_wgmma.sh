@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 W=PEREGRINE_W4_WGMMA=1 B256=PEREGRINE_W4_MMA_MAX_M=256 N128=PEREGRINE_W4_WGMMA_NT=128
 rows() { TESTS=0 RUNS="$1" scripts/device/w4_skinny.sh run 2>&1 | grep --line-buffered -E "^\| [a-z]|rc="; }
 # In order of need (a call cut short keeps what came first): the new kernel's tests, batch 64 / 128 beside mma.sync
-# and bf16, 128-token tiles, batch 256, the timing tests, the sanitizers, batch 1.
+# and bf16, 128-token tiles, batch 256, the timing tests, the sanitizers, batch 1 (and the wide split combine).
 tests wgmma 'CudaQuantMatmul.W4Gemm*' $W
 rows "${RUNS:-bf16b64:new:bf16:64 w4b64wg:new:w4a16:64:$W w4b64:new:w4a16:64 bf16b128:new:bf16:128 \
 w4b128wg:new:w4a16:128:$W w4b128:new:w4a16:128}"
@@ -40,4 +40,6 @@ if [ "${SAN:-1}" = 1 ]; then
     echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "/tmp/san_$tool.log" | head -4
   done
 fi
-rows "${RUNS3:-bf16:new:bf16:1 w4:new:w4a16:1 w8:new:w8a16:1 fp8:new:fp8:1}"
+CW=PEREGRINE_DECODE_COMBINE_WIDE=1  # the wide split combine (an experiment still to measure)
+rows "${RUNS3:-bf16:new:bf16:1 bf16cw:new:bf16:1:$CW w4:new:w4a16:1 w4cw:new:w4a16:1:$CW w8:new:w8a16:1 \
+fp8:new:fp8:1 bf16b64cw:new:bf16:64:$CW}"
