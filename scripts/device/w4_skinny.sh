@@ -10,6 +10,7 @@
 # TESTS=0 skips the op tests (OPS: their filter); MODEL_TESTS: the model tests' filter (when the bundle has them;
 # none skips them). PYCODER=0 leaves pycoder-tiny's weights out of a MODEL=1 bundle (room for the binaries beside
 # every quantized fixture; then MODEL_TESTS='Quantized/*cuda*').
+# INPUT_LEN / OUTPUT_LEN: the bench's lengths (1024 / 64); SHOW=prefill shows the prefill line instead of decode.
 # Prints a table of decode tok/s last.
 set -uo pipefail
 case "${1:?bundle or run}" in
@@ -59,9 +60,10 @@ case "${1:?bundle or run}" in
       a=(); [ "$q" != bf16 ] && a=(--quantization "$q")
       e=(X=1); [ -n "$envs" ] && IFS=, read -ra e <<<"$envs"
       env "${e[@]}" timeout 100 "$exe" bench latency --random-weights --config .device/shared/configs/llama-3-8b.json \
-        --device cuda --input-len 1024 --output-len 64 --iterations 2 --batch-size "$bs" "${a[@]}" >"/tmp/lat_$name.txt" 2>&1
+        --device cuda --input-len "${INPUT_LEN:-1024}" --output-len "${OUTPUT_LEN:-64}" --iterations 2 --batch-size "$bs" \
+        "${a[@]}" >"/tmp/lat_$name.txt" 2>&1
       rc=$?
-      d=$(grep -E '^decode' "/tmp/lat_$name.txt" | head -1)
+      d=$(grep -E "^${SHOW:-decode}" "/tmp/lat_$name.txt" | head -1)
       t "$name rc=$rc $d"
       rows+=("| $name | $which | $q | $bs | ${envs:-} | $d |")
     done
