@@ -204,9 +204,10 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
   }
 }
 
-// W4A16 at 16 < M <= 128 on the fused tensor-core GEMM (w4_gemm.cuh: mma.sync's w4_gemm, 32 / 64 / 128 rows; on
-// Hopper with PEREGRINE_W4_WGMMA=1 the warpgroup-MMA kernel, 32- or 64-token tiles): every element
-// against the ref backend for M across its tile sizes (M = 256 and 300 are past the path, on dequantize + cuBLASLt), N tails, K
+// W4A16 at 16 < M on the fused tensor-core GEMM (w4_gemm.cuh: on Hopper the warpgroup-MMA kernel, 32- or 64-token
+// tiles, up to M = 256; elsewhere, or with PEREGRINE_W4_WGMMA=0, mma.sync's w4_gemm, 32 / 64 / 128 rows, up to 128):
+// every element against the ref backend for M across its tile sizes (M = 300 is past either path, on dequantize +
+// cuBLASLt), N tails, K
 // tails of the 64-wide tile, groups 64 / 128 / per channel, with and without zeros, bf16 and f16 x, bias, f32 out,
 // split counts 1 to 8; and rows of M = 17, 33, 64, 100 bitwise equal to the same rows at M = 128.
 TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
@@ -231,8 +232,8 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
         DeviceTensor d_x(x), d_out(want);
         d_out.poison();
         gpu().matmul({d_x.view(), dev.codes.view(), db, d_out.view(), dq});
-        // f32 out: on w4_gemm (M <= 128) f32 sums of exact codes times x against the ref's doubles; past it the
-        // dequantize path rounds W to x's dtype first, so x's dtype's bound.
+        // f32 out: on the fused GEMM (M <= 128 on either kernel) f32 sums of exact codes times x against the ref's
+        // doubles; past it (M 256 may be either path) x's dtype's bound, as the dequantize path rounds W first.
         EXPECT_TRUE(all_close(d_out.to_host(), want, c.f32_out ? (m <= 128 ? 1e-3 : default_rtol(act)) : -1))
             << "N " << c.n << " K " << c.k << " G " << c.group << (c.zeros ? " zeros" : "") << (c.bias ? " bias" : "")
             << " act " << dtype_name(act) << " M " << m;
@@ -268,7 +269,7 @@ TEST(CudaQuantMatmul, W4GemmRowsDoNotDependOnM) {
 // Timing, not a check (run by hand: --gtest_also_run_disabled_tests): W4A16 g128 at the Llama-3-8B projection
 // shapes beside bf16 weights through the same Backend::matmul, M 32..1024, each the median of graph replays with
 // weights rotated past L2. PEREGRINE_W4_MMA=0 in the environment times the dequantize + cuBLASLt path instead,
-// PEREGRINE_W4_WGMMA=1 the warpgroup-MMA kernel instead of mma.sync's w4_gemm (Hopper).
+// PEREGRINE_W4_WGMMA=0 mma.sync's w4_gemm instead of the warpgroup-MMA kernel (Hopper).
 TEST(CudaQuantMatmul, DISABLED_W4GemmTiming) {
   struct Shape { const char* name; int64_t n, k; };
   const Shape shapes[] = {{"q/o", 4096, 4096}, {"k/v", 1024, 4096}, {"gate/up", 14336, 4096}, {"down", 4096, 14336}};
@@ -305,7 +306,7 @@ TEST(CudaQuantMatmul, DISABLED_W4GemmTiming) {
   const char* wg = std::getenv("PEREGRINE_W4_WGMMA");
   std::printf("| shape | N x K | M | W4A16%s us | bf16 us | bf16 / W4 |\n| --- | --- | --- | --- | --- | --- |\n",
               env && std::string(env) == "0" ? " (dequantize + cuBLASLt)"
-              : wg && std::string(wg) == "1" ? " (warpgroup MMA)" : "");
+              : wg && std::string(wg) == "0" ? " (w4_gemm, mma.sync)" : "");
   std::vector<double> layer_w4(std::size(ms)), layer_bf(std::size(ms));
   // PEREGRINE_W4_TIMING_M=m times that M alone on the first shape (for a profiler's first launches).
   const char* only_m = std::getenv("PEREGRINE_W4_TIMING_M");

@@ -431,7 +431,7 @@ class CudaBackendImpl final : public CudaBackend {
   // activations runs the fused tensor-core GEMM (w4_gemm, below); larger M (and shapes neither tiles) dequantize
   // into a dense scratch and run the cuBLASLt GEMM.
   // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 (and, for
-  // W4A16 on w4_gemm, 128 / 129) boundary.
+  // W4A16, the fused GEMM's end: 256 / 257 on Hopper, 128 / 129 elsewhere) boundary.
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;
@@ -466,36 +466,32 @@ class CudaBackendImpl final : public CudaBackend {
                                   l.m, l.n, l.k}, false);
   }
 
-  // W4A16 at 16 < M <= kW4GemmPathMaxM = 128 (w4_gemm.cuh): int4 codes as stored, dequantized in registers into mma.sync tiles, the K split
-  // by (N, K) alone. Contiguous groups that are multiples of 64 (per channel too), with or without zeros, bf16/f16
-  // x; act-order (perm / g_idx) and other groups stay on dequantize + cuBLASLt. PEREGRINE_W4_MMA=0 keeps that path
-  // for every shape (comparisons). False, having enqueued nothing, when it does not take the shape.
-  // The path's default upper M. The kernel takes up to cuda::kW4GemmMaxM (and more through PEREGRINE_W4_MMA_MAX_M),
-  // but with the whole batch decoding (bench latency since 2026-12-04) dequantize + cuBLASLt was faster at M = 192
-  // and 256 on the H200 (8B shape: bs 192 31.4-33.6 ms/step against 36.3 on w4_gemm, bs 256 34.7-35.1 against 40.2),
-  // and w4_gemm faster at M <= 128 (per layer 385 us against 499 at M = 128).
-  static constexpr int64_t kW4GemmPathMaxM = 128;
+  // W4A16 at 16 < M up to the path's end (w4_gemm.cuh): int4 codes as stored, dequantized in registers into tensor-core
+  // tiles, the K split by (N, K) alone. Contiguous groups that are multiples of 64 (per channel too), with or without
+  // zeros, bf16/f16 x; act-order (perm / g_idx) and other groups stay on dequantize + cuBLASLt. On Hopper the
+  // warpgroup-MMA kernel (w4_wgmma.cu) up to M = 256; elsewhere, or with PEREGRINE_W4_WGMMA=0 (comparisons), mma.sync's
+  // w4_gemm up to M = 128. PEREGRINE_W4_MMA=0 keeps dequantize + cuBLASLt for every shape. False, having enqueued
+  // nothing, when it does not take the shape.
+  // The ends: with the whole batch decoding (H100, 8B shape, 1K context, 2026-12-07) the warpgroup kernel beat
+  // dequantize + cuBLASLt at bs 256 (7,406 output tok/s against 6,539), w4_gemm lost to it at 192 and 256 (H200,
+  // 2026-12-04: bs 256 34.7-35.1 ms/step against 40.2).
+  static constexpr int64_t kW4GemmPathMaxM = 128, kW4WgmmaPathMaxM = 256;
   bool w4_gemm(const cuda::QuantMatmulLaunch& l) {
     static const bool off = env_off("PEREGRINE_W4_MMA");
-    static const int64_t max_m = [] {  // PEREGRINE_W4_MMA_MAX_M: the path's largest M (tuning)
+    static const bool wgmma_off = env_off("PEREGRINE_W4_WGMMA");
+    static const int64_t max_m_env = [] {  // PEREGRINE_W4_MMA_MAX_M: the path's largest M (tuning)
       const char* v = std::getenv("PEREGRINE_W4_MMA_MAX_M");
-      return v ? std::atoll(v) : kW4GemmPathMaxM;
+      return v ? std::atoll(v) : 0LL;
     }();
-    if (off || l.codes_dtype != DType::kI4 || l.perm || l.g_idx || l.m <= cuda::kQuantGemvMaxM || l.m > max_m)
-      return false;
+    if (off || l.codes_dtype != DType::kI4 || l.perm || l.g_idx || l.m <= cuda::kQuantGemvMaxM) return false;
     cuda::W4GemmLaunch w{l.x, l.x_dtype, l.codes, l.scales, l.zeros, l.bias, l.bias_dtype, l.out, l.out_dtype,
                          l.m, l.n, l.k, l.groups, l.group_size, sm_count_};
-    // Hopper: the warpgroup-MMA kernel where PEREGRINE_W4_WGMMA=1 (not yet the default: not yet run on a GPU);
-    // otherwise mma.sync's w4_gemm.
-    static const bool wgmma_on = [] {
-      const char* v = std::getenv("PEREGRINE_W4_WGMMA");
-      return v && std::string_view(v) == "1";
-    }();
-    if (wgmma_on && cuda::w4_wgmma_supports(w)) {
+    if (!wgmma_off && cuda::w4_wgmma_supports(w)) {
+      if (l.m > (max_m_env > 0 ? max_m_env : kW4WgmmaPathMaxM)) return false;
       cuda::launch_w4_wgmma(w, stream_);
       return true;
     }
-    if (!cuda::w4_gemm_supports(w)) return false;
+    if (l.m > (max_m_env > 0 ? max_m_env : kW4GemmPathMaxM) || !cuda::w4_gemm_supports(w)) return false;
     cuda::launch_w4_gemm(w, stream_);
     return true;
   }

@@ -24,9 +24,10 @@ enum class MatmulPolicy {
   // (skinny_gemm.cuh: each output's K order fixed by K alone), larger M runs kBatchInvariantSplitK. A row's
   // result is the same for every M within each range, but differs across the M = 16 / 17 boundary (where the
   // W4A16 kernels switch too). W4A16 (int4 codes, contiguous groups that are multiples of 64, no act-order) has
-  // three ranges: M <= 16 the skinny kernel, 17 <= M <= 128 the fused tensor-core GEMM (w4_gemm.cuh: its
-  // split-K count fixed by the weight shape alone; PEREGRINE_W4_MMA_MAX_M moves the upper end), larger M dequantize
-  // + cuBLASLt; rows agree for every M within a range and differ across M = 16 / 17 and 128 / 129.
+  // three ranges: M <= 16 the skinny kernel, 17 <= M <= 256 on Hopper (128 elsewhere) the fused tensor-core GEMM
+  // (w4_gemm.cuh: its split-K count fixed by the weight shape alone; PEREGRINE_W4_MMA_MAX_M moves the upper end),
+  // larger M dequantize + cuBLASLt; rows agree for every M within a range and differ across M = 16 / 17 and at the
+  // GEMM's end.
   // VLLM_BATCH_INVARIANT=1 in the environment makes kBatchInvariantSplitK the default instead.
   kSkinnySmallM,
   // One split-K count per weight shape [N, K], the same for every M, with a fixed-order f32 reduction out of

@@ -1,7 +1,7 @@
 // W4A16 GEMM for 16 < M on Hopper's warpgroup MMA (see w4_gemm.cuh; sm_90a only, w4_gemm.cu elsewhere).
 //
 // The weights are the MMA's M side and x its N side: a block owns 128 weight rows (two warpgroups of 64) and NT
-// tokens (32, 64 or 128, the wgmma's N). Each 64-wide K tile's codes, x rows and the tile's group scales (and zeros)
+// tokens (32 or 64, the wgmma's N; larger M takes several token tiles). Each 64-wide K tile's codes, x rows and the tile's group scales (and zeros)
 // stream through a cp.async ring; x lands in the 128-byte-swizzled K-major layout wgmma reads B from, and each
 // thread turns its rows' codes into the m16n8k16 A fragments in registers — a code byte's two nibbles as the b16
 // pair (c - 8, c' - 8), exact, in four instructions (shift, byte permute, lop3 under the exponent of 128 / 1024,
@@ -80,7 +80,7 @@ __device__ __forceinline__ float b16_hi(uint32_t v, bool is_bf16) {
 
 // grid: (splits, token tiles, weight-row tiles); the splits of one output tile are one cluster (splits > 1).
 template <typename T, int NT, bool kZeros>
-__global__ void __launch_bounds__(kThreads, NT == 128 ? 1 : 2) w4_wgmma_kernel(W4GemmLaunch p, int splits) {
+__global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, int splits) {
 #ifdef PEREGRINE_WGMMA
   using C = WgCfg<NT>;
   constexpr int kFrags = NT / 8;
@@ -321,12 +321,6 @@ bool w4_wgmma_supports(const W4GemmLaunch& l) {
 
 void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
   if (l.m == 0 || l.n == 0) return;
-  // PEREGRINE_W4_WGMMA_NT=128: M > 64 in 128-token tiles (one block an SM) instead of 64-token tiles (two); tuning.
-  // Rows do not depend on it.
-  static const int64_t max_nt = [] {
-    const char* v = std::getenv("PEREGRINE_W4_WGMMA_NT");
-    return v ? std::atoll(v) : 64LL;
-  }();
   const int splits = w4_gemm_splits(l.n, l.k, l.sm_count);
   const auto go = [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -338,10 +332,8 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     };
     if (l.m <= 32)
       z(std::integral_constant<int, 32>{});
-    else if (l.m <= 64 || max_nt < 128)
-      z(std::integral_constant<int, 64>{});
     else
-      z(std::integral_constant<int, 128>{});
+      z(std::integral_constant<int, 64>{});
   };
   if (l.dtype == DType::kBF16)
     go(TypeTag<bf16>{});
