@@ -357,6 +357,8 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
 // order: a few round trips to L2 where a loop over rows and splits made dozens.
 // kWide (PEREGRINE_DECODE_COMBINE_WIDE=1, an experiment): a thread an output where the block holds them (up to
 // kCombineWideThreads) and sixteen partials in flight, predicated, instead of eight; the same sums in the same order.
+// Measured faster (H100, 8B shape: bf16 bs 1 +1.4%, W4A16 bs 1 +2.4%, bf16 bs 64 +1.2%; docs/BENCHMARKS.md,
+// 2026-12-07); to replace the default loop once the attention tests have run with it on a GPU.
 constexpr int kCombineWideThreads = 1024;
 template <typename T, bool kWide>
 __global__ void __launch_bounds__(kWide ? kCombineWideThreads : 128) decode_combine_kernel(const AttentionLaunch p,
