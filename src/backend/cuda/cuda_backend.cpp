@@ -427,9 +427,9 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // W4A16 / W8A16 (quant_matmul.cuh): M <= 16 reads the codes once with dequantization in registers (the skinny
-  // tensor-core kernel for bf16/f16 activations, the GEMV for f32); W4A16 at 17 <= M <= 128 with bf16/f16
-  // activations runs the fused tensor-core GEMM (w4_gemm, below); larger M (and shapes neither tiles) dequantize
-  // into a dense scratch and run the cuBLASLt GEMM.
+  // tensor-core kernel for bf16/f16 activations, the GEMV for f32); W4A16 at 17 <= M <= 256 (128 off Hopper) with
+  // bf16/f16 activations runs the fused tensor-core GEMM (w4_gemm, below); larger M (and shapes neither tiles)
+  // dequantize into a dense scratch and run the cuBLASLt GEMM.
   // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 (and, for
   // W4A16, the fused GEMM's end: 256 / 257 on Hopper, 128 / 129 elsewhere) boundary.
   void quant_matmul(const MatmulParams& p) {
