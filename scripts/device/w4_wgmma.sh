@@ -28,11 +28,13 @@ if [ "${NCU:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
 fi
 M=PEREGRINE_W4_WGMMA=0
 tests wgmma 'CudaQuantMatmul.W4Gemm*'
-rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64m:new:w4a16:64:$M bf16b128:new:bf16:128 \
-w4b128:new:w4a16:128 bf16b256:new:bf16:256 w4b256:new:w4a16:256}"
+# PEREGRINE_W4_MMA_BLOCKS=132: the K split aimed at one block an SM instead of two (fewer clusters of eight).
+S=PEREGRINE_W4_MMA_BLOCKS=132
+rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64m:new:w4a16:64:$M w4b64s:new:w4a16:64:$S \
+bf16b128:new:bf16:128 w4b128:new:w4a16:128 bf16b256:new:bf16:256 w4b256:new:w4a16:256}"
 tests mmasync 'CudaQuantMatmul.W4Gemm*' $M
 if [ "${TIMING:-1}" = 1 ]; then
-  for e in X=1 $M; do
+  for e in X=1 $M $S; do
     env $e timeout 100 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
       >/tmp/timing.log 2>&1
     echo "timing $e rc=$?"; grep -E "^\|" /tmp/timing.log
