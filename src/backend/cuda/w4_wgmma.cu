@@ -1,8 +1,9 @@
 // W4A16 GEMM for 16 < M on Hopper's warpgroup MMA (see w4_gemm.cuh; sm_90a only, w4_gemm.cu elsewhere).
 //
 // The weights are the MMA's M side and x its N side: a block owns 128 weight rows (two warpgroups of 64) and NT
-// tokens (32 or 64, the wgmma's N; larger M takes several token tiles). Each 64-wide K tile's codes, x rows and the tile's group scales (and zeros)
-// stream through a cp.async ring; x lands in the 128-byte-swizzled K-major layout wgmma reads B from, and each
+// tokens (32 or 64, the wgmma's N; larger M takes several token tiles), two blocks an SM. Each 64-wide K tile's
+// codes, x rows and group scales (and zeros) stream through an 8-stage cp.async ring; x lands in the
+// 128-byte-swizzled K-major layout wgmma reads B from, and each
 // thread turns its rows' codes into the m16n8k16 A fragments in registers — a code byte's two nibbles as the b16
 // pair (c - 8, c' - 8), exact, in four instructions (shift, byte permute, lop3 under the exponent of 128 / 1024,
 // one packed fma/sub) — so the codes are read once per block and never written back as b16.
@@ -12,6 +13,10 @@
 // the staged x in an order fixed by K (zeros only). The K split is w4_gemm's: a function of (N, K, SM count), its
 // blocks one cluster adding their partials in split order. A row's bits therefore never depend on M or on the token
 // tile (NT) that M picked; they differ from w4_gemm's (another MMA), so the backend uses one of the two for all M.
+//
+// Each warpgroup waits for a tile's multiplies before making the next tile's fragments: ptxas serializes every
+// wgmma when a register-A operand is written while earlier multiplies are in flight (C7513; tried with two fragment
+// buffers), so conversion and MMA overlap across the block's two warpgroups and the SM's two blocks instead.
 #include <cooperative_groups.h>
 
 #include <cstdlib>
@@ -52,7 +57,7 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 
-// Byte `sel` of w: its low nibble c (even k) and high nibble c' (odd k) as the b16 pair (c - 8, c' - 8), exact.
+// Byte t of w: its low nibble c (even k) and high nibble c' (odd k) as the b16 pair (c - 8, c' - 8), exact.
 // perm = t | (t + 4) << 8 puts byte t of w in byte 0 and byte t of w >> 4 (whose low nibble is c') in byte 2.
 template <typename T>
 __device__ __forceinline__ uint32_t byte_pair(uint32_t w, uint32_t perm) {
@@ -316,7 +321,7 @@ void launch_nt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
 }  // namespace
 
 bool w4_wgmma_supports(const W4GemmLaunch& l) {
-  return device_has_wgmma() && w4_gemm_supports(l) && ceil_div(l.m, 32) <= 65535;
+  return device_has_wgmma() && w4_gemm_supports(l);
 }
 
 void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
