@@ -44,11 +44,6 @@ template <int MT> struct W4Cfg {
   static constexpr int kMinBlocks = MT == 4 ? 1 : 2;
 };
 
-// 4-byte async copy (through L1); zero-filled when !valid.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-
 template <typename T> struct Magic;
 template <> struct Magic<bf16> {
   static constexpr uint32_t kBias = 0x43004300u;  // 128 in each half
@@ -139,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kerne
     }
     attn::cp_async16(base + cdst, p.codes + coff, cok);
     if (cok) coff += kBK / 2;
-    if (tid < kBN || p.zeros) cp_async4(base + sdst, sg + (sok ? gi : 0), sok);
+    if (tid < kBN || p.zeros) attn::cp_async4(base + sdst, sg + (sok ? gi : 0), sok);
     if (++gcount == tiles_per_group) {
       gcount = 0;
       ++gi;

@@ -53,10 +53,6 @@ struct WgCfg {
 };
 
 #ifdef PEREGRINE_WGMMA
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
-}
-
 // Byte t of w: its low nibble c (even k) and high nibble c' (odd k) as the b16 pair (c - 8, c' - 8), exact.
 // perm = t | (t + 4) << 8 puts byte t of w in byte 0 and byte t of w >> 4 (whose low nibble is c') in byte 2.
 template <typename T>
@@ -137,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
     }
     attn::cp_async16(base + cdst, p.codes + coff, cok);
     if (cok) coff += kTK / 2;
-    if (tid < kRows || kZeros) cp_async4(base + sdst, sg + (sok ? gi : 0), sok);
+    if (tid < kRows || kZeros) attn::cp_async4(base + sdst, sg + (sok ? gi : 0), sok);
     if (++gcount == tpg) {
       gcount = 0;
       ++gi;
