@@ -12,25 +12,21 @@
 // both operands agree, and the pairing is fixed by K alone.
 #include "backend/cuda/w4_gemm.cuh"
 
-#include <cooperative_groups.h>
-
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/w4_split.cuh"
 
 namespace peregrine::cuda {
 namespace {
-
-namespace cg = cooperative_groups;
 
 constexpr int kBN = 128;      // weight rows per block
 constexpr int kBK = 64;       // K per tile (a group holds whole tiles)
 constexpr int kThreads = 256;
 constexpr int kPartPad = 8;   // floats of padding per row of the f32 partial tile
-constexpr int kMaxSplits = 8; // portable cluster size
 
 template <int MT> struct W4Cfg {
   static constexpr int kBM = 32 * MT;
@@ -233,41 +229,7 @@ __global__ void __launch_bounds__(kThreads, W4Cfg<MT>::kMinBlocks) w4_gemm_kerne
       *reinterpret_cast<float2*>(partial + r * kPS + c) = make_float2(acc[mi][nj][0], acc[mi][nj][1]);
       *reinterpret_cast<float2*>(partial + (r + 8) * kPS + c) = make_float2(acc[mi][nj][2], acc[mi][nj][3]);
     }
-  cg::cluster_group cluster = cg::this_cluster();
-  if (splits > 1) cluster.sync();
-  else __syncthreads();
-  const int rows = C::kBM / splits;
-  for (int idx = tid; idx < rows * (kBN / 4); idx += kThreads) {
-    const int r = rank * rows + idx / (kBN / 4), c = 4 * (idx % (kBN / 4));
-    const int64_t m = m0 + r;
-    if (m >= p.m) continue;
-    float4 sum = *reinterpret_cast<const float4*>(partial + r * kPS + c);
-    if (splits > 1) {  // every split's partial loaded first (remote latency once), then added in split order
-      float4 o[kMaxSplits];
-#pragma unroll
-      for (int q = 0; q < kMaxSplits; ++q)
-        if (q < splits) o[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + r * kPS + c);
-      sum = o[0];
-#pragma unroll
-      for (int q = 1; q < kMaxSplits; ++q)
-        if (q < splits) {
-          sum.x += o[q].x;
-          sum.y += o[q].y;
-          sum.z += o[q].z;
-          sum.w += o[q].w;
-        }
-    }
-    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t n = n0 + c + e;
-      if (n >= p.n) break;
-      float val = vals[e];
-      if (p.bias) val += load_any(p.bias, p.bias_dtype, n);
-      store_any(p.out, p.out_dtype, m * p.n + n, val);
-    }
-  }
-  if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
+  w4split::add_splits_and_store<kBN, kPS, kThreads>(p, partial, C::kBM, rank, splits, m0, n0);
 }
 
 // PEREGRINE_W4_MMA_BLOCKS: the block count the split rule aims at (default 2 per SM), for tuning.
@@ -286,20 +248,7 @@ void launch_mt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(l.m, C::kBM)),
-                     static_cast<unsigned>(ceil_div(l.n, kBN)));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = C::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = splits > 1 ? 1 : 0;
-  PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l, splits));
+  w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, C::kBM), ceil_div(l.n, kBN), kThreads, C::kSmem, stream);
 }
 
 }  // namespace
@@ -315,7 +264,7 @@ bool w4_gemm_supports(const W4GemmLaunch& l) {
 int w4_gemm_splits(int64_t n, int64_t k, int sm_count) {
   const int64_t n_tiles = ceil_div(n, kBN), k_tiles = k / kBK, target = split_target(sm_count);
   int s = 1;
-  while (s < kMaxSplits && n_tiles * s * 2 <= target && k_tiles / (s * 2) >= 4) s *= 2;
+  while (s < w4split::kMaxSplits && n_tiles * s * 2 <= target && k_tiles / (s * 2) >= 4) s *= 2;
   return s;
 }
 

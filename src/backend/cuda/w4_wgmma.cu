@@ -17,8 +17,6 @@
 // Each warpgroup waits for a tile's multiplies before making the next tile's fragments: ptxas serializes every
 // wgmma when a register-A operand is written while earlier multiplies are in flight (C7513; tried with two fragment
 // buffers), so conversion and MMA overlap across the block's two warpgroups and the SM's two blocks instead.
-#include <cooperative_groups.h>
-
 #include <cstdlib>
 #include <type_traits>
 
@@ -26,11 +24,11 @@
 #include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/w4_gemm.cuh"
+#include "backend/cuda/w4_split.cuh"
 
 namespace peregrine::cuda {
 namespace {
 
-namespace cg = cooperative_groups;
 namespace wg = attn::wg;
 
 constexpr int kRows = 128;  // weight rows per block: two warpgroups of 64
@@ -85,7 +83,6 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
 #ifdef PEREGRINE_WGMMA
   using C = WgCfg<NT>;
   constexpr int kFrags = NT / 8;
-  constexpr int kMaxSplits = 8;  // portable cluster size
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = attn::smem_addr(smem_raw);
   const uint32_t sbase = (raw + 1023u) & ~1023u;
@@ -252,43 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
   for (int j = 0; j < kFrags; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) partial[(8 * j + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = total[j][e];
-  cg::cluster_group cluster = cg::this_cluster();
-  if (splits > 1)
-    cluster.sync();
-  else
-    __syncthreads();
-  const int toks = NT / splits;
-  for (int idx = tid; idx < toks * (kRows / 4); idx += kThreads) {
-    const int r = rank * toks + idx / (kRows / 4), c = 4 * (idx % (kRows / 4));
-    const int64_t m = m0 + r;
-    if (m >= p.m) continue;
-    float4 sum = *reinterpret_cast<const float4*>(partial + r * kPS + c);
-    if (splits > 1) {
-      float4 o[kMaxSplits];
-#pragma unroll
-      for (int q = 0; q < kMaxSplits; ++q)
-        if (q < splits) o[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(partial, q) + r * kPS + c);
-      sum = o[0];
-#pragma unroll
-      for (int q = 1; q < kMaxSplits; ++q)
-        if (q < splits) {
-          sum.x += o[q].x;
-          sum.y += o[q].y;
-          sum.z += o[q].z;
-          sum.w += o[q].w;
-        }
-    }
-    const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t n = n0 + c + e;
-      if (n >= p.n) break;
-      float val = vals[e];
-      if (p.bias) val += load_any(p.bias, p.bias_dtype, n);
-      store_any(p.out, p.out_dtype, m * p.n + n, val);
-    }
-  }
-  if (splits > 1) cluster.sync();  // no block leaves while another still reads its shared memory
+  w4split::add_splits_and_store<kRows, kPS, kThreads>(p, partial, NT, rank, splits, m0, n0);
 #endif
 }
 
@@ -298,20 +259,7 @@ void launch_nt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   auto kernel = w4_wgmma_kernel<T, NT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(ceil_div(l.m, NT)),
-                     static_cast<unsigned>(ceil_div(l.n, kRows)));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = C::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = splits > 1 ? 1 : 0;
-  PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l, splits));
+  w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream);
 }
 
 }  // namespace
