@@ -7,12 +7,7 @@
 # RUNS as w4_skinny.sh takes them (default below); PROFILE_ENV: the switches of the ncu step profile (w4a16 bs 1);
 # QUICK=1: no attention tests and no ncu (a call with less time left).
 set -uo pipefail
-b=.device/bin
-tests() {  # label filter [ENV=V]
-  local label=$1 filter=$2; shift 2
-  env "$@" timeout 200 "$b/cuda_ops_tests" --gtest_filter="$filter" >"/tmp/tests_$label.log" 2>&1
-  echo "tests $label rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|Failure" "/tmp/tests_$label.log" | head -12
-}
+source scripts/device/op_tests_lib.sh
 T2=PEREGRINE_DECODE_SPLIT_TILES=2 CW=PEREGRINE_DECODE_COMBINE_WIDE=1
 tests ops "${OPS:-CudaKvQuant*:CudaFusedMatmul.*:CudaQuant*:CudaRope*:CudaKvWrite*:CudaSkinny*}"
 [ "${QUICK:-0}" = 1 ] || tests attention 'CudaAttention*:CudaGraph*'

@@ -10,11 +10,7 @@
 # short keeps what came first).
 set -uo pipefail
 b=.device/bin
-tests() {  # label filter [ENV=V]
-  local label=$1 filter=$2; shift 2
-  env "$@" timeout 150 "$b/cuda_ops_tests" --gtest_filter="$filter" >"/tmp/tests_$label.log" 2>&1
-  echo "tests $label rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|Failure|elements out|Expected|Which is|M [0-9]" "/tmp/tests_$label.log" | head -16
-}
+source scripts/device/op_tests_lib.sh
 rows() { TESTS=0 RUNS="$1" scripts/device/w4_skinny.sh run 2>&1 | grep --line-buffered -E "^\| [a-z]|rc="; }
 nvidia-smi --query-gpu=name --format=csv,noheader
 if [ "${NCU:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
