@@ -24,13 +24,17 @@ if [ "${NCU:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
 fi
 M=PEREGRINE_W4_WGMMA=0
 tests wgmma 'CudaQuantMatmul.W4Gemm*'
+# Experiments, measurement only: bit 0 the ring without its proxy fence; bit 1 the TMA + mbarrier kernel.
+V=PEREGRINE_W4_WG_VARIANT=1
+T=PEREGRINE_W4_WG_VARIANT=2
+TEST_TIMEOUT=60 tests tma 'CudaQuantMatmul.W4Gemm*' $T
 # PEREGRINE_W4_MMA_BLOCKS=132: the K split aimed at one block an SM instead of two (fewer clusters of eight).
 S=PEREGRINE_W4_MMA_BLOCKS=132
-rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64m:new:w4a16:64:$M w4b64s:new:w4a16:64:$S \
-bf16b128:new:bf16:128 w4b128:new:w4a16:128 bf16b256:new:bf16:256 w4b256:new:w4a16:256}"
+rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64m:new:w4a16:64:$M w4b64s:new:w4a16:64:$S w4b64nf:new:w4a16:64:$V w4b64t:new:w4a16:64:$T \
+bf16b128:new:bf16:128 w4b128:new:w4a16:128 w4b128t:new:w4a16:128:$T bf16b256:new:bf16:256 w4b256:new:w4a16:256 w4b256t:new:w4a16:256:$T}"
 tests mmasync 'CudaQuantMatmul.W4Gemm*' $M
 if [ "${TIMING:-1}" = 1 ]; then
-  for e in X=1 $M $S; do
+  for e in X=1 $V $T $M $S; do
     env $e timeout 100 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
       >/tmp/timing.log 2>&1
     echo "timing $e rc=$?"; grep -E "^\|" /tmp/timing.log

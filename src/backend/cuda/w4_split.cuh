@@ -62,9 +62,9 @@ __device__ __forceinline__ void add_splits_and_store(const W4GemmLaunch& p, floa
 
 // kernel(l, splits) on the grid (splits, m_tiles, n_tiles), the splits of a tile one cluster. The caller has set
 // the kernel's dynamic shared memory limit (once per kernel).
-template <typename Kernel>
+template <typename Kernel, typename... Extra>
 void launch_clustered(Kernel kernel, const W4GemmLaunch& l, int splits, int64_t m_tiles, int64_t n_tiles, int threads,
-                      int smem, cudaStream_t stream) {
+                      int smem, cudaStream_t stream, Extra... extra) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles), static_cast<unsigned>(n_tiles));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
@@ -77,7 +77,7 @@ void launch_clustered(Kernel kernel, const W4GemmLaunch& l, int splits, int64_t 
   at[0].val.clusterDim.z = 1;
   cfg.attrs = at;
   cfg.numAttrs = splits > 1 ? 1 : 0;
-  PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l, splits));
+  PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l, splits, extra...));
 }
 
 }  // namespace peregrine::cuda::w4split

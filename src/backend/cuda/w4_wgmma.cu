@@ -17,6 +17,8 @@
 // Each warpgroup waits for a tile's multiplies before making the next tile's fragments: ptxas serializes every
 // wgmma when a register-A operand is written while earlier multiplies are in flight (C7513; tried with two fragment
 // buffers), so conversion and MMA overlap across the block's two warpgroups and the SM's two blocks instead.
+#include <cuda.h>  // CUtensorMap (the encoder comes through the runtime's driver entry point)
+
 #include <cstdlib>
 #include <type_traits>
 
@@ -78,8 +80,16 @@ __device__ __forceinline__ float b16_hi(uint32_t v, bool is_bf16) {
 #endif  // PEREGRINE_WGMMA
 
 // grid: (splits, token tiles, weight-row tiles); the splits of one output tile are one cluster (splits > 1).
+int wg_variant() {
+  static const int variant = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_VARIANT");
+    return v ? std::atoi(v) : 0;
+  }();
+  return variant;
+}
+
 template <typename T, int NT, bool kZeros>
-__global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, int splits) {
+__global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, int splits, int variant) {
 #ifdef PEREGRINE_WGMMA
   using C = WgCfg<NT>;
   constexpr int kFrags = NT / 8;
@@ -194,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
     const bool first = i == 0 || tile % tpg == 0;  // the first tile of a group (within this split)
     const int parity = (tile / tpg) & 1;
     attn::cp_async_wait<kStages - 2>();
-    wg::fence_proxy_async();
+    if (!(variant & 1)) wg::fence_proxy_async();  // EXPERIMENT (PEREGRINE_W4_WG_VARIANT bit 0): measurement only
     __syncthreads();
     // Everyone's tile i is visible, and every warpgroup has waited for its tile i - 1 multiplies: tile i - 1's slot
     // takes tile i + kStages - 1, and a group that ended at tile i - 1 folds (its Σx was written before this barrier).
@@ -253,13 +263,273 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
 #endif
 }
 
+// ---- EXPERIMENT (PEREGRINE_W4_WG_VARIANT bit 1): the same product with x and the codes through TMA ----
+// Thread 0 issues each stage's two tensor copies (x 128-byte swizzled, the codes 32-byte swizzled: the layouts the
+// cp.async ring makes) completing on the stage's full barrier; each warp arrives on the stage's empty barrier once
+// its multiplies are done. The copies are the async proxy's own writes, so no proxy fence; no CTA barrier a tile
+// (thread 0 refills the slot of tile i - 2 at tile i: a warpgroup may run a tile ahead of the other). Scales and
+// zeros come from global memory a group ahead into registers; Σx (zeros only) per warpgroup.
+template <int NT>
+struct TmaCfg {
+  static constexpr int kXBytes = NT * 128;
+  static constexpr int kCBytes = kRows * kTK / 2;
+  static constexpr int kStageBytes = kXBytes + kCBytes;
+  static constexpr int kRing = kStages * kStageBytes;
+  static constexpr int kPartBytes = NT * (kRows + kPartPad) * 4;
+  static constexpr int kXsumBytes = 2 * 2 * NT * 4;  // per warpgroup, two groups
+  static constexpr int kSmem = 1024 + (kRing > kPartBytes ? kRing : kPartBytes) + kXsumBytes;
+  static_assert(kStageBytes % 1024 == 0, "swizzled tiles need 1024-byte aligned stages");
+};
+
+#ifdef PEREGRINE_WGMMA
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nW4_MBAR_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra W4_MBAR_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+#endif
+
+template <typename T, int NT, bool kZeros>
+__global__ void __launch_bounds__(kThreads, 2)
+    w4_wgmma_tma_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
+                        const __grid_constant__ CUtensorMap cmap) {
+#ifdef PEREGRINE_WGMMA
+  using C = TmaCfg<NT>;
+  constexpr int kFrags = NT / 8;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * kStages];
+  const uint32_t raw = attn::smem_addr(smem_raw);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - raw);
+  float* xsum_all = reinterpret_cast<float*>(smem + (C::kRing > C::kPartBytes ? C::kRing : C::kPartBytes));
+  const int tid = threadIdx.x, wgi = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  float* xsum = xsum_all + wgi * 2 * NT;
+  const int rank = blockIdx.x;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * NT, n0 = static_cast<int64_t>(blockIdx.z) * kRows;
+  const int k_tiles = static_cast<int>(p.k / kTK);
+  const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
+  const int tpg = static_cast<int>(p.group_size / kTK);
+  const uint32_t full0 = attn::smem_addr(&bars[0]), empty0 = attn::smem_addr(&bars[kStages]);
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](int j) {
+    const int slot = j % kStages;
+    const uint32_t base = sbase + slot * C::kStageBytes, bar = full0 + 8 * slot;
+    mbar_expect_tx(bar, C::kStageBytes);
+    tma_load_2d(base, &xmap, (kt0 + j) * kTK, static_cast<int>(m0), bar);
+    tma_load_2d(base + C::kXBytes, &cmap, (kt0 + j) * (kTK / 2), static_cast<int>(n0), bar);
+  };
+  if (tid == 0)
+    for (int j = 0; j < kStages && j < nk; ++j) issue(j);
+
+  const int r0 = wgi * 64 + warp * 16 + g;
+  const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
+  const int64_t rows[2] = {n0 + r0, n0 + r0 + 8};
+  float s_cur[2] = {0.0f, 0.0f}, z_cur[2] = {0.0f, 0.0f}, s_nxt[2] = {0.0f, 0.0f}, z_nxt[2] = {0.0f, 0.0f};
+  auto load_group = [&](int64_t gidx) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const bool ok = rows[rr] < p.n && gidx < p.groups;
+      s_nxt[rr] = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
+      if constexpr (kZeros) z_nxt[rr] = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 0.0f;
+    }
+  };
+  int64_t gnext = kt0 / tpg;
+  load_group(gnext);
+  float acc[kFrags][4], total[kFrags][4];
+#pragma unroll
+  for (int j = 0; j < kFrags; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = total[j][e] = 0.0f;
+
+  auto fold = [&](int parity) {
+#pragma unroll
+    for (int j = 0; j < kFrags; ++j) {
+      float2 xs = make_float2(0.0f, 0.0f);
+      if constexpr (kZeros) xs = *reinterpret_cast<const float2*>(xsum + parity * NT + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float pv = acc[j][e];
+        if constexpr (kZeros) pv = fmaf(8.0f - z_cur[e / 2], e & 1 ? xs.y : xs.x, pv);
+        total[j][e] = fmaf(s_cur[e / 2], pv, total[j][e]);
+      }
+    }
+  };
+  // Σx of the tile's tokens by the warpgroup's 128 threads (NT 64: two a token, 32 k each; NT 32: four, 16 k each).
+  constexpr int kPerTok = 128 / NT, kChunks = 8 / kPerTok;
+  auto tile_xsum = [&](const unsigned char* xs_tile, int parity, bool first) {
+    const int wt = tid % 128, r = wt / kPerTok, q = wt % kPerTok;
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int chunk = q * kChunks + c;
+      const uint4 v = *reinterpret_cast<const uint4*>(xs_tile + r * 128 + ((chunk ^ (r & 7)) << 4));
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s += b16_lo(w[e], std::is_same_v<T, bf16>);
+        s += b16_hi(w[e], std::is_same_v<T, bf16>);
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < kPerTok; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (q == 0) xsum[parity * NT + r] = (first ? 0.0f : xsum[parity * NT + r]) + s;
+  };
+  auto wg_barrier = [&] { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory"); };
+
+  for (int i = 0; i < nk; ++i) {
+    const int tile = kt0 + i, slot = i % kStages;
+    const bool first = i == 0 || tile % tpg == 0;
+    const int parity = (tile / tpg) & 1;
+    // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
+    if (tid == 0) {
+      const int j = i + kStages - 2;
+      if (j >= kStages && j < nk) {
+        mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
+        issue(j);
+      }
+    }
+    if (first) {
+      if (i > 0) {
+        if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
+        fold(parity ^ 1);
+      }
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        s_cur[rr] = s_nxt[rr];
+        z_cur[rr] = z_nxt[rr];
+      }
+      load_group(++gnext);
+    }
+    mbar_wait(full0 + 8 * slot, static_cast<uint32_t>((i / kStages) & 1));
+    const unsigned char* st = smem + slot * C::kStageBytes;
+    if constexpr (kZeros) tile_xsum(st, parity, first);
+    uint32_t w[2][8];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = r0 + 8 * rr;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 u = *reinterpret_cast<const uint4*>(st + C::kXBytes + row * 32 + ((h ^ ((row >> 2) & 1)) << 4));
+        w[rr][4 * h] = u.x;
+        w[rr][4 * h + 1] = u.y;
+        w[rr][4 * h + 2] = u.z;
+        w[rr][4 * h + 3] = u.w;
+      }
+    }
+    uint32_t a[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      a[kk][0] = byte_pair<T>(w[0][2 * kk], perm);
+      a[kk][1] = byte_pair<T>(w[1][2 * kk], perm);
+      a[kk][2] = byte_pair<T>(w[0][2 * kk + 1], perm);
+      a[kk][3] = byte_pair<T>(w[1][2 * kk + 1], perm);
+    }
+    const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_operands(acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+  }
+  __syncthreads();  // every tile consumed (no copy in flight); the last group's Σx visible; the ring free
+  if (nk > 0) fold(((kt1 - 1) / tpg) & 1);
+  constexpr int kPS = kRows + kPartPad;
+  float* partial = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int j = 0; j < kFrags; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[(8 * j + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = total[j][e];
+  w4split::add_splits_and_store<kRows, kPS, kThreads>(p, partial, NT, rank, splits, m0, n0);
+#endif
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A 2-D tiled map over a row-major [outer][inner] array (row pitch `pitch` bytes), box [box_outer][box_inner].
+CUtensorMap tiled_map(CUtensorMapDataType type, const void* base, uint64_t inner, uint64_t outer, uint64_t pitch,
+                      uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {inner, outer};
+  const cuuint64_t strides[1] = {pitch};
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw Error(ErrorCode::kInternal, "w4_wgmma: cuTensorMapEncodeTiled failed");
+  return map;
+}
+
+template <typename T, int NT, bool kZeros>
+void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
+  using C = TmaCfg<NT>;
+  auto kernel = w4_wgmma_tma_kernel<T, NT, kZeros>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  PEREGRINE_CUDA_CHECK(attr);
+  const CUtensorMap xmap =
+      tiled_map(std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, l.x,
+                static_cast<uint64_t>(l.k), static_cast<uint64_t>(l.m), static_cast<uint64_t>(l.k) * 2, kTK, NT,
+                CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
+                                     static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
+                                     CU_TENSOR_MAP_SWIZZLE_32B);
+  w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream,
+                            xmap, cmap);
+}
+
 template <typename T, int NT, bool kZeros>
 void launch_nt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = WgCfg<NT>;
   auto kernel = w4_wgmma_kernel<T, NT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
-  w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream);
+  w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream,
+                            wg_variant());
 }
 
 }  // namespace
@@ -274,6 +544,14 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
   const auto go = [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto z = [&](auto nt) {
+      if ((wg_variant() & 2) && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
+          reinterpret_cast<uintptr_t>(l.codes) % 16 == 0) {
+        if (l.zeros)
+          launch_nt_tma<T, decltype(nt)::value, true>(l, splits, stream);
+        else
+          launch_nt_tma<T, decltype(nt)::value, false>(l, splits, stream);
+        return;
+      }
       if (l.zeros)
         launch_nt<T, decltype(nt)::value, true>(l, splits, stream);
       else
