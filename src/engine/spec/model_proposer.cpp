@@ -87,6 +87,16 @@ void ModelProposer::propose(std::span<Sequence* const> seqs, std::span<const int
   const int max_seqs = runner_->options().max_num_seqs;
   const int bs = runner_->kv_cache().block_size();
   KvCacheManager& kv = target_kv_ ? *target_kv_ : *own_kv_;
+  // A step without drafts (the controller's limit 0) leaves the vocabulary's counting to the next drafting step:
+  // counted_ keeps each sequence's place, so that step observes the tokens since (the same counts). Counting and
+  // re-ranking every step cost ~0.25 ms of a 5 ms c 8 step on the CPU, 5% of the steps that pay nothing.
+  if (std::none_of(max_drafts.begin(), max_drafts.end(), [](int m) { return m > 0; })) {
+    for (Sequence* seq : seqs) {
+      seq->draft_tokens.clear();
+      seq->draft_parents.clear();
+    }
+    return;
+  }
   if (vocab_) update_vocab(seqs);
   // Catch-up: each drafting sequence computes its tokens from where the drafter's KV ends to its last real token.
   std::vector<Sequence*> batch;
