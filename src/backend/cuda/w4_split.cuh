@@ -15,7 +15,7 @@ constexpr int kMaxSplits = 8;  // portable cluster size
 
 // Called by every thread of every block of the cluster once its partial tile [tile_rows][kCols] (row stride
 // kStride floats; rows are tokens m0 + r, columns outputs n0 + c) is in shared memory at `partial`: block `rank`
-// adds the splits' partials of rows [rank, rank + 1) * tile_rows / splits in split order, adds the bias and stores
+// adds the splits' partials of rows [rank * tile_rows / splits, (rank + 1) * tile_rows / splits) in split order, adds the bias and stores
 // the rows inside M and N. No block leaves while another may still read its shared memory.
 template <int kCols, int kStride, int kThreads>
 __device__ __forceinline__ void add_splits_and_store(const W4GemmLaunch& p, float* partial, int tile_rows, int rank,
@@ -26,9 +26,9 @@ __device__ __forceinline__ void add_splits_and_store(const W4GemmLaunch& p, floa
     cluster.sync();
   else
     __syncthreads();
-  const int rows = tile_rows / splits;
+  const int r0 = rank * tile_rows / splits, rows = (rank + 1) * tile_rows / splits - r0;
   for (int idx = threadIdx.x; idx < rows * (kCols / 4); idx += kThreads) {
-    const int r = rank * rows + idx / (kCols / 4), c = 4 * (idx % (kCols / 4));
+    const int r = r0 + idx / (kCols / 4), c = 4 * (idx % (kCols / 4));
     const int64_t m = m0 + r;
     if (m >= p.m) continue;
     float4 sum = *reinterpret_cast<const float4*>(partial + r * kStride + c);

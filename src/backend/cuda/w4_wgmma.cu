@@ -19,7 +19,12 @@
 // buffers), so conversion and MMA overlap across the block's two warpgroups and the SM's two blocks instead.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime's driver entry point)
 
+#include <climits>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
@@ -80,16 +85,8 @@ __device__ __forceinline__ float b16_hi(uint32_t v, bool is_bf16) {
 #endif  // PEREGRINE_WGMMA
 
 // grid: (splits, token tiles, weight-row tiles); the splits of one output tile are one cluster (splits > 1).
-int wg_variant() {
-  static const int variant = [] {
-    const char* v = std::getenv("PEREGRINE_W4_WG_VARIANT");
-    return v ? std::atoi(v) : 0;
-  }();
-  return variant;
-}
-
 template <typename T, int NT, bool kZeros>
-__global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, int splits, int variant) {
+__global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, int splits) {
 #ifdef PEREGRINE_WGMMA
   using C = WgCfg<NT>;
   constexpr int kFrags = NT / 8;
@@ -204,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
     const bool first = i == 0 || tile % tpg == 0;  // the first tile of a group (within this split)
     const int parity = (tile / tpg) & 1;
     attn::cp_async_wait<kStages - 2>();
-    if (!(variant & 1)) wg::fence_proxy_async();  // EXPERIMENT (PEREGRINE_W4_WG_VARIANT bit 0): measurement only
+    wg::fence_proxy_async();
     __syncthreads();
     // Everyone's tile i is visible, and every warpgroup has waited for its tile i - 1 multiplies: tile i - 1's slot
     // takes tile i + kStages - 1, and a group that ended at tile i - 1 folds (its Σx was written before this barrier).
@@ -263,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
 #endif
 }
 
-// ---- EXPERIMENT (PEREGRINE_W4_WG_VARIANT bit 1): the same product with x and the codes through TMA ----
+// ---- The same product with x and the codes through TMA (the default; PEREGRINE_W4_WG_TMA=0: the ring above) ----
 // Thread 0 issues each stage's two tensor copies (x 128-byte swizzled, the codes 32-byte swizzled: the layouts the
 // cp.async ring makes) completing on the stage's full barrier; each warp arrives on the stage's empty barrier once
 // its multiplies are done. The copies are the async proxy's own writes, so no proxy fence; no CTA barrier a tile
@@ -528,8 +525,77 @@ void launch_nt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   auto kernel = w4_wgmma_kernel<T, NT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
-  w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream,
-                            wg_variant());
+  w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream);
+}
+
+
+// Clusters of c blocks of `kernel` (with `smem` bytes of dynamic shared memory) that the device runs at once.
+template <typename Kernel>
+int cluster_capacity(Kernel kernel, int smem, int c) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, int>, int> cache;
+  int device = 0;
+  PEREGRINE_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), smem, c, device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(c), 1, 1);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = static_cast<unsigned>(c);
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  cache.emplace(key, n);
+  return n;
+}
+
+// The K split: w4_gemm's (a function of N, K and the SM count), unless its clusters do not all fit on the device
+// at once — clusters of eight place on one GPC each, so an H100 runs 30 of them where 32 row tiles of q/o or down
+// need 32, and the last two ran as a second wave (ncu: SMs active 57% of such a launch). Then the split whose
+// waves × tiles a block is least (ties keep the smaller split), 1 to 8 blocks, any count. A function of (N, K, the
+// device and this kernel), never of M: M's token tiles only add waves to every choice alike.
+// PEREGRINE_W4_WG_FIT=0 keeps w4_gemm's split.
+template <typename Kernel>
+int fitted_splits(const W4GemmLaunch& l, Kernel kernel, int smem) {
+  const int base = w4_gemm_splits(l.n, l.k, l.sm_count);
+  static const bool fit = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_FIT");
+    return !(v && std::string_view(v) == "0");
+  }();
+  if (!fit) return base;
+  static const int forced = [] {  // PEREGRINE_W4_WG_SPLITS=N (1..8, at most K / 256): every layer's split (tests)
+    const char* v = std::getenv("PEREGRINE_W4_WG_SPLITS");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (forced >= 1 && forced <= w4split::kMaxSplits && l.k / kTK >= forced) return forced;
+  const int64_t n_tiles = ceil_div(l.n, kRows), k_tiles = l.k / kTK;
+  const auto cost = [&](int c) -> int64_t {
+    const int cap = cluster_capacity(kernel, smem, c);
+    if (cap <= 0) return INT64_MAX;
+    return ceil_div(n_tiles, static_cast<int64_t>(cap)) * ceil_div(k_tiles, static_cast<int64_t>(c));
+  };
+  int best = base;
+  int64_t best_cost = cost(base);
+  for (int c = 1; c <= w4split::kMaxSplits; ++c) {
+    if (c == base || (c > 1 && k_tiles / c < 4)) continue;
+    const int64_t v = cost(c);
+    if (v < best_cost || (v == best_cost && c < best)) {
+      best = c;
+      best_cost = v;
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -540,27 +606,35 @@ bool w4_wgmma_supports(const W4GemmLaunch& l) {
 
 void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
   if (l.m == 0 || l.n == 0) return;
-  const int splits = w4_gemm_splits(l.n, l.k, l.sm_count);
+  static const bool tma_on = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_TMA");
+    return !(v && std::string_view(v) == "0");
+  }();
+  const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
   const auto go = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto z = [&](auto nt) {
-      if ((wg_variant() & 2) && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
-          reinterpret_cast<uintptr_t>(l.codes) % 16 == 0) {
-        if (l.zeros)
-          launch_nt_tma<T, decltype(nt)::value, true>(l, splits, stream);
+    const auto z = [&](auto zeros) {
+      constexpr bool Z = decltype(zeros)::value;
+      // The split is chosen on the 64-token kernel whatever M is (so it never depends on M).
+      const int splits = tma ? fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem)
+                             : fitted_splits(l, w4_wgmma_kernel<T, 64, Z>, WgCfg<64>::kSmem);
+      if (tma) {
+        if (l.m <= 32)
+          launch_nt_tma<T, 32, Z>(l, splits, stream);
         else
-          launch_nt_tma<T, decltype(nt)::value, false>(l, splits, stream);
-        return;
+          launch_nt_tma<T, 64, Z>(l, splits, stream);
+      } else {
+        if (l.m <= 32)
+          launch_nt<T, 32, Z>(l, splits, stream);
+        else
+          launch_nt<T, 64, Z>(l, splits, stream);
       }
-      if (l.zeros)
-        launch_nt<T, decltype(nt)::value, true>(l, splits, stream);
-      else
-        launch_nt<T, decltype(nt)::value, false>(l, splits, stream);
     };
-    if (l.m <= 32)
-      z(std::integral_constant<int, 32>{});
+    if (l.zeros)
+      z(std::true_type{});
     else
-      z(std::integral_constant<int, 64>{});
+      z(std::false_type{});
   };
   if (l.dtype == DType::kBF16)
     go(TypeTag<bf16>{});
