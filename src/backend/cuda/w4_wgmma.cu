@@ -565,20 +565,20 @@ int cluster_capacity(Kernel kernel, int smem, int c) {
 // need 32, and the last two ran as a second wave (ncu: SMs active 57% of such a launch). Then the split whose
 // waves × tiles a block is least (ties keep the smaller split), 1 to 8 blocks, any count. A function of (N, K, the
 // device and this kernel), never of M: M's token tiles only add waves to every choice alike.
-// PEREGRINE_W4_WG_FIT=0 keeps w4_gemm's split.
+// Off until measured on a GPU: PEREGRINE_W4_WG_FIT=1 turns it on (w4_gemm's split otherwise).
 template <typename Kernel>
 int fitted_splits(const W4GemmLaunch& l, Kernel kernel, int smem) {
   const int base = w4_gemm_splits(l.n, l.k, l.sm_count);
   static const bool fit = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_FIT");
-    return !(v && std::string_view(v) == "0");
+    return v && std::string_view(v) == "1";
   }();
-  if (!fit) return base;
   static const int forced = [] {  // PEREGRINE_W4_WG_SPLITS=N (1..8, at most K / 256): every layer's split (tests)
     const char* v = std::getenv("PEREGRINE_W4_WG_SPLITS");
     return v ? std::atoi(v) : 0;
   }();
   if (forced >= 1 && forced <= w4split::kMaxSplits && l.k / kTK >= forced) return forced;
+  if (!fit) return base;
   const int64_t n_tiles = ceil_div(l.n, kRows), k_tiles = l.k / kTK;
   const auto cost = [&](int c) -> int64_t {
     const int cap = cluster_capacity(kernel, smem, c);
