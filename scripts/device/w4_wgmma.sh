@@ -24,17 +24,16 @@ if [ "${NCU:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
 fi
 M=PEREGRINE_W4_WGMMA=0
 tests wgmma 'CudaQuantMatmul.W4Gemm*'
-# Experiments, measurement only: bit 0 the ring without its proxy fence; bit 1 the TMA + mbarrier kernel.
-V=PEREGRINE_W4_WG_VARIANT=1
-T=PEREGRINE_W4_WG_VARIANT=2
-TEST_TIMEOUT=60 tests tma 'CudaQuantMatmul.W4Gemm*' $T
+# The cp.async ring the TMA kernel replaced (PEREGRINE_W4_WG_TMA=0).
+T=PEREGRINE_W4_WG_TMA=0
+TEST_TIMEOUT=60 tests ring 'CudaQuantMatmul.W4Gemm*' $T
 # PEREGRINE_W4_MMA_BLOCKS=132: the K split aimed at one block an SM instead of two (fewer clusters of eight).
 S=PEREGRINE_W4_MMA_BLOCKS=132
-rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64m:new:w4a16:64:$M w4b64s:new:w4a16:64:$S w4b64nf:new:w4a16:64:$V w4b64t:new:w4a16:64:$T \
-bf16b128:new:bf16:128 w4b128:new:w4a16:128 w4b128t:new:w4a16:128:$T bf16b256:new:bf16:256 w4b256:new:w4a16:256 w4b256t:new:w4a16:256:$T}"
+rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64m:new:w4a16:64:$M w4b64s:new:w4a16:64:$S w4b64r:new:w4a16:64:$T \
+bf16b128:new:bf16:128 w4b128:new:w4a16:128 w4b128r:new:w4a16:128:$T bf16b256:new:bf16:256 w4b256:new:w4a16:256 w4b256r:new:w4a16:256:$T}"
 [ "${LEAN:-0}" = 1 ] || tests mmasync 'CudaQuantMatmul.W4Gemm*' $M
 if [ "${TIMING:-1}" = 1 ]; then
-  es="X=1 $V $T $M $S"; [ "${LEAN:-0}" = 1 ] && es="X=1 $V $T"
+  es="X=1 $T $M $S"; [ "${LEAN:-0}" = 1 ] && es="X=1 $T"
   for e in $es; do
     env $e timeout 100 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
       >/tmp/timing.log 2>&1
@@ -43,7 +42,7 @@ if [ "${TIMING:-1}" = 1 ]; then
 fi
 if [ "${LEAN:-0}" = 1 ]; then
   env $T timeout 90 compute-sanitizer --tool memcheck .device/bin/cuda_ops_tests --gtest_filter='CudaQuantMatmul.W4GemmRowsDoNotDependOnM' >/tmp/san_tma.log 2>&1 </dev/null
-  echo "sanitizer memcheck (TMA) rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san_tma.log | head -3
+  echo "sanitizer memcheck (ring) rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san_tma.log | head -3
   exit 0
 fi
 tests others 'CudaQuantMatmul.*:CudaSkinny*'
