@@ -2,8 +2,9 @@
 //
 // The weights are the MMA's M side and x its N side: a block owns 128 weight rows (two warpgroups of 64) and NT
 // tokens (32 or 64, the wgmma's N; larger M takes several token tiles), two blocks an SM. Each 64-wide K tile's
-// codes, x rows and group scales (and zeros) stream through an 8-stage cp.async ring; x lands in the
-// 128-byte-swizzled K-major layout wgmma reads B from, and each
+// codes and x rows stream through an 8-stage ring of TMA tensor copies (w4_wgmma_tma_kernel, the default; the
+// cp.async ring of w4_wgmma_kernel, which also stages the group scales and zeros, where TMA cannot run); x lands in
+// the 128-byte-swizzled K-major layout wgmma reads B from, and each
 // thread turns its rows' codes into the m16n8k16 A fragments in registers — a code byte's two nibbles as the b16
 // pair (c - 8, c' - 8), exact, in four instructions (shift, byte permute, lop3 under the exponent of 128 / 1024,
 // one packed fma/sub) — so the codes are read once per block and never written back as b16.
