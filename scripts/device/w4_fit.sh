@@ -23,3 +23,6 @@ done
 env $F timeout 90 compute-sanitizer --tool memcheck "$b/cuda_ops_tests" --gtest_filter='CudaQuantMatmul.W4Gemm*' \
   >/tmp/san.log 2>&1 </dev/null
 echo "sanitizer memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san.log | head -3
+# Last, if time is left: the wide split combine's attention tests (PEREGRINE_DECODE_COMBINE_WIDE=1, before it
+# becomes the default).
+TEST_TIMEOUT=100 tests wide 'CudaAttention*' PEREGRINE_DECODE_COMBINE_WIDE=1
