@@ -11,8 +11,8 @@ rows() { TESTS=0 RUNS="$1" scripts/device/w4_skinny.sh run 2>&1 | grep --line-bu
 nvidia-smi --query-gpu=name --format=csv,noheader
 F=PEREGRINE_W4_WG_FIT=1
 TEST_TIMEOUT=60 tests fit 'CudaQuantMatmul.W4Gemm*' $F
-for s in 3 5 6 7 8; do TEST_TIMEOUT=60 tests "split$s" 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_SPLITS=$s; done
-TEST_TIMEOUT=60 tests ring 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_TMA=0
+for s in ${SPLITS:-3 5 6 7 8}; do TEST_TIMEOUT=60 tests "split$s" 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_SPLITS=$s; done
+[ "${RING:-1}" = 1 ] && TEST_TIMEOUT=60 tests ring 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_TMA=0
 rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64fit:new:w4a16:64:$F \
 bf16b256:new:bf16:256 w4b256:new:w4a16:256 w4b256fit:new:w4a16:256:$F}"
 for e in X=1 $F; do
