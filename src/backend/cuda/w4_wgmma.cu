@@ -617,9 +617,9 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     using T = typename decltype(tag)::type;
     const auto z = [&](auto zeros) {
       constexpr bool Z = decltype(zeros)::value;
-      // The split is chosen on the 64-token kernel whatever M is (so it never depends on M).
-      const int splits = tma ? fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem)
-                             : fitted_splits(l, w4_wgmma_kernel<T, 64, Z>, WgCfg<64>::kSmem);
+      // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
+      // depends on M or on the pointers' alignment).
+      const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
       if (tma) {
         if (l.m <= 32)
           launch_nt_tma<T, 32, Z>(l, splits, stream);
