@@ -60,23 +60,31 @@ __device__ __forceinline__ void add_splits_and_store(const W4GemmLaunch& p, floa
   if (splits > 1) cluster.sync();
 }
 
-// kernel(l, splits) on the grid (splits, m_tiles, n_tiles), the splits of a tile one cluster. The caller has set
-// the kernel's dynamic shared memory limit (once per kernel).
-template <typename Kernel, typename... Extra>
-void launch_clustered(Kernel kernel, const W4GemmLaunch& l, int splits, int64_t m_tiles, int64_t n_tiles, int threads,
-                      int smem, cudaStream_t stream, Extra... extra) {
+// A launch of `threads`-thread blocks with `smem` bytes of dynamic shared memory on the grid (splits, m_tiles,
+// n_tiles), clusters of `splits` blocks along x (none when splits is 1); `at` holds the cluster attribute.
+inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&at)[1], int splits, int64_t m_tiles, int64_t n_tiles,
+                                         int threads, int smem, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(splits), static_cast<unsigned>(m_tiles), static_cast<unsigned>(n_tiles));
   cfg.blockDim = dim3(static_cast<unsigned>(threads));
   cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = stream;
-  cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = static_cast<unsigned>(splits);
   at[0].val.clusterDim.y = 1;
   at[0].val.clusterDim.z = 1;
   cfg.attrs = at;
   cfg.numAttrs = splits > 1 ? 1 : 0;
+  return cfg;
+}
+
+// kernel(l, splits, extra...) on the grid (splits, m_tiles, n_tiles), the splits of a tile one cluster. The caller
+// has set the kernel's dynamic shared memory limit (once per kernel).
+template <typename Kernel, typename... Extra>
+void launch_clustered(Kernel kernel, const W4GemmLaunch& l, int splits, int64_t m_tiles, int64_t n_tiles, int threads,
+                      int smem, cudaStream_t stream, Extra... extra) {
+  cudaLaunchAttribute at[1];
+  const cudaLaunchConfig_t cfg = cluster_config(at, splits, m_tiles, n_tiles, threads, smem, stream);
   PEREGRINE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l, splits, extra...));
 }
 
