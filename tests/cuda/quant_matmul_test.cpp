@@ -308,10 +308,13 @@ TEST(CudaQuantMatmul, DISABLED_W4GemmTiming) {
               env && std::string(env) == "0" ? " (dequantize + cuBLASLt)"
               : wg && std::string(wg) == "0" ? " (w4_gemm, mma.sync)" : "");
   std::vector<double> layer_w4(std::size(ms)), layer_bf(std::size(ms));
-  // PEREGRINE_W4_TIMING_M=m times that M alone on the first shape (for a profiler's first launches).
+  // PEREGRINE_W4_TIMING_M=m times that M alone on the first shape, or on PEREGRINE_W4_TIMING_SHAPE's (a name above),
+  // for a profiler's first launches.
   const char* only_m = std::getenv("PEREGRINE_W4_TIMING_M");
-  for (size_t si = 0; si < (only_m ? 1 : std::size(shapes)); ++si) {
+  const char* only_shape = std::getenv("PEREGRINE_W4_TIMING_SHAPE");
+  for (size_t si = 0; si < std::size(shapes); ++si) {
     const Shape& sh = shapes[si];
+    if (only_m && (only_shape ? std::string(only_shape) != sh.name : si > 0)) continue;
     const int64_t groups = sh.k / 128;
     const size_t code_bytes = static_cast<size_t>(sh.n * sh.k / 2), w_bytes = static_cast<size_t>(sh.n * sh.k * 2);
     const int w4_sets = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / code_bytes, 2, 8));

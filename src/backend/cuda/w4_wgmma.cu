@@ -83,6 +83,107 @@ __device__ __forceinline__ float b16_hi(uint32_t v, bool is_bf16) {
                  : __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
 }
 
+// ---- One K tile's work, shared by both kernels ----
+// The A fragments of this thread's rows (r0, r0 + 8) for the tile's four k16 steps, kk from words 2kk (a0, a1) and
+// 2kk + 1 (a2, a3); the staged codes: 128 rows x 2 chunks, chunk h of row r at r * 32 + ((h ^ ((r >> 2) & 1)) << 4)
+// (a warp's eight rows read without bank conflicts).
+__device__ __forceinline__ void tile_words(const unsigned char* codes, int r0, uint32_t (&w)[2][8]) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int row = r0 + 8 * rr;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 u = *reinterpret_cast<const uint4*>(codes + row * 32 + ((h ^ ((row >> 2) & 1)) << 4));
+      w[rr][4 * h] = u.x;
+      w[rr][4 * h + 1] = u.y;
+      w[rr][4 * h + 2] = u.z;
+      w[rr][4 * h + 3] = u.w;
+    }
+  }
+}
+template <typename T>
+__device__ __forceinline__ void kstep_fragment(const uint32_t (&w)[2][8], int kk, uint32_t perm, uint32_t (&a)[4]) {
+  a[0] = byte_pair<T>(w[0][2 * kk], perm);
+  a[1] = byte_pair<T>(w[1][2 * kk], perm);
+  a[2] = byte_pair<T>(w[0][2 * kk + 1], perm);
+  a[3] = byte_pair<T>(w[1][2 * kk + 1], perm);
+}
+template <typename T>
+__device__ __forceinline__ void tile_fragments(const unsigned char* codes, int r0, uint32_t perm, uint32_t (&a)[4][4]) {
+  uint32_t w[2][8];
+  tile_words(codes, r0, w);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) kstep_fragment<T>(w, kk, perm, a[kk]);
+}
+
+// The tile's four multiplies into acc (scale-d 0 at a group's first tile: the group starts afresh), waited for.
+template <typename T, int NT>
+__device__ __forceinline__ void tile_mma(float (&acc)[NT / 8][4], const uint32_t (&a)[4][4], uint64_t bdesc,
+                                         bool first) {
+  wg::fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
+  wg::commit();
+  wg::wait<0>();
+  wg::fence_operands(acc);
+}
+
+// The finished group's sums into the total: total += s · (P + (8 - z) · Σx) per row and token; xs: the group's Σx
+// of the tile's NT tokens (zeros only).
+template <int NT, bool kZeros>
+__device__ __forceinline__ void fold_group(const float (&acc)[NT / 8][4], float (&total)[NT / 8][4], const float* xs,
+                                           const float (&s)[2], const float (&z)[2], int t) {
+#pragma unroll
+  for (int j = 0; j < NT / 8; ++j) {
+    float2 x2 = make_float2(0.0f, 0.0f);
+    if constexpr (kZeros) x2 = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float pv = acc[j][e];
+      if constexpr (kZeros) pv = fmaf(8.0f - z[e / 2], e & 1 ? x2.y : x2.x, pv);
+      total[j][e] = fmaf(s[e / 2], pv, total[j][e]);
+    }
+  }
+}
+
+// Σx of the staged tile's NT tokens (x: row r's chunk c at r * 128 + ((c ^ (r & 7)) << 4)) by kThr threads (id:
+// 0..kThr-1), kThr / NT a token, each summing its chunks in k order, then across them by xor shuffles; added to the
+// group's running sum xs (reset at its first tile).
+template <typename T, int NT, int kThr>
+__device__ __forceinline__ void tile_xsum(const unsigned char* x_tile, float* xs, bool first, int id) {
+  constexpr int kPerTok = kThr / NT, kChunks = 8 / kPerTok;
+  const int r = id / kPerTok, q = id % kPerTok;
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int chunk = q * kChunks + c;
+    const uint4 v = *reinterpret_cast<const uint4*>(x_tile + r * 128 + ((chunk ^ (r & 7)) << 4));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s += b16_lo(w[e], std::is_same_v<T, bf16>);
+      s += b16_hi(w[e], std::is_same_v<T, bf16>);
+    }
+  }
+#pragma unroll
+  for (int o = 1; o < kPerTok; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (q == 0) xs[r] = (first ? 0.0f : xs[r]) + s;
+}
+
+// The block's f32 partial tile [token][row] (row stride kRows + kPartPad) into shared memory, then the cluster's
+// partials added in split order: block `rank` finishes tokens [rank, rank + 1) * NT / splits of the tile.
+template <int NT>
+__device__ __forceinline__ void finish_tile(const W4GemmLaunch& p, unsigned char* smem, const float (&total)[NT / 8][4],
+                                            int r0, int t, int rank, int splits, int64_t m0, int64_t n0) {
+  constexpr int kPS = kRows + kPartPad;
+  float* partial = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[(8 * j + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = total[j][e];
+  w4split::add_splits_and_store<kRows, kPS, kThreads>(p, partial, NT, rank, splits, m0, n0);
+}
+
 #endif  // PEREGRINE_WGMMA
 
 // grid: (splits, token tiles, weight-row tiles); the splits of one output tile are one cluster (splits > 1).
@@ -155,43 +256,6 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
     for (int e = 0; e < 4; ++e) acc[j][e] = total[j][e] = 0.0f;
   float s_cur[2] = {0.0f, 0.0f}, z_cur[2] = {0.0f, 0.0f};
 
-  // The finished group's sums into the total: acc += s · (P + (8 - z) · Σx) per row and token.
-  auto fold = [&](int parity) {
-#pragma unroll
-    for (int j = 0; j < kFrags; ++j) {
-      float2 xs = make_float2(0.0f, 0.0f);
-      if constexpr (kZeros) xs = *reinterpret_cast<const float2*>(xsum + parity * NT + 8 * j + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float pv = acc[j][e];
-        if constexpr (kZeros) pv = fmaf(8.0f - z_cur[e / 2], e & 1 ? xs.y : xs.x, pv);
-        total[j][e] = fmaf(s_cur[e / 2], pv, total[j][e]);
-      }
-    }
-  };
-
-  // Σx of the tile's tokens (zeros only): NT 64 — four threads a token, 16 k each; NT 32 — eight, 8 k each; summed
-  // in k order, then across the threads by xor shuffles; added to the group's running sum (reset at its first tile).
-  constexpr int kPerTok = kThreads / NT, kChunks = 8 / kPerTok;
-  auto tile_xsum = [&](const unsigned char* xs_tile, int parity, bool first) {
-    const int r = tid / kPerTok, q = tid % kPerTok;
-    float s = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int chunk = q * kChunks + c;
-      const uint4 v = *reinterpret_cast<const uint4*>(xs_tile + r * 128 + ((chunk ^ (r & 7)) << 4));
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s += b16_lo(w[e], std::is_same_v<T, bf16>);
-        s += b16_hi(w[e], std::is_same_v<T, bf16>);
-      }
-    }
-#pragma unroll
-    for (int o = 1; o < kPerTok; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (q == 0) xsum[parity * NT + r] = (first ? 0.0f : xsum[parity * NT + r]) + s;
-  };
-
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < nk) load_stage(s);
@@ -206,58 +270,26 @@ __global__ void __launch_bounds__(kThreads, 2) w4_wgmma_kernel(W4GemmLaunch p, i
     __syncthreads();
     // Everyone's tile i is visible, and every warpgroup has waited for its tile i - 1 multiplies: tile i - 1's slot
     // takes tile i + kStages - 1, and a group that ended at tile i - 1 folds (its Σx was written before this barrier).
-    if (i > 0 && first) fold(parity ^ 1);
+    if (i > 0 && first) fold_group<NT, kZeros>(acc, total, xsum + (parity ^ 1) * NT, s_cur, z_cur, t);
     if (i + kStages - 1 < nk) load_stage((i + kStages - 1) % kStages);
     attn::cp_async_commit();
     const unsigned char* st = smem + slot * C::kStageBytes;
-    if constexpr (kZeros) tile_xsum(st, parity, first);
-    // This tile's A fragments: rows r0 and r0 + 8, k16 step kk from words 2kk (a0, a1) and 2kk + 1 (a2, a3).
-    uint32_t w[2][8];
+    if constexpr (kZeros) tile_xsum<T, NT, kThreads>(st, xsum + parity * NT, first, tid);
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       const int row = r0 + 8 * rr;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 u = *reinterpret_cast<const uint4*>(st + C::kXBytes + row * 32 + ((h ^ ((row >> 2) & 1)) << 4));
-        w[rr][4 * h] = u.x;
-        w[rr][4 * h + 1] = u.y;
-        w[rr][4 * h + 2] = u.z;
-        w[rr][4 * h + 3] = u.w;
-      }
       s_cur[rr] = *reinterpret_cast<const float*>(st + C::kXBytes + C::kCBytes + row * 4);
       if constexpr (kZeros)
         z_cur[rr] = *reinterpret_cast<const float*>(st + C::kXBytes + C::kCBytes + kRows * 4 + row * 4);
     }
     uint32_t a[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      a[kk][0] = byte_pair<T>(w[0][2 * kk], perm);
-      a[kk][1] = byte_pair<T>(w[1][2 * kk], perm);
-      a[kk][2] = byte_pair<T>(w[0][2 * kk + 1], perm);
-      a[kk][3] = byte_pair<T>(w[1][2 * kk + 1], perm);
-    }
-    const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
-    wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
-    wg::commit();
-    wg::wait<0>();
-    wg::fence_operands(acc);
+    tile_fragments<T>(st + C::kXBytes, r0, perm, a);
+    tile_mma<T, NT>(acc, a, wg::desc128(sbase + slot * C::kStageBytes, 16, 1024), first);
   }
   attn::cp_async_wait<0>();
   __syncthreads();  // the last group's Σx visible; the ring free for the partial tile
-  if (nk > 0) fold(((kt1 - 1) / tpg) & 1);
-
-  // The block's f32 partial tile [token][row] into shared memory, then the cluster's partials added in split order:
-  // block `rank` finishes tokens [rank, rank + 1) * NT / splits of the tile.
-  constexpr int kPS = kRows + kPartPad;
-  float* partial = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int j = 0; j < kFrags; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) partial[(8 * j + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = total[j][e];
-  w4split::add_splits_and_store<kRows, kPS, kThreads>(p, partial, NT, rank, splits, m0, n0);
+  if (nk > 0) fold_group<NT, kZeros>(acc, total, xsum + (((kt1 - 1) / tpg) & 1) * NT, s_cur, z_cur, t);
+  finish_tile<NT>(p, smem, total, r0, t, rank, splits, m0, n0);
 #endif
 }
 
@@ -306,7 +338,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 }
 #endif
 
-template <typename T, int NT, bool kZeros>
+template <typename T, int NT, bool kZeros, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 2)
     w4_wgmma_tma_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
                         const __grid_constant__ CUtensorMap cmap) {
@@ -366,109 +398,112 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = total[j][e] = 0.0f;
 
-  auto fold = [&](int parity) {
-#pragma unroll
-    for (int j = 0; j < kFrags; ++j) {
-      float2 xs = make_float2(0.0f, 0.0f);
-      if constexpr (kZeros) xs = *reinterpret_cast<const float2*>(xsum + parity * NT + 8 * j + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float pv = acc[j][e];
-        if constexpr (kZeros) pv = fmaf(8.0f - z_cur[e / 2], e & 1 ? xs.y : xs.x, pv);
-        total[j][e] = fmaf(s_cur[e / 2], pv, total[j][e]);
-      }
-    }
-  };
-  // Σx of the tile's tokens by the warpgroup's 128 threads (NT 64: two a token, 32 k each; NT 32: four, 16 k each).
-  constexpr int kPerTok = 128 / NT, kChunks = 8 / kPerTok;
-  auto tile_xsum = [&](const unsigned char* xs_tile, int parity, bool first) {
-    const int wt = tid % 128, r = wt / kPerTok, q = wt % kPerTok;
-    float s = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int chunk = q * kChunks + c;
-      const uint4 v = *reinterpret_cast<const uint4*>(xs_tile + r * 128 + ((chunk ^ (r & 7)) << 4));
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s += b16_lo(w[e], std::is_same_v<T, bf16>);
-        s += b16_hi(w[e], std::is_same_v<T, bf16>);
-      }
-    }
-#pragma unroll
-    for (int o = 1; o < kPerTok; o *= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (q == 0) xsum[parity * NT + r] = (first ? 0.0f : xsum[parity * NT + r]) + s;
-  };
   auto wg_barrier = [&] { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory"); };
 
+  if constexpr (!kOverlap) {
   for (int i = 0; i < nk; ++i) {
-    const int tile = kt0 + i, slot = i % kStages;
-    const bool first = i == 0 || tile % tpg == 0;
-    const int parity = (tile / tpg) & 1;
-    // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
-    if (tid == 0) {
-      const int j = i + kStages - 2;
-      if (j >= kStages && j < nk) {
-        mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
-        issue(j);
+      const int tile = kt0 + i, slot = i % kStages;
+      const bool first = i == 0 || tile % tpg == 0;
+      const int parity = (tile / tpg) & 1;
+      // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
+      if (tid == 0) {
+        const int j = i + kStages - 2;
+        if (j >= kStages && j < nk) {
+          mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
+          issue(j);
+        }
       }
-    }
-    if (first) {
-      if (i > 0) {
-        if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
-        fold(parity ^ 1);
+      if (first) {
+        if (i > 0) {
+          if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
+          fold_group<NT, kZeros>(acc, total, xsum + (parity ^ 1) * NT, s_cur, z_cur, t);
+        }
+  #pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          s_cur[rr] = s_nxt[rr];
+          z_cur[rr] = z_nxt[rr];
+        }
+        load_group(++gnext);
       }
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        s_cur[rr] = s_nxt[rr];
-        z_cur[rr] = z_nxt[rr];
+      mbar_wait(full0 + 8 * slot, static_cast<uint32_t>((i / kStages) & 1));
+      const unsigned char* st = smem + slot * C::kStageBytes;
+      if constexpr (kZeros) tile_xsum<T, NT, 128>(st, xsum + parity * NT, first, tid % 128);
+      uint32_t a[4][4];
+      tile_fragments<T>(st + C::kXBytes, r0, perm, a);
+      tile_mma<T, NT>(acc, a, wg::desc128(sbase + slot * C::kStageBytes, 16, 1024), first);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+    }
+  } else {
+    // The multiplies in flight while the next k step's fragments are made: four fragment sets, one per k step of
+    // the tile, k step kk's multiply issued and committed on its own, then — once at most three multiplies are in
+    // flight, so the one that read the next set last (the previous tile's) has retired — the next k step's
+    // fragment made; at a tile's end the next tile's words are read and its first fragment made the same way.
+    // The accumulator is waited for in full only where a group ends (its fold). A tile's slot is released once its
+    // multiplies have retired, at the next tile's end.
+    uint32_t w[2][8], a[4][4];
+    if (nk > 0) {
+      mbar_wait(full0, 0u);
+      tile_words(smem + C::kXBytes, r0, w);
+      kstep_fragment<T>(w, 0, perm, a[0]);
+    }
+    for (int i = 0; i < nk; ++i) {
+      const int tile = kt0 + i, slot = i % kStages;
+      const bool first = i == 0 || tile % tpg == 0;
+      const int parity = (tile / tpg) & 1;
+      // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
+      if (tid == 0) {
+        const int j = i + kStages - 2;
+        if (j >= kStages && j < nk) {
+          mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
+          issue(j);
+        }
       }
-      load_group(++gnext);
-    }
-    mbar_wait(full0 + 8 * slot, static_cast<uint32_t>((i / kStages) & 1));
-    const unsigned char* st = smem + slot * C::kStageBytes;
-    if constexpr (kZeros) tile_xsum(st, parity, first);
-    uint32_t w[2][8];
+      if (first) {
+        if (i > 0) {
+          wg::wait<0>();
+          wg::fence_operands(acc);
+          if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
+          fold_group<NT, kZeros>(acc, total, xsum + (parity ^ 1) * NT, s_cur, z_cur, t);
+        }
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const int row = r0 + 8 * rr;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4 u = *reinterpret_cast<const uint4*>(st + C::kXBytes + row * 32 + ((h ^ ((row >> 2) & 1)) << 4));
-        w[rr][4 * h] = u.x;
-        w[rr][4 * h + 1] = u.y;
-        w[rr][4 * h + 2] = u.z;
-        w[rr][4 * h + 3] = u.w;
+        for (int rr = 0; rr < 2; ++rr) {
+          s_cur[rr] = s_nxt[rr];
+          z_cur[rr] = z_nxt[rr];
+        }
+        load_group(++gnext);
       }
-    }
-    uint32_t a[4][4];
+      const unsigned char* st = smem + slot * C::kStageBytes;
+      if constexpr (kZeros) tile_xsum<T, NT, 128>(st, xsum + parity * NT, first, tid % 128);
+      const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      a[kk][0] = byte_pair<T>(w[0][2 * kk], perm);
-      a[kk][1] = byte_pair<T>(w[1][2 * kk], perm);
-      a[kk][2] = byte_pair<T>(w[0][2 * kk + 1], perm);
-      a[kk][3] = byte_pair<T>(w[1][2 * kk + 1], perm);
+      for (int kk = 0; kk < 4; ++kk) {
+        wg::fence();
+        wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
+        wg::commit();
+        if (kk < 3) {
+          wg::wait<3>();  // the multiply that read fragment kk + 1 last (the previous tile's) has retired
+          kstep_fragment<T>(w, kk + 1, perm, a[kk + 1]);
+        }
+      }
+      if (i + 1 < nk) {
+        const int nslot = (i + 1) % kStages;
+        mbar_wait(full0 + 8 * nslot, static_cast<uint32_t>(((i + 1) / kStages) & 1));
+        tile_words(smem + nslot * C::kStageBytes + C::kXBytes, r0, w);
+        wg::wait<3>();  // this tile's first multiply retired (a[0] free), and every earlier tile's
+        kstep_fragment<T>(w, 0, perm, a[0]);
+      } else {
+        wg::wait<0>();
+      }
+      wg::fence_operands(acc);
+      // The previous tile's multiplies have all retired: its slot may be refilled.
+      __syncwarp();
+      if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % kStages));
     }
-    const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
-    wg::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
-    wg::commit();
-    wg::wait<0>();
-    wg::fence_operands(acc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
   }
   __syncthreads();  // every tile consumed (no copy in flight); the last group's Σx visible; the ring free
-  if (nk > 0) fold(((kt1 - 1) / tpg) & 1);
-  constexpr int kPS = kRows + kPartPad;
-  float* partial = reinterpret_cast<float*>(smem);
-#pragma unroll
-  for (int j = 0; j < kFrags; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) partial[(8 * j + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = total[j][e];
-  w4split::add_splits_and_store<kRows, kPS, kThreads>(p, partial, NT, rank, splits, m0, n0);
+  if (nk > 0) fold_group<NT, kZeros>(acc, total, xsum + (((kt1 - 1) / tpg) & 1) * NT, s_cur, z_cur, t);
+  finish_tile<NT>(p, smem, total, r0, t, rank, splits, m0, n0);
 #endif
 }
 
@@ -503,10 +538,10 @@ CUtensorMap tiled_map(CUtensorMapDataType type, const void* base, uint64_t inner
   return map;
 }
 
-template <typename T, int NT, bool kZeros>
+template <typename T, int NT, bool kZeros, bool kOverlap>
 void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = TmaCfg<NT>;
-  auto kernel = w4_wgmma_tma_kernel<T, NT, kZeros>;
+  auto kernel = w4_wgmma_tma_kernel<T, NT, kZeros, kOverlap>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
   const CUtensorMap xmap =
@@ -603,6 +638,11 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_TMA");
     return !(v && std::string_view(v) == "0");
   }();
+  // PEREGRINE_W4_WG_OVERLAP=1: the multiplies in flight while the next fragments are made (until measured).
+  static const bool overlap = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_OVERLAP");
+    return v && std::string_view(v) == "1";
+  }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
   const auto go = [&](auto tag) {
@@ -611,12 +651,17 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       constexpr bool Z = decltype(zeros)::value;
       // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
       // depends on M or on the pointers' alignment).
-      const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
-      if (tma) {
+      const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z, false>, TmaCfg<64>::kSmem);
+      if (tma && overlap) {
         if (l.m <= 32)
-          launch_nt_tma<T, 32, Z>(l, splits, stream);
+          launch_nt_tma<T, 32, Z, true>(l, splits, stream);
         else
-          launch_nt_tma<T, 64, Z>(l, splits, stream);
+          launch_nt_tma<T, 64, Z, true>(l, splits, stream);
+      } else if (tma) {
+        if (l.m <= 32)
+          launch_nt_tma<T, 32, Z, false>(l, splits, stream);
+        else
+          launch_nt_tma<T, 64, Z, false>(l, splits, stream);
       } else {
         if (l.m <= 32)
           launch_nt<T, 32, Z>(l, splits, stream);
