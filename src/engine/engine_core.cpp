@@ -3,6 +3,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <exception>
@@ -752,6 +753,29 @@ void EngineCore::step() {
   if (measured) {
     const double seconds = std::chrono::duration<double>(t5 - t0).count() - next_propose_seconds + propose_seconds_;
     spec_controller_.record_step(static_cast<int>(out.seqs.size()), draft_limit, step_rows, seconds, propose_seconds_);
+  }
+  // PEREGRINE_SPEC_TRACE=1: a line a step on stderr (measurements of the controller): the batch, the draft limit
+  // (P: no proposer; M: a step with a prompt chunk, unmeasured), its rows, its time with its drafts' proposing, the
+  // proposing, and the controller's predicted tokens/s per limit after it.
+  static const bool trace = env_int("PEREGRINE_SPEC_TRACE", 0) == 1;
+  if (trace) {
+    const int b = static_cast<int>(out.seqs.size());
+    bool pure = true;
+    int rows = 0;
+    for (const ScheduledSeq& s : out.seqs) {
+      pure = pure && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens && s.seq->num_output_tokens() > 0;
+      rows += s.num_new_tokens;
+    }
+    const double ms = std::chrono::duration<double>(t5 - t0).count() * 1e3;
+    if (!proposer_) {
+      if (pure) std::fprintf(stderr, "spec b=%d lim=P rows=%d t=%.3fms prop=0ms |\n", b, rows, ms);
+    } else {
+      const std::string lim = (measured ? "" : "M") + std::to_string(draft_limit);
+      std::fprintf(stderr, "spec b=%d lim=%s rows=%d t=%.3fms prop=%.3fms |", b, lim.c_str(), rows,
+                   ms - (next_propose_seconds - propose_seconds_) * 1e3, propose_seconds_ * 1e3);
+      for (int l : spec_controller_.limits()) std::fprintf(stderr, " %d:%.0f", l, spec_controller_.predicted_rate(b, l));
+      std::fprintf(stderr, "\n");
+    }
   }
   if (proposer_) propose_seconds_ = next_propose_seconds;
 

@@ -7,6 +7,8 @@ namespace peregrine::engine {
 namespace {
 constexpr double kStepDecay = 0.9;     // the slope forgets a step with drafts in ~10 of them
 constexpr double kPlainWeight = 0.2;   // the plain step time: an average over ~5 such steps
+constexpr double kPlainClip = 1.5;     // ... each step counted at most this many times the average so far
+constexpr uint64_t kPlainStale = 32;   // decisions without a plain step after which a trial measures one
 constexpr double kMinRowSpread = 0.01;  // variance of draft rows, relative to their mean squared, to fit a line
 constexpr double kGainDecay = 0.98;    // the gain forgets a verification in ~50 pure decode steps
 constexpr double kPriorWeight = 2.0;   // verifications the prior of an arm's increment counts as
@@ -111,6 +113,10 @@ int SpecController::draft_limit(int batch) {
     b.last_best = best;
     b.interval = changed ? kExploreEvery : std::min(kExploreMax, 2 * b.interval);
     b.next_trial = b.decisions + static_cast<uint64_t>(b.interval);
+    // Nothing but a step without drafts measures the plain step's time; while drafting is chosen, a trial takes
+    // one when the last is kPlainStale decisions old (else one slow early step could hold the choice on drafts
+    // that do not pay).
+    if (best > 0 && b.decisions - b.last_plain >= kPlainStale) return 0;
     if (static_cast<size_t>(best) < top) return limits_[static_cast<size_t>(best) + 1];
   }
   return limits_[static_cast<size_t>(best)];
@@ -144,7 +150,14 @@ void SpecController::record_step(int batch, int limit, int rows, double seconds,
   if (limit == 0) ++b.steps_at_zero;
   const double t = seconds - propose_seconds, d = rows - batch;
   if (limit == 0 || d <= 0) {
-    b.plain_seconds = b.plain_seconds == 0 ? t : (1 - kPlainWeight) * b.plain_seconds + kPlainWeight * t;
+    // The first two such steps: the faster (a bucket's first step is often slow: a cold cache, a new batch);
+    // then an average where a step far slower than it (a stall) counts as one kPlainClip times as slow.
+    b.last_plain = b.decisions;
+    ++b.plain_steps;
+    b.plain_seconds = b.plain_steps == 1   ? t
+                      : b.plain_steps == 2 ? std::min(t, b.plain_seconds)
+                                           : (1 - kPlainWeight) * b.plain_seconds +
+                                                 kPlainWeight * std::min(t, kPlainClip * b.plain_seconds);
     return;
   }
   b.sw = kStepDecay * b.sw + 1;

@@ -13,7 +13,8 @@
 //    makes larger limits look worth a try until measured.
 // It runs the arm whose predicted tokens per second is highest, and now and then runs the next larger arm to keep
 // the gain of larger limits known: these trials back off (16, 32, ... 256 steps apart) while the choice stays, and
-// come back to every 16 steps when it changes. A fresh bucket starts with one step of one draft, one of none and
+// come back to every 16 steps when it changes; while drafting is chosen, a trial runs a step without drafts instead
+// when none ran for 32 decisions (only such steps measure the plain step, the baseline of every prediction). A fresh bucket starts with one step of one draft, one of none and
 // one of two (so a fixed cost of verify steps is told from a cost per row); the prior then climbs as far as the
 // measurements bear out.
 #pragma once
@@ -67,6 +68,8 @@ class SpecController {
     uint64_t next_trial = kExploreEvery;
     int interval = kExploreEvery;
     int last_best = -1;  // the arm chosen at the last trial
+    uint64_t last_plain = 0;  // the decision of the last step without drafts
+    int plain_steps = 0;      // steps without drafts measured
   };
   // Per arm a >= 1, over the verifications run under a limit of at least limits_[a]: what it accepts and drafts
   // beyond arm a - 1 (paired differences, so arms share their noise), as decayed sums.
