@@ -500,6 +500,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       __syncwarp();
       if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % kStages));
     }
+    // Nothing is in flight here (the last tile waited for all); said again so that ptxas sees it on the loop's exit
+    // edge too, instead of injecting a wait of its own on the back edge (C7517) every tile.
+    wg::wait<0>();
+    wg::fence_operands(acc);
   }
   __syncthreads();  // every tile consumed (no copy in flight); the last group's Σx visible; the ring free
   if (nk > 0) fold_group<NT, kZeros>(acc, total, xsum + (((kt1 - 1) / tpg) & 1) * NT, s_cur, z_cur, t);
