@@ -192,14 +192,23 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
       gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
       return d_out.to_host();
     };
-    const HostTensor small = run(16), large = run(256);
+    const HostTensor small = run(16), mid = run(128), large = run(256);
     for (int64_t m : {1, 2, 5, 8}) {
       const HostTensor got = run(m);
       EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), small.bytes.begin())) << "M " << m;
     }
-    for (int64_t m : {17, 64, 200}) {
+    for (int64_t m : {17, 64}) {
+      const HostTensor got = run(m);
+      EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), mid.bytes.begin())) << "M " << m;
+    }
+    for (int64_t m : {150, 200}) {
       const HostTensor got = run(m);
       EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), large.bytes.begin())) << "M " << m;
+    }
+    // Int4 at 128 < M <= 256 is a path of its own under PEREGRINE_W4_WG_WIDE=1 (w4_wgmma.cu's wide kernel).
+    const char* wide = std::getenv("PEREGRINE_W4_WG_WIDE");
+    if (codes != DType::kI4 || !(wide && std::string(wide) == "1")) {
+      EXPECT_TRUE(std::equal(mid.bytes.begin(), mid.bytes.end(), large.bytes.begin())) << "M 128";
     }
   }
 }
@@ -207,7 +216,7 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
 // W4A16 at 16 < M on the fused tensor-core GEMM (w4_gemm.cuh: on Hopper the warpgroup-MMA kernel, 32- or 64-token
 // tiles, up to M = 256; elsewhere, or with PEREGRINE_W4_WGMMA=0, mma.sync's w4_gemm, 32 / 64 / 128 rows, up to 128):
 // every element against the ref backend for M across its tile sizes (M = 300 is past either path, on dequantize +
-// cuBLASLt), N tails, K
+// cuBLASLt; M 160 and 256 on the wide kernel under PEREGRINE_W4_WG_WIDE=1), N tails, K
 // tails of the 64-wide tile, groups 64 / 128 / per channel, with and without zeros, bf16 and f16 x, bias, f32 out,
 // split counts 1 to 8; and rows of M = 17, 33, 64, 100 bitwise equal to the same rows at M = 128.
 TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
@@ -225,7 +234,7 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
     DeviceTensor d_bias(bias);
     const TensorView hb = c.bias ? bias.view() : TensorView(), db = c.bias ? d_bias.view() : TensorView();
     for (DType act : {DType::kBF16, DType::kF16})
-      for (int64_t m : {17, 33, 64, 100, 128, 256, 300}) {
+      for (int64_t m : {17, 33, 64, 100, 128, 160, 256, 300}) {
         HostTensor x = random_tensor(act, {m, c.k}, rng);
         HostTensor want(c.f32_out ? DType::kF32 : act, {m, c.n});
         ref().matmul({x.view(), in.codes.view(), hb, want.view(), hq});

@@ -511,6 +511,183 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
+// ---- 128 < M <= 256: every token of the batch in one block, the scales in the fragments ----
+// (PEREGRINE_W4_WG_WIDE=1, until measured.) The kernels above convert each tile's codes once per 64 tokens and keep
+// a group's sums apart from the total (acc and total, 64 registers a 64-token tile), so larger M takes more blocks,
+// each converting the same codes again. Here a block holds 128 weight rows × NTT 64-token tiles (all of M), one
+// block an SM: each k16 step's fragment is made once and multiplies the NTT tiles of x, and the fragment carries the
+// scale: s · (c − z) rounded once from f32 to x's type — the weight that dequantizing gives — so one f32 accumulator
+// a tile runs over the whole K range (no fold, no Σx). Its own path: rows agree for every M in (128, 256] and differ
+// from the kernels above (as the dequantize path's do).
+template <int NTT>
+struct WideCfg {
+  static constexpr int kXBytes = NTT * 64 * 128;
+  static constexpr int kCBytes = kRows * kTK / 2;
+  static constexpr int kStageBytes = kXBytes + kCBytes;
+  static constexpr int kStages = NTT >= 4 ? 4 : 5;
+  static constexpr int kRing = kStages * kStageBytes;
+  static constexpr int kPartBytes = NTT * 64 * (kRows + kPartPad) * 4;
+  static constexpr int kSmem = 1024 + (kRing > kPartBytes ? kRing : kPartBytes);
+  static_assert(kStageBytes % 1024 == 0, "swizzled tiles need 1024-byte aligned stages");
+};
+
+#ifdef PEREGRINE_WGMMA
+// Byte t of w (w4 = w >> 4) as the pair (s · (c − z), s · (c′ − z)) in T, each rounded once from f32: the nibbles
+// become bf16 128 + c exactly (as byte_pair), then f32 by a shift, then fma with kc = −(128 + z) · s.
+template <typename T>
+__device__ __forceinline__ uint32_t scaled_pair(uint32_t w, uint32_t w4, uint32_t perm, float s, float kc) {
+  const uint32_t y = __byte_perm(w, w4, perm);
+  uint32_t v;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(v) : "r"(y), "r"(0x000f000fu), "r"(0x43004300u));
+  const float lo = fmaf(__uint_as_float(v << 16), s, kc), hi = fmaf(__uint_as_float(v & 0xffff0000u), s, kc);
+  uint32_t r;
+  if constexpr (std::is_same_v<T, bf16>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void kstep_scaled(const uint32_t (&w)[2][8], int kk, uint32_t perm, const float (&s)[2],
+                                             const float (&kc)[2], uint32_t (&a)[4]) {
+  a[0] = scaled_pair<T>(w[0][2 * kk], w[0][2 * kk] >> 4, perm, s[0], kc[0]);
+  a[1] = scaled_pair<T>(w[1][2 * kk], w[1][2 * kk] >> 4, perm, s[1], kc[1]);
+  a[2] = scaled_pair<T>(w[0][2 * kk + 1], w[0][2 * kk + 1] >> 4, perm, s[0], kc[0]);
+  a[3] = scaled_pair<T>(w[1][2 * kk + 1], w[1][2 * kk + 1] >> 4, perm, s[1], kc[1]);
+}
+#endif
+
+template <typename T, int NTT, bool kZeros>
+__global__ void __launch_bounds__(kThreads, 1)
+    w4_wide_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
+                   const __grid_constant__ CUtensorMap cmap) {
+#ifdef PEREGRINE_WGMMA
+  using C = WideCfg<NTT>;
+  constexpr int kS = C::kStages;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * kS];
+  const uint32_t raw = attn::smem_addr(smem_raw);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - raw);
+  const int tid = threadIdx.x, wgi = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int rank = blockIdx.x;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.z) * kRows;
+  const int k_tiles = static_cast<int>(p.k / kTK);
+  const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
+  const int tpg = static_cast<int>(p.group_size / kTK);
+  const uint32_t full0 = attn::smem_addr(&bars[0]), empty0 = attn::smem_addr(&bars[kS]);
+  if (tid == 0) {
+    for (int s = 0; s < kS; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kThreads / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto issue = [&](int j) {
+    const int slot = j % kS;
+    const uint32_t base = sbase + slot * C::kStageBytes, bar = full0 + 8 * slot;
+    mbar_expect_tx(bar, C::kStageBytes);
+    tma_load_2d(base, &xmap, (kt0 + j) * kTK, 0, bar);
+    tma_load_2d(base + C::kXBytes, &cmap, (kt0 + j) * (kTK / 2), static_cast<int>(n0), bar);
+  };
+  if (tid == 0)
+    for (int j = 0; j < kS && j < nk; ++j) issue(j);
+
+  const int r0 = wgi * 64 + warp * 16 + g;
+  const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
+  const int64_t rows[2] = {n0 + r0, n0 + r0 + 8};
+  // The scale and kc = −(128 + z) · s of this thread's two rows for the tile being converted, and the next group's.
+  float s_cur[2] = {0.0f, 0.0f}, k_cur[2] = {0.0f, 0.0f}, s_nxt[2] = {0.0f, 0.0f}, k_nxt[2] = {0.0f, 0.0f};
+  auto load_group = [&](int64_t gidx) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const bool ok = rows[rr] < p.n && gidx < p.groups;
+      const float sc = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
+      float z = 8.0f;
+      if constexpr (kZeros) z = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 8.0f;
+      s_nxt[rr] = sc;
+      k_nxt[rr] = -(128.0f + z) * sc;
+    }
+  };
+  int64_t gnext = kt0 / tpg;
+  load_group(gnext);
+  auto next_group = [&] {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      s_cur[rr] = s_nxt[rr];
+      k_cur[rr] = k_nxt[rr];
+    }
+    load_group(++gnext);
+  };
+  // Not initialized: the first multiply of each tile runs with scale-d 0 (zeros written here would sit on the loop's
+  // entry edge, and ptxas then serializes every multiply, C7515); a split without tiles stores zeros instead.
+  float acc[NTT][8][4];
+
+  // As the TMA kernel's overlapped loop: four fragment sets, k step kk's NTT multiplies one commit group, the next
+  // k step's fragment made once at most three groups are in flight; no group ends inside the loop.
+  uint32_t w[2][8], a[4][4];
+  if (nk > 0) {
+    next_group();
+    mbar_wait(full0, 0u);
+    tile_words(smem + C::kXBytes, r0, w);
+    kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
+  }
+  for (int i = 0; i < nk; ++i) {
+    const int slot = i % kS;
+    if (tid == 0) {
+      const int j = i + kS - 2;
+      if (j >= kS && j < nk) {
+        mbar_wait(empty0 + 8 * (j % kS), static_cast<uint32_t>((j / kS - 1) & 1));
+        issue(j);
+      }
+    }
+    const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      wg::fence();
+#pragma unroll
+      for (int j = 0; j < NTT; ++j)
+        wg::MmaK<T, 64>::rs_k(acc[j], a[kk], bdesc + ((j * 64 * 128 + kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
+      wg::commit();
+      if (kk < 3) {
+        wg::wait<3>();
+        kstep_scaled<T>(w, kk + 1, perm, s_cur, k_cur, a[kk + 1]);
+      }
+    }
+    if (i + 1 < nk) {
+      const int nslot = (i + 1) % kS;
+      mbar_wait(full0 + 8 * nslot, static_cast<uint32_t>(((i + 1) / kS) & 1));
+      tile_words(smem + nslot * C::kStageBytes + C::kXBytes, r0, w);
+      if ((kt0 + i + 1) % tpg == 0) next_group();
+      wg::wait<3>();
+      kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
+    } else {
+      wg::wait<0>();
+    }
+#pragma unroll
+    for (int j = 0; j < NTT; ++j) wg::fence_operands(acc[j]);
+    __syncwarp();
+    if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % kS));
+  }
+  wg::wait<0>();
+#pragma unroll
+  for (int j = 0; j < NTT; ++j) wg::fence_operands(acc[j]);
+  __syncthreads();  // every tile consumed; the ring free for the partial tile
+  constexpr int kPS = kRows + kPartPad;
+  float* partial = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int j = 0; j < NTT; ++j)
+#pragma unroll
+    for (int f = 0; f < 8; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        partial[(64 * j + 8 * f + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = nk > 0 ? acc[j][f][e] : 0.0f;
+  w4split::add_splits_and_store<kRows, kPS, kThreads>(p, partial, NTT * 64, rank, splits, 0, n0);
+#endif
+}
+
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -557,6 +734,31 @@ void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
                                      CU_TENSOR_MAP_SWIZZLE_32B);
   w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream,
                             xmap, cmap);
+}
+
+template <typename T, int NTT, bool kZeros>
+void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
+  using C = WideCfg<NTT>;
+  auto kernel = w4_wide_kernel<T, NTT, kZeros>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  PEREGRINE_CUDA_CHECK(attr);
+  const CUtensorMap xmap =
+      tiled_map(std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, l.x,
+                static_cast<uint64_t>(l.k), static_cast<uint64_t>(l.m), static_cast<uint64_t>(l.k) * 2, kTK, NTT * 64,
+                CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
+                                     static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
+                                     CU_TENSOR_MAP_SWIZZLE_32B);
+  w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kThreads, C::kSmem, stream, xmap, cmap);
+}
+
+// The wide kernel's split: one block an SM, so as many splits (1-8, any count) as keep the row tiles × splits
+// within the SMs, each split at least 4 K tiles. A function of (N, K, SM count), never of M.
+int wide_splits(const W4GemmLaunch& l) {
+  const int64_t n_tiles = ceil_div(l.n, kRows), k_tiles = l.k / kTK;
+  int s = 1;
+  while (s < w4split::kMaxSplits && n_tiles * (s + 1) <= l.sm_count && k_tiles / (s + 1) >= 4) ++s;
+  return s;
 }
 
 template <typename T, int NT, bool kZeros>
@@ -647,6 +849,11 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_OVERLAP");
     return v && std::string_view(v) == "1";
   }();
+  // PEREGRINE_W4_WG_WIDE=1: M > 128 on the wide kernel (until measured).
+  static const bool wide_on = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_WIDE");
+    return v && std::string_view(v) == "1";
+  }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
   const auto go = [&](auto tag) {
@@ -655,6 +862,13 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       constexpr bool Z = decltype(zeros)::value;
       // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
       // depends on M or on the pointers' alignment).
+      if (tma && wide_on && l.m > 128) {
+        if (l.m > 192)
+          launch_wide<T, 4, Z>(l, wide_splits(l), stream);
+        else
+          launch_wide<T, 3, Z>(l, wide_splits(l), stream);
+        return;
+      }
       const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z, false>, TmaCfg<64>::kSmem);
       if (tma && overlap) {
         if (l.m <= 32)
