@@ -524,7 +524,8 @@ struct WideCfg {
   static constexpr int kXBytes = NTT * 64 * 128;
   static constexpr int kCBytes = kRows * kTK / 2;
   static constexpr int kStageBytes = kXBytes + kCBytes;
-  static constexpr int kStages = NTT >= 4 ? 4 : 5;
+  // As many stages as 200 KB hold (5 at 256 tokens, 6 at 192): a slot is refilled two tiles after its tile.
+  static constexpr int kStages = 204800 / kStageBytes < 8 ? 204800 / kStageBytes : 8;
   static constexpr int kRing = kStages * kStageBytes;
   static constexpr int kPartBytes = NTT * 64 * (kRows + kPartPad) * 4;
   static constexpr int kSmem = 1024 + (kRing > kPartBytes ? kRing : kPartBytes);
