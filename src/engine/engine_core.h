@@ -174,6 +174,7 @@ class EngineCore {
   SpecController spec_controller_;
   int step_draft_limit_ = 0;      // the controller's draft limit the current step's drafts were proposed under
   double propose_seconds_ = 0.0;  // what proposing the current step's drafts took
+  double propose_backlog_ = 0.0;  // ... of which catching up a backlog (Proposer::backlog_seconds)
   std::chrono::steady_clock::time_point epoch_;
   EngineStats stats_;
   // The device's memory in stats_, read after a step at most every 0.5 s (and once at construction).

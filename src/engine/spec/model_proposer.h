@@ -39,6 +39,7 @@ class ModelProposer final : public Proposer {
 
   void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override;
   void forget(const Sequence& seq) override;
+  double backlog_seconds() const override { return backlog_seconds_; }
 
  private:
   // The drafter's view of a sequence: its token ids from the window's start and how many have KV in the drafter's
@@ -57,6 +58,7 @@ class ModelProposer final : public Proposer {
   KvCacheManager* target_kv_ = nullptr;     // self
   std::vector<int32_t> eos_ids_;
   int context_ = 0;
+  double backlog_seconds_ = 0.0;
   std::unordered_map<int64_t, Shadow> shadows_;
   std::vector<float> logits_;
   LogitsRows rows_;

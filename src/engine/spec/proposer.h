@@ -28,6 +28,10 @@ class Proposer {
   virtual void set_tree_node_limit(int nodes) { (void)nodes; }
   // seq ended (finished or aborted): per-sequence state can go.
   virtual void forget(const Sequence& seq) { (void)seq; }
+  // Seconds of the last propose() that went to catching up a backlog — tokens beyond what one verify step can add
+  // (a new prompt's window, or what accumulated while the controller ran steps without drafts): a cost of starting
+  // to draft, not of each drafting step, so the controller leaves it out of its per-step costs.
+  virtual double backlog_seconds() const { return 0.0; }
 };
 
 // The proposer for a config's method (ngram, lookahead); draft_model and self are built by Engine::create, which
