@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# W4A16 on the warpgroup kernels, three switches until measured (w4_wgmma.cu): PEREGRINE_W4_WG_FIT=1 (splits fitted
-# to the clusters the device runs at once), PEREGRINE_W4_WG_OVERLAP=1 (the multiplies in flight while the next
-# fragments are made), PEREGRINE_W4_WG_WIDE=1 (128 < M <= 256: all of M in one block, the scales in the fragments).
-# The W4A16 op tests under each (and a forced split of SPLITS, the cp.async ring when RING=1), decode at batch 64 /
-# 256 beside bf16 under each, the per-projection timing (TIMINGS: its switch sets), one memcheck with all three on;
-# NCU=1 then profiles one gate/up launch at M 256 (NCU_ENV: its switches; details.csv / source.csv under $OUT);
-# the kernels' SASS when a cubin of w4_wgmma.cu is carried beside the bundle; last the wide combine's attention tests.
+# W4A16 on the warpgroup kernels (w4_wgmma.cu) against the switches that turn this session's defaults off:
+# PEREGRINE_W4_WG_FIT=0 (w4_gemm's split instead of the fitted one) and PEREGRINE_W4_WG_WIDE=0 (128 < M <= 256 on the
+# 64-token kernels instead of the wide kernel). The W4A16 op tests (defaults, each switch, a forced split of SPLITS,
+# the cp.async ring when RING=1), decode at batch 64 / 128 / 256 beside bf16, the per-projection timing (TIMINGS: its
+# switch sets), a memcheck; NCU=1 then profiles one gate/up launch at M 256 (NCU_ENV: its switches; details.csv /
+# source.csv under $OUT); the kernels' SASS when a cubin of w4_wgmma.cu is carried beside the bundle.
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && scripts/device/w4_fit.sh
 set -uo pipefail
@@ -13,27 +12,24 @@ b=.device/bin
 source scripts/device/op_tests_lib.sh
 rows() { TESTS=0 RUNS="$1" scripts/device/w4_skinny.sh run 2>&1 | grep --line-buffered -E "^\| [a-z]|rc="; }
 nvidia-smi --query-gpu=name --format=csv,noheader
-F=PEREGRINE_W4_WG_FIT=1
-O=PEREGRINE_W4_WG_OVERLAP=1
-W=PEREGRINE_W4_WG_WIDE=1
-TEST_TIMEOUT=60 tests fit 'CudaQuantMatmul.W4Gemm*' $F
-TEST_TIMEOUT=60 tests overlap 'CudaQuantMatmul.W4Gemm*' $O
-TEST_TIMEOUT=60 tests wide 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W
-for s in ${SPLITS:-6}; do TEST_TIMEOUT=60 tests "split$s" 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_SPLITS=$s $O; done
+F=PEREGRINE_W4_WG_FIT=0
+W=PEREGRINE_W4_WG_WIDE=0
+TEST_TIMEOUT=60 tests default 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath'
+TEST_TIMEOUT=60 tests nowide 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W
+for s in ${SPLITS:-6}; do TEST_TIMEOUT=60 tests "split$s" 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_SPLITS=$s; done
 [ "${RING:-0}" = 1 ] && TEST_TIMEOUT=60 tests ring 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_TMA=0
 if [ -f .device/carry_w4/w4_wgmma.cubin ] && [ -n "${OUT:-}" ]; then
   cuobjdump -sass .device/carry_w4/w4_wgmma.cubin | gzip >"$OUT/w4_wgmma.sass.gz"; echo "sass rc=$?"
 fi
-rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64fit:new:w4a16:64:$F w4b64ov:new:w4a16:64:$O \
-w4b64fo:new:w4a16:64:$F,$O bf16b256:new:bf16:256 w4b256:new:w4a16:256 w4b256ov:new:w4a16:256:$O \
-w4b256wide:new:w4a16:256:$W}"
-for e in ${TIMINGS:-X=1 $F,$O $W}; do
+rows "${RUNS:-bf16b64:new:bf16:64 w4b64:new:w4a16:64 w4b64nofit:new:w4a16:64:$F bf16b128:new:bf16:128 \
+w4b128:new:w4a16:128 bf16b256:new:bf16:256 w4b256:new:w4a16:256 w4b256nowide:new:w4a16:256:$W}"
+for e in ${TIMINGS:-X=1 $F,$W}; do
   env ${e//,/ } timeout 100 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
     >/tmp/timing.log 2>&1
   echo "timing $e rc=$?"; grep -E "^\|" /tmp/timing.log | grep -E "shape|layer|q/o|gate|down"
 done
-env $F $O $W timeout 120 compute-sanitizer --tool memcheck "$b/cuda_ops_tests" \
-  --gtest_filter='CudaQuantMatmul.W4Gemm*' >/tmp/san.log 2>&1 </dev/null
+timeout 120 compute-sanitizer --tool memcheck "$b/cuda_ops_tests" --gtest_filter='CudaQuantMatmul.W4Gemm*' \
+  >/tmp/san.log 2>&1 </dev/null
 echo "sanitizer memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san.log | head -3
 if [ "${NCU:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
   env ${NCU_ENV:-X=1} PEREGRINE_W4_TIMING_M=256 PEREGRINE_W4_TIMING_SHAPE=gate/up timeout 150 ncu --kernel-name regex:w4_w \
@@ -44,6 +40,3 @@ if [ "${NCU:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
   ncu --import "$OUT/prof.ncu-rep" --page source --csv --print-source sass >"$OUT/source.csv" 2>/dev/null
   rm -f "$OUT/prof.ncu-rep"
 fi
-# Last, if time is left: the wide split combine's attention tests (PEREGRINE_DECODE_COMBINE_WIDE=1, before it
-# becomes the default).
-TEST_TIMEOUT=100 tests combine 'CudaAttention*' PEREGRINE_DECODE_COMBINE_WIDE=1

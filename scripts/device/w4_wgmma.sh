@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # W4A16 at 16 < M on the warpgroup-MMA kernel (w4_wgmma.cu, the default on Hopper; issue 11's batch 64 / 256 goal)
 # against mma.sync's w4_gemm (PEREGRINE_W4_WGMMA=0) and bf16, in one call: the W4A16 op tests on both kernels, decode
-# at batch 64 / 128 / 256 (8B shape, 1K context), the per-projection timing test on both, the wide split combine's
-# attention tests, the sanitizers, batch 1, an 8K prefill beside bf16; NCU=1 first profiles one q/o launch at M = 64 (details.csv and source.csv under $OUT).
+# at batch 64 / 128 / 256 (8B shape, 1K context), the per-projection timing test on both,
+# the sanitizers, batch 1, an 8K prefill beside bf16; NCU=1 first profiles one q/o launch at M = 64 (details.csv and source.csv under $OUT).
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, then scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && scripts/device/w4_wgmma.sh
 # RUNS / RUNS3 / RUNS4: bench rows as w4_skinny.sh takes them (defaults below); TIMING=0 skips the timing tests,
@@ -46,8 +46,6 @@ if [ "${LEAN:-0}" = 1 ]; then
   exit 0
 fi
 tests others 'CudaQuantMatmul.*:CudaSkinny*'
-# The wide split combine (an experiment measured faster): its attention tests, before it becomes the default.
-tests wide 'CudaAttention*' PEREGRINE_DECODE_COMBINE_WIDE=1
 if [ "${SAN:-1}" = 1 ]; then
   for tool in memcheck racecheck; do
     timeout 90 compute-sanitizer --tool "$tool" "$b/cuda_ops_tests" \

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string_view>
 
 namespace peregrine::cuda {
 namespace {
@@ -353,16 +352,14 @@ __global__ void __launch_bounds__(128, kMinBlocks) decode_kernel(const Attention
 
 // Merges the splits of each decode-path (sequence, KV head): out = sum_i w_i O_i / sum_i w_i with
 // w_i = 2^(lse_i - max lse), splits in index order. Every row's log-sum-exps come in one round of loads, a thread a
-// row makes its weights and their sum, then each output's partials are loaded eight at a time and summed in split
-// order: a few round trips to L2 where a loop over rows and splits made dozens.
-// kWide (PEREGRINE_DECODE_COMBINE_WIDE=1, an experiment): a thread an output where the block holds them (up to
-// kCombineWideThreads) and sixteen partials in flight, predicated, instead of eight; the same sums in the same order.
-// Measured faster (H100, 8B shape: bf16 bs 1 +1.4%, W4A16 bs 1 +2.4%, bf16 bs 64 +1.2%; docs/BENCHMARKS.md,
-// 2026-12-07); to replace the default loop once the attention tests have run with it on a GPU.
-constexpr int kCombineWideThreads = 1024;
-template <typename T, bool kWide>
-__global__ void __launch_bounds__(kWide ? kCombineWideThreads : 128) decode_combine_kernel(const AttentionLaunch p,
-                                                                                        int grid_splits, int rows_cap) {
+// row makes its weights and their sum, then a thread an output (the block holds up to kCombineThreads of them) loads
+// its partials sixteen at a time, predicated, and sums them in split order: a few round trips to L2 where a loop
+// over rows and splits made dozens. (Measured against eight at a time from 128 threads, the same sums: H100, 8B
+// shape, bf16 bs 1 +1.4%, W4A16 bs 1 +2.4%, bf16 bs 64 +1.2%; docs/BENCHMARKS.md, 2026-12-07.)
+constexpr int kCombineThreads = 1024;
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const AttentionLaunch p, int grid_splits,
+                                                                        int rows_cap) {
   pdl_wait();
   pdl_trigger();
   __shared__ float weights[kDecodeMaxRows][kDecodeMaxSplits];
@@ -397,25 +394,13 @@ __global__ void __launch_bounds__(kWide ? kCombineWideThreads : 128) decode_comb
     const int r = idx / D, col = idx % D;
     const float* src = ws_o + (part0 + r) * D + col;
     float acc = 0.f;
-    if constexpr (kWide) {
-      for (int i = 0; i < n; i += 16) {
-        float v[16];
+    for (int i = 0; i < n; i += 16) {
+      float v[16];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) v[j] = i + j < n ? src[(i + j) * split_stride] : 0.f;
+      for (int j = 0; j < 16; ++j) v[j] = i + j < n ? src[(i + j) * split_stride] : 0.f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
-          if (i + j < n) acc += weights[r][i + j] * v[j];
-      }
-    } else {
-      int i = 0;
-      for (; i + 8 <= n; i += 8) {
-        float v[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = src[(i + j) * split_stride];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc += weights[r][i + j] * v[j];
-      }
-      for (; i < n; ++i) acc += weights[r][i] * src[i * split_stride];
+      for (int j = 0; j < 16; ++j)
+        if (i + j < n) acc += weights[r][i + j] * v[j];
     }
     const int64_t token = d.q0 + r / group;
     T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D;
@@ -438,16 +423,8 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
              rows_cap);
   if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
-    static const bool wide = [] {
-      const char* e = std::getenv("PEREGRINE_DECODE_COMBINE_WIDE");
-      return e && std::string_view(e) == "1";
-    }();
-    if (wide) {
-      const int threads = std::clamp((rows_cap * D + 31) / 32 * 32, 128, kCombineWideThreads);
-      launch_pdl(decode_combine_kernel<T, true>, cgrid, threads, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
-    } else {
-      launch_pdl(decode_combine_kernel<T, false>, cgrid, 128, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
-    }
+    const int threads = std::clamp((rows_cap * D + 31) / 32 * 32, 128, kCombineThreads);
+    launch_pdl(decode_combine_kernel<T>, cgrid, threads, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
   }
 }
 

@@ -11,13 +11,16 @@
 //
 // Sums: a group's tiles accumulate into one f32 tile (wgmma, scale-d 0 at the group's first tile), folded at the
 // group's end as acc += s · (P + (8 - z) · Σx), the w4_gemm formula; Σx of each token over the group in f32 from
-// the staged x in an order fixed by K (zeros only). The K split is w4_gemm's: a function of (N, K, SM count), its
-// blocks one cluster adding their partials in split order. A row's bits therefore never depend on M or on the token
-// tile (NT) that M picked; they differ from w4_gemm's (another MMA), so the backend uses one of the two for all M.
+// the staged x in an order fixed by K (zeros only). The K split: w4_gemm's, or fewer or more blocks where its
+// clusters would not all fit on the device at once (fitted_splits) — a function of (N, K, the device), its blocks one
+// cluster adding their partials in split order. A row's bits therefore never depend on M or on the token tile (NT)
+// that M picked; they differ from w4_gemm's (another MMA), so the backend uses one of the two for all M up to 128.
+// At 128 < M <= 256 w4_wide_kernel (below) takes all of M in one block, the scale in the fragments: a path of its own.
 //
-// Each warpgroup waits for a tile's multiplies before making the next tile's fragments: ptxas serializes every
-// wgmma when a register-A operand is written while earlier multiplies are in flight (C7513; tried with two fragment
-// buffers), so conversion and MMA overlap across the block's two warpgroups and the SM's two blocks instead.
+// Each warpgroup waits for a tile's multiplies before making the next tile's fragments, so conversion and MMA
+// overlap across the block's two warpgroups and the SM's two blocks. Keeping each k step's multiply in flight while
+// the next k step's fragment is made (four fragment sets) was measured no faster here (H100, 2026-12-07: decode at
+// batch 64 and 256 within -2%..0%) and removed; the wide kernel, with no fold inside its loop, does it.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime's driver entry point)
 
 #include <climits>
@@ -338,7 +341,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 }
 #endif
 
-template <typename T, int NT, bool kZeros, bool kOverlap>
+template <typename T, int NT, bool kZeros>
 __global__ void __launch_bounds__(kThreads, 2)
     w4_wgmma_tma_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
                         const __grid_constant__ CUtensorMap cmap) {
@@ -400,110 +403,38 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   auto wg_barrier = [&] { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgi) : "memory"); };
 
-  if constexpr (!kOverlap) {
   for (int i = 0; i < nk; ++i) {
-      const int tile = kt0 + i, slot = i % kStages;
-      const bool first = i == 0 || tile % tpg == 0;
-      const int parity = (tile / tpg) & 1;
-      // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
-      if (tid == 0) {
-        const int j = i + kStages - 2;
-        if (j >= kStages && j < nk) {
-          mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
-          issue(j);
-        }
+    const int tile = kt0 + i, slot = i % kStages;
+    const bool first = i == 0 || tile % tpg == 0;
+    const int parity = (tile / tpg) & 1;
+    // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
+    if (tid == 0) {
+      const int j = i + kStages - 2;
+      if (j >= kStages && j < nk) {
+        mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
+        issue(j);
       }
-      if (first) {
-        if (i > 0) {
-          if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
-          fold_group<NT, kZeros>(acc, total, xsum + (parity ^ 1) * NT, s_cur, z_cur, t);
-        }
-  #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          s_cur[rr] = s_nxt[rr];
-          z_cur[rr] = z_nxt[rr];
-        }
-        load_group(++gnext);
-      }
-      mbar_wait(full0 + 8 * slot, static_cast<uint32_t>((i / kStages) & 1));
-      const unsigned char* st = smem + slot * C::kStageBytes;
-      if constexpr (kZeros) tile_xsum<T, NT, 128>(st, xsum + parity * NT, first, tid % 128);
-      uint32_t a[4][4];
-      tile_fragments<T>(st + C::kXBytes, r0, perm, a);
-      tile_mma<T, NT>(acc, a, wg::desc128(sbase + slot * C::kStageBytes, 16, 1024), first);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty0 + 8 * slot);
     }
-  } else {
-    // The multiplies in flight while the next k step's fragments are made: four fragment sets, one per k step of
-    // the tile, k step kk's multiply issued and committed on its own, then — once at most three multiplies are in
-    // flight, so the one that read the next set last (the previous tile's) has retired — the next k step's
-    // fragment made; at a tile's end the next tile's words are read and its first fragment made the same way.
-    // The accumulator is waited for in full only where a group ends (its fold). A tile's slot is released once its
-    // multiplies have retired, at the next tile's end.
-    uint32_t w[2][8], a[4][4];
-    if (nk > 0) {
-      mbar_wait(full0, 0u);
-      tile_words(smem + C::kXBytes, r0, w);
-      kstep_fragment<T>(w, 0, perm, a[0]);
-    }
-    for (int i = 0; i < nk; ++i) {
-      const int tile = kt0 + i, slot = i % kStages;
-      const bool first = i == 0 || tile % tpg == 0;
-      const int parity = (tile / tpg) & 1;
-      // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
-      if (tid == 0) {
-        const int j = i + kStages - 2;
-        if (j >= kStages && j < nk) {
-          mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
-          issue(j);
-        }
+    if (first) {
+      if (i > 0) {
+        if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
+        fold_group<NT, kZeros>(acc, total, xsum + (parity ^ 1) * NT, s_cur, z_cur, t);
       }
-      if (first) {
-        if (i > 0) {
-          wg::wait<0>();
-          wg::fence_operands(acc);
-          if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
-          fold_group<NT, kZeros>(acc, total, xsum + (parity ^ 1) * NT, s_cur, z_cur, t);
-        }
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          s_cur[rr] = s_nxt[rr];
-          z_cur[rr] = z_nxt[rr];
-        }
-        load_group(++gnext);
+      for (int rr = 0; rr < 2; ++rr) {
+        s_cur[rr] = s_nxt[rr];
+        z_cur[rr] = z_nxt[rr];
       }
-      const unsigned char* st = smem + slot * C::kStageBytes;
-      if constexpr (kZeros) tile_xsum<T, NT, 128>(st, xsum + parity * NT, first, tid % 128);
-      const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wg::fence();
-        wg::MmaK<T, NT>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), first && kk == 0 ? 0 : 1);
-        wg::commit();
-        if (kk < 3) {
-          wg::wait<3>();  // the multiply that read fragment kk + 1 last (the previous tile's) has retired
-          kstep_fragment<T>(w, kk + 1, perm, a[kk + 1]);
-        }
-      }
-      if (i + 1 < nk) {
-        const int nslot = (i + 1) % kStages;
-        mbar_wait(full0 + 8 * nslot, static_cast<uint32_t>(((i + 1) / kStages) & 1));
-        tile_words(smem + nslot * C::kStageBytes + C::kXBytes, r0, w);
-        wg::wait<3>();  // this tile's first multiply retired (a[0] free), and every earlier tile's
-        kstep_fragment<T>(w, 0, perm, a[0]);
-      } else {
-        wg::wait<0>();
-      }
-      wg::fence_operands(acc);
-      // The previous tile's multiplies have all retired: its slot may be refilled.
-      __syncwarp();
-      if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % kStages));
+      load_group(++gnext);
     }
-    // Nothing is in flight here (the last tile waited for all); said again so that ptxas sees it on the loop's exit
-    // edge too, instead of injecting a wait of its own on the back edge (C7517) every tile.
-    wg::wait<0>();
-    wg::fence_operands(acc);
+    mbar_wait(full0 + 8 * slot, static_cast<uint32_t>((i / kStages) & 1));
+    const unsigned char* st = smem + slot * C::kStageBytes;
+    if constexpr (kZeros) tile_xsum<T, NT, 128>(st, xsum + parity * NT, first, tid % 128);
+    uint32_t a[4][4];
+    tile_fragments<T>(st + C::kXBytes, r0, perm, a);
+    tile_mma<T, NT>(acc, a, wg::desc128(sbase + slot * C::kStageBytes, 16, 1024), first);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
   }
   __syncthreads();  // every tile consumed (no copy in flight); the last group's Σx visible; the ring free
   if (nk > 0) fold_group<NT, kZeros>(acc, total, xsum + (((kt1 - 1) / tpg) & 1) * NT, s_cur, z_cur, t);
@@ -512,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // ---- 128 < M <= 256: every token of the batch in one block, the scales in the fragments ----
-// (PEREGRINE_W4_WG_WIDE=1, until measured.) The kernels above convert each tile's codes once per 64 tokens and keep
+// (The default on Hopper; PEREGRINE_W4_WG_WIDE=0 keeps the kernels above.) They convert each tile's codes once per 64 tokens and keep
 // a group's sums apart from the total (acc and total, 64 registers a 64-token tile), so larger M takes more blocks,
 // each converting the same codes again. Here a block holds 128 weight rows × NTT 64-token tiles (all of M), one
 // block an SM: each k16 step's fragment is made once and multiplies the NTT tiles of x, and the fragment carries the
@@ -626,8 +557,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // entry edge, and ptxas then serializes every multiply, C7515); a split without tiles stores zeros instead.
   float acc[NTT][8][4];
 
-  // As the TMA kernel's overlapped loop: four fragment sets, k step kk's NTT multiplies one commit group, the next
-  // k step's fragment made once at most three groups are in flight; no group ends inside the loop.
+  // The multiplies stay in flight while the next k step's fragment is made: four fragment sets, one per k step of
+  // a tile; k step kk's NTT multiplies are one commit group, and the next k step's fragment is made once at most
+  // three groups are in flight (so the group that read that set last, the previous tile's, has retired); at a tile's
+  // end the next tile's words are read and its first fragment made the same way. No group ends inside the loop (no
+  // fold), and a tile's slot is released at the next tile's end, once its multiplies have retired.
   uint32_t w[2][8], a[4][4];
   if (nk > 0) {
     next_group();
@@ -720,10 +654,10 @@ CUtensorMap tiled_map(CUtensorMapDataType type, const void* base, uint64_t inner
   return map;
 }
 
-template <typename T, int NT, bool kZeros, bool kOverlap>
+template <typename T, int NT, bool kZeros>
 void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = TmaCfg<NT>;
-  auto kernel = w4_wgmma_tma_kernel<T, NT, kZeros, kOverlap>;
+  auto kernel = w4_wgmma_tma_kernel<T, NT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
   const CUtensorMap xmap =
@@ -800,13 +734,14 @@ int cluster_capacity(Kernel kernel, int smem, int c) {
 // need 32, and the last two ran as a second wave (ncu: SMs active 57% of such a launch). Then the split whose
 // waves × tiles a block is least (ties keep the smaller split), 1 to 8 blocks, any count. A function of (N, K, the
 // device and this kernel), never of M: M's token tiles only add waves to every choice alike.
-// Off until measured on a GPU: PEREGRINE_W4_WG_FIT=1 turns it on (w4_gemm's split otherwise).
+// PEREGRINE_W4_WG_FIT=0 keeps w4_gemm's split (comparisons). Measured on the H100: decode at batch 64 +9%
+// (docs/BENCHMARKS.md, 2026-12-07).
 template <typename Kernel>
 int fitted_splits(const W4GemmLaunch& l, Kernel kernel, int smem) {
   const int base = w4_gemm_splits(l.n, l.k, l.sm_count);
   static const bool fit = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_FIT");
-    return v && std::string_view(v) == "1";
+    return !(v && std::string_view(v) == "0");
   }();
   static const int forced = [] {  // PEREGRINE_W4_WG_SPLITS=N (1..8, at most K / 256): every layer's split (tests)
     const char* v = std::getenv("PEREGRINE_W4_WG_SPLITS");
@@ -845,15 +780,10 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_TMA");
     return !(v && std::string_view(v) == "0");
   }();
-  // PEREGRINE_W4_WG_OVERLAP=1: the multiplies in flight while the next fragments are made (until measured).
-  static const bool overlap = [] {
-    const char* v = std::getenv("PEREGRINE_W4_WG_OVERLAP");
-    return v && std::string_view(v) == "1";
-  }();
-  // PEREGRINE_W4_WG_WIDE=1: M > 128 on the wide kernel (until measured).
+  // 128 < M <= 256 on the wide kernel (PEREGRINE_W4_WG_WIDE=0: the 64-token kernels, for comparisons).
   static const bool wide_on = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE");
-    return v && std::string_view(v) == "1";
+    return !(v && std::string_view(v) == "0");
   }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
@@ -870,17 +800,12 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
           launch_wide<T, 3, Z>(l, wide_splits(l), stream);
         return;
       }
-      const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z, false>, TmaCfg<64>::kSmem);
-      if (tma && overlap) {
+      const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
+      if (tma) {
         if (l.m <= 32)
-          launch_nt_tma<T, 32, Z, true>(l, splits, stream);
+          launch_nt_tma<T, 32, Z>(l, splits, stream);
         else
-          launch_nt_tma<T, 64, Z, true>(l, splits, stream);
-      } else if (tma) {
-        if (l.m <= 32)
-          launch_nt_tma<T, 32, Z, false>(l, splits, stream);
-        else
-          launch_nt_tma<T, 64, Z, false>(l, splits, stream);
+          launch_nt_tma<T, 64, Z>(l, splits, stream);
       } else {
         if (l.m <= 32)
           launch_nt<T, 32, Z>(l, splits, stream);
