@@ -192,24 +192,28 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
       gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
       return d_out.to_host();
     };
-    const HostTensor small = run(16), mid = run(128), large = run(256);
+    const HostTensor small = run(16);
     for (int64_t m : {1, 2, 5, 8}) {
       const HostTensor got = run(m);
       EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), small.bytes.begin())) << "M " << m;
     }
-    for (int64_t m : {17, 64}) {
-      const HostTensor got = run(m);
-      EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), mid.bytes.begin())) << "M " << m;
-    }
-    for (int64_t m : {150, 200}) {
-      const HostTensor got = run(m);
-      EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), large.bytes.begin())) << "M " << m;
-    }
-    // Int4 at 128 < M <= 256 is a path of its own on Hopper (w4_wgmma.cu's wide kernel; PEREGRINE_W4_WG_WIDE=0
-    // keeps it on the 64-token kernels).
+    // Int4 from PEREGRINE_W4_WG_WIDE_FROM (129 unless set; 65..256) to 256 is a path of its own on Hopper
+    // (w4_wgmma.cu's wide kernel; PEREGRINE_W4_WG_WIDE=0 keeps it on the 64-token kernels): each M is checked
+    // against the largest M checked on its side of that bound (one side when there is no such path).
     const char* wide = std::getenv("PEREGRINE_W4_WG_WIDE");
-    if (codes != DType::kI4 || (wide && std::string(wide) == "0")) {
-      EXPECT_TRUE(std::equal(mid.bytes.begin(), mid.bytes.end(), large.bytes.begin())) << "M 128";
+    const char* from = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
+    int64_t bound = 129;
+    if (codes != DType::kI4 || (wide && std::string(wide) == "0")) bound = 257;
+    else if (from && *from) bound = std::clamp<int64_t>(std::atoll(from), 65, 256);
+    const std::vector<int64_t> ms = {17, 64, 100, 128, 150, 200, 256};
+    int64_t top_low = 256;
+    for (int64_t m : ms)
+      if (m < bound) top_low = m;
+    const HostTensor low = run(top_low), high = run(256);
+    for (int64_t m : ms) {
+      const HostTensor got = run(m);
+      const HostTensor& want = m < bound ? low : high;
+      EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), want.bytes.begin())) << "M " << m << " bound " << bound;
     }
   }
 }
@@ -242,9 +246,12 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
         DeviceTensor d_x(x), d_out(want);
         d_out.poison();
         gpu().matmul({d_x.view(), dev.codes.view(), db, d_out.view(), dq});
-        // f32 out: on the fused GEMM (M <= 128 on either kernel) f32 sums of exact codes times x against the ref's
-        // doubles; past it (M 256 may be either path) x's dtype's bound, as the dequantize path rounds W first.
-        EXPECT_TRUE(all_close(d_out.to_host(), want, c.f32_out ? (m <= 128 ? 1e-3 : default_rtol(act)) : -1))
+        // f32 out: on the fused GEMM (M <= 128 on either kernel, below PEREGRINE_W4_WG_WIDE_FROM when set) f32 sums
+        // of exact codes times x against the ref's doubles; past it x's dtype's bound, as the wide kernel and the
+        // dequantize path round W first.
+        const char* from = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
+        const int64_t exact_to = from && *from ? std::min<int64_t>(128, std::atoll(from) - 1) : 128;
+        EXPECT_TRUE(all_close(d_out.to_host(), want, c.f32_out ? (m <= exact_to ? 1e-3 : default_rtol(act)) : -1))
             << "N " << c.n << " K " << c.k << " G " << c.group << (c.zeros ? " zeros" : "") << (c.bias ? " bias" : "")
             << " act " << dtype_name(act) << " M " << m;
       }

@@ -23,6 +23,7 @@
 // batch 64 and 256 within -2%..0%) and removed; the wide kernel, with no fold inside its loop, does it.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime's driver entry point)
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -780,10 +781,15 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_TMA");
     return !(v && std::string_view(v) == "0");
   }();
-  // 128 < M <= 256 on the wide kernel (PEREGRINE_W4_WG_WIDE=0: the 64-token kernels, for comparisons).
+  // 128 < M <= 256 on the wide kernel (PEREGRINE_W4_WG_WIDE=0: the 64-token kernels, for comparisons;
+  // PEREGRINE_W4_WG_WIDE_FROM=m, 65..256: the wide kernel from M = m, to measure it below 129).
   static const bool wide_on = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE");
     return !(v && std::string_view(v) == "0");
+  }();
+  static const int64_t wide_from = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
+    return v && *v ? std::clamp<int64_t>(std::atoll(v), 65, 256) : int64_t{129};
   }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
@@ -793,11 +799,13 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       constexpr bool Z = decltype(zeros)::value;
       // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
       // depends on M or on the pointers' alignment).
-      if (tma && wide_on && l.m > 128) {
+      if (tma && wide_on && l.m >= wide_from) {
         if (l.m > 192)
           launch_wide<T, 4, Z>(l, wide_splits(l), stream);
-        else
+        else if (l.m > 128)
           launch_wide<T, 3, Z>(l, wide_splits(l), stream);
+        else
+          launch_wide<T, 2, Z>(l, wide_splits(l), stream);
         return;
       }
       const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
