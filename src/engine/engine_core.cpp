@@ -765,18 +765,15 @@ void EngineCore::step() {
   static const bool trace = env_int("PEREGRINE_SPEC_TRACE", 0) == 1;
   if (trace) {
     const int b = static_cast<int>(out.seqs.size());
-    bool pure = true;
-    int rows = 0;
-    for (const ScheduledSeq& s : out.seqs) {
-      pure = pure && s.samples && s.num_new_tokens == 1 + s.num_draft_tokens && s.seq->num_output_tokens() > 0;
-      rows += s.num_new_tokens;
-    }
     const double ms = std::chrono::duration<double>(t5 - t0).count() * 1e3;
     if (!proposer_) {
-      if (pure) std::fprintf(stderr, "spec b=%d lim=P rows=%d t=%.3fms prop=0ms |\n", b, rows, ms);
+      bool pure = true;  // a pure decode step, as `measured` above
+      for (const ScheduledSeq& s : out.seqs)
+        pure = pure && s.samples && s.num_new_tokens == 1 && s.seq->num_output_tokens() > 0;
+      if (pure) std::fprintf(stderr, "spec b=%d lim=P rows=%d t=%.3fms prop=0ms |\n", b, b, ms);
     } else {
       const std::string lim = (measured ? "" : "M") + std::to_string(draft_limit);
-      std::fprintf(stderr, "spec b=%d lim=%s rows=%d t=%.3fms prop=%.3fms backlog=%.3fms |", b, lim.c_str(), rows,
+      std::fprintf(stderr, "spec b=%d lim=%s rows=%d t=%.3fms prop=%.3fms backlog=%.3fms |", b, lim.c_str(), step_rows,
                    ms - (next_propose_seconds - propose_seconds_) * 1e3, propose_seconds_ * 1e3,
                    propose_backlog_ * 1e3);
       for (int l : spec_controller_.limits()) std::fprintf(stderr, " %d:%.0f", l, spec_controller_.predicted_rate(b, l));

@@ -340,6 +340,57 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
+
+// The TMA kernels' ring of kS stages, each x's tile (kXBytes, from token row m0) then the codes' tile (from weight
+// row n0): a full barrier a stage (thread 0's arrival plus the copies' bytes) and an empty one (a warp each).
+template <int kS, int kStageBytes, int kXBytes>
+struct TmaRing {
+  uint32_t sbase, full0, empty0;
+  const CUtensorMap *xmap, *cmap;
+  int kt0, m0, n0;
+  // Thread 0 initializes the barriers; then every thread syncs.
+  __device__ __forceinline__ void init(int tid) const {
+    if (tid == 0) {
+      for (int s = 0; s < kS; ++s) {
+        mbar_init(full0 + 8 * s, 1);
+        mbar_init(empty0 + 8 * s, kThreads / 32);
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads();
+  }
+  // Thread 0: the split's tile j into its slot.
+  __device__ __forceinline__ void issue(int j) const {
+    const int slot = j % kS;
+    const uint32_t base = sbase + slot * kStageBytes, bar = full0 + 8 * slot;
+    mbar_expect_tx(bar, kStageBytes);
+    tma_load_2d(base, xmap, (kt0 + j) * kTK, m0, bar);
+    tma_load_2d(base + kXBytes, cmap, (kt0 + j) * (kTK / 2), n0, bar);
+  }
+  // Thread 0, before the split's first tile: the first kS tiles.
+  __device__ __forceinline__ void prime(int tid, int nk) const {
+    if (tid == 0)
+      for (int j = 0; j < kS && j < nk; ++j) issue(j);
+  }
+  // Thread 0 at tile i: the slot tile i - 2 used takes tile i + kS - 2 once every warp has released it.
+  __device__ __forceinline__ void refill(int tid, int i, int nk) const {
+    if (tid != 0) return;
+    const int j = i + kS - 2;
+    if (j >= kS && j < nk) {
+      mbar_wait(empty0 + 8 * (j % kS), static_cast<uint32_t>((j / kS - 1) & 1));
+      issue(j);
+    }
+  }
+  __device__ __forceinline__ void wait_full(int i) const {
+    mbar_wait(full0 + 8 * (i % kS), static_cast<uint32_t>((i / kS) & 1));
+  }
+  // Lane 0 of each warp, once the warp is done with tile i's slot.
+  __device__ __forceinline__ void release(int i, int lane) const {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * (i % kS));
+  }
+};
 #endif
 
 template <typename T, int NT, bool kZeros>
@@ -362,25 +413,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int k_tiles = static_cast<int>(p.k / kTK);
   const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
   const int tpg = static_cast<int>(p.group_size / kTK);
-  const uint32_t full0 = attn::smem_addr(&bars[0]), empty0 = attn::smem_addr(&bars[kStages]);
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, kThreads / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  }
-  __syncthreads();
-  auto issue = [&](int j) {
-    const int slot = j % kStages;
-    const uint32_t base = sbase + slot * C::kStageBytes, bar = full0 + 8 * slot;
-    mbar_expect_tx(bar, C::kStageBytes);
-    tma_load_2d(base, &xmap, (kt0 + j) * kTK, static_cast<int>(m0), bar);
-    tma_load_2d(base + C::kXBytes, &cmap, (kt0 + j) * (kTK / 2), static_cast<int>(n0), bar);
-  };
-  if (tid == 0)
-    for (int j = 0; j < kStages && j < nk; ++j) issue(j);
+  const TmaRing<kStages, C::kStageBytes, C::kXBytes> ring{sbase, attn::smem_addr(&bars[0]),
+                                                          attn::smem_addr(&bars[kStages]), &xmap, &cmap, kt0,
+                                                          static_cast<int>(m0), static_cast<int>(n0)};
+  ring.init(tid);
+  ring.prime(tid, nk);
 
   const int r0 = wgi * 64 + warp * 16 + g;
   const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
@@ -408,14 +445,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int tile = kt0 + i, slot = i % kStages;
     const bool first = i == 0 || tile % tpg == 0;
     const int parity = (tile / tpg) & 1;
-    // Thread 0 refills the slot tile i - 2 used (every warp has arrived on its empty barrier) with tile i + 6.
-    if (tid == 0) {
-      const int j = i + kStages - 2;
-      if (j >= kStages && j < nk) {
-        mbar_wait(empty0 + 8 * (j % kStages), static_cast<uint32_t>((j / kStages - 1) & 1));
-        issue(j);
-      }
-    }
+    ring.refill(tid, i, nk);
     if (first) {
       if (i > 0) {
         if constexpr (kZeros) wg_barrier();  // the warpgroup's Σx of the finished group
@@ -428,14 +458,13 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       load_group(++gnext);
     }
-    mbar_wait(full0 + 8 * slot, static_cast<uint32_t>((i / kStages) & 1));
+    ring.wait_full(i);
     const unsigned char* st = smem + slot * C::kStageBytes;
     if constexpr (kZeros) tile_xsum<T, NT, 128>(st, xsum + parity * NT, first, tid % 128);
     uint32_t a[4][4];
     tile_fragments<T>(st + C::kXBytes, r0, perm, a);
     tile_mma<T, NT>(acc, a, wg::desc128(sbase + slot * C::kStageBytes, 16, 1024), first);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+    ring.release(i, lane);
   }
   __syncthreads();  // every tile consumed (no copy in flight); the last group's Σx visible; the ring free
   if (nk > 0) fold_group<NT, kZeros>(acc, total, xsum + (((kt1 - 1) / tpg) & 1) * NT, s_cur, z_cur, t);
@@ -508,25 +537,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int k_tiles = static_cast<int>(p.k / kTK);
   const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
   const int tpg = static_cast<int>(p.group_size / kTK);
-  const uint32_t full0 = attn::smem_addr(&bars[0]), empty0 = attn::smem_addr(&bars[kS]);
-  if (tid == 0) {
-    for (int s = 0; s < kS; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, kThreads / 32);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  }
-  __syncthreads();
-  auto issue = [&](int j) {
-    const int slot = j % kS;
-    const uint32_t base = sbase + slot * C::kStageBytes, bar = full0 + 8 * slot;
-    mbar_expect_tx(bar, C::kStageBytes);
-    tma_load_2d(base, &xmap, (kt0 + j) * kTK, 0, bar);
-    tma_load_2d(base + C::kXBytes, &cmap, (kt0 + j) * (kTK / 2), static_cast<int>(n0), bar);
-  };
-  if (tid == 0)
-    for (int j = 0; j < kS && j < nk; ++j) issue(j);
+  const TmaRing<kS, C::kStageBytes, C::kXBytes> ring{sbase, attn::smem_addr(&bars[0]), attn::smem_addr(&bars[kS]),
+                                                     &xmap, &cmap, kt0, 0, static_cast<int>(n0)};
+  ring.init(tid);
+  ring.prime(tid, nk);
 
   const int r0 = wgi * 64 + warp * 16 + g;
   const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
@@ -566,19 +580,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t w[2][8], a[4][4];
   if (nk > 0) {
     next_group();
-    mbar_wait(full0, 0u);
+    ring.wait_full(0);
     tile_words(smem + C::kXBytes, r0, w);
     kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
   }
   for (int i = 0; i < nk; ++i) {
     const int slot = i % kS;
-    if (tid == 0) {
-      const int j = i + kS - 2;
-      if (j >= kS && j < nk) {
-        mbar_wait(empty0 + 8 * (j % kS), static_cast<uint32_t>((j / kS - 1) & 1));
-        issue(j);
-      }
-    }
+    ring.refill(tid, i, nk);
     const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -594,7 +602,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (i + 1 < nk) {
       const int nslot = (i + 1) % kS;
-      mbar_wait(full0 + 8 * nslot, static_cast<uint32_t>(((i + 1) / kS) & 1));
+      ring.wait_full(i + 1);
       tile_words(smem + nslot * C::kStageBytes + C::kXBytes, r0, w);
       if ((kt0 + i + 1) % tpg == 0) next_group();
       wg::wait<3>();
@@ -604,8 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int j = 0; j < NTT; ++j) wg::fence_operands(acc[j]);
-    __syncwarp();
-    if (i > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((i - 1) % kS));
+    if (i > 0) ring.release(i - 1, lane);
   }
   wg::wait<0>();
 #pragma unroll
