@@ -3,6 +3,7 @@
 // dequantize-per-code path), zero points, act-order perm, irregular g_idx (dequantize path), bias, bf16, f16 and f32
 // activations, M across the small-M kernels and the dequantize + GEMM path; and rows bit-identical for every M
 // within each path.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,20 @@
 
 namespace peregrine::cuda_test {
 namespace {
+
+// Where int4 x bf16/f16 leaves the 64-token fused kernels for a path of its own: on Hopper w4_wgmma.cu's wide
+// kernel from M 65 (PEREGRINE_W4_WG_WIDE_FROM=m, 65..256, moves it; PEREGRINE_W4_WG_WIDE=0: none up to 256, so 257);
+// elsewhere w4_gemm ends at 128 and the dequantize path starts at 129.
+int64_t w4_path_bound() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
+                                                cudaSuccess || major != 9)
+    return 129;
+  const char* wide = std::getenv("PEREGRINE_W4_WG_WIDE");
+  if (wide && std::string(wide) == "0") return 257;
+  const char* from = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
+  return from && *from ? std::clamp<int64_t>(std::atoll(from), 65, 256) : 65;
+}
 
 // A WeightQuant over the scales (and, as asked, zeros, perm, g_idx) of a set of host or device tensors.
 template <typename Tensors>
@@ -197,14 +212,9 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
       const HostTensor got = run(m);
       EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), small.bytes.begin())) << "M " << m;
     }
-    // Int4 from PEREGRINE_W4_WG_WIDE_FROM (129 unless set; 65..256) to 256 is a path of its own on Hopper
-    // (w4_wgmma.cu's wide kernel; PEREGRINE_W4_WG_WIDE=0 keeps it on the 64-token kernels): each M is checked
-    // against the largest M checked on its side of that bound (one side when there is no such path).
-    const char* wide = std::getenv("PEREGRINE_W4_WG_WIDE");
-    const char* from = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
-    int64_t bound = 129;
-    if (codes != DType::kI4 || (wide && std::string(wide) == "0")) bound = 257;
-    else if (from && *from) bound = std::clamp<int64_t>(std::atoll(from), 65, 256);
+    // Int4 from w4_path_bound() to 256 is a path of its own (the wide kernel on Hopper, the dequantize path
+    // elsewhere): each M is checked against the largest M checked on its side of that bound (one side for uint8).
+    const int64_t bound = codes == DType::kI4 ? w4_path_bound() : 257;
     const std::vector<int64_t> ms = {17, 64, 100, 128, 150, 200, 256};
     int64_t top_low = 256;
     for (int64_t m : ms)
@@ -246,11 +256,10 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
         DeviceTensor d_x(x), d_out(want);
         d_out.poison();
         gpu().matmul({d_x.view(), dev.codes.view(), db, d_out.view(), dq});
-        // f32 out: on the fused GEMM (M <= 128 on either kernel, below PEREGRINE_W4_WG_WIDE_FROM when set) f32 sums
-        // of exact codes times x against the ref's doubles; past it x's dtype's bound, as the wide kernel and the
-        // dequantize path round W first.
-        const char* from = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
-        const int64_t exact_to = from && *from ? std::min<int64_t>(128, std::atoll(from) - 1) : 128;
+        // f32 out: on the 64-token fused kernels (below w4_path_bound(), at most 128) f32 sums of exact codes times
+        // x against the ref's doubles; past it x's dtype's bound, as the wide kernel and the dequantize path round W
+        // first.
+        const int64_t exact_to = std::min<int64_t>(128, w4_path_bound() - 1);
         EXPECT_TRUE(all_close(d_out.to_host(), want, c.f32_out ? (m <= exact_to ? 1e-3 : default_rtol(act)) : -1))
             << "N " << c.n << " K " << c.k << " G " << c.group << (c.zeros ? " zeros" : "") << (c.bias ? " bias" : "")
             << " act " << dtype_name(act) << " M " << m;
@@ -274,10 +283,15 @@ TEST(CudaQuantMatmul, W4GemmRowsDoNotDependOnM) {
       gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), TensorView(), d_out.view(), dq});
       return d_out.to_host();
     };
+    // From w4_path_bound() on (below 129 on Hopper) M runs the wide kernel, a path of its own: each M is checked
+    // against the largest on its side.
+    const int64_t from = w4_path_bound();
     const HostTensor large = run(128);
+    const HostTensor below = from <= 128 ? run(from - 1) : large;
     for (int64_t m : {17, 33, 64, 100}) {
       const HostTensor got = run(m);
-      EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), large.bytes.begin()))
+      const HostTensor& want = m >= from ? large : below;
+      EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), want.bytes.begin()))
           << "N " << c.n << " K " << c.k << " G " << c.group << " M " << m;
     }
   }

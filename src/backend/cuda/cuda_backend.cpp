@@ -431,7 +431,7 @@ class CudaBackendImpl final : public CudaBackend {
   // bf16/f16 activations runs the fused tensor-core GEMM (w4_gemm, below); larger M (and shapes neither tiles)
   // dequantize into a dense scratch and run the cuBLASLt GEMM.
   // NOTE determinism: rows agree bit for bit for every M within each path, not across the M = 16 / 17 (and, for
-  // W4A16, the fused GEMM's end: 256 / 257 on Hopper, 128 / 129 elsewhere) boundary.
+  // W4A16, 64 / 65 and 256 / 257 on Hopper — w4_wgmma.cu's wide kernel between them — 128 / 129 elsewhere) boundary.
   void quant_matmul(const MatmulParams& p) {
     const WeightQuant& q = p.quant;
     const DType c = p.w.dtype;

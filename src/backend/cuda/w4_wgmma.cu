@@ -15,7 +15,7 @@
 // clusters would not all fit on the device at once (fitted_splits) — a function of (N, K, the device), its blocks one
 // cluster adding their partials in split order. A row's bits therefore never depend on M or on the token tile (NT)
 // that M picked; they differ from w4_gemm's (another MMA), so the backend uses one of the two for all M up to 128.
-// At 128 < M <= 256 w4_wide_kernel (below) takes all of M in one block, the scale in the fragments: a path of its own.
+// At 64 < M <= 256 w4_wide_kernel (below) takes all of M in one block, the scale in the fragments: a path of its own.
 //
 // Each warpgroup waits for a tile's multiplies before making the next tile's fragments, so conversion and MMA
 // overlap across the block's two warpgroups and the SM's two blocks. Keeping each k step's multiply in flight while
@@ -472,14 +472,15 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
-// ---- 128 < M <= 256: every token of the batch in one block, the scales in the fragments ----
-// (The default on Hopper; PEREGRINE_W4_WG_WIDE=0 keeps the kernels above.) They convert each tile's codes once per 64 tokens and keep
-// a group's sums apart from the total (acc and total, 64 registers a 64-token tile), so larger M takes more blocks,
-// each converting the same codes again. Here a block holds 128 weight rows × NTT 64-token tiles (all of M), one
-// block an SM: each k16 step's fragment is made once and multiplies the NTT tiles of x, and the fragment carries the
-// scale: s · (c − z) rounded once from f32 to x's type — the weight that dequantizing gives — so one f32 accumulator
-// a tile runs over the whole K range (no fold, no Σx). Its own path: rows agree for every M in (128, 256] and differ
-// from the kernels above (as the dequantize path's do).
+// ---- 64 < M <= 256: every token of the batch in one block, the scales in the fragments ----
+// (The default on Hopper; PEREGRINE_W4_WG_WIDE=0 keeps the kernels above.) They convert each tile's codes once per 64
+// tokens and keep a group's sums apart from the total (acc and total, 64 registers a 64-token tile), so larger M
+// takes more blocks, each converting the same codes again. Here a block holds 128 weight rows × NTT 64-token tiles
+// (all of M), one block an SM: each k16 step's fragment is made once and multiplies the NTT tiles of x in one
+// m64n(64·NTT)k16 (the tiles lie one after another in the stage, so one descriptor spans them), and the fragment
+// carries the scale: s · (c − z) rounded once from f32 to x's type — the weight that dequantizing gives — so one f32
+// accumulator runs over the whole K range (no fold, no Σx). Its own path: rows agree for every M in (64, 256] and
+// differ from the kernels above (as the dequantize path's do).
 template <int NTT>
 struct WideCfg {
   static constexpr int kXBytes = NTT * 64 * 128;
@@ -519,7 +520,7 @@ __device__ __forceinline__ void kstep_scaled(const uint32_t (&w)[2][8], int kk, 
 }
 #endif
 
-template <typename T, int NTT, bool kZeros>
+template <typename T, int NTT, bool kZeros, bool kOne>
 __global__ void __launch_bounds__(kThreads, 1)
     w4_wide_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
                    const __grid_constant__ CUtensorMap cmap) {
@@ -559,6 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   int64_t gnext = kt0 / tpg;
+  int gpos = kt0 % tpg;  // tile kt0 + i's place in its group (no division in the loop)
   load_group(gnext);
   auto next_group = [&] {
 #pragma unroll
@@ -570,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // Not initialized: the first multiply of each tile runs with scale-d 0 (zeros written here would sit on the loop's
   // entry edge, and ptxas then serializes every multiply, C7515); a split without tiles stores zeros instead.
-  float acc[NTT][8][4];
+  float acc[NTT * 8][4];
 
   // The multiplies stay in flight while the next k step's fragment is made: four fragment sets, one per k step of
   // a tile; k step kk's NTT multiplies are one commit group, and the next k step's fragment is made once at most
@@ -591,9 +593,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       wg::fence();
+      if constexpr (kOne) {
+        wg::MmaK<T, NTT * 64>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
+      } else {
 #pragma unroll
-      for (int j = 0; j < NTT; ++j)
-        wg::MmaK<T, 64>::rs_k(acc[j], a[kk], bdesc + ((j * 64 * 128 + kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
+        for (int j = 0; j < NTT; ++j)
+          wg::MmaK<T, 64>::rs_k(*reinterpret_cast<float(*)[8][4]>(&acc[8 * j]), a[kk],
+                                bdesc + ((j * 64 * 128 + kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
+      }
       wg::commit();
       if (kk < 3) {
         wg::wait<3>();
@@ -604,29 +611,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int nslot = (i + 1) % kS;
       ring.wait_full(i + 1);
       tile_words(smem + nslot * C::kStageBytes + C::kXBytes, r0, w);
-      if ((kt0 + i + 1) % tpg == 0) next_group();
+      if (++gpos == tpg) {
+        gpos = 0;
+        next_group();
+      }
       wg::wait<3>();
       kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
     } else {
       wg::wait<0>();
     }
-#pragma unroll
-    for (int j = 0; j < NTT; ++j) wg::fence_operands(acc[j]);
+    wg::fence_operands(acc);
     if (i > 0) ring.release(i - 1, lane);
   }
   wg::wait<0>();
-#pragma unroll
-  for (int j = 0; j < NTT; ++j) wg::fence_operands(acc[j]);
+  wg::fence_operands(acc);
   __syncthreads();  // every tile consumed; the ring free for the partial tile
   constexpr int kPS = kRows + kPartPad;
   float* partial = reinterpret_cast<float*>(smem);
 #pragma unroll
-  for (int j = 0; j < NTT; ++j)
+  for (int f = 0; f < NTT * 8; ++f)
 #pragma unroll
-    for (int f = 0; f < 8; ++f)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        partial[(64 * j + 8 * f + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = nk > 0 ? acc[j][f][e] : 0.0f;
+    for (int e = 0; e < 4; ++e)
+      partial[(8 * f + 2 * t + (e & 1)) * kPS + r0 + 8 * (e / 2)] = nk > 0 ? acc[f][e] : 0.0f;
   w4split::add_splits_and_store<kRows, kPS, kThreads>(p, partial, NTT * 64, rank, splits, 0, n0);
 #endif
 }
@@ -679,10 +685,10 @@ void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
                             xmap, cmap);
 }
 
-template <typename T, int NTT, bool kZeros>
+template <typename T, int NTT, bool kZeros, bool kOne>
 void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = WideCfg<NTT>;
-  auto kernel = w4_wide_kernel<T, NTT, kZeros>;
+  auto kernel = w4_wide_kernel<T, NTT, kZeros, kOne>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
   const CUtensorMap xmap =
@@ -693,15 +699,6 @@ void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
                                      static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
                                      CU_TENSOR_MAP_SWIZZLE_32B);
   w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kThreads, C::kSmem, stream, xmap, cmap);
-}
-
-// The wide kernel's split: one block an SM, so as many splits (1-8, any count) as keep the row tiles × splits
-// within the SMs, each split at least 4 K tiles. A function of (N, K, SM count), never of M.
-int wide_splits(const W4GemmLaunch& l) {
-  const int64_t n_tiles = ceil_div(l.n, kRows), k_tiles = l.k / kTK;
-  int s = 1;
-  while (s < w4split::kMaxSplits && n_tiles * (s + 1) <= l.sm_count && k_tiles / (s + 1) >= 4) ++s;
-  return s;
 }
 
 template <typename T, int NT, bool kZeros>
@@ -776,6 +773,37 @@ int fitted_splits(const W4GemmLaunch& l, Kernel kernel, int smem) {
   return best;
 }
 
+// The wide kernel's split: one block an SM; the split (1-8, any count, each at least 4 K tiles) whose waves of
+// clusters × K tiles a block is least, counting the clusters the device runs at once (clusters place within one
+// GPC: 32 row tiles in clusters of four took two waves on the H100, so down at M 256 ran 1.75x gate/up's time for
+// the same work). Ties keep the smaller split. Queried on the 256-token kernel whatever M is: a function of (N, K,
+// the device), never of M. PEREGRINE_W4_WG_WIDE_FIT=0: the rule before (row tiles × splits within the SMs).
+template <typename T, bool kZeros>
+int wide_splits(const W4GemmLaunch& l) {
+  const int64_t n_tiles = ceil_div(l.n, kRows), k_tiles = l.k / kTK;
+  static const bool fit = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FIT");
+    return !(v && std::string_view(v) == "0");
+  }();
+  if (!fit) {
+    int s = 1;
+    while (s < w4split::kMaxSplits && n_tiles * (s + 1) <= l.sm_count && k_tiles / (s + 1) >= 4) ++s;
+    return s;
+  }
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int c = 1; c <= w4split::kMaxSplits && (c == 1 || k_tiles / c >= 4); ++c) {
+    const int cap = cluster_capacity(w4_wide_kernel<T, 4, kZeros, true>, WideCfg<4>::kSmem, c);
+    if (cap <= 0) continue;
+    const int64_t v = ceil_div(n_tiles, static_cast<int64_t>(cap)) * ceil_div(k_tiles, static_cast<int64_t>(c));
+    if (v < best_cost) {
+      best = c;
+      best_cost = v;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 bool w4_wgmma_supports(const W4GemmLaunch& l) {
@@ -788,15 +816,21 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_TMA");
     return !(v && std::string_view(v) == "0");
   }();
-  // 128 < M <= 256 on the wide kernel (PEREGRINE_W4_WG_WIDE=0: the 64-token kernels, for comparisons;
-  // PEREGRINE_W4_WG_WIDE_FROM=m, 65..256: the wide kernel from M = m, to measure it below 129).
+  // 64 < M <= 256 on the wide kernel (PEREGRINE_W4_WG_WIDE=0: the 64-token kernels, for comparisons;
+  // PEREGRINE_W4_WG_WIDE_FROM=m, 65..256: the wide kernel from M = m). Measured on the H100 (2026-12-07): decode
+  // at batch 128 6,977 tok/s on the 64-token kernels (two token tiles), 7,903 on the wide one (bf16 8,874).
   static const bool wide_on = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE");
     return !(v && std::string_view(v) == "0");
   }();
   static const int64_t wide_from = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
-    return v && *v ? std::clamp<int64_t>(std::atoll(v), 65, 256) : int64_t{129};
+    return v && *v ? std::clamp<int64_t>(std::atoll(v), 65, 256) : int64_t{65};
+  }();
+  // The wide kernel's k step as one multiply over all token tiles (PEREGRINE_W4_WG_WIDE_ONE=0: one per tile).
+  static const bool wide_one = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_ONE");
+    return !(v && std::string_view(v) == "0");
   }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
@@ -807,12 +841,20 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
       // depends on M or on the pointers' alignment).
       if (tma && wide_on && l.m >= wide_from) {
-        if (l.m > 192)
-          launch_wide<T, 4, Z>(l, wide_splits(l), stream);
-        else if (l.m > 128)
-          launch_wide<T, 3, Z>(l, wide_splits(l), stream);
+        const int splits = wide_splits<T, Z>(l);
+        const auto wide = [&](auto one) {
+          constexpr bool O = decltype(one)::value;
+          if (l.m > 192)
+            launch_wide<T, 4, Z, O>(l, splits, stream);
+          else if (l.m > 128)
+            launch_wide<T, 3, Z, O>(l, splits, stream);
+          else
+            launch_wide<T, 2, Z, O>(l, splits, stream);
+        };
+        if (wide_one)
+          wide(std::true_type{});
         else
-          launch_wide<T, 2, Z>(l, wide_splits(l), stream);
+          wide(std::false_type{});
         return;
       }
       const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
