@@ -477,7 +477,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 // tokens and keep a group's sums apart from the total (acc and total, 64 registers a 64-token tile), so larger M
 // takes more blocks, each converting the same codes again. Here a block holds 128 weight rows × NTT 64-token tiles
 // (all of M), one block an SM: each k16 step's fragment is made once and multiplies the NTT tiles of x in one
-// m64n(64·NTT)k16 (the tiles lie one after another in the stage, so one descriptor spans them), and the fragment
+// m64n(64·NTT)k16 (the tiles lie one after another in the stage, so one descriptor spans them; one m64n64k16 a
+// tile measured 1-3% slower, H100 2026-12-07), and the fragment
 // carries the scale: s · (c − z) rounded once from f32 to x's type — the weight that dequantizing gives — so one f32
 // accumulator runs over the whole K range (no fold, no Σx). Its own path: rows agree for every M in (64, 256] and
 // differ from the kernels above (as the dequantize path's do).
@@ -520,7 +521,7 @@ __device__ __forceinline__ void kstep_scaled(const uint32_t (&w)[2][8], int kk, 
 }
 #endif
 
-template <typename T, int NTT, bool kZeros, bool kOne>
+template <typename T, int NTT, bool kZeros>
 __global__ void __launch_bounds__(kThreads, 1)
     w4_wide_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
                    const __grid_constant__ CUtensorMap cmap) {
@@ -593,14 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       wg::fence();
-      if constexpr (kOne) {
-        wg::MmaK<T, NTT * 64>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
-      } else {
-#pragma unroll
-        for (int j = 0; j < NTT; ++j)
-          wg::MmaK<T, 64>::rs_k(*reinterpret_cast<float(*)[8][4]>(&acc[8 * j]), a[kk],
-                                bdesc + ((j * 64 * 128 + kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
-      }
+      wg::MmaK<T, NTT * 64>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
       wg::commit();
       if (kk < 3) {
         wg::wait<3>();
@@ -685,10 +679,10 @@ void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
                             xmap, cmap);
 }
 
-template <typename T, int NTT, bool kZeros, bool kOne>
+template <typename T, int NTT, bool kZeros>
 void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = WideCfg<NTT>;
-  auto kernel = w4_wide_kernel<T, NTT, kZeros, kOne>;
+  auto kernel = w4_wide_kernel<T, NTT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
   const CUtensorMap xmap =
@@ -793,7 +787,7 @@ int wide_splits(const W4GemmLaunch& l) {
   int best = 1;
   int64_t best_cost = INT64_MAX;
   for (int c = 1; c <= w4split::kMaxSplits && (c == 1 || k_tiles / c >= 4); ++c) {
-    const int cap = cluster_capacity(w4_wide_kernel<T, 4, kZeros, true>, WideCfg<4>::kSmem, c);
+    const int cap = cluster_capacity(w4_wide_kernel<T, 4, kZeros>, WideCfg<4>::kSmem, c);
     if (cap <= 0) continue;
     const int64_t v = ceil_div(n_tiles, static_cast<int64_t>(cap)) * ceil_div(k_tiles, static_cast<int64_t>(c));
     if (v < best_cost) {
@@ -827,11 +821,6 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
     return v && *v ? std::clamp<int64_t>(std::atoll(v), 65, 256) : int64_t{65};
   }();
-  // The wide kernel's k step as one multiply over all token tiles (PEREGRINE_W4_WG_WIDE_ONE=0: one per tile).
-  static const bool wide_one = [] {
-    const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_ONE");
-    return !(v && std::string_view(v) == "0");
-  }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
   const auto go = [&](auto tag) {
@@ -842,19 +831,12 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       // depends on M or on the pointers' alignment).
       if (tma && wide_on && l.m >= wide_from) {
         const int splits = wide_splits<T, Z>(l);
-        const auto wide = [&](auto one) {
-          constexpr bool O = decltype(one)::value;
-          if (l.m > 192)
-            launch_wide<T, 4, Z, O>(l, splits, stream);
-          else if (l.m > 128)
-            launch_wide<T, 3, Z, O>(l, splits, stream);
-          else
-            launch_wide<T, 2, Z, O>(l, splits, stream);
-        };
-        if (wide_one)
-          wide(std::true_type{});
+        if (l.m > 192)
+          launch_wide<T, 4, Z>(l, splits, stream);
+        else if (l.m > 128)
+          launch_wide<T, 3, Z>(l, splits, stream);
         else
-          wide(std::false_type{});
+          launch_wide<T, 2, Z>(l, splits, stream);
         return;
       }
       const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
