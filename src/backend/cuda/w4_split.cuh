@@ -60,6 +60,18 @@ __device__ __forceinline__ void add_splits_and_store(const W4GemmLaunch& p, floa
   if (splits > 1) cluster.sync();
 }
 
+// The barriers of add_splits_and_store alone, for threads of the block that hold no part of the partial tile.
+__device__ __forceinline__ void split_barriers(int splits) {
+  namespace cg = cooperative_groups;
+  if (splits > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    cluster.sync();
+  } else {
+    __syncthreads();
+  }
+}
+
 // A launch of `threads`-thread blocks with `smem` bytes of dynamic shared memory on the grid (splits, m_tiles,
 // n_tiles), clusters of `splits` blocks along x (none when splits is 1); `at` holds the cluster attribute.
 inline cudaLaunchConfig_t cluster_config(cudaLaunchAttribute (&at)[1], int splits, int64_t m_tiles, int64_t n_tiles,

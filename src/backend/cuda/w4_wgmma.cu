@@ -382,6 +382,14 @@ struct TmaRing {
       issue(j);
     }
   }
+  // One thread of a producer warp (the wide kernel): after prime, every later tile into its slot once every warp has
+  // released the slot's previous tile.
+  __device__ __forceinline__ void produce(int nk) const {
+    for (int j = kS; j < nk; ++j) {
+      mbar_wait(empty0 + 8 * (j % kS), static_cast<uint32_t>((j / kS - 1) & 1));
+      issue(j);
+    }
+  }
   __device__ __forceinline__ void wait_full(int i) const {
     mbar_wait(full0 + 8 * (i % kS), static_cast<uint32_t>((i / kS) & 1));
   }
@@ -521,8 +529,13 @@ __device__ __forceinline__ void kstep_scaled(const uint32_t (&w)[2][8], int kk, 
 }
 #endif
 
-template <typename T, int NTT, bool kZeros>
-__global__ void __launch_bounds__(kThreads, 1)
+// With a producer: a third warpgroup whose warp 0 lane 0 keeps the ring full (a whole warpgroup, so registers can
+// move to the consumers: 168 each at launch, the producers down to 56 and the consumers up to 224 (setmaxnreg)).
+template <bool kProducer>
+constexpr int kWideThreads = kProducer ? kThreads + 128 : kThreads;
+
+template <typename T, int NTT, bool kZeros, bool kProducer>
+__global__ void __launch_bounds__(kWideThreads<kProducer>, 1)
     w4_wide_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
                    const __grid_constant__ CUtensorMap cmap) {
 #ifdef PEREGRINE_WGMMA
@@ -542,7 +555,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const TmaRing<kS, C::kStageBytes, C::kXBytes> ring{sbase, attn::smem_addr(&bars[0]), attn::smem_addr(&bars[kS]),
                                                      &xmap, &cmap, kt0, 0, static_cast<int>(n0)};
   ring.init(tid);
-  ring.prime(tid, nk);
+  constexpr int kPS = kRows + kPartPad;
+  float* partial = reinterpret_cast<float*>(smem);
+  if constexpr (kProducer) {
+    if (tid >= kThreads) {
+      // The producer warpgroup: warp 8's lane 0 keeps the ring full, kS - 1 tiles ahead of the slowest warp; then
+      // the warpgroup takes part in the epilogue's barriers only.
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      if (tid == kThreads) {
+        ring.prime(0, nk);
+        ring.produce(nk);
+      }
+      __syncwarp();
+      __syncthreads();
+      w4split::split_barriers(splits);
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+  } else {
+    ring.prime(tid, nk);
+  }
 
   const int r0 = wgi * 64 + warp * 16 + g;
   const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
@@ -553,21 +585,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       const bool ok = rows[rr] < p.n && gidx < p.groups;
-      const float sc = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
-      float z = 8.0f;
-      if constexpr (kZeros) z = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 8.0f;
-      s_nxt[rr] = sc;
-      k_nxt[rr] = -(128.0f + z) * sc;
+      s_nxt[rr] = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
+      if constexpr (kZeros) k_nxt[rr] = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 8.0f;
     }
   };
   int64_t gnext = kt0 / tpg;
   int gpos = kt0 % tpg;  // tile kt0 + i's place in its group (no division in the loop)
   load_group(gnext);
+  // kc from the group loaded a group ago (its loads long done; k_nxt holds its zero until then), then the next
+  // group's loads.
   auto next_group = [&] {
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
       s_cur[rr] = s_nxt[rr];
-      k_cur[rr] = k_nxt[rr];
+      k_cur[rr] = -(128.0f + (kZeros ? k_nxt[rr] : 8.0f)) * s_nxt[rr];
     }
     load_group(++gnext);
   };
@@ -589,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int i = 0; i < nk; ++i) {
     const int slot = i % kS;
-    ring.refill(tid, i, nk);
+    if constexpr (!kProducer) ring.refill(tid, i, nk);
     const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -620,8 +651,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   wg::wait<0>();
   wg::fence_operands(acc);
   __syncthreads();  // every tile consumed; the ring free for the partial tile
-  constexpr int kPS = kRows + kPartPad;
-  float* partial = reinterpret_cast<float*>(smem);
 #pragma unroll
   for (int f = 0; f < NTT * 8; ++f)
 #pragma unroll
@@ -679,10 +708,10 @@ void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
                             xmap, cmap);
 }
 
-template <typename T, int NTT, bool kZeros>
+template <typename T, int NTT, bool kZeros, bool kProducer>
 void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = WideCfg<NTT>;
-  auto kernel = w4_wide_kernel<T, NTT, kZeros>;
+  auto kernel = w4_wide_kernel<T, NTT, kZeros, kProducer>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
   const CUtensorMap xmap =
@@ -692,7 +721,8 @@ void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
                                      static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
                                      CU_TENSOR_MAP_SWIZZLE_32B);
-  w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kThreads, C::kSmem, stream, xmap, cmap);
+  w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kWideThreads<kProducer>, C::kSmem, stream,
+                            xmap, cmap);
 }
 
 template <typename T, int NT, bool kZeros>
@@ -705,9 +735,10 @@ void launch_nt(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
 }
 
 
-// Clusters of c blocks of `kernel` (with `smem` bytes of dynamic shared memory) that the device runs at once.
+// Clusters of c blocks of `kernel` (`threads` threads, `smem` bytes of dynamic shared memory) that the device runs
+// at once.
 template <typename Kernel>
-int cluster_capacity(Kernel kernel, int smem, int c) {
+int cluster_capacity(Kernel kernel, int smem, int c, int threads = kThreads) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int, int>, int> cache;
   int device = 0;
@@ -717,7 +748,7 @@ int cluster_capacity(Kernel kernel, int smem, int c) {
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   PEREGRINE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaLaunchAttribute at[1];
-  cudaLaunchConfig_t cfg = w4split::cluster_config(at, c, 1, 1, kThreads, smem, nullptr);
+  cudaLaunchConfig_t cfg = w4split::cluster_config(at, c, 1, 1, threads, smem, nullptr);
   cfg.numAttrs = 1;  // a cluster of one too: the query takes the attribute at every size
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
@@ -787,7 +818,7 @@ int wide_splits(const W4GemmLaunch& l) {
   int best = 1;
   int64_t best_cost = INT64_MAX;
   for (int c = 1; c <= w4split::kMaxSplits && (c == 1 || k_tiles / c >= 4); ++c) {
-    const int cap = cluster_capacity(w4_wide_kernel<T, 4, kZeros>, WideCfg<4>::kSmem, c);
+    const int cap = cluster_capacity(w4_wide_kernel<T, 4, kZeros, false>, WideCfg<4>::kSmem, c);
     if (cap <= 0) continue;
     const int64_t v = ceil_div(n_tiles, static_cast<int64_t>(cap)) * ceil_div(k_tiles, static_cast<int64_t>(c));
     if (v < best_cost) {
@@ -821,6 +852,11 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
     return v && *v ? std::clamp<int64_t>(std::atoll(v), 65, 256) : int64_t{65};
   }();
+  // The wide kernel's ring kept full by a producer warp of its own (PEREGRINE_W4_WG_WIDE_PRODUCER=1; measuring).
+  static const bool wide_producer = [] {
+    const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_PRODUCER");
+    return v && std::string_view(v) == "1";
+  }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
   const auto go = [&](auto tag) {
@@ -831,12 +867,19 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       // depends on M or on the pointers' alignment).
       if (tma && wide_on && l.m >= wide_from) {
         const int splits = wide_splits<T, Z>(l);
-        if (l.m > 192)
-          launch_wide<T, 4, Z>(l, splits, stream);
-        else if (l.m > 128)
-          launch_wide<T, 3, Z>(l, splits, stream);
+        const auto wide = [&](auto producer) {
+          constexpr bool P = decltype(producer)::value;
+          if (l.m > 192)
+            launch_wide<T, 4, Z, P>(l, splits, stream);
+          else if (l.m > 128)
+            launch_wide<T, 3, Z, P>(l, splits, stream);
+          else
+            launch_wide<T, 2, Z, P>(l, splits, stream);
+        };
+        if (wide_producer)
+          wide(std::true_type{});
         else
-          launch_wide<T, 2, Z>(l, splits, stream);
+          wide(std::false_type{});
         return;
       }
       const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
