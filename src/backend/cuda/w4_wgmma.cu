@@ -495,7 +495,8 @@ struct WideCfg {
   static constexpr int kXBytes = NTT * 64 * 128;
   static constexpr int kCBytes = kRows * kTK / 2;
   static constexpr int kStageBytes = kXBytes + kCBytes;
-  // As many stages as 200 KB hold (5 at 256 tokens, 6 at 192): a slot is refilled two tiles after its tile.
+  // As many stages as 200 KB hold (5 at 256 tokens, 7 at 192, 8 at 128): the producer refills a slot once every
+  // warp has released it, a tile after its tile.
   static constexpr int kStages = 204800 / kStageBytes < 8 ? 204800 / kStageBytes : 8;
   static constexpr int kRing = kStages * kStageBytes;
   static constexpr int kPartBytes = NTT * 64 * (kRows + kPartPad) * 4;
@@ -529,13 +530,15 @@ __device__ __forceinline__ void kstep_scaled(const uint32_t (&w)[2][8], int kk, 
 }
 #endif
 
-// With a producer: a third warpgroup whose warp 0 lane 0 keeps the ring full (a whole warpgroup, so registers can
-// move to the consumers: 168 each at launch, the producers down to 56 and the consumers up to 224 (setmaxnreg)).
-template <bool kProducer>
-constexpr int kWideThreads = kProducer ? kThreads + 128 : kThreads;
+// Two consumer warpgroups and a producer warpgroup whose first thread keeps the ring full (a whole warpgroup, so
+// registers can move to the consumers: 168 a thread at launch, the producers down to 56 and the consumers up to 224,
+// setmaxnreg). Thread 0 refilling the ring at each tile, as the TMA kernel does, measured 4-6% slower on the H100
+// (2026-12-07: decode at batch 128 8,016 vs 8,496 tok/s, batch 256 10,168 vs 10,598): it waited there for the other
+// warpgroup to release a slot, and its own warpgroup with it.
+constexpr int kWideThreads = kThreads + 128;
 
-template <typename T, int NTT, bool kZeros, bool kProducer>
-__global__ void __launch_bounds__(kWideThreads<kProducer>, 1)
+template <typename T, int NTT, bool kZeros>
+__global__ void __launch_bounds__(kWideThreads, 1)
     w4_wide_kernel(W4GemmLaunch p, int splits, const __grid_constant__ CUtensorMap xmap,
                    const __grid_constant__ CUtensorMap cmap) {
 #ifdef PEREGRINE_WGMMA
@@ -557,24 +560,20 @@ __global__ void __launch_bounds__(kWideThreads<kProducer>, 1)
   ring.init(tid);
   constexpr int kPS = kRows + kPartPad;
   float* partial = reinterpret_cast<float*>(smem);
-  if constexpr (kProducer) {
-    if (tid >= kThreads) {
-      // The producer warpgroup: warp 8's lane 0 keeps the ring full, kS - 1 tiles ahead of the slowest warp; then
-      // the warpgroup takes part in the epilogue's barriers only.
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-      if (tid == kThreads) {
-        ring.prime(0, nk);
-        ring.produce(nk);
-      }
-      __syncwarp();
-      __syncthreads();
-      w4split::split_barriers(splits);
-      return;
+  if (tid >= kThreads) {
+    // The producer warpgroup: its first thread keeps the ring full, kS - 1 tiles ahead of the slowest warp; then
+    // the warpgroup takes part in the epilogue's barriers only.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    if (tid == kThreads) {
+      ring.prime(0, nk);
+      ring.produce(nk);
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-  } else {
-    ring.prime(tid, nk);
+    __syncwarp();
+    __syncthreads();
+    w4split::split_barriers(splits);
+    return;
   }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
 
   const int r0 = wgi * 64 + warp * 16 + g;
   const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
@@ -620,7 +619,6 @@ __global__ void __launch_bounds__(kWideThreads<kProducer>, 1)
   }
   for (int i = 0; i < nk; ++i) {
     const int slot = i % kS;
-    if constexpr (!kProducer) ring.refill(tid, i, nk);
     const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -708,10 +706,10 @@ void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
                             xmap, cmap);
 }
 
-template <typename T, int NTT, bool kZeros, bool kProducer>
+template <typename T, int NTT, bool kZeros>
 void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = WideCfg<NTT>;
-  auto kernel = w4_wide_kernel<T, NTT, kZeros, kProducer>;
+  auto kernel = w4_wide_kernel<T, NTT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
   const CUtensorMap xmap =
@@ -721,7 +719,7 @@ void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
                                      static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
                                      CU_TENSOR_MAP_SWIZZLE_32B);
-  w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kWideThreads<kProducer>, C::kSmem, stream,
+  w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kWideThreads, C::kSmem, stream,
                             xmap, cmap);
 }
 
@@ -818,7 +816,7 @@ int wide_splits(const W4GemmLaunch& l) {
   int best = 1;
   int64_t best_cost = INT64_MAX;
   for (int c = 1; c <= w4split::kMaxSplits && (c == 1 || k_tiles / c >= 4); ++c) {
-    const int cap = cluster_capacity(w4_wide_kernel<T, 4, kZeros, false>, WideCfg<4>::kSmem, c);
+    const int cap = cluster_capacity(w4_wide_kernel<T, 4, kZeros>, WideCfg<4>::kSmem, c, kWideThreads);
     if (cap <= 0) continue;
     const int64_t v = ceil_div(n_tiles, static_cast<int64_t>(cap)) * ceil_div(k_tiles, static_cast<int64_t>(c));
     if (v < best_cost) {
@@ -852,11 +850,6 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
     return v && *v ? std::clamp<int64_t>(std::atoll(v), 65, 256) : int64_t{65};
   }();
-  // The wide kernel's ring kept full by a producer warp of its own (PEREGRINE_W4_WG_WIDE_PRODUCER=1; measuring).
-  static const bool wide_producer = [] {
-    const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_PRODUCER");
-    return v && std::string_view(v) == "1";
-  }();
   const bool tma = tma_on && encode_tiled() && reinterpret_cast<uintptr_t>(l.x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(l.codes) % 16 == 0 && l.k % 16 == 0;
   const auto go = [&](auto tag) {
@@ -867,19 +860,12 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       // depends on M or on the pointers' alignment).
       if (tma && wide_on && l.m >= wide_from) {
         const int splits = wide_splits<T, Z>(l);
-        const auto wide = [&](auto producer) {
-          constexpr bool P = decltype(producer)::value;
-          if (l.m > 192)
-            launch_wide<T, 4, Z, P>(l, splits, stream);
-          else if (l.m > 128)
-            launch_wide<T, 3, Z, P>(l, splits, stream);
-          else
-            launch_wide<T, 2, Z, P>(l, splits, stream);
-        };
-        if (wide_producer)
-          wide(std::true_type{});
+        if (l.m > 192)
+          launch_wide<T, 4, Z>(l, splits, stream);
+        else if (l.m > 128)
+          launch_wide<T, 3, Z>(l, splits, stream);
         else
-          wide(std::false_type{});
+          launch_wide<T, 2, Z>(l, splits, stream);
         return;
       }
       const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);
