@@ -2,7 +2,8 @@
 # W4A16 on the warpgroup kernels (w4_wgmma.cu) against the switches that turn the defaults off:
 # PEREGRINE_W4_WG_FIT=0 (w4_gemm's split instead of the fitted one), PEREGRINE_W4_WG_WIDE=0 (64 < M <= 256 on the
 # 64-token kernels instead of the wide kernel), PEREGRINE_W4_WG_WIDE_FROM=m (the wide kernel from M m) and
-# PEREGRINE_W4_WG_WIDE_FIT=0 (the wide kernel's split without counting the clusters that fit). The W4A16 op tests
+# PEREGRINE_W4_WG_WIDE_FIT=0 (the wide kernel's split without counting the clusters that fit), PEREGRINE_W4_WG_STREAMK=0
+# (no stream-K kernel). The W4A16 op tests
 # (defaults, each switch, a forced split of SPLITS, the cp.async ring when RING=1), decode beside bf16 (RUNS), the
 # per-projection timing (TIMINGS: its switch sets), a memcheck; NCU=1 then profiles one gate/up launch at M 256
 # (NCU_ENV: its switches; details.csv / source.csv under $OUT); the kernels' SASS when a cubin of w4_wgmma.cu is
@@ -18,18 +19,20 @@ F=PEREGRINE_W4_WG_FIT=0
 W=PEREGRINE_W4_WG_WIDE=0
 W129=PEREGRINE_W4_WG_WIDE_FROM=129
 WF=PEREGRINE_W4_WG_WIDE_FIT=0
+SK=PEREGRINE_W4_WG_STREAMK=0
 TEST_TIMEOUT=60 tests default 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath'
 TEST_TIMEOUT=60 tests nowide 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W
 TEST_TIMEOUT=60 tests wide129 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W129
 TEST_TIMEOUT=60 tests widefit0 'CudaQuantMatmul.W4Gemm*' $WF
+TEST_TIMEOUT=60 tests streamk0 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $SK
 for s in ${SPLITS:-6}; do TEST_TIMEOUT=60 tests "split$s" 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_SPLITS=$s; done
 [ "${RING:-0}" = 1 ] && TEST_TIMEOUT=60 tests ring 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_TMA=0
 if [ -f .device/carry_w4/w4_wgmma.cubin ] && [ -n "${OUT:-}" ]; then
   cuobjdump -sass .device/carry_w4/w4_wgmma.cubin | gzip >"$OUT/w4_wgmma.sass.gz"; echo "sass rc=$?"
 fi
 rows "${RUNS:-bf16b128:new:bf16:128 w4b128:new:w4a16:128 w4b128nowide:new:w4a16:128:$W bf16b256:new:bf16:256 \
-w4b256:new:w4a16:256}"
-for e in ${TIMINGS:-X=1 $W}; do
+w4b256:new:w4a16:256 w4b256sk0:new:w4a16:256:$SK w4b128sk0:new:w4a16:128:$SK}"
+for e in ${TIMINGS:-X=1 $SK}; do
   env ${e//,/ } timeout 100 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
     >/tmp/timing.log 2>&1
   echo "timing $e rc=$?"; grep -E "^\|" /tmp/timing.log | grep -E "shape|layer|q/o|gate|down"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/skinny_gemm.cuh"
+#include "backend/cuda/w4_gemm.cuh"
 #include "cuda_test_util.h"
 
 namespace peregrine::cuda_test {
@@ -264,6 +265,55 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
             << "N " << c.n << " K " << c.k << " G " << c.group << (c.zeros ? " zeros" : "") << (c.bias ? " bias" : "")
             << " act " << dtype_name(act) << " M " << m;
       }
+  }
+}
+
+// The stream-K form of the wide kernel (Hopper, 64 < M <= 256; by its cost rule only large shapes such as the 8B
+// gate/up take it, so here it is forced on every shape): each (row tile, K tile) run of a block, tiles shared between
+// blocks through the workspace and the flags — with one-tile runs, a tile of K = 4096 is 64 segments — every
+// element against the ref backend (x's dtype's bound: W rounded first, as the wide kernel), zeros, bias, f32 out,
+// N tails; rows bitwise equal for every M of the path; and a second launch of each (the flags it leaves zero).
+TEST(CudaQuantMatmul, W4GemmStreamKMatchesRefOnEveryElement) {
+  if (w4_path_bound() > 256) GTEST_SKIP() << "no wide path on this device / with these switches";
+  struct Restore {
+    ~Restore() { cuda::w4_wgmma_streamk_mode(-1); }
+  } restore;
+  cuda::w4_wgmma_streamk_mode(1);
+  std::mt19937 rng(37);
+  struct Case { int64_t n, k, group; bool zeros, bias, f32_out; };
+  const Case cases[] = {{256, 1024, 128, false, false, false}, {200, 576, 64, true, true, false},
+                        {1000, 512, 512, true, true, true}, {136, 4096, 128, true, false, false}};
+  for (const Case& c : cases) {
+    const QuantInputs in = make_inputs(DType::kI4, c.n, c.k, c.group, rng);
+    const DeviceQuant dev(in);
+    const ops::WeightQuant dq = dev.quant(c.zeros, false, false, c.group);
+    const ops::WeightQuant hq = in.host_quant(c.zeros, false, false, c.group);
+    HostTensor bias = random_tensor(DType::kBF16, {c.n}, rng);
+    DeviceTensor d_bias(bias);
+    const TensorView hb = c.bias ? bias.view() : TensorView(), db = c.bias ? d_bias.view() : TensorView();
+    for (DType act : {DType::kBF16, DType::kF16}) {
+      HostTensor x = random_tensor(act, {256, c.k}, rng);
+      DeviceTensor d_x(x);
+      const DType out_dtype = c.f32_out ? DType::kF32 : act;
+      auto run = [&](int64_t m) {
+        DeviceTensor d_out(HostTensor(out_dtype, {m, c.n}));
+        d_out.poison();
+        gpu().matmul({d_x.view().slice_rows(0, m), dev.codes.view(), db, d_out.view(), dq});
+        return d_out.to_host();
+      };
+      const HostTensor top = run(256);
+      for (int64_t m : {65, 100, 128, 160, 256}) {
+        HostTensor xm = random_tensor(act, {m, c.k}, rng);
+        std::copy(x.bytes.begin(), x.bytes.begin() + static_cast<std::ptrdiff_t>(xm.bytes.size()), xm.bytes.begin());
+        HostTensor want(out_dtype, {m, c.n});
+        ref().matmul({xm.view(), in.codes.view(), hb, want.view(), hq});
+        const HostTensor got = run(m);
+        const std::string what = "N " + std::to_string(c.n) + " K " + std::to_string(c.k) + " G " +
+                                 std::to_string(c.group) + " act " + std::string(dtype_name(act)) + " M " + std::to_string(m);
+        EXPECT_TRUE(all_close(got, want, c.f32_out ? default_rtol(act) : -1)) << what;
+        EXPECT_TRUE(std::equal(got.bytes.begin(), got.bytes.end(), top.bytes.begin())) << what << ": rows vs M 256";
+      }
+    }
   }
 }
 

@@ -85,6 +85,8 @@ class CudaBackendImpl final : public CudaBackend {
       PEREGRINE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
       PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_word_), sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMemset(error_word_, 0, sizeof(int)));
+      PEREGRINE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w4_flags_), static_cast<size_t>(sm_count_) * sizeof(int)));
+      PEREGRINE_CUDA_CHECK(cudaMemset(w4_flags_, 0, static_cast<size_t>(sm_count_) * sizeof(int)));
       PEREGRINE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(int)));
       *error_host_ = 0;
       PEREGRINE_CUDA_CHECK(cudaMalloc(&gemm_workspace_, kGemmWorkspaceBytes));
@@ -488,6 +490,10 @@ class CudaBackendImpl final : public CudaBackend {
                          l.m, l.n, l.k, l.groups, l.group_size, sm_count_};
     if (!wgmma_off && cuda::w4_wgmma_supports(w)) {
       if (l.m > (max_m_env > 0 ? max_m_env : kW4WgmmaPathMaxM)) return false;
+      if (l.m > 64) {  // the wide kernels' range: the stream-K one may take the shape
+        w.workspace = static_cast<float*>(scratch(cuda::w4_wgmma_workspace_bytes(sm_count_), kQuantWSlot));
+        w.flags = w4_flags_;
+      }
       cuda::launch_w4_wgmma(w, stream_);
       return true;
     }
@@ -1296,6 +1302,8 @@ class CudaBackendImpl final : public CudaBackend {
     staging_buf_ = nullptr;
     if (error_word_) cudaFree(error_word_);
     error_word_ = nullptr;
+    if (w4_flags_) cudaFree(w4_flags_);
+    w4_flags_ = nullptr;
     if (error_host_) cudaFreeHost(error_host_);
     error_host_ = nullptr;
     if (stream_) cudaStreamDestroy(stream_);
@@ -1323,6 +1331,7 @@ class CudaBackendImpl final : public CudaBackend {
   std::vector<cudaEvent_t> free_events_;
   uint64_t last_ticket_ = 0;
   int* error_word_ = nullptr;
+  int* w4_flags_ = nullptr;  // the W4A16 stream-K kernel's flags (sm_count_ ints, zero between launches)
   int* error_host_ = nullptr;
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::LtMatmul> gemm_;

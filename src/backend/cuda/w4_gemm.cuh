@@ -33,6 +33,10 @@ struct W4GemmLaunch {
   DType out_dtype;
   int64_t m, n, k, groups, group_size;
   int sm_count;           // picks the split count (with N and K; never M)
+  // Hopper's stream-K kernel (w4_wgmma.cu) where both are set: w4_wgmma_workspace_bytes(sm_count) of scratch, and
+  // sm_count ints zeroed once (each launch leaves them zero); without them it keeps the cluster split.
+  float* workspace = nullptr;
+  int* flags = nullptr;
 };
 
 // The backend's M range for this kernel: M > 16 (the skinny kernel below) up to this, i.e. decode and verify
@@ -50,6 +54,10 @@ void launch_w4_gemm(const W4GemmLaunch& l, cudaStream_t stream);
 // B operand in shared memory, 128 weight rows x 32 or 64 tokens a block, the same K split. Its rows differ from
 // launch_w4_gemm's (another MMA) and never depend on M. Supported where w4_gemm is, on devices that run sm_90a.
 bool w4_wgmma_supports(const W4GemmLaunch& l);
+size_t w4_wgmma_workspace_bytes(int sm_count);
+// The stream-K kernel's choice for later launches: 0 never, 1 wherever it can run, 2 by the cost rule, -1 back to
+// PEREGRINE_W4_WG_STREAMK (0 / 1; unset: the rule). Tests use it to run their shapes on it.
+void w4_wgmma_streamk_mode(int mode);
 void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream);
 
 }  // namespace peregrine::cuda

@@ -24,6 +24,7 @@
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime's driver entry point)
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -361,12 +362,14 @@ struct TmaRing {
     __syncthreads();
   }
   // Thread 0: the split's tile j into its slot.
-  __device__ __forceinline__ void issue(int j) const {
+  __device__ __forceinline__ void issue(int j) const { issue_at(j, kt0 + j, n0); }
+  // Ring position j takes K tile kt of weight rows from n (the stream-K kernel's producer: its own coordinates).
+  __device__ __forceinline__ void issue_at(int j, int kt, int n) const {
     const int slot = j % kS;
     const uint32_t base = sbase + slot * kStageBytes, bar = full0 + 8 * slot;
     mbar_expect_tx(bar, kStageBytes);
-    tma_load_2d(base, xmap, (kt0 + j) * kTK, m0, bar);
-    tma_load_2d(base + kXBytes, cmap, (kt0 + j) * (kTK / 2), n0, bar);
+    tma_load_2d(base, xmap, kt * kTK, m0, bar);
+    tma_load_2d(base + kXBytes, cmap, kt * (kTK / 2), n, bar);
   }
   // Thread 0, before the split's first tile: the first kS tiles.
   __device__ __forceinline__ void prime(int tid, int nk) const {
@@ -658,6 +661,175 @@ __global__ void __launch_bounds__(kWideThreads, 1)
 #endif
 }
 
+// ---- 64 < M <= 256, stream-K: the wide kernel's tiles over every SM ----
+// The wide kernel gives a block one row tile's K range (or 1/splits of it in a cluster), so N = 14336 (112 row tiles)
+// leaves 20 of the H100's 132 SMs idle and a cluster split can only take whole waves. Here the (row tile, K tile)
+// units of the whole product, row tile by row tile, are cut into `blocks` equal runs (blocks a function of N, K and
+// the SM count: never of M), one block an SM; a block walks its run, and where a run starts or ends inside a row
+// tile the tile's K range is shared: the block holding the tile's first K tile (it reaches it at the end of its run)
+// adds the later segments' f32 partials — each left by the block after it at the start of its run in the
+// workspace, announced by a flag — in K order to its own, then stores; a block's run holds at most one such later
+// segment (its first), so the workspace is a partial a block. The same fragments, MMAs and producer warpgroup as the
+// wide kernel; a segment's first multiply starts its accumulator afresh. Every block is resident at once (one an
+// SM, at most the SM count), so a block waiting for its neighbour's partial never waits for a block not running.
+template <typename T, int NTT, bool kZeros>
+__global__ void __launch_bounds__(kWideThreads, 1)
+    w4_streamk_kernel(W4GemmLaunch p, int blocks, const __grid_constant__ CUtensorMap xmap,
+                      const __grid_constant__ CUtensorMap cmap) {
+#ifdef PEREGRINE_WGMMA
+  using C = WideCfg<NTT>;
+  constexpr int kS = C::kStages;
+  constexpr int kF = NTT * 8;  // accumulator fragments a thread
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * kS];
+  const uint32_t raw = attn::smem_addr(smem_raw);
+  const uint32_t sbase = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - raw);
+  const int tid = threadIdx.x, wgi = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int b = blockIdx.x;
+  const int k_tiles = static_cast<int>(p.k / kTK);
+  const int64_t units = (p.n + kRows - 1) / kRows * k_tiles;
+  const int64_t u0 = units * b / blocks, u1 = units * (b + 1) / blocks;
+  const int nu = static_cast<int>(u1 - u0);
+  const int tpg = static_cast<int>(p.group_size / kTK);
+  const TmaRing<kS, C::kStageBytes, C::kXBytes> ring{sbase, attn::smem_addr(&bars[0]), attn::smem_addr(&bars[kS]),
+                                                     &xmap, &cmap, 0, 0, 0};
+  ring.init(tid);
+  if (tid >= kThreads) {
+    // The producer warpgroup: its first thread issues the run's units in order, each once its slot is released.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    if (tid == kThreads) {
+      for (int j = 0; j < nu; ++j) {
+        if (j >= kS) mbar_wait(ring.empty0 + 8 * (j % kS), static_cast<uint32_t>((j / kS - 1) & 1));
+        const int64_t u = u0 + j;
+        ring.issue_at(j, static_cast<int>(u % k_tiles), static_cast<int>(u / k_tiles) * kRows);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+  const auto consumers_sync = [] { asm volatile("bar.sync 1, 256;\n" ::: "memory"); };
+
+  const int r0 = wgi * 64 + warp * 16 + g;
+  const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
+  float acc[kF][4];
+  uint32_t w[2][8], a[4][4];
+  int j = 0;  // the run's unit index: the ring position
+  for (int64_t u = u0; u < u1;) {
+    const int64_t tile = u / k_tiles, tile_end = (tile + 1) * k_tiles;
+    const int kta = static_cast<int>(u - tile * k_tiles);
+    const int nk = static_cast<int>((u1 < tile_end ? u1 : tile_end) - u);
+    const int64_t n0 = tile * kRows;
+    const int64_t rows[2] = {n0 + r0, n0 + r0 + 8};
+    // The scale and kc = −(128 + z) · s of this thread's two rows for the group being converted, and the next's.
+    float s_cur[2], k_cur[2], s_nxt[2], k_nxt[2];
+    auto load_group = [&](int64_t gidx) {
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const bool ok = rows[rr] < p.n && gidx < p.groups;
+        s_nxt[rr] = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
+        k_nxt[rr] = 8.0f;
+        if constexpr (kZeros) k_nxt[rr] = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 8.0f;
+      }
+    };
+    int64_t gnext = kta / tpg;
+    int gpos = kta % tpg;
+    load_group(gnext);
+    auto next_group = [&] {
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        s_cur[rr] = s_nxt[rr];
+        k_cur[rr] = -(128.0f + k_nxt[rr]) * s_nxt[rr];
+      }
+      load_group(++gnext);
+    };
+    next_group();
+    ring.wait_full(j);
+    tile_words(smem + (j % kS) * C::kStageBytes + C::kXBytes, r0, w);
+    kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
+    for (int i = 0; i < nk; ++i) {
+      const int q = j + i;
+      const uint64_t bdesc = wg::desc128(sbase + (q % kS) * C::kStageBytes, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        wg::fence();
+        wg::MmaK<T, NTT * 64>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
+        wg::commit();
+        if (kk < 3) {
+          wg::wait<3>();
+          kstep_scaled<T>(w, kk + 1, perm, s_cur, k_cur, a[kk + 1]);
+        }
+      }
+      if (i + 1 < nk) {
+        ring.wait_full(q + 1);
+        tile_words(smem + ((q + 1) % kS) * C::kStageBytes + C::kXBytes, r0, w);
+        if (++gpos == tpg) {
+          gpos = 0;
+          next_group();
+        }
+        wg::wait<3>();
+        kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
+      } else {
+        wg::wait<0>();
+      }
+      wg::fence_operands(acc);
+      if (i > 0) ring.release(q - 1, lane);
+    }
+    wg::wait<0>();  // (done in the last step; here too so ptxas sees it on the loop's exit edge)
+    wg::fence_operands(acc);
+    ring.release(j + nk - 1, lane);  // its multiplies retired: the producer may refill the slot
+
+    // The segment's end. Fragment f, element e: token 8f + 2t + (e & 1), weight row r0 + 8 (e / 2). The workspace
+    // holds a partial as [fragment][consumer thread] float4s.
+    float4* ws = reinterpret_cast<float4*>(p.workspace);
+    if (kta > 0) {  // a later segment of its tile: the partial, then the flag
+#pragma unroll
+      for (int f = 0; f < kF; ++f)
+        __stcg(ws + (static_cast<int64_t>(b) * kF + f) * kThreads + tid,
+               make_float4(acc[f][0], acc[f][1], acc[f][2], acc[f][3]));
+      consumers_sync();
+      if (tid == 0) {
+        __threadfence();
+        asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p.flags + b), "r"(1) : "memory");
+      }
+    } else {
+      // The tile's first segment: the later ones (the next blocks' first segments, in K order) added in.
+      for (int ob = b + 1; ob < blocks && units * ob / blocks < tile_end; ++ob) {
+        if (tid == 0) {
+          int ready = 0;
+          do {
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(ready) : "l"(p.flags + ob) : "memory");
+          } while (ready == 0);
+        }
+        consumers_sync();
+#pragma unroll
+        for (int f = 0; f < kF; ++f) {
+          const float4 v = __ldcg(ws + (static_cast<int64_t>(ob) * kF + f) * kThreads + tid);
+          acc[f][0] += v.x;
+          acc[f][1] += v.y;
+          acc[f][2] += v.z;
+          acc[f][3] += v.w;
+        }
+        consumers_sync();  // every thread has read it before the flag goes back to 0 for the next launch
+        if (tid == 0) p.flags[ob] = 0;
+      }
+#pragma unroll
+      for (int f = 0; f < kF; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t m = 8 * f + 2 * t + (e & 1), n = n0 + r0 + 8 * (e / 2);
+          if (m >= p.m || n >= p.n) continue;
+          float v = acc[f][e];
+          if (p.bias) v += load_any(p.bias, p.bias_dtype, n);
+          store_any(p.out, p.out_dtype, m * p.n + n, v);
+        }
+    }
+    u += nk;
+    j += nk;
+  }
+#endif
+}
+
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -721,6 +893,23 @@ void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
                                      CU_TENSOR_MAP_SWIZZLE_32B);
   w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kWideThreads, C::kSmem, stream,
                             xmap, cmap);
+}
+
+template <typename T, int NTT, bool kZeros>
+void launch_streamk(const W4GemmLaunch& l, int blocks, cudaStream_t stream) {
+  using C = WideCfg<NTT>;
+  auto kernel = w4_streamk_kernel<T, NTT, kZeros>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
+  PEREGRINE_CUDA_CHECK(attr);
+  const CUtensorMap xmap =
+      tiled_map(std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, l.x,
+                static_cast<uint64_t>(l.k), static_cast<uint64_t>(l.m), static_cast<uint64_t>(l.k) * 2, kTK, NTT * 64,
+                CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
+                                     static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
+                                     CU_TENSOR_MAP_SWIZZLE_32B);
+  kernel<<<blocks, kWideThreads, C::kSmem, stream>>>(l, blocks, xmap, cmap);
+  PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T, int NT, bool kZeros>
@@ -802,7 +991,7 @@ int fitted_splits(const W4GemmLaunch& l, Kernel kernel, int smem) {
 // the same work). Ties keep the smaller split. Queried on the 256-token kernel whatever M is: a function of (N, K,
 // the device), never of M. PEREGRINE_W4_WG_WIDE_FIT=0: the rule before (row tiles × splits within the SMs).
 template <typename T, bool kZeros>
-int wide_splits(const W4GemmLaunch& l) {
+int wide_splits(const W4GemmLaunch& l, int64_t* cost = nullptr) {
   const int64_t n_tiles = ceil_div(l.n, kRows), k_tiles = l.k / kTK;
   static const bool fit = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FIT");
@@ -811,6 +1000,7 @@ int wide_splits(const W4GemmLaunch& l) {
   if (!fit) {
     int s = 1;
     while (s < w4split::kMaxSplits && n_tiles * (s + 1) <= l.sm_count && k_tiles / (s + 1) >= 4) ++s;
+    if (cost) *cost = ceil_div(n_tiles * s, static_cast<int64_t>(l.sm_count)) * ceil_div(k_tiles, static_cast<int64_t>(s));
     return s;
   }
   int best = 1;
@@ -824,10 +1014,43 @@ int wide_splits(const W4GemmLaunch& l) {
       best_cost = v;
     }
   }
+  if (cost) *cost = best_cost;
   return best;
 }
 
+// The stream-K kernel's block count for (N, K) on this device — one block an SM, each run at least one K tile — or
+// 0 where the wide kernel's cluster split is expected faster: its K tiles a block (waves × tiles, wide_splits)
+// against stream-K's run plus two tiles' worth for each partial its tiles pass (a partial written and read back).
+// gate/up of the 8B shape (112 row tiles × 64 K tiles) takes stream-K (a run of 55 against 64 on 112 SMs), q/o
+// (32 × 64) the cluster split (4 runs a tile would cost more than 16 tiles of 4 splits). A function of (N, K, the
+// device), never of M. PEREGRINE_W4_WG_STREAMK=0 never takes it, =1 takes it wherever it can run (comparisons).
+int streamk_env_mode() {
+  const char* v = std::getenv("PEREGRINE_W4_WG_STREAMK");
+  return v && std::string_view(v) == "0" ? 0 : v && std::string_view(v) == "1" ? 1 : 2;
+}
+std::atomic<int> g_streamk_mode{streamk_env_mode()};
+
+int streamk_blocks(const W4GemmLaunch& l, int64_t cluster_cost) {
+  const int mode = g_streamk_mode.load(std::memory_order_relaxed);
+  if (mode == 0 || !l.workspace || !l.flags || l.sm_count < 1) return 0;
+  const int64_t k_tiles = l.k / kTK, units = ceil_div(l.n, kRows) * k_tiles;
+  const int blocks = static_cast<int>(std::min<int64_t>(l.sm_count, units));
+  if (mode == 1) return blocks;
+  const int64_t run = ceil_div(units, static_cast<int64_t>(blocks));
+  const int64_t cost = run + 2 * ceil_div(k_tiles, run);
+  return cost < cluster_cost ? blocks : 0;
+}
+
 }  // namespace
+
+void w4_wgmma_streamk_mode(int mode) {
+  g_streamk_mode.store(mode >= 0 && mode <= 2 ? mode : streamk_env_mode(), std::memory_order_relaxed);
+}
+
+// A partial a block of the stream-K kernel at its widest (four token tiles: 32 fragments a consumer thread).
+size_t w4_wgmma_workspace_bytes(int sm_count) {
+  return static_cast<size_t>(sm_count) * (4 * 8) * kThreads * sizeof(float4);
+}
 
 bool w4_wgmma_supports(const W4GemmLaunch& l) {
   return device_has_wgmma() && w4_gemm_supports(l);
@@ -859,7 +1082,17 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
       // depends on M or on the pointers' alignment).
       if (tma && wide_on && l.m >= wide_from) {
-        const int splits = wide_splits<T, Z>(l);
+        int64_t cluster_cost = 0;
+        const int splits = wide_splits<T, Z>(l, &cluster_cost);
+        if (const int blocks = streamk_blocks(l, cluster_cost); blocks > 0) {
+          if (l.m > 192)
+            launch_streamk<T, 4, Z>(l, blocks, stream);
+          else if (l.m > 128)
+            launch_streamk<T, 3, Z>(l, blocks, stream);
+          else
+            launch_streamk<T, 2, Z>(l, blocks, stream);
+          return;
+        }
         if (l.m > 192)
           launch_wide<T, 4, Z>(l, splits, stream);
         else if (l.m > 128)
