@@ -21,17 +21,19 @@ W129=PEREGRINE_W4_WG_WIDE_FROM=129
 WF=PEREGRINE_W4_WG_WIDE_FIT=0
 SK=PEREGRINE_W4_WG_STREAMK=0
 TEST_TIMEOUT=60 tests default 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath'
-TEST_TIMEOUT=60 tests nowide 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W
-TEST_TIMEOUT=60 tests wide129 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W129
-TEST_TIMEOUT=60 tests widefit0 'CudaQuantMatmul.W4Gemm*' $WF
+if [ "${FULL:-1}" = 1 ]; then  # FULL=0: the defaults' and stream-K's tests only
+  TEST_TIMEOUT=60 tests nowide 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W
+  TEST_TIMEOUT=60 tests wide129 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $W129
+  TEST_TIMEOUT=60 tests widefit0 'CudaQuantMatmul.W4Gemm*' $WF
+fi
 TEST_TIMEOUT=60 tests streamk0 'CudaQuantMatmul.W4Gemm*:CudaQuantMatmul.RowsDoNotDependOnMWithinAPath' $SK
 for s in ${SPLITS:-6}; do TEST_TIMEOUT=60 tests "split$s" 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_SPLITS=$s; done
 [ "${RING:-0}" = 1 ] && TEST_TIMEOUT=60 tests ring 'CudaQuantMatmul.W4Gemm*' PEREGRINE_W4_WG_TMA=0
 if [ -f .device/carry_w4/w4_wgmma.cubin ] && [ -n "${OUT:-}" ]; then
   cuobjdump -sass .device/carry_w4/w4_wgmma.cubin | gzip >"$OUT/w4_wgmma.sass.gz"; echo "sass rc=$?"
 fi
-rows "${RUNS:-bf16b128:new:bf16:128 w4b128:new:w4a16:128 w4b128nowide:new:w4a16:128:$W bf16b256:new:bf16:256 \
-w4b256:new:w4a16:256 w4b256sk0:new:w4a16:256:$SK w4b128sk0:new:w4a16:128:$SK}"
+rows "${RUNS:-bf16b128:new:bf16:128 w4b128:new:w4a16:128 w4b128sk0:new:w4a16:128:$SK bf16b256:new:bf16:256 \
+w4b256:new:w4a16:256 w4b256sk0:new:w4a16:256:$SK}"
 for e in ${TIMINGS:-X=1 $SK}; do
   env ${e//,/ } timeout 100 "$b/cuda_ops_tests" --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' \
     >/tmp/timing.log 2>&1
@@ -41,7 +43,7 @@ timeout 120 compute-sanitizer --tool memcheck "$b/cuda_ops_tests" --gtest_filter
   >/tmp/san.log 2>&1 </dev/null
 echo "sanitizer memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" /tmp/san.log | head -3
 if [ "${NCU:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
-  env ${NCU_ENV:-X=1} PEREGRINE_W4_TIMING_M=256 PEREGRINE_W4_TIMING_SHAPE=gate/up timeout 150 ncu --kernel-name regex:w4_w \
+  env ${NCU_ENV:-X=1} PEREGRINE_W4_TIMING_M=256 PEREGRINE_W4_TIMING_SHAPE=gate/up timeout 150 ncu --kernel-name regex:'w4_(wide|streamk|wgmma)' \
     --launch-skip 2 --launch-count 1 --set full --import-source yes -f -o "$OUT/prof" "$b/cuda_ops_tests" \
     --gtest_also_run_disabled_tests --gtest_filter='*W4GemmTiming' >/tmp/ncu_run.txt 2>&1
   echo "ncu rc=$?"; tail -2 /tmp/ncu_run.txt

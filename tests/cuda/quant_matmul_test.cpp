@@ -303,6 +303,7 @@ TEST(CudaQuantMatmul, W4GemmStreamKMatchesRefOnEveryElement) {
       };
       const HostTensor top = run(256);
       for (int64_t m : {65, 100, 128, 160, 256}) {
+        if (m < w4_path_bound()) continue;  // PEREGRINE_W4_WG_WIDE_FROM puts it on the 64-token kernels
         HostTensor xm = random_tensor(act, {m, c.k}, rng);
         std::copy(x.bytes.begin(), x.bytes.begin() + static_cast<std::ptrdiff_t>(xm.bytes.size()), xm.bytes.begin());
         HostTensor want(out_dtype, {m, c.n});
