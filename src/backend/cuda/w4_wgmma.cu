@@ -1022,7 +1022,7 @@ int fitted_splits(const W4GemmLaunch& l, Kernel kernel, int smem) {
 // the same work). Ties keep the smaller split. Queried on the 256-token kernel whatever M is: a function of (N, K,
 // the device), never of M. PEREGRINE_W4_WG_WIDE_FIT=0: the rule before (row tiles × splits within the SMs).
 template <typename T, bool kZeros>
-int wide_splits(const W4GemmLaunch& l, int64_t* cost = nullptr) {
+int wide_splits(const W4GemmLaunch& l) {
   const int64_t n_tiles = ceil_div(l.n, kRows), k_tiles = l.k / kTK;
   static const bool fit = [] {
     const char* v = std::getenv("PEREGRINE_W4_WG_WIDE_FIT");
@@ -1031,7 +1031,6 @@ int wide_splits(const W4GemmLaunch& l, int64_t* cost = nullptr) {
   if (!fit) {
     int s = 1;
     while (s < w4split::kMaxSplits && n_tiles * (s + 1) <= l.sm_count && k_tiles / (s + 1) >= 4) ++s;
-    if (cost) *cost = ceil_div(n_tiles * s, static_cast<int64_t>(l.sm_count)) * ceil_div(k_tiles, static_cast<int64_t>(s));
     return s;
   }
   int best = 1;
@@ -1045,31 +1044,31 @@ int wide_splits(const W4GemmLaunch& l, int64_t* cost = nullptr) {
       best_cost = v;
     }
   }
-  if (cost) *cost = best_cost;
   return best;
 }
 
 // The stream-K kernel's block count for (N, K) on this device — one block an SM, each run at least one K tile — or
-// 0 where the wide kernel's cluster split is expected faster: its K tiles a block (waves × tiles, wide_splits)
-// against stream-K's run plus two tiles' worth for each partial its tiles pass (a partial written and read back).
-// gate/up of the 8B shape (112 row tiles × 64 K tiles) takes stream-K (a run of 55 against 64 on 112 SMs), q/o
-// (32 × 64) the cluster split (4 runs a tile would cost more than 16 tiles of 4 splits). A function of (N, K, the
-// device), never of M. PEREGRINE_W4_WG_STREAMK=0 never takes it, =1 takes it wherever it can run (comparisons).
+// 0 to keep the wide kernel's cluster split. Measured on the H100 (2026-12-07, 8B shape, M 128 / 256): down (32 row
+// tiles × 224 K tiles; clusters of three or four) 51.9 -> 47.6 / 67.9 -> 66.6 µs on stream-K; gate/up (112 × 64, no
+// split) 45.9 / 61.6 on the wide kernel against 45.7 / 64.9 — with every SM pulling x a K tile costs more (ncu:
+// 13.1M SM cycles on stream-K against 9.8M on 112 SMs), which undoes the 20 SMs gained. So stream-K where the cluster
+// split takes three or more blocks a tile and a run is at least 32 K tiles (at most a few partials a tile): down,
+// not gate/up, q/o (runs of 16) or k/v. A function of (N, K, the device), never of M. PEREGRINE_W4_WG_STREAMK=0
+// never takes it, =1 takes it wherever it can run (comparisons).
 int streamk_env_mode() {
   const char* v = std::getenv("PEREGRINE_W4_WG_STREAMK");
   return v && std::string_view(v) == "0" ? 0 : v && std::string_view(v) == "1" ? 1 : 2;
 }
 std::atomic<int> g_streamk_mode{streamk_env_mode()};
 
-int streamk_blocks(const W4GemmLaunch& l, int64_t cluster_cost) {
+int streamk_blocks(const W4GemmLaunch& l, int cluster_splits) {
   const int mode = g_streamk_mode.load(std::memory_order_relaxed);
   if (mode == 0 || !l.workspace || !l.flags || l.sm_count < 1) return 0;
   const int64_t k_tiles = l.k / kTK, units = ceil_div(l.n, kRows) * k_tiles;
   const int blocks = static_cast<int>(std::min<int64_t>(l.sm_count, units));
   if (mode == 1) return blocks;
   const int64_t run = ceil_div(units, static_cast<int64_t>(blocks));
-  const int64_t cost = run + 2 * ceil_div(k_tiles, run);
-  return cost < cluster_cost ? blocks : 0;
+  return cluster_splits >= 3 && run >= 32 ? blocks : 0;
 }
 
 }  // namespace
@@ -1113,9 +1112,8 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
       // depends on M or on the pointers' alignment).
       if (tma && wide_on && l.m >= wide_from) {
-        int64_t cluster_cost = 0;
-        const int splits = wide_splits<T, Z>(l, &cluster_cost);
-        if (const int blocks = streamk_blocks(l, cluster_cost); blocks > 0) {
+        const int splits = wide_splits<T, Z>(l);
+        if (const int blocks = streamk_blocks(l, splits); blocks > 0) {
           if (l.m > 192)
             launch_streamk<T, 4, Z>(l, blocks, stream);
           else if (l.m > 128)
