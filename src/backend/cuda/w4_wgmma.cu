@@ -672,27 +672,13 @@ __global__ void __launch_bounds__(kWideThreads, 1)
 // segment (its first), so the workspace is a partial a block. The same fragments, MMAs and producer warpgroup as the
 // wide kernel; a segment's first multiply starts its accumulator afresh. Every block is resident at once (one an
 // SM, at most the SM count), so a block waiting for its neighbour's partial never waits for a block not running.
-// The stream-K kernel's shared memory: the ring (as many stages as fit beside the rest), then a staging tile of 64
-// tokens × 128 rows in f32 through which a segment's outputs go out as whole rows of N (coalesced stores).
-template <int NTT>
-struct StreamKCfg {
-  using W = WideCfg<NTT>;
-  static constexpr int kSP = kRows + 4;  // staging row stride (floats): the fragments' writes hit 32 banks
-  static constexpr int kStageOut = 64 * kSP * 4;
-  static constexpr int kFree = 232448 - 1024 - kStageOut - 1024;  // the opt-in limit less alignment, staging, bars
-  static constexpr int kStages = kFree / W::kStageBytes < 8 ? kFree / W::kStageBytes : 8;
-  static constexpr int kRing = kStages * W::kStageBytes;
-  static constexpr int kSmem = 1024 + kRing + kStageOut;
-};
-
 template <typename T, int NTT, bool kZeros>
 __global__ void __launch_bounds__(kWideThreads, 1)
     w4_streamk_kernel(W4GemmLaunch p, int blocks, const __grid_constant__ CUtensorMap xmap,
                       const __grid_constant__ CUtensorMap cmap) {
 #ifdef PEREGRINE_WGMMA
   using C = WideCfg<NTT>;
-  using SK = StreamKCfg<NTT>;
-  constexpr int kS = SK::kStages;
+  constexpr int kS = C::kStages;
   constexpr int kF = NTT * 8;  // accumulator fragments a thread
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[2 * kS];
@@ -827,33 +813,16 @@ __global__ void __launch_bounds__(kWideThreads, 1)
         consumers_sync();  // every thread has read it before the flag goes back to 0 for the next launch
         if (tid == 0) p.flags[ob] = 0;
       }
-      // Out through the staging tile, 64 tokens at a time: each token's 128 outputs one run of N.
-      float* stage = reinterpret_cast<float*>(smem + SK::kRing);
 #pragma unroll
-      for (int tt = 0; tt < NTT; ++tt) {
-        consumers_sync();  // the previous round's readers are done
+      for (int f = 0; f < kF; ++f)
 #pragma unroll
-        for (int f = 0; f < 8; ++f)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            stage[(8 * f + 2 * t + (e & 1)) * SK::kSP + r0 + 8 * (e / 2)] = acc[8 * tt + f][e];
-        consumers_sync();
-        for (int idx = tid; idx < 64 * (kRows / 4); idx += kThreads) {
-          const int tok = idx / (kRows / 4), c = 4 * (idx % (kRows / 4));
-          const int64_t m = 64 * tt + tok;
-          if (m >= p.m) continue;
-          const float4 v4 = *reinterpret_cast<const float4*>(stage + tok * SK::kSP + c);
-          const float vals[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t n = n0 + c + e;
-            if (n >= p.n) break;
-            float v = vals[e];
-            if (p.bias) v += load_any(p.bias, p.bias_dtype, n);
-            store_any(p.out, p.out_dtype, m * p.n + n, v);
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int64_t m = 8 * f + 2 * t + (e & 1), n = n0 + r0 + 8 * (e / 2);
+          if (m >= p.m || n >= p.n) continue;
+          float v = acc[f][e];
+          if (p.bias) v += load_any(p.bias, p.bias_dtype, n);
+          store_any(p.out, p.out_dtype, m * p.n + n, v);
         }
-      }
     }
     u += nk;
     j += nk;
@@ -928,7 +897,7 @@ void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
 
 template <typename T, int NTT, bool kZeros>
 void launch_streamk(const W4GemmLaunch& l, int blocks, cudaStream_t stream) {
-  using C = StreamKCfg<NTT>;
+  using C = WideCfg<NTT>;
   auto kernel = w4_streamk_kernel<T, NTT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
