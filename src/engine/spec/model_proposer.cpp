@@ -106,7 +106,7 @@ void ModelProposer::propose(std::span<Sequence* const> seqs, std::span<const int
   std::vector<Sequence*> batch;
   std::vector<Sequence*> real;
   std::vector<int> num_new, want;
-  int tokens = 0;
+  int tokens = 0, behind = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& seq = *seqs[i];
     seq.draft_tokens.clear();
@@ -116,6 +116,10 @@ void ModelProposer::propose(std::span<Sequence* const> seqs, std::span<const int
     const int len = d->num_tokens();  // counted from the drafter's window
     const int n = len - d->num_computed_tokens;
     if (n <= 0 || tokens >= budget) continue;
+    if (n > max_drafts[i] + 1) {  // a backlog: within the catch-up limit, if any
+      if (catch_up_limit_ >= 0 && behind >= catch_up_limit_) continue;
+      ++behind;
+    }
     if (tokens + n > budget) {
       // A long catch-up (a new prompt) goes in budget-sized chunks; the sequence drafts once it is done.
       if (target_kv_) continue;

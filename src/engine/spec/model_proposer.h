@@ -40,6 +40,7 @@ class ModelProposer final : public Proposer {
   void propose(std::span<Sequence* const> seqs, std::span<const int> max_drafts) override;
   void forget(const Sequence& seq) override;
   double backlog_seconds() const override { return backlog_seconds_; }
+  void set_catch_up_limit(int sequences) override { catch_up_limit_ = sequences; }
 
  private:
   // The drafter's view of a sequence: its token ids from the window's start and how many have KV in the drafter's
@@ -58,6 +59,7 @@ class ModelProposer final : public Proposer {
   KvCacheManager* target_kv_ = nullptr;     // self
   std::vector<int32_t> eos_ids_;
   int context_ = 0;
+  int catch_up_limit_ = -1;
   double backlog_seconds_ = 0.0;
   std::unordered_map<int64_t, Shadow> shadows_;
   std::vector<float> logits_;

@@ -26,6 +26,11 @@ class Proposer {
   // Token trees of the next propose() calls have at most this many nodes (the engine's controller lowers it where
   // verifying big trees costs more than they gain); chains are limited by max_drafts alone.
   virtual void set_tree_node_limit(int nodes) { (void)nodes; }
+  // The next propose() calls catch up at most this many sequences that are more than one verify step behind (a
+  // drafter with a backlog: ModelProposer); the others draft nothing in that step. -1: every one. The engine sets 1
+  // for the controller's trials of drafting while it runs none, so a trial measures acceptance on one sequence
+  // instead of catching up every sequence's backlog.
+  virtual void set_catch_up_limit(int sequences) { (void)sequences; }
   // seq ended (finished or aborted): per-sequence state can go.
   virtual void forget(const Sequence& seq) { (void)seq; }
   // Seconds of the last propose() that went to catching up a backlog — tokens beyond what one verify step can add

@@ -6,7 +6,7 @@
 namespace peregrine::engine {
 namespace {
 constexpr double kStepDecay = 0.9;     // the slope forgets a step with drafts in ~10 of them
-constexpr double kPlainWeight = 0.2;   // the plain step time: an average over ~5 such steps
+constexpr double kPlainWeight = 0.2;   // the plain step time over its first few steps: a running average ...
 constexpr double kPlainClip = 1.5;     // ... each step counted at most this many times the average so far
 constexpr uint64_t kPlainStale = 32;   // decisions without a plain step after which a trial measures one
 constexpr double kMinRowSpread = 0.01;  // variance of draft rows, relative to their mean squared, to fit a line
@@ -102,6 +102,7 @@ int SpecController::best_limit(int batch) const {
 int SpecController::draft_limit(int batch) {
   Bucket& b = buckets_[bucket(batch)];
   ++b.decisions;
+  drafting_trial_ = false;
   const size_t top = limits_.size() - 1;
   if (b.steps_at_one == 0) return limits_[1];
   if (b.steps_at_zero == 0) return 0;
@@ -117,7 +118,10 @@ int SpecController::draft_limit(int batch) {
     // one when the last is kPlainStale decisions old (else one slow early step could hold the choice on drafts
     // that do not pay).
     if (best > 0 && b.decisions - b.last_plain >= kPlainStale) return 0;
-    if (static_cast<size_t>(best) < top) return limits_[static_cast<size_t>(best) + 1];
+    if (static_cast<size_t>(best) < top) {
+      drafting_trial_ = best == 0;
+      return limits_[static_cast<size_t>(best) + 1];
+    }
   }
   return limits_[static_cast<size_t>(best)];
 }
@@ -150,14 +154,23 @@ void SpecController::record_step(int batch, int limit, int rows, double seconds,
   if (limit == 0) ++b.steps_at_zero;
   const double t = seconds - propose_seconds, d = rows - batch;
   if (limit == 0 || d <= 0) {
-    // The first two such steps: the faster (a bucket's first step is often slow: a cold cache, a new batch);
-    // then an average where a step far slower than it (a stall) counts as one kPlainClip times as slow.
+    // The first two such steps: the faster (a bucket's first step is often slow: a cold cache, a new batch); then
+    // an average in which a step far slower than it counts as kPlainClip times as slow; from the fifth on, the
+    // median of the last five, so two stalls in a row do not move it (on the CPU at c 8 two plain steps of 2x and
+    // 1.5x had lifted the average by 15% and switched the bucket to drafts that lost 8%), while a lasting change
+    // shows after three steps.
     b.last_plain = b.decisions;
+    b.plain_recent[static_cast<size_t>(b.plain_steps % 5)] = t;
     ++b.plain_steps;
-    b.plain_seconds = b.plain_steps == 1   ? t
-                      : b.plain_steps == 2 ? std::min(t, b.plain_seconds)
-                                           : (1 - kPlainWeight) * b.plain_seconds +
-                                                 kPlainWeight * std::min(t, kPlainClip * b.plain_seconds);
+    if (b.plain_steps <= 2) {
+      b.plain_seconds = b.plain_steps == 1 ? t : std::min(t, b.plain_seconds);
+    } else if (b.plain_steps < 5) {
+      b.plain_seconds = (1 - kPlainWeight) * b.plain_seconds + kPlainWeight * std::min(t, kPlainClip * b.plain_seconds);
+    } else {
+      std::array<double, 5> v = b.plain_recent;
+      std::nth_element(v.begin(), v.begin() + 2, v.end());
+      b.plain_seconds = v[2];
+    }
     return;
   }
   b.sw = kStepDecay * b.sw + 1;

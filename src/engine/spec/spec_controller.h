@@ -34,6 +34,9 @@ class SpecController {
 
   // The most drafts each of `batch` decoding sequences may carry in the next step: one of limits(); 0 = none.
   int draft_limit(int batch);
+  // Whether the last draft_limit() was a trial of drafts in a bucket that runs none (the engine then lets the
+  // proposer catch up only one sequence's backlog: such a trial measures acceptance, it need not pay everyone's).
+  bool drafting_trial() const { return drafting_trial_; }
   // One sequence's verification in a step run under `limit`: it carried `num_drafts` drafts (node i's parent
   // before i) and accepted the nodes `path` (node indices, root first; empty when none was accepted).
   void record_verify(int limit, std::span<const int32_t> path, int num_drafts);
@@ -56,10 +59,11 @@ class SpecController {
 
  private:
   struct Bucket {
-    // The cost: the recent time of a step without drafts (an average of those steps), and a line of step time in
-    // draft rows fitted over the steps with drafts (decayed sums; d = their draft rows, t = their time): its
-    // intercept is what switching to a verify step costs by itself (a different graph, tree pieces), its slope
-    // what each row adds. With too little spread in d, the line goes through the plain step's time.
+    // The cost: the recent time of a step without drafts (the median of the last five such steps; an average
+    // before the fifth), and a line of step time in draft rows fitted over the steps with drafts (decayed sums;
+    // d = their draft rows, t = their time): its intercept is what switching to a verify step costs by itself (a
+    // different graph, tree pieces), its slope what each row adds. With too little spread in d, the line goes
+    // through the plain step's time.
     double plain_seconds = 0;
     double sw = 0, sd = 0, sdd = 0, st = 0, std = 0;
     double propose_seconds = 0, propose_rows = 0;  // proposing, per draft row of a sequence
@@ -70,6 +74,7 @@ class SpecController {
     int last_best = -1;  // the arm chosen at the last trial
     uint64_t last_plain = 0;  // the decision of the last step without drafts
     int plain_steps = 0;      // steps without drafts measured
+    std::array<double, 5> plain_recent{};  // the last five such steps' times (a ring, plain_steps % 5 next)
   };
   // Per arm a >= 1, over the verifications run under a limit of at least limits_[a]: what it accepts and drafts
   // beyond arm a - 1 (paired differences, so arms share their noise), as decayed sums.
@@ -85,6 +90,7 @@ class SpecController {
 
   std::vector<int> limits_;
   std::vector<Gain> gain_;  // per arm, over all buckets
+  bool drafting_trial_ = false;
   std::array<Bucket, 16> buckets_{};
 };
 
