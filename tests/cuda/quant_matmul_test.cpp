@@ -26,11 +26,14 @@ namespace {
 // Where int4 x bf16/f16 leaves the 64-token fused kernels for a path of its own: on Hopper w4_wgmma.cu's wide
 // kernel from M 65 (PEREGRINE_W4_WG_WIDE_FROM=m, 65..256, moves it; PEREGRINE_W4_WG_WIDE=0: none up to 256, so 257);
 // elsewhere w4_gemm ends at 128 and the dequantize path starts at 129.
-int64_t w4_path_bound() {
+bool on_hopper() {
   int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
-                                                cudaSuccess || major != 9)
-    return 129;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9;
+}
+
+int64_t w4_path_bound() {
+  if (!on_hopper()) return 129;
   const char* wide = std::getenv("PEREGRINE_W4_WG_WIDE");
   if (wide && std::string(wide) == "0") return 257;
   const char* from = std::getenv("PEREGRINE_W4_WG_WIDE_FROM");
@@ -274,7 +277,7 @@ TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
 // element against the ref backend (x's dtype's bound: W rounded first, as the wide kernel), zeros, bias, f32 out,
 // N tails; rows bitwise equal for every M of the path; and a second launch of each (the flags it leaves zero).
 TEST(CudaQuantMatmul, W4GemmStreamKMatchesRefOnEveryElement) {
-  if (w4_path_bound() > 256) GTEST_SKIP() << "no wide path on this device / with these switches";
+  if (!on_hopper() || w4_path_bound() > 256) GTEST_SKIP() << "no wide path on this device / with these switches";
   struct Restore {
     ~Restore() { cuda::w4_wgmma_streamk_mode(-1); }
   } restore;
