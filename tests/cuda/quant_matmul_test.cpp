@@ -232,6 +232,27 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
   }
 }
 
+// A W4A16 case (int4 codes [N, K / 2], groups of `group`, zeros or not) and its weights on both backends, with a
+// bias drawn for it (used when `bias`).
+struct W4Case { int64_t n, k, group; bool zeros, bias, f32_out; };
+struct W4Weights {
+  QuantInputs in;
+  DeviceQuant dev;
+  ops::WeightQuant dq, hq;
+  HostTensor bias;
+  DeviceTensor d_bias;
+  TensorView hb, db;
+  W4Weights(const W4Case& c, std::mt19937& rng)
+      : in(make_inputs(DType::kI4, c.n, c.k, c.group, rng)),
+        dev(in),
+        dq(dev.quant(c.zeros, false, false, c.group)),
+        hq(in.host_quant(c.zeros, false, false, c.group)),
+        bias(random_tensor(DType::kBF16, {c.n}, rng)),
+        d_bias(bias),
+        hb(c.bias ? bias.view() : TensorView()),
+        db(c.bias ? d_bias.view() : TensorView()) {}
+};
+
 // W4A16 at 16 < M on the fused tensor-core GEMM (w4_gemm.cuh: on Hopper the warpgroup-MMA kernel, 32- or 64-token
 // tiles, up to M = 256; elsewhere, or with PEREGRINE_W4_WGMMA=0, mma.sync's w4_gemm, 32 / 64 / 128 rows, up to 128):
 // every element against the ref backend for M across its tile sizes (M = 300 is past either path, on dequantize +
@@ -240,18 +261,15 @@ TEST(CudaQuantMatmul, RowsDoNotDependOnMWithinAPath) {
 // split counts 1 to 8; and rows of M = 17, 33, 64, 100 bitwise equal to the same rows at M = 128.
 TEST(CudaQuantMatmul, W4GemmMatchesRefOnEveryElement) {
   std::mt19937 rng(31);
-  struct Case { int64_t n, k, group; bool zeros, bias, f32_out; };
-  const Case cases[] = {{256, 1024, 128, false, false, false}, {200, 576, 64, true, true, false},
-                        {1000, 512, 512, true, true, false},   {384, 2048, 128, true, false, true},
-                        {136, 4096, 128, true, false, false},  {72, 4096, 4096, false, true, false}};
-  for (const Case& c : cases) {
-    const QuantInputs in = make_inputs(DType::kI4, c.n, c.k, c.group, rng);
-    const DeviceQuant dev(in);
-    const ops::WeightQuant dq = dev.quant(c.zeros, false, false, c.group);
-    const ops::WeightQuant hq = in.host_quant(c.zeros, false, false, c.group);
-    HostTensor bias = random_tensor(DType::kBF16, {c.n}, rng);
-    DeviceTensor d_bias(bias);
-    const TensorView hb = c.bias ? bias.view() : TensorView(), db = c.bias ? d_bias.view() : TensorView();
+  const W4Case cases[] = {{256, 1024, 128, false, false, false}, {200, 576, 64, true, true, false},
+                          {1000, 512, 512, true, true, false},   {384, 2048, 128, true, false, true},
+                          {136, 4096, 128, true, false, false},  {72, 4096, 4096, false, true, false}};
+  for (const W4Case& c : cases) {
+    const W4Weights wt(c, rng);
+    const QuantInputs& in = wt.in;
+    const DeviceQuant& dev = wt.dev;
+    const ops::WeightQuant &dq = wt.dq, &hq = wt.hq;
+    const TensorView hb = wt.hb, db = wt.db;
     for (DType act : {DType::kBF16, DType::kF16})
       for (int64_t m : {17, 33, 64, 100, 128, 160, 256, 300}) {
         HostTensor x = random_tensor(act, {m, c.k}, rng);
@@ -283,17 +301,14 @@ TEST(CudaQuantMatmul, W4GemmStreamKMatchesRefOnEveryElement) {
   } restore;
   cuda::w4_wgmma_streamk_mode(1);
   std::mt19937 rng(37);
-  struct Case { int64_t n, k, group; bool zeros, bias, f32_out; };
-  const Case cases[] = {{256, 1024, 128, false, false, false}, {200, 576, 64, true, true, false},
-                        {1000, 512, 512, true, true, true}, {136, 4096, 128, true, false, false}};
-  for (const Case& c : cases) {
-    const QuantInputs in = make_inputs(DType::kI4, c.n, c.k, c.group, rng);
-    const DeviceQuant dev(in);
-    const ops::WeightQuant dq = dev.quant(c.zeros, false, false, c.group);
-    const ops::WeightQuant hq = in.host_quant(c.zeros, false, false, c.group);
-    HostTensor bias = random_tensor(DType::kBF16, {c.n}, rng);
-    DeviceTensor d_bias(bias);
-    const TensorView hb = c.bias ? bias.view() : TensorView(), db = c.bias ? d_bias.view() : TensorView();
+  const W4Case cases[] = {{256, 1024, 128, false, false, false}, {200, 576, 64, true, true, false},
+                          {1000, 512, 512, true, true, true}, {136, 4096, 128, true, false, false}};
+  for (const W4Case& c : cases) {
+    const W4Weights wt(c, rng);
+    const QuantInputs& in = wt.in;
+    const DeviceQuant& dev = wt.dev;
+    const ops::WeightQuant &dq = wt.dq, &hq = wt.hq;
+    const TensorView hb = wt.hb, db = wt.db;
     for (DType act : {DType::kBF16, DType::kF16}) {
       HostTensor x = random_tensor(act, {256, c.k}, rng);
       DeviceTensor d_x(x);

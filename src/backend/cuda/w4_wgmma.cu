@@ -533,6 +533,82 @@ __device__ __forceinline__ void kstep_scaled(const uint32_t (&w)[2][8], int kk, 
 }
 #endif
 
+#ifdef PEREGRINE_WGMMA
+// A consumer warpgroup's share of one segment of the wide kernels' work: K tiles kta .. kta + nk − 1 (nk ≥ 1) of the
+// row tile from weight row n0, found at ring positions j .. j + nk − 1, into acc (started afresh by the first
+// multiply). The multiplies stay in flight while the next k step's fragment is made: four fragment sets, one per k
+// step of a tile; each k step's multiply is one commit group, and the next k step's fragment is made once at most
+// three groups are in flight (so the group that read that set last, the previous tile's, has retired); at a tile's
+// end the next tile's words are read and its first fragment made the same way. No group ends inside the loop (no
+// fold); a tile's slot is released at the next tile's end, once its multiplies have retired, the last one at the
+// segment's end. The scale and kc = −(128 + z) · s of the thread's two rows are made a group after their loads.
+template <typename T, int NTT, bool kZeros, typename Ring>
+__device__ __forceinline__ void wide_segment(const W4GemmLaunch& p, const Ring& ring, const unsigned char* smem,
+                                             uint32_t sbase, int64_t n0, int kta, int nk, int j, int r0,
+                                             uint32_t perm, int lane, float (&acc)[NTT * 8][4]) {
+  using C = WideCfg<NTT>;
+  constexpr int kS = C::kStages;
+  const int tpg = static_cast<int>(p.group_size / kTK);
+  const int64_t rows[2] = {n0 + r0, n0 + r0 + 8};
+  float s_cur[2], k_cur[2], s_nxt[2], k_nxt[2] = {8.0f, 8.0f};
+  auto load_group = [&](int64_t gidx) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const bool ok = rows[rr] < p.n && gidx < p.groups;
+      s_nxt[rr] = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
+      if constexpr (kZeros) k_nxt[rr] = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 8.0f;
+    }
+  };
+  int64_t gnext = kta / tpg;
+  int gpos = kta % tpg;  // tile kta + i's place in its group (no division in the loop)
+  load_group(gnext);
+  auto next_group = [&] {  // k_nxt holds the group's zero until here
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      s_cur[rr] = s_nxt[rr];
+      k_cur[rr] = -(128.0f + k_nxt[rr]) * s_nxt[rr];
+    }
+    load_group(++gnext);
+  };
+  uint32_t w[2][8], a[4][4];
+  next_group();
+  ring.wait_full(j);
+  tile_words(smem + (j % kS) * C::kStageBytes + C::kXBytes, r0, w);
+  kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
+  for (int i = 0; i < nk; ++i) {
+    const int q = j + i;
+    const uint64_t bdesc = wg::desc128(sbase + (q % kS) * C::kStageBytes, 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      wg::fence();
+      wg::MmaK<T, NTT * 64>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
+      wg::commit();
+      if (kk < 3) {
+        wg::wait<3>();
+        kstep_scaled<T>(w, kk + 1, perm, s_cur, k_cur, a[kk + 1]);
+      }
+    }
+    if (i + 1 < nk) {
+      ring.wait_full(q + 1);
+      tile_words(smem + ((q + 1) % kS) * C::kStageBytes + C::kXBytes, r0, w);
+      if (++gpos == tpg) {
+        gpos = 0;
+        next_group();
+      }
+      wg::wait<3>();
+      kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
+    } else {
+      wg::wait<0>();
+    }
+    wg::fence_operands(acc);
+    if (i > 0) ring.release(q - 1, lane);
+  }
+  wg::wait<0>();  // (done in the last step; here too so ptxas sees it on the loop's exit edge)
+  wg::fence_operands(acc);
+  ring.release(j + nk - 1, lane);
+}
+#endif
+
 // Two consumer warpgroups and a producer warpgroup whose first thread keeps the ring full (a whole warpgroup, so
 // registers can move to the consumers: 168 a thread at launch, the producers down to 56 and the consumers up to 224,
 // setmaxnreg). Thread 0 refilling the ring at each tile, as the TMA kernel does, measured 4-6% slower on the H100
@@ -557,7 +633,6 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const int64_t n0 = static_cast<int64_t>(blockIdx.z) * kRows;
   const int k_tiles = static_cast<int>(p.k / kTK);
   const int kt0 = k_tiles * rank / splits, kt1 = k_tiles * (rank + 1) / splits, nk = kt1 - kt0;
-  const int tpg = static_cast<int>(p.group_size / kTK);
   const TmaRing<kS, C::kStageBytes, C::kXBytes> ring{sbase, attn::smem_addr(&bars[0]), attn::smem_addr(&bars[kS]),
                                                      &xmap, &cmap, kt0, 0, static_cast<int>(n0)};
   ring.init(tid);
@@ -580,77 +655,10 @@ __global__ void __launch_bounds__(kWideThreads, 1)
 
   const int r0 = wgi * 64 + warp * 16 + g;
   const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
-  const int64_t rows[2] = {n0 + r0, n0 + r0 + 8};
-  // The scale and kc = −(128 + z) · s of this thread's two rows for the tile being converted, and the next group's.
-  float s_cur[2] = {0.0f, 0.0f}, k_cur[2] = {0.0f, 0.0f}, s_nxt[2] = {0.0f, 0.0f}, k_nxt[2] = {0.0f, 0.0f};
-  auto load_group = [&](int64_t gidx) {
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const bool ok = rows[rr] < p.n && gidx < p.groups;
-      s_nxt[rr] = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
-      if constexpr (kZeros) k_nxt[rr] = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 8.0f;
-    }
-  };
-  int64_t gnext = kt0 / tpg;
-  int gpos = kt0 % tpg;  // tile kt0 + i's place in its group (no division in the loop)
-  load_group(gnext);
-  // kc from the group loaded a group ago (its loads long done; k_nxt holds its zero until then), then the next
-  // group's loads.
-  auto next_group = [&] {
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      s_cur[rr] = s_nxt[rr];
-      k_cur[rr] = -(128.0f + (kZeros ? k_nxt[rr] : 8.0f)) * s_nxt[rr];
-    }
-    load_group(++gnext);
-  };
-  // Not initialized: the first multiply of each tile runs with scale-d 0 (zeros written here would sit on the loop's
-  // entry edge, and ptxas then serializes every multiply, C7515); a split without tiles stores zeros instead.
+  // Not initialized: the first multiply runs with scale-d 0 (zeros written here would sit on the loop's entry edge,
+  // and ptxas then serializes every multiply, C7515); a split without tiles stores zeros instead.
   float acc[NTT * 8][4];
-
-  // The multiplies stay in flight while the next k step's fragment is made: four fragment sets, one per k step of
-  // a tile; k step kk's NTT multiplies are one commit group, and the next k step's fragment is made once at most
-  // three groups are in flight (so the group that read that set last, the previous tile's, has retired); at a tile's
-  // end the next tile's words are read and its first fragment made the same way. No group ends inside the loop (no
-  // fold), and a tile's slot is released at the next tile's end, once its multiplies have retired.
-  uint32_t w[2][8], a[4][4];
-  if (nk > 0) {
-    next_group();
-    ring.wait_full(0);
-    tile_words(smem + C::kXBytes, r0, w);
-    kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
-  }
-  for (int i = 0; i < nk; ++i) {
-    const int slot = i % kS;
-    const uint64_t bdesc = wg::desc128(sbase + slot * C::kStageBytes, 16, 1024);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      wg::fence();
-      wg::MmaK<T, NTT * 64>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
-      wg::commit();
-      if (kk < 3) {
-        wg::wait<3>();
-        kstep_scaled<T>(w, kk + 1, perm, s_cur, k_cur, a[kk + 1]);
-      }
-    }
-    if (i + 1 < nk) {
-      const int nslot = (i + 1) % kS;
-      ring.wait_full(i + 1);
-      tile_words(smem + nslot * C::kStageBytes + C::kXBytes, r0, w);
-      if (++gpos == tpg) {
-        gpos = 0;
-        next_group();
-      }
-      wg::wait<3>();
-      kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
-    } else {
-      wg::wait<0>();
-    }
-    wg::fence_operands(acc);
-    if (i > 0) ring.release(i - 1, lane);
-  }
-  wg::wait<0>();
-  wg::fence_operands(acc);
+  if (nk > 0) wide_segment<T, NTT, kZeros>(p, ring, smem, sbase, n0, kt0, nk, 0, r0, perm, lane, acc);
   __syncthreads();  // every tile consumed; the ring free for the partial tile
 #pragma unroll
   for (int f = 0; f < NTT * 8; ++f)
@@ -691,7 +699,6 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const int64_t units = (p.n + kRows - 1) / kRows * k_tiles;
   const int64_t u0 = units * b / blocks, u1 = units * (b + 1) / blocks;
   const int nu = static_cast<int>(u1 - u0);
-  const int tpg = static_cast<int>(p.group_size / kTK);
   const TmaRing<kS, C::kStageBytes, C::kXBytes> ring{sbase, attn::smem_addr(&bars[0]), attn::smem_addr(&bars[kS]),
                                                      &xmap, &cmap, 0, 0, 0};
   ring.init(tid);
@@ -713,71 +720,13 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const int r0 = wgi * 64 + warp * 16 + g;
   const uint32_t perm = static_cast<uint32_t>(t | ((t + 4) << 8));
   float acc[kF][4];
-  uint32_t w[2][8], a[4][4];
   int j = 0;  // the run's unit index: the ring position
   for (int64_t u = u0; u < u1;) {
     const int64_t tile = u / k_tiles, tile_end = (tile + 1) * k_tiles;
     const int kta = static_cast<int>(u - tile * k_tiles);
     const int nk = static_cast<int>((u1 < tile_end ? u1 : tile_end) - u);
     const int64_t n0 = tile * kRows;
-    const int64_t rows[2] = {n0 + r0, n0 + r0 + 8};
-    // The scale and kc = −(128 + z) · s of this thread's two rows for the group being converted, and the next's.
-    float s_cur[2], k_cur[2], s_nxt[2], k_nxt[2];
-    auto load_group = [&](int64_t gidx) {
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const bool ok = rows[rr] < p.n && gidx < p.groups;
-        s_nxt[rr] = ok ? __ldg(p.scales + rows[rr] * p.groups + gidx) : 0.0f;
-        k_nxt[rr] = 8.0f;
-        if constexpr (kZeros) k_nxt[rr] = ok ? __ldg(p.zeros + rows[rr] * p.groups + gidx) : 8.0f;
-      }
-    };
-    int64_t gnext = kta / tpg;
-    int gpos = kta % tpg;
-    load_group(gnext);
-    auto next_group = [&] {
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        s_cur[rr] = s_nxt[rr];
-        k_cur[rr] = -(128.0f + k_nxt[rr]) * s_nxt[rr];
-      }
-      load_group(++gnext);
-    };
-    next_group();
-    ring.wait_full(j);
-    tile_words(smem + (j % kS) * C::kStageBytes + C::kXBytes, r0, w);
-    kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
-    for (int i = 0; i < nk; ++i) {
-      const int q = j + i;
-      const uint64_t bdesc = wg::desc128(sbase + (q % kS) * C::kStageBytes, 16, 1024);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wg::fence();
-        wg::MmaK<T, NTT * 64>::rs_k(acc, a[kk], bdesc + ((kk * 32) >> 4), i == 0 && kk == 0 ? 0 : 1);
-        wg::commit();
-        if (kk < 3) {
-          wg::wait<3>();
-          kstep_scaled<T>(w, kk + 1, perm, s_cur, k_cur, a[kk + 1]);
-        }
-      }
-      if (i + 1 < nk) {
-        ring.wait_full(q + 1);
-        tile_words(smem + ((q + 1) % kS) * C::kStageBytes + C::kXBytes, r0, w);
-        if (++gpos == tpg) {
-          gpos = 0;
-          next_group();
-        }
-        wg::wait<3>();
-        kstep_scaled<T>(w, 0, perm, s_cur, k_cur, a[0]);
-      } else {
-        wg::wait<0>();
-      }
-      wg::fence_operands(acc);
-      if (i > 0) ring.release(q - 1, lane);
-    }
-    wg::wait<0>();  // (done in the last step; here too so ptxas sees it on the loop's exit edge)
-    wg::fence_operands(acc);
-    ring.release(j + nk - 1, lane);  // its multiplies retired: the producer may refill the slot
+    wide_segment<T, NTT, kZeros>(p, ring, smem, sbase, n0, kta, nk, j, r0, perm, lane, acc);
 
     // The segment's end. Fragment f, element e: token 8f + 2t + (e & 1), weight row r0 + 8 (e / 2). The workspace
     // holds a partial as [fragment][consumer thread] float4s.
@@ -861,55 +810,43 @@ CUtensorMap tiled_map(CUtensorMapDataType type, const void* base, uint64_t inner
   return map;
 }
 
+// The TMA kernels' maps: x as [M][K] in boxes of kTK × `tokens` rows (128-byte swizzle), the codes as [N][K / 2]
+// in boxes of kTK / 2 × kRows (32-byte swizzle).
+CUtensorMap x_tiles(const W4GemmLaunch& l, int tokens) {
+  return tiled_map(l.dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, l.x,
+                   static_cast<uint64_t>(l.k), static_cast<uint64_t>(l.m), static_cast<uint64_t>(l.k) * 2, kTK,
+                   static_cast<uint32_t>(tokens), CU_TENSOR_MAP_SWIZZLE_128B);
+}
+CUtensorMap code_tiles(const W4GemmLaunch& l) {
+  return tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2), static_cast<uint64_t>(l.n),
+                   static_cast<uint64_t>(l.k / 2), kTK / 2, kRows, CU_TENSOR_MAP_SWIZZLE_32B);
+}
+
 template <typename T, int NT, bool kZeros>
 void launch_nt_tma(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = TmaCfg<NT>;
   auto kernel = w4_wgmma_tma_kernel<T, NT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
-  const CUtensorMap xmap =
-      tiled_map(std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, l.x,
-                static_cast<uint64_t>(l.k), static_cast<uint64_t>(l.m), static_cast<uint64_t>(l.k) * 2, kTK, NT,
-                CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
-                                     static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
-                                     CU_TENSOR_MAP_SWIZZLE_32B);
   w4split::launch_clustered(kernel, l, splits, ceil_div(l.m, NT), ceil_div(l.n, kRows), kThreads, C::kSmem, stream,
-                            xmap, cmap);
+                            x_tiles(l, NT), code_tiles(l));
 }
 
-template <typename T, int NTT, bool kZeros>
+// The wide kernel on (splits, 1, row tiles) in clusters of `splits`, or (streamk) its stream-K form on `splits`
+// blocks, one an SM.
+template <typename T, int NTT, bool kZeros, bool kStreamK>
 void launch_wide(const W4GemmLaunch& l, int splits, cudaStream_t stream) {
   using C = WideCfg<NTT>;
-  auto kernel = w4_wide_kernel<T, NTT, kZeros>;
+  auto kernel = kStreamK ? w4_streamk_kernel<T, NTT, kZeros> : w4_wide_kernel<T, NTT, kZeros>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
   PEREGRINE_CUDA_CHECK(attr);
-  const CUtensorMap xmap =
-      tiled_map(std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, l.x,
-                static_cast<uint64_t>(l.k), static_cast<uint64_t>(l.m), static_cast<uint64_t>(l.k) * 2, kTK, NTT * 64,
-                CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
-                                     static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
-                                     CU_TENSOR_MAP_SWIZZLE_32B);
-  w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kWideThreads, C::kSmem, stream,
-                            xmap, cmap);
-}
-
-template <typename T, int NTT, bool kZeros>
-void launch_streamk(const W4GemmLaunch& l, int blocks, cudaStream_t stream) {
-  using C = WideCfg<NTT>;
-  auto kernel = w4_streamk_kernel<T, NTT, kZeros>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem);
-  PEREGRINE_CUDA_CHECK(attr);
-  const CUtensorMap xmap =
-      tiled_map(std::is_same_v<T, bf16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, l.x,
-                static_cast<uint64_t>(l.k), static_cast<uint64_t>(l.m), static_cast<uint64_t>(l.k) * 2, kTK, NTT * 64,
-                CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap cmap = tiled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, l.codes, static_cast<uint64_t>(l.k / 2),
-                                     static_cast<uint64_t>(l.n), static_cast<uint64_t>(l.k / 2), kTK / 2, kRows,
-                                     CU_TENSOR_MAP_SWIZZLE_32B);
-  kernel<<<blocks, kWideThreads, C::kSmem, stream>>>(l, blocks, xmap, cmap);
-  PEREGRINE_CUDA_CHECK(cudaGetLastError());
+  const CUtensorMap xmap = x_tiles(l, NTT * 64), cmap = code_tiles(l);
+  if constexpr (kStreamK) {
+    kernel<<<splits, kWideThreads, C::kSmem, stream>>>(l, splits, xmap, cmap);
+    PEREGRINE_CUDA_CHECK(cudaGetLastError());
+  } else {
+    w4split::launch_clustered(kernel, l, splits, 1, ceil_div(l.n, kRows), kWideThreads, C::kSmem, stream, xmap, cmap);
+  }
 }
 
 template <typename T, int NT, bool kZeros>
@@ -1081,22 +1018,21 @@ void launch_w4_wgmma(const W4GemmLaunch& l, cudaStream_t stream) {
       // The split is chosen on the 64-token TMA kernel whatever M is and whichever kernel runs (so it never
       // depends on M or on the pointers' alignment).
       if (tma && wide_on && l.m >= wide_from) {
-        const int splits = wide_splits<T, Z>(l);
-        if (const int blocks = streamk_blocks(l, splits); blocks > 0) {
+        const int splits = wide_splits<T, Z>(l), blocks = streamk_blocks(l, splits);
+        const auto wide = [&](auto streamk) {
+          constexpr bool S = decltype(streamk)::value;
+          const int n = S ? blocks : splits;
           if (l.m > 192)
-            launch_streamk<T, 4, Z>(l, blocks, stream);
+            launch_wide<T, 4, Z, S>(l, n, stream);
           else if (l.m > 128)
-            launch_streamk<T, 3, Z>(l, blocks, stream);
+            launch_wide<T, 3, Z, S>(l, n, stream);
           else
-            launch_streamk<T, 2, Z>(l, blocks, stream);
-          return;
-        }
-        if (l.m > 192)
-          launch_wide<T, 4, Z>(l, splits, stream);
-        else if (l.m > 128)
-          launch_wide<T, 3, Z>(l, splits, stream);
+            launch_wide<T, 2, Z, S>(l, n, stream);
+        };
+        if (blocks > 0)
+          wide(std::true_type{});
         else
-          launch_wide<T, 2, Z>(l, splits, stream);
+          wide(std::false_type{});
         return;
       }
       const int splits = fitted_splits(l, w4_wgmma_tma_kernel<T, 64, Z>, TmaCfg<64>::kSmem);

@@ -635,13 +635,17 @@ TEST(SpecControllerTest, TrialsOfDraftsWhileRunningNoneAreMarked) {
   StepModel low{0.05, 0.1};
   low.run(c, 8, 600, state);
   ASSERT_EQ(c.best_limit(8), 0);
+  // The controller's next decision and whether it is such a trial (on a copy: the decision is deterministic).
+  const auto next = [](const SpecController& ctl, int batch) {
+    SpecController probe = ctl;
+    const int l = probe.draft_limit(batch);
+    return std::pair<int, bool>{l, probe.drafting_trial()};
+  };
   // One step at a time (StepModel::run's loop): each step with drafts is a trial, no other step is.
   int trials = 0;
   for (int step = 0; step < 1000; ++step) {
     const int before = c.best_limit(8);
-    SpecController probe = c;
-    const int l = probe.draft_limit(8);
-    const bool trial = probe.drafting_trial();
+    const auto [l, trial] = next(c, 8);
     low.run(c, 8, 1, state);  // the same decision, then its verifications and its time
     if (before == 0) {
       EXPECT_EQ(trial, l > 0) << "step " << step;
@@ -655,9 +659,7 @@ TEST(SpecControllerTest, TrialsOfDraftsWhileRunningNoneAreMarked) {
   high.run(d, 1, 300, state);
   ASSERT_GT(d.best_limit(1), 0);
   for (int step = 0; step < 300; ++step) {
-    SpecController probe = d;
-    probe.draft_limit(1);
-    EXPECT_FALSE(probe.drafting_trial()) << "step " << step;
+    EXPECT_FALSE(next(d, 1).second) << "step " << step;
     high.run(d, 1, 1, state);
   }
 }
