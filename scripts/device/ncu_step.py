@@ -2,8 +2,10 @@
 """Kernel times of one decode step from an ncu CSV (gpu__time_duration.sum per kernel; dram__bytes_read.sum too
 when the CSV has it, giving each kernel's read rate).
 
-Usage: ncu_step.py NCU.csv [LABEL [--by-grid]]. A step is the run of kernels between two embedding launches; the last
-complete step before the final one is summed per kernel name, largest first.
+Usage: ncu_step.py NCU.csv [LABEL [--by-grid] [--largest N]]. A step is the run of kernels between two embedding
+launches; the last complete step before the final one is summed per kernel name, largest first. --largest N sums the
+N steps of most kernel time instead, one table each (a prefill step among decodes; a cache hit's step beside a cold
+one).
 """
 import collections
 import csv
@@ -26,11 +28,20 @@ for r in csv.DictReader(lines):
 rows = list(launches.values())
 emb = [i for i, r in enumerate(rows) if "embedding" in r[0].lower()]
 print(f"ncu: {len(rows)} kernels, {len(emb)} embedding launches")
-if len(emb) >= 2:
-    step = rows[emb[-2]:emb[-1]]
+args = sys.argv[3:]
+by_grid = "--by-grid" in args
+largest = int(args[args.index("--largest") + 1]) if "--largest" in args else 0
+steps = [rows[a:b] for a, b in zip(emb, emb[1:])]
+if largest:
+    picked = sorted(steps, key=lambda st: -sum(r[2] for r in st))[:largest]
+else:
+    picked = steps[-1:]
+for n, step in enumerate(picked):
     total = sum(r[2] for r in step)
     total_b = sum(r[3] for r in step)
     label = sys.argv[2] if len(sys.argv) > 2 else "one decode step"
+    if largest:
+        label += f" (step {n + 1} of the {largest} longest)"
     print(f"{label}: {len(step)} kernels, {total:.0f} us of kernel time, {total_b / 1e9:.3f} GB read "
           f"({total_b / 1e3 / total if total else 0:.0f} GB/s over kernel time)")
 
@@ -48,5 +59,5 @@ if len(emb) >= 2:
             print(f"| {key} | {c} | {s:.1f} | {s / c:.2f} | {100 * s / total:.1f}% | {bb / c / 1e6:.2f} | {rate} |")
 
     table(lambda n, g: n, "| kernel | launches | us | us each | share | MB each | GB/s |")
-    if len(sys.argv) > 3 and sys.argv[3] == "--by-grid":  # launches of one kernel told apart by grid (matmul shapes)
+    if by_grid:  # launches of one kernel told apart by grid (matmul shapes)
         table(lambda n, g: (n[:60], g), "| kernel | grid | launches | us | us each | share | MB each | GB/s |")
