@@ -33,6 +33,7 @@ by_grid = "--by-grid" in args
 largest = int(args[args.index("--largest") + 1]) if "--largest" in args else 0
 steps = [rows[a:b] for a, b in zip(emb, emb[1:])]
 if largest:
+    steps += [rows[emb[-1]:]] if emb else []  # the run's last step too (a cache hit's, at the end of its bench)
     picked = sorted(steps, key=lambda st: -sum(r[2] for r in st))[:largest]
 else:
     picked = steps[-1:]

@@ -1,5 +1,5 @@
 // CUDA vs ref: embedding, rms_norm (fused residual, aliasing, per-head), rope (scaled inv_freq, partial
-// rotary), rope_kv_write (one launch), silu_mul, kv_write (every cache dtype, skipped slots), gather_rows, and device
+// rotary), rope_kv_write (one launch; many tokens a launch against one at a time), silu_mul, kv_write (every cache dtype, skipped slots), gather_rows, and device
 // error reporting.
 #include <gtest/gtest.h>
 
@@ -160,6 +160,60 @@ TEST(CudaRopeKvWrite, MatchesRefAndTheTwoOps) {
       for (auto [one, two] : {std::pair{&q1, &q2}, std::pair{&k1, &k2}, std::pair{&kc1, &kc2}, std::pair{&vc1, &vc2}}) {
         const HostTensor a = one->to_host(), b = two->to_host();
         EXPECT_TRUE(a.bytes == b.bytes) << what << ": one launch differs from rope + kv_write";
+      }
+    }
+}
+
+// Launches of many tokens take the 16-byte rows kernel, launches of a few the per-(token, heads) kernel: a token's
+// q, k and cache rows must be the same bits either way (a request alone and inside a prefill chunk), and both match
+// the ref. Also rope alone, and a head dim whose halves are not whole 16-byte pieces (the fallback).
+TEST(CudaRopeKvWrite, ManyTokensMatchOneAtATime) {
+  std::mt19937 rng(42);
+  struct Heads {
+    int64_t hq, hkv, hd;
+    int rotary_dim;
+  };
+  const Heads cases[] = {{32, 8, 128, 128}, {8, 2, 128, 64}, {3, 1, 1024, 1024}, {4, 4, 64, 64}, {2, 1, 24, 24}};
+  for (DType act : kActs)
+    for (const auto [hq, hkv, hd, rotary_dim] : cases) {
+      const int64_t tokens = 70, blocks = 8, bs = 16;  // 17 blocks of four tokens and one of two
+      HostTensor q = random_tensor(act, {tokens, hq, hd}, rng), k = random_tensor(act, {tokens, hkv, hd}, rng);
+      HostTensor v = random_tensor(act, {tokens, hkv, hd}, rng);
+      HostTensor kc = random_tensor(act, {blocks, bs, hkv, hd}, rng), vc = random_tensor(act, {blocks, bs, hkv, hd}, rng);
+      std::vector<int32_t> pos(tokens), slot(tokens);
+      for (int64_t t = 0; t < tokens; ++t) {
+        pos[t] = static_cast<int32_t>(t < 5 ? t : rng() % 131072);
+        slot[t] = t % 9 == 4 ? -1 : static_cast<int32_t>((t * 37) % (blocks * bs));  // distinct, some skipped
+      }
+      HostTensor h_pos = int_tensor(pos), slots = int_tensor(slot);
+      HostTensor inv_freq(DType::kF32, {rotary_dim / 2});
+      for (int i = 0; i < rotary_dim / 2; ++i) inv_freq.set(i, std::pow(500000.0, -2.0 * i / rotary_dim));
+      HostTensor q_ref = q, k_ref = k, kc_ref = kc, vc_ref = vc;
+      ref().rope_kv_write({q_ref.view(), k_ref.view(), h_pos.view(), inv_freq.view(), 1.1f, rotary_dim},
+                          {k_ref.view(), v.view(), slots.view(), kc_ref.view(), vc_ref.view()});
+      DeviceTensor d_pos(h_pos), d_if(inv_freq), d_slots(slots), d_v(v);
+      DeviceTensor q1(q), k1(k), kc1(kc), vc1(vc);  // all tokens in one launch
+      gpu().rope_kv_write({q1.view(), k1.view(), d_pos.view(), d_if.view(), 1.1f, rotary_dim},
+                          {k1.view(), d_v.view(), d_slots.view(), kc1.view(), vc1.view()});
+      DeviceTensor q2(q), k2(k), kc2(kc), vc2(vc);  // one token a launch
+      DeviceTensor q3(q), k3(k);                    // rope alone, all tokens
+      gpu().rope({q3.view(), k3.view(), d_pos.view(), d_if.view(), 1.1f, rotary_dim});
+      for (int64_t t = 0; t < tokens; ++t) {
+        const TensorView qt = q2.view().slice_rows(t, 1), kt = k2.view().slice_rows(t, 1);
+        gpu().rope_kv_write({qt, kt, d_pos.view().slice_rows(t, 1), d_if.view(), 1.1f, rotary_dim},
+                            {kt, d_v.view().slice_rows(t, 1), d_slots.view().slice_rows(t, 1), kc2.view(), vc2.view()});
+      }
+      const double tol = act == DType::kF32 ? 2e-5 : default_rtol(act);
+      const std::string what = std::string(dtype_name(act)) + " heads " + std::to_string(hq) + "/" +
+                               std::to_string(hkv) + " d " + std::to_string(hd) + " rotary " + std::to_string(rotary_dim);
+      EXPECT_TRUE(all_close(q1.to_host(), q_ref, tol, tol)) << what;
+      EXPECT_TRUE(all_close(k1.to_host(), k_ref, tol, tol)) << what;
+      EXPECT_TRUE(all_close(kc1.to_host(), kc_ref, tol, tol)) << what;
+      EXPECT_TRUE(all_close(vc1.to_host(), vc_ref, 0, 0)) << what;
+      for (auto [one, two] : {std::pair{&q1, &q2}, std::pair{&k1, &k2}, std::pair{&kc1, &kc2}, std::pair{&vc1, &vc2},
+                              std::pair{&q1, &q3}, std::pair{&k1, &k3}}) {
+        const HostTensor a = one->to_host(), b = two->to_host();
+        EXPECT_TRUE(a.bytes == b.bytes) << what << ": all tokens in one launch differ from one token a launch";
       }
     }
 }

@@ -108,6 +108,63 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
   }
 }
 
+// A group over one x (q/k/v, gate/up: Backend::matmuls) past the small-M kernels quantizes x once for all its
+// matmuls: every output the same bits as the matmuls run one by one, for int8 and FP8 per channel and FP8 in blocks
+// (which quantizes x into its own layout each time), and with a group whose weights mix the two kinds.
+TEST(CudaW8Matmul, GroupQuantizesXOnceWithTheSameBits) {
+  std::mt19937 rng(37);
+  using A = ops::ActQuant;
+  struct Kind { DType codes; A act; int64_t group, block_rows, act_group; };
+  const Kind per_channel_i8{DType::kI8, A::kInt8, 512, 1, 0}, per_channel_f8{DType::kF8E4M3, A::kFp8, 512, 1, 0},
+      blocks_f8{DType::kF8E4M3, A::kFp8, 128, 128, 128};
+  const std::vector<std::vector<Kind>> groups = {{per_channel_i8, per_channel_i8, per_channel_i8},
+                                                 {per_channel_f8, per_channel_f8, per_channel_f8},
+                                                 {blocks_f8, blocks_f8},
+                                                 {per_channel_f8, blocks_f8, per_channel_f8}};
+  const int64_t k = 512, ns[] = {256, 128, 384};
+  for (const auto& group : groups)
+    for (int64_t m : {48, 64}) {
+      HostTensor x = random_tensor(DType::kBF16, {m, k}, rng);
+      DeviceTensor d_x(x);
+      std::vector<DeviceTensor> codes, scales, together, alone;
+      std::vector<ops::WeightQuant> qs;
+      for (size_t i = 0; i < group.size(); ++i) {
+        const Kind& c = group[i];
+        const int64_t n = ns[i];
+        HostTensor w(c.codes, {n, k});
+        for (auto& b : w.bytes) {
+          b = static_cast<uint8_t>(rng());
+          if (c.codes == DType::kF8E4M3 && (b & 0x7f) == 0x7f) b ^= 1;
+        }
+        HostTensor s(DType::kF32, {(n + c.block_rows - 1) / c.block_rows, k / c.group});
+        for (int64_t j = 0; j < s.numel(); ++j) s.set(j, (0.2 + 0.8 * (rng() % 1000) / 1000.0) / 400.0);
+        codes.emplace_back(w);
+        scales.emplace_back(s);
+        ops::WeightQuant q;
+        q.group_size = c.group;
+        q.block_rows = c.block_rows;
+        q.act = c.act;
+        q.act_group = c.act_group;
+        qs.push_back(q);
+        together.emplace_back(HostTensor(DType::kBF16, {m, n}));
+        alone.emplace_back(HostTensor(DType::kBF16, {m, n}));
+      }
+      std::vector<ops::MatmulParams> ps, one_by_one;
+      for (size_t i = 0; i < group.size(); ++i) {
+        qs[i].scales = scales[i].view();
+        ps.push_back({d_x.view(), codes[i].view(), {}, together[i].view(), qs[i]});
+        one_by_one.push_back({d_x.view(), codes[i].view(), {}, alone[i].view(), qs[i]});
+        together[i].poison();
+      }
+      gpu().matmuls(ps);
+      for (const ops::MatmulParams& p : one_by_one) gpu().matmul(p);
+      for (size_t i = 0; i < group.size(); ++i) {
+        const HostTensor a = together[i].to_host(), b = alone[i].to_host();
+        EXPECT_TRUE(a.bytes == b.bytes) << "group of " << group.size() << ", matmul " << i << ", M " << m;
+      }
+    }
+}
+
 // cuBLASLt's block-scaled FP8 GEMM (fp8_gemm_lt.h) against a host reference in double, for every scale layout
 // Fp8BlockLayout can describe: the backend's layout (fp8_block_layout()) must match; the matching layouts are
 // printed ("fp8 block layouts matching: ...") so a library that reads another one is seen at once. Shapes with

@@ -202,9 +202,20 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // q/k/v and gate/up: one skinny launch when every matmul takes it, else one matmul each.
+  // Past the skinny range, 8-bit activations (W8A8) are quantized once for the group, not once a matmul: x is
+  // the same tensor for all of them (w8_matmul keeps the key of what kQuantXSlot holds while a group runs).
   void matmuls(std::span<const MatmulParams> ps) override {
-    if (!grouped_skinny(ps))
-      for (const MatmulParams& p : ps) matmul(p);
+    if (grouped_skinny(ps)) return;
+    struct Group {
+      CudaBackendImpl* b;
+      ~Group() { b->grouping_ = false, b->xq_key_ = {}; }
+    } group{this};
+    static const bool group_x = !env_off("PEREGRINE_W8_GROUP_X");  // =0: x quantized once a matmul (comparisons)
+    grouping_ = group_x && ps.size() > 1 && std::none_of(ps.begin(), ps.end(), [&](const MatmulParams& p) {
+      return p.out.data == ps.front().x.data;  // a matmul that overwrites x ends what x's codes hold
+    });
+    xq_key_ = {};
+    for (const MatmulParams& p : ps) matmul(p);
   }
 
   // The skinny launch for x [m, k] with no segments yet (skinny_gemm.cuh).
@@ -683,10 +694,13 @@ class CudaBackendImpl final : public CudaBackend {
     float* xs = nullptr;
     if (l.act != 0) {
       const size_t codes = static_cast<size_t>(m * k + 15) / 16 * 16;
+      const XqKey key{p.x.data, p.x.dtype, m, k, l.act, l.act_group};
+      const bool quantized = grouping_ && xq_key_ == key;  // an earlier matmul of this group made it
       auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m * (k / l.act_group)) * 4, kQuantXSlot));
       xq = base;
       xs = reinterpret_cast<float*>(base + codes);
-      cuda::launch_act_quant(l, xq, xs, stream_);
+      if (!quantized) cuda::launch_act_quant(l, xq, xs, stream_);
+      if (grouping_) xq_key_ = key;
     }
     // FP8 per channel x per token beyond the skinny kernel's M (or its shapes): cuBLASLt's FP8 GEMM with both
     // scale vectors (rows agree for every M
@@ -1061,6 +1075,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void* scratch(size_t bytes, int slot) override {
     if (slot < 0 || slot >= kScratchSlots) throw Error(ErrorCode::kInvalidArgument, "cuda: scratch slot out of range");
+    if (slot == kQuantXSlot) xq_key_ = {};  // whoever asks may overwrite it (w8_matmul sets the key after)
     Scratch& s = scratch_[slot];
     if (bytes <= s.bytes) return s.ptr;
     if (capturing_)
@@ -1339,6 +1354,17 @@ class CudaBackendImpl final : public CudaBackend {
   cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;  // for M past the skinny kernel's range
   bool skinny_ = !batch_invariant_requested();                       // MatmulPolicy::kSkinnySmallM
   bool last_matmul_skinny_ = false;
+  // What kQuantXSlot holds while a matmul group runs (matmuls): x's activations quantized by w8_matmul.
+  struct XqKey {
+    const void* x = nullptr;
+    DType dtype = DType::kF32;
+    int64_t m = 0, k = 0;
+    int act = 0;
+    int64_t act_group = 0;
+    bool operator==(const XqKey&) const = default;
+  };
+  XqKey xq_key_;
+  bool grouping_ = false;
   bool capturing_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;
   int64_t next_graph_id_ = 1;
