@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/fp8_gemm_lt.h"
+#include "backend/cuda/w8_matmul.cuh"
 #include "core/status.h"
 #include "cuda_test_util.h"
 
@@ -106,6 +107,52 @@ TEST(CudaW8Matmul, MatchesRefOnEveryElement) {
       }
     }
   }
+}
+
+// launch_act_quant's two kernels give the same codes and scales: x 16-byte aligned takes the vector kernel (each
+// thread's pieces held in registers), the same values one element off 16 bytes the scalar one; int8 and FP8, bf16
+// and f16, per row and per 128-value group, K from 136 to 16384 (the vector kernel's most) and past it (scalar
+// both); a zero row, an outlier, a tiny value.
+TEST(CudaW8Matmul, VectorQuantizerMakesTheScalarQuantizersBits) {
+  std::mt19937 rng(38);
+  const auto stream = static_cast<cudaStream_t>(gpu_services().stream_handle());
+  for (DType act : {DType::kBF16, DType::kF16})
+    for (int a : {1, 2})
+      for (int64_t k : {int64_t{136}, int64_t{4096}, int64_t{14336}, int64_t{16384}, int64_t{16392}})
+        for (bool per_group : {false, true}) {
+          if (per_group && k % 128 != 0) continue;
+          const int64_t m = 5, group = per_group ? 128 : k;
+          HostTensor x = random_tensor(act, {m, k}, rng);
+          for (int64_t i = 0; i < k; ++i) x.set(k + i, 0.0);  // row 1: zeros
+          x.set(3, 300.0);
+          x.set(2 * k + 9, -1e-4);
+          HostTensor off(act, {m * k + 1});  // the same values one element on
+          std::memcpy(off.bytes.data() + 2, x.bytes.data(), x.bytes.size());
+          DeviceTensor d_x(x), d_off(off);
+          std::vector<HostTensor> codes, scales;
+          for (const void* xp : {static_cast<const void*>(d_x.view().data),
+                                 static_cast<const void*>(static_cast<const char*>(d_off.view().data) + 2)}) {
+            DeviceTensor d_q(HostTensor(DType::kI8, {m, k})), d_s(HostTensor(DType::kF32, {m, k / group}));
+            d_s.poison();
+            cuda::W8MatmulLaunch l{};
+            l.x = xp;
+            l.x_dtype = act;
+            l.act = a;
+            l.act_group = group;
+            l.m = m;
+            l.n = 1;
+            l.k = k;
+            cuda::launch_act_quant(l, static_cast<uint8_t*>(d_q.view().data), static_cast<float*>(d_s.view().data),
+                                   stream);
+            gpu().synchronize();
+            codes.push_back(d_q.to_host());
+            scales.push_back(d_s.to_host());
+          }
+          const std::string what = std::string(dtype_name(act)) + (a == 1 ? " int8" : " fp8") + " K " +
+                                   std::to_string(k) + " group " + std::to_string(group);
+          EXPECT_TRUE(codes[0].bytes == codes[1].bytes) << what << ": codes";
+          EXPECT_TRUE(scales[0].bytes == scales[1].bytes) << what << ": scales";
+        }
 }
 
 // A group over one x (q/k/v, gate/up: Backend::matmuls) past the small-M kernels quantizes x once for all its

@@ -5,6 +5,9 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/w8_matmul.cuh"
 
+#include <cstdlib>
+#include <string_view>
+
 namespace peregrine::cuda {
 namespace {
 
@@ -45,6 +48,60 @@ __global__ void __launch_bounds__(kQuantThreads) act_quant_kernel(W8MatmulLaunch
     for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) q[i] = fp8_act_code(to_f32(x[i]), s);
     if (threadIdx.x == 0) xs[si] = s;
   }
+}
+
+// The same for 16-bit x whose groups are whole 8-value pieces, 16-byte aligned: each thread holds its pieces of the
+// group in registers (at most kQuantVecs), so x is read once, 16 bytes at a time, and the codes go out 8 bytes at a
+// time. The same amax (fmaxf is order-free) and the same code of each value: the same bits as act_quant_kernel.
+constexpr int kQuantVecs = 8;  // groups up to 8 x 8 x 256 = 16384 values
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads) act_quant_vec_kernel(W8MatmulLaunch p, uint8_t* __restrict__ xq,
+                                                                       float* __restrict__ xs) {
+  static_assert(sizeof(T) == 2, "16-bit x");
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.y, g = blockIdx.x, len = p.act_group;
+  const int pieces = static_cast<int>(len / 8);
+  const uint4* x = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + row * p.k + g * len);
+  uint4 v[kQuantVecs];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQuantVecs; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
+    if (i < pieces) v[j] = x[i];
+  }
+#pragma unroll
+  for (int j = 0; j < kQuantVecs; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
+    if (i < pieces) {
+      const T* e = reinterpret_cast<const T*>(&v[j]);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) amax = fmaxf(amax, fabsf(to_f32(e[u])));
+    }
+  }
+  __shared__ float red[kQuantThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  uint2* q = reinterpret_cast<uint2*>(xq + row * p.k + g * len);
+  const int64_t si = p.xs_row_stride || p.xs_group_stride ? row * p.xs_row_stride + g * p.xs_group_stride
+                                                          : row * (p.k / len) + g;
+  const float inv = p.act == 1 ? int8_act_inv(amax) : 0.0f, s = p.act == 1 ? 0.0f : fp8_act_scale(amax);
+#pragma unroll
+  for (int j = 0; j < kQuantVecs; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
+    if (i < pieces) {
+      const T* e = reinterpret_cast<const T*>(&v[j]);
+      uint8_t c[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        c[u] = p.act == 1 ? int8_act_code(to_f32(e[u]), amax, inv) : fp8_act_code(to_f32(e[u]), s);
+      q[i] = *reinterpret_cast<const uint2*>(c);
+    }
+  }
+  if (threadIdx.x == 0) xs[si] = p.act == 1 ? int8_act_scale(amax) : s;
 }
 
 // One warp per output (row, n). ACT: 0 float x times dequantized codes, 1 int8 x int8 (dp4a), 2 fp8 x fp8.
@@ -128,6 +185,22 @@ bool w8_matmul_supports(const W8MatmulLaunch& l) {
 
 void launch_act_quant(const W8MatmulLaunch& l, uint8_t* xq, float* xs, cudaStream_t stream) {
   if (l.act == 0 || l.m == 0) return;
+  static const bool vec_on = [] {
+    const char* v = std::getenv("PEREGRINE_ACT_QUANT_VEC");
+    return !(v && std::string_view(v) == "0");
+  }();
+  const bool vec = vec_on && l.x_dtype != DType::kF32 && l.k % 8 == 0 && l.act_group % 8 == 0 &&
+                   l.act_group <= int64_t{8} * kQuantVecs * kQuantThreads && aligned16(l.x) &&
+                   (reinterpret_cast<uintptr_t>(xq) & 7u) == 0;
+  if (vec) {
+    const dim3 grid(static_cast<unsigned>(l.k / l.act_group), static_cast<unsigned>(l.m));
+    if (l.x_dtype == DType::kBF16) {
+      launch_pdl(act_quant_vec_kernel<bf16>, grid, dim3(kQuantThreads), 0, stream, l.m, l, xq, xs);
+    } else {
+      launch_pdl(act_quant_vec_kernel<f16>, grid, dim3(kQuantThreads), 0, stream, l.m, l, xq, xs);
+    }
+    return;
+  }
   dispatch_float(l.x_dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_pdl(act_quant_kernel<T>, dim3(static_cast<unsigned>(l.k / l.act_group), static_cast<unsigned>(l.m)),
