@@ -60,11 +60,13 @@ class SpecController {
  private:
   struct Bucket {
     // The cost: the recent time of a step without drafts (the median of the last five such steps; an average
-    // before the fifth), and a line of step time in draft rows fitted over the steps with drafts (decayed sums;
+    // before the fifth; arm 0 itself is priced at the second fastest of them, plain_fast), and a line of step
+    // time in draft rows fitted over the steps with drafts (decayed sums;
     // d = their draft rows, t = their time): its intercept is what switching to a verify step costs by itself (a
     // different graph, tree pieces), its slope what each row adds. With too little spread in d, the line goes
     // through the plain step's time.
     double plain_seconds = 0;
+    double plain_fast = 0;  // the second fastest of the last five such steps: arm 0's cost
     double sw = 0, sd = 0, sdd = 0, st = 0, std = 0;
     double propose_seconds = 0, propose_rows = 0;  // proposing, per draft row of a sequence
     int steps_at_one = 0, steps_at_zero = 0, steps_at_two = 0;
