@@ -201,16 +201,16 @@ class CudaBackendImpl final : public CudaBackend {
     dense_matmul(l);
   }
 
-  // q/k/v and gate/up: one skinny launch when every matmul takes it, else one matmul each.
-  // Past the skinny range, 8-bit activations (W8A8) are quantized once for the group, not once a matmul: x is
-  // the same tensor for all of them (w8_matmul keeps the key of what kQuantXSlot holds while a group runs).
+  // q/k/v and gate/up: one skinny launch when every matmul takes it, else one matmul each, with 8-bit activations
+  // (W8A8) quantized once for the group rather than once a matmul: x is the same tensor for all of them, and
+  // w8_matmul keeps the key of what kQuantXSlot holds while the group runs (PEREGRINE_W8_GROUP_X=0: once a matmul).
   void matmuls(std::span<const MatmulParams> ps) override {
     if (grouped_skinny(ps)) return;
     struct Group {
       CudaBackendImpl* b;
       ~Group() { b->grouping_ = false, b->xq_key_ = {}; }
     } group{this};
-    static const bool group_x = !env_off("PEREGRINE_W8_GROUP_X");  // =0: x quantized once a matmul (comparisons)
+    static const bool group_x = !env_off("PEREGRINE_W8_GROUP_X");
     grouping_ = group_x && ps.size() > 1 && std::none_of(ps.begin(), ps.end(), [&](const MatmulParams& p) {
       return p.out.data == ps.front().x.data;  // a matmul that overwrites x ends what x's codes hold
     });

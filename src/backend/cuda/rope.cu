@@ -1,7 +1,8 @@
 // RoPE kernels. Few tokens (decode): a block per (token, 8 heads); each thread owns a pair index i, computes its
-// angle once and rotates x[i], x[i + half] of its heads. Many tokens: rope_rows_kernel, 16-byte accesses over a
-// few tokens a block (the per-(token, heads) blocks ran at a tenth of the memory bandwidth on an 8K prefill). With the KV write (launch_rope_kv_write), v's heads follow k's as more heads to
-// copy, and k's rotated pairs go to the cache as they are stored.
+// angle once and rotates x[i], x[i + half] of its heads. With the KV write (launch_rope_kv_write), v's heads follow
+// k's as more heads to copy, and k's rotated pairs go to the cache as they are stored. Many tokens:
+// rope_rows_kernel, 16-byte accesses over a few tokens a block (the per-(token, heads) blocks ran at a tenth of the
+// memory bandwidth on an 8K prefill).
 // Uses the accurate sincosf (full range reduction) since positions reach 10^5 radians.
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/rope.cuh"
@@ -135,7 +136,6 @@ __global__ void rope_kernel(RopeLaunch p, RopeKvLaunch kv, int head_groups) {
   }
 }
 
-
 // Many tokens (prefill chunks, large batches): kRowTokens tokens a block, every access 16 bytes. The block's angles
 // go to shared memory first (one sincosf per token and pair index, before the wait for the kernel before); then
 // each thread takes units in turn: a unit rotates kVec pairs of one head (the two 16-byte pieces i.. and
@@ -222,21 +222,25 @@ __global__ void __launch_bounds__(kRowThreads) rope_rows_kernel(RopeLaunch p, Ro
   }
 }
 
+size_t rope_rows_smem(const RopeLaunch& p) { return sizeof(float2) * kRowTokens * static_cast<size_t>(p.rotary_dim / 2); }
+
 // Whether rope_rows_kernel takes a launch: enough tokens, 16-byte pieces that tile half a rotary row and a head,
-// and 16-byte aligned tensors.
+// 16-byte aligned tensors, and the block's angles within the default shared memory.
 bool rope_rows_takes(const RopeLaunch& p, const RopeKvLaunch* kv) {
+  static const bool on = [] {
+    const char* env = std::getenv("PEREGRINE_ROPE_ROWS");
+    return !(env && std::string_view(env) == "0");
+  }();
   const int vec = 16 / static_cast<int>(dtype_bytes(p.act, 1));
-  if (p.num_tokens < kRowsFrom || (p.rotary_dim / 2) % vec != 0 || p.head_dim % vec != 0) return false;
-  if (!aligned16(p.q) || !aligned16(p.k)) return false;
-  if (kv && (!aligned16(kv->v) || !aligned16(kv->k_cache) || !aligned16(kv->v_cache))) return false;
-  const char* env = std::getenv("PEREGRINE_ROPE_ROWS");
-  return !(env && std::string_view(env) == "0");
+  if (!on || p.num_tokens < kRowsFrom || (p.rotary_dim / 2) % vec != 0 || p.head_dim % vec != 0) return false;
+  if (rope_rows_smem(p) > 48 * 1024 || !aligned16(p.q) || !aligned16(p.k)) return false;
+  return !kv || (aligned16(kv->v) && aligned16(kv->k_cache) && aligned16(kv->v_cache));
 }
 
 template <bool kKv>
 void launch_rope_rows(const RopeLaunch& p, const RopeKvLaunch& kv, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(ceil_div(p.num_tokens, int64_t{kRowTokens}));
-  const size_t smem = sizeof(float2) * kRowTokens * static_cast<size_t>(p.rotary_dim / 2);
+  const size_t smem = rope_rows_smem(p);
   dispatch_float(p.act, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_pdl(rope_rows_kernel<T, kKv>, blocks, kRowThreads, smem, stream, p.num_tokens, p, kv);
