@@ -85,12 +85,23 @@ TEST(CudaRmsNorm, MatchesRef) {
     }
 }
 
+// Query / KV heads, head dim and rotary dims of a RoPE case, its label, and Llama's frequency table for it.
+struct Heads {
+  int64_t hq, hkv, hd;
+  int rotary_dim;
+};
+std::string rope_label(DType act, const Heads& h) {
+  return std::string(dtype_name(act)) + " heads " + std::to_string(h.hq) + "/" + std::to_string(h.hkv) + " d " +
+         std::to_string(h.hd) + " rotary " + std::to_string(h.rotary_dim);
+}
+HostTensor rope_inv_freq(int rotary_dim) {
+  HostTensor inv_freq(DType::kF32, {rotary_dim / 2});
+  for (int i = 0; i < rotary_dim / 2; ++i) inv_freq.set(i, std::pow(500000.0, -2.0 * i / rotary_dim));
+  return inv_freq;
+}
+
 TEST(CudaRope, MatchesRefWithScaledFrequencies) {
   std::mt19937 rng(4);
-  struct Heads {
-    int64_t hq, hkv, hd;
-    int rotary_dim;
-  };
   // Heads in groups of 8 per block with a partial last group; Llama-3's 32 + 8; a pair count past 256 threads.
   const Heads cases[] = {{8, 2, 128, 128}, {8, 2, 128, 64}, {32, 8, 128, 128}, {3, 1, 1024, 1024}};
   for (DType act : kActs)
@@ -122,10 +133,6 @@ TEST(CudaRope, MatchesRefWithScaledFrequencies) {
 // bitwise equal to the CUDA backend's own two ops; skipped slots and the cache rows nobody writes stay as they were.
 TEST(CudaRopeKvWrite, MatchesRefAndTheTwoOps) {
   std::mt19937 rng(41);
-  struct Heads {
-    int64_t hq, hkv, hd;
-    int rotary_dim;
-  };
   const Heads cases[] = {{32, 8, 128, 128}, {8, 2, 128, 64}, {3, 1, 1024, 1024}, {4, 4, 64, 64}};
   for (DType act : kActs)
     for (const auto [hq, hkv, hd, rotary_dim] : cases) {
@@ -136,8 +143,7 @@ TEST(CudaRopeKvWrite, MatchesRefAndTheTwoOps) {
       std::vector<int32_t> pos(tokens);
       for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t < 3 ? t : rng() % 131072);
       HostTensor h_pos = int_tensor(pos), slots = int_tensor({5, -1, 17, 95, 0, 33, -1, 64, 80});
-      HostTensor inv_freq(DType::kF32, {rotary_dim / 2});
-      for (int i = 0; i < rotary_dim / 2; ++i) inv_freq.set(i, std::pow(500000.0, -2.0 * i / rotary_dim));
+      const HostTensor inv_freq = rope_inv_freq(rotary_dim);
       // The ref's definition: rope, then kv_write.
       HostTensor q_ref = q, k_ref = k, kc_ref = kc, vc_ref = vc;
       ref().rope_kv_write({q_ref.view(), k_ref.view(), h_pos.view(), inv_freq.view(), 1.1f, rotary_dim},
@@ -151,8 +157,7 @@ TEST(CudaRopeKvWrite, MatchesRefAndTheTwoOps) {
       gpu().rope_kv_write({q1.view(), k1.view(), d_pos.view(), d_if.view(), 1.1f, rotary_dim},
                           {k1.view(), d_v.view(), d_slots.view(), kc1.view(), vc1.view()});
       const double tol = act == DType::kF32 ? 2e-5 : default_rtol(act);
-      const std::string what = std::string(dtype_name(act)) + " heads " + std::to_string(hq) + "/" +
-                               std::to_string(hkv) + " d " + std::to_string(hd) + " rotary " + std::to_string(rotary_dim);
+      const std::string what = rope_label(act, {hq, hkv, hd, rotary_dim});
       EXPECT_TRUE(all_close(q1.to_host(), q_ref, tol, tol)) << what;
       EXPECT_TRUE(all_close(k1.to_host(), k_ref, tol, tol)) << what;
       EXPECT_TRUE(all_close(kc1.to_host(), kc_ref, tol, tol)) << what;
@@ -169,10 +174,6 @@ TEST(CudaRopeKvWrite, MatchesRefAndTheTwoOps) {
 // the ref. Also rope alone, and a head dim whose halves are not whole 16-byte pieces (the fallback).
 TEST(CudaRopeKvWrite, ManyTokensMatchOneAtATime) {
   std::mt19937 rng(42);
-  struct Heads {
-    int64_t hq, hkv, hd;
-    int rotary_dim;
-  };
   const Heads cases[] = {{32, 8, 128, 128}, {8, 2, 128, 64}, {3, 1, 1024, 1024}, {4, 4, 64, 64}, {2, 1, 24, 24}};
   for (DType act : kActs)
     for (const auto [hq, hkv, hd, rotary_dim] : cases) {
@@ -186,8 +187,7 @@ TEST(CudaRopeKvWrite, ManyTokensMatchOneAtATime) {
         slot[t] = t % 9 == 4 ? -1 : static_cast<int32_t>((t * 37) % (blocks * bs));  // distinct, some skipped
       }
       HostTensor h_pos = int_tensor(pos), slots = int_tensor(slot);
-      HostTensor inv_freq(DType::kF32, {rotary_dim / 2});
-      for (int i = 0; i < rotary_dim / 2; ++i) inv_freq.set(i, std::pow(500000.0, -2.0 * i / rotary_dim));
+      const HostTensor inv_freq = rope_inv_freq(rotary_dim);
       HostTensor q_ref = q, k_ref = k, kc_ref = kc, vc_ref = vc;
       ref().rope_kv_write({q_ref.view(), k_ref.view(), h_pos.view(), inv_freq.view(), 1.1f, rotary_dim},
                           {k_ref.view(), v.view(), slots.view(), kc_ref.view(), vc_ref.view()});
@@ -204,8 +204,7 @@ TEST(CudaRopeKvWrite, ManyTokensMatchOneAtATime) {
                             {kt, d_v.view().slice_rows(t, 1), d_slots.view().slice_rows(t, 1), kc2.view(), vc2.view()});
       }
       const double tol = act == DType::kF32 ? 2e-5 : default_rtol(act);
-      const std::string what = std::string(dtype_name(act)) + " heads " + std::to_string(hq) + "/" +
-                               std::to_string(hkv) + " d " + std::to_string(hd) + " rotary " + std::to_string(rotary_dim);
+      const std::string what = rope_label(act, {hq, hkv, hd, rotary_dim});
       EXPECT_TRUE(all_close(q1.to_host(), q_ref, tol, tol)) << what;
       EXPECT_TRUE(all_close(k1.to_host(), k_ref, tol, tol)) << what;
       EXPECT_TRUE(all_close(kc1.to_host(), kc_ref, tol, tol)) << what;
