@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The issues' headline figures in one call (issues 14, 12, 11), 8B shape, random weights, whatever card the call got:
+# batch-1 decode for bf16 and each of BS1_QUANTS, the 8,190-token prefill for bf16 and FP8, offline 1024 in / 400 out
+# at concurrency CONC for bf16 and for FP8 weights + fp8 KV (their step splits), then (NCU=1) a batch-256 decode
+# step under Nsight Compute while the call's time lasts (BUDGET seconds in all). Op tests first (OPS; none to skip).
+# Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
+# there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/goals_sweep.sh
+set -uo pipefail
+out=${OUT:-/tmp/goals_sweep}
+mkdir -p "$out"
+start=$(date +%s)
+t() { echo "[$(( $(date +%s) - start )) s] $*"; }
+left() { echo $(( ${BUDGET:-560} - ($(date +%s) - start) )); }
+bin=.device/bin
+cfg=.device/shared/configs/llama-3-8b.json
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "$gpu"
+if [ "${OPS:-none}" != none ]; then
+  timeout 200 "$bin/cuda_ops_tests" --gtest_filter="$OPS" >"$out/ops.log" 2>&1
+  t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]" "$out/ops.log" | head -20
+fi
+rows=()
+lat() {  # label, then bench latency's arguments
+  local label=$1; shift
+  timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda "$@" >"$out/lat_$label.txt" 2>&1
+  local rc=$?
+  t "$label rc=$rc"
+  grep -E "^(decode|prefill|memory|limits)" "$out/lat_$label.txt" | head -3
+}
+for q in bf16 ${BS1_QUANTS-w4a16 w8a16 fp8}; do
+  qf=(); [ "$q" != bf16 ] && qf=(--quantization "$q")
+  lat "bs1_$q" --input-len 1024 --output-len 64 --batch-size 1 --iterations 2 "${qf[@]}"
+done
+for q in bf16 fp8; do
+  qf=(); [ "$q" != bf16 ] && qf=(--quantization "$q")
+  lat "prefill_$q" --input-len 8190 --output-len 2 --batch-size 1 --iterations 3 "${qf[@]}"
+done
+for q in bf16 fp8; do
+  qf=(); [ "$q" != bf16 ] && qf=(--quantization fp8 --kv-cache-dtype fp8)
+  timeout 200 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
+    --device cuda --input-len 1024 --output-len 400 --concurrency "${CONC:-256}" "${qf[@]}" >"$out/tp_$q.txt" 2>&1
+  t "throughput $q rc=$?"; grep -vE "^\[|^$" "$out/tp_$q.txt" | tail -4
+done
+if [ "${NCU:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
+  timeout "$(( $(left) - 15 ))" ncu --clock-control none --cache-control none \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --log-file "$out/ncu_decode.csv" \
+    "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 1024 --output-len 3 \
+    --batch-size "${BS:-256}" --iterations 1 >/dev/null 2>&1
+  t "ncu rc=$?"
+  python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
+  gzip -f "$out/ncu_decode.csv"
+fi
+val() { grep -E "^$2" "$out/$1" 2>/dev/null | head -1 | sed -E 's/^[a-z]+ +//; s/ +/ /g'; }
+echo
+echo "| $gpu | figure |"
+echo "| --- | --- |"
+echo "| limits | $(val lat_bs1_bf16.txt memory) |"
+for q in bf16 ${BS1_QUANTS-w4a16 w8a16 fp8}; do echo "| decode bs 1 $q | $(val "lat_bs1_$q.txt" decode) |"; done
+for q in bf16 fp8; do echo "| prefill 8190 $q | $(val "lat_prefill_$q.txt" prefill) |"; done
+for q in bf16 fp8; do
+  echo "| c ${CONC:-256} $q | $(awk -v c="${CONC:-256}" '$1 == c {print $4 " output tok/s, " $6 " steps, " $7 " ms a step, forward " $8 ", " $NF " of roof"; exit}' "$out/tp_$q.txt") |"
+done
+t done
