@@ -35,6 +35,15 @@ for q in bf16 fp8; do
   qf=(); [ "$q" != bf16 ] && qf=(--quantization "$q")
   lat "prefill_$q" --input-len 8190 --output-len 2 --batch-size 1 --iterations 3 "${qf[@]}"
 done
+# PREFILL_ENVS: switch sets (ENV=V,ENV=V) for another FP8 prefill each, beside the default one.
+n=0
+for e in ${PREFILL_ENVS:-}; do
+  n=$((n + 1))
+  IFS=, read -ra ev <<<"$e"
+  env "${ev[@]}" timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
+    --input-len 8190 --output-len 2 --batch-size 1 --iterations 3 --quantization fp8 >"$out/lat_prefill_fp8_v$n.txt" 2>&1
+  t "prefill fp8 $e rc=$? $(grep -E '^prefill' "$out/lat_prefill_fp8_v$n.txt")"
+done
 for q in bf16 fp8; do
   qf=(); [ "$q" != bf16 ] && qf=(--quantization fp8 --kv-cache-dtype fp8)
   timeout 200 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
@@ -57,6 +66,8 @@ echo "| --- | --- |"
 echo "| limits | $(val lat_bs1_bf16.txt memory) |"
 for q in bf16 ${BS1_QUANTS-w4a16 w8a16 fp8}; do echo "| decode bs 1 $q | $(val "lat_bs1_$q.txt" decode) |"; done
 for q in bf16 fp8; do echo "| prefill 8190 $q | $(val "lat_prefill_$q.txt" prefill) |"; done
+n=0
+for e in ${PREFILL_ENVS:-}; do n=$((n + 1)); echo "| prefill 8190 fp8, $e | $(val "lat_prefill_fp8_v$n.txt" prefill) |"; done
 for q in bf16 fp8; do
   echo "| c ${CONC:-256} $q | $(awk -v c="${CONC:-256}" '$1 == c {print $4 " output tok/s, " $6 " steps, " $7 " ms a step, forward " $8 ", " $NF " of roof"; exit}' "$out/tp_$q.txt") |"
 done

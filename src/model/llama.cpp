@@ -221,11 +221,12 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
   // Unfused: `pending` while hidden holds a product (or the embedding) not yet added to the residual stream; the
   // next norm adds it (rms_norm with a residual), as the fused residual epilogue would have.
   bool pending = false;
-  auto norm = [&](const TensorView& weight) {
+  // next: the matmuls that read normed right after (ops.h RmsNormParams::next), where the call after is matmuls.
+  auto norm = [&](const TensorView& weight, std::span<const ops::MatmulParams> next = {}) {
     if (pending) {
-      backend_.rms_norm({hidden, residual, weight, normed, eps});  // residual += hidden; normed = rmsnorm(residual)
+      backend_.rms_norm({hidden, residual, weight, normed, eps, next});  // residual += hidden; normed = rmsnorm(residual)
     } else {
-      backend_.rms_norm({residual, {}, weight, normed, eps});
+      backend_.rms_norm({residual, {}, weight, normed, eps, next});
     }
     pending = false;
   };
@@ -244,8 +245,9 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
     if (fused) {
       backend_.matmuls_fused(g.qkv, g.qkv_f);
     } else {
-      norm(w.input_norm);
-      backend_.matmuls(std::array{w.q_proj(normed, q), w.k_proj(normed, k), w.v_proj(normed, v)});
+      const std::array qkv{w.q_proj(normed, q), w.k_proj(normed, k), w.v_proj(normed, v)};
+      norm(w.input_norm, qkv);
+      backend_.matmuls(qkv);
     }
     if (c.qk_norm) {
       TensorView qh = q.reshaped({t * nq, hd}), kh = k.reshaped({t * nkv, hd});
@@ -295,16 +297,20 @@ void LlamaModel::forward(const StepInputs& in, std::span<const KvLayer> kv) {
       }
     };
     add_projection(w.o_proj, attn, (epi & kEpilogueO) != 0);
-    norm(w.post_norm);
+    const std::array gate_up{w.gate_proj(normed, gate), w.up_proj(normed, up)};
+    const bool fuse_down = (epi & kEpilogueDown) != 0;
     if (epi & kEpilogueGateUp) {
+      norm(w.post_norm);
       ops::MatmulFusion silu;
       silu.silu_mul = true;
-      backend_.matmuls_fused(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)}, silu);
+      backend_.matmuls_fused(gate_up, silu);
     } else {
-      backend_.matmuls(std::array{w.gate_proj(normed, gate), w.up_proj(normed, up)});
-      backend_.silu_mul({gate, up, gate});
+      norm(w.post_norm, gate_up);
+      backend_.matmuls(gate_up);
+      const ops::MatmulParams down = w.down_proj(gate, hidden);  // add_projection's unfused matmul
+      backend_.silu_mul({gate, up, gate, fuse_down ? std::span<const ops::MatmulParams>{} : std::span(&down, 1)});
     }
-    add_projection(w.down_proj, gate, (epi & kEpilogueDown) != 0);
+    add_projection(w.down_proj, gate, fuse_down);
   }
   norm(weights_.final_norm);
 }

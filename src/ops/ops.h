@@ -3,6 +3,8 @@
 // activation dtype the caller chose (f32 on CPU backends, bf16 or f32 on CUDA).
 #pragma once
 
+#include <span>
+
 #include "core/ggml_quant.h"
 #include "core/tensor.h"
 
@@ -97,12 +99,18 @@ struct MatmulFusion {
 // When residual is set: residual += x (in place), then out = rmsnorm(residual) * weight.
 // Otherwise out = rmsnorm(x) * weight (out may alias x). Statistics are computed in f32 or wider.
 // Per-head q/k norm uses x viewed as [T * heads, head_dim].
+// next (optional, here and in SiluMulParams): the matmul, or the group of matmuls over one x (Backend::matmul /
+// matmuls), that the caller runs right after this op with `out` as its x, before anything else reads or writes out.
+// A backend may then make those matmuls' input as it makes out (CUDA: W8A8's per-token codes and scales, so the
+// matmul skips its own pass over out) and leave out itself unwritten: out is then defined only for them. Empty (the
+// default): out is written.
 struct RmsNormParams {
   TensorView x;         // [R, H] act
   TensorView residual;  // [R, H] act, optional
   TensorView weight;    // [H] f32/bf16/f16
   TensorView out;       // [R, H] act
   float eps = 1e-6f;
+  std::span<const MatmulParams> next = {};
 };
 
 // Rotary embedding in place, "rotate half" (GPT-NeoX) layout: element i pairs with i + rotary_dim/2.
@@ -122,6 +130,7 @@ struct SiluMulParams {
   TensorView gate;  // [T, F] act
   TensorView up;    // [T, F] act
   TensorView out;   // [T, F] act; may alias gate
+  std::span<const MatmulParams> next = {};  // as RmsNormParams::next
 };
 
 // Paged KV write: row t of k/v goes to slot slot_mapping[t] = block * block_size + offset; -1 skips the row.

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -565,6 +566,69 @@ TEST(CudaW8Matmul, LargeMInt8RowsAreTheSmallMBits) {
       }
     }
   }
+}
+
+// A producer op told the matmuls that read its output next (ops.h RmsNormParams / SiluMulParams `next`) makes their
+// W8A8 x codes itself past the 8-bit skinny kernel's M (prequant): the matmuls' outputs and the residual stream are
+// the bits of the unfused ops (rms_norm or silu_mul, then the matmul quantizing x), for int8 and FP8 per channel, a
+// norm with and without a residual, a group (q/k) and one matmul (down). The producer's own output is left unwritten
+// there (poisoned here: a matmul that read it would give NaN); at small M the skinny kernel quantizes x and the
+// output is written as usual. A group that differs from the call after it is refused loudly, never read stale.
+TEST(CudaW8Matmul, NormAndSiluMakeTheNextMatmulsCodes) {
+  std::mt19937 rng(39);
+  const int64_t k = 1024, f = 2816;  // hidden, the SiLU width (down's K)
+  for (DType codes_t : {DType::kI8, DType::kF8E4M3})
+    for (int64_t m : {int64_t{20}, int64_t{48}, int64_t{130}})
+      for (bool with_residual : {false, true}) {
+        const std::string what = std::string(codes_t == DType::kI8 ? "int8" : "fp8") + " M " + std::to_string(m) +
+                                 (with_residual ? " with residual" : "");
+        W8Weight wq = make_w8(codes_t, 384, k, rng), wk = make_w8(codes_t, 128, k, rng), down = make_w8(codes_t, k, f, rng);
+        const HostTensor x = random_tensor(DType::kBF16, {m, k}, rng), res = random_tensor(DType::kBF16, {m, k}, rng);
+        const HostTensor nw = random_tensor(DType::kBF16, {k}, rng, 0.5);
+        const HostTensor gate = random_tensor(DType::kBF16, {m, f}, rng, 2.0), up = random_tensor(DType::kBF16, {m, f}, rng);
+        DeviceTensor d_x(x), d_nw(nw), d_up(up);
+        struct Run {
+          DeviceTensor res, normed, q, kk, gate, y;
+        };
+        std::vector<Run> runs;
+        for (bool next : {false, true}) {
+          Run r{DeviceTensor(res), DeviceTensor(HostTensor(DType::kBF16, {m, k})),
+                DeviceTensor(HostTensor(DType::kBF16, {m, 384})), DeviceTensor(HostTensor(DType::kBF16, {m, 128})),
+                DeviceTensor(gate), DeviceTensor(HostTensor(DType::kBF16, {m, k}))};
+          r.normed.poison();
+          const std::array qk{ops::MatmulParams(r.normed.view(), wq.d_codes.view(), {}, r.q.view(), wq.dq),
+                              ops::MatmulParams(r.normed.view(), wk.d_codes.view(), {}, r.kk.view(), wk.dq)};
+          const std::span<const ops::MatmulParams> norm_next = next ? std::span(qk) : std::span<const ops::MatmulParams>{};
+          if (with_residual) gpu().rms_norm({d_x.view(), r.res.view(), d_nw.view(), r.normed.view(), 1e-5f, norm_next});
+          else gpu().rms_norm({d_x.view(), {}, d_nw.view(), r.normed.view(), 1e-5f, norm_next});
+          gpu().matmuls(qk);
+          const ops::MatmulParams dp(r.gate.view(), down.d_codes.view(), {}, r.y.view(), down.dq);
+          gpu().silu_mul({r.gate.view(), d_up.view(), r.gate.view(), next ? std::span(&dp, 1) : std::span<const ops::MatmulParams>{}});
+          gpu().matmul(dp);
+          runs.push_back(std::move(r));
+        }
+        gpu().synchronize();
+        EXPECT_TRUE(runs[0].q.to_host().bytes == runs[1].q.to_host().bytes) << what << ": q";
+        EXPECT_TRUE(runs[0].kk.to_host().bytes == runs[1].kk.to_host().bytes) << what << ": k";
+        EXPECT_TRUE(runs[0].y.to_host().bytes == runs[1].y.to_host().bytes) << what << ": down";
+        EXPECT_TRUE(runs[0].res.to_host().bytes == runs[1].res.to_host().bytes) << what << ": residual";
+        const bool made = m > 32;  // past the skinny kernel's M: the codes only
+        const HostTensor normed = runs[1].normed.to_host(), gated = runs[1].gate.to_host();
+        EXPECT_EQ(std::isnan(normed.get(0)), made) << what << ": normed written?";
+        EXPECT_EQ(std::isnan(gated.get(0)) || gated.bytes != runs[0].gate.to_host().bytes, made) << what << ": product written?";
+        if (!made) {
+          EXPECT_TRUE(normed.bytes == runs[0].normed.to_host().bytes) << what << ": normed";
+        } else {
+          // The call after the producer must be the one it was told of: another group over the same x is refused.
+          DeviceTensor other(HostTensor(DType::kBF16, {m, 384}));
+          const std::array told{ops::MatmulParams(runs[1].normed.view(), wq.d_codes.view(), {}, runs[1].q.view(), wq.dq)};
+          W8Weight wo = make_w8(codes_t == DType::kI8 ? DType::kF8E4M3 : DType::kI8, 384, k, rng);
+          gpu().rms_norm({d_x.view(), {}, d_nw.view(), runs[1].normed.view(), 1e-5f, told});
+          EXPECT_THROW(gpu().matmul(ops::MatmulParams(runs[1].normed.view(), wo.d_codes.view(), {}, other.view(), wo.dq)),
+                       Error)
+              << what;
+        }
+      }
 }
 
 }  // namespace

@@ -27,4 +27,19 @@ __device__ __forceinline__ uint8_t int8_act_code(float x, float amax, float inv)
 
 __device__ __forceinline__ float int8_act_scale(float amax) { return amax == 0.0f ? 0.0f : amax / 127.0f; }
 
+// A token's quantizer once its amax is known (act: 1 int8, 2 FP8): the codes of 8 values and the token's scale.
+struct ActQuantizer {
+  int act;
+  float amax, inv, s;
+  __device__ __forceinline__ ActQuantizer(int act_, float amax_)
+      : act(act_), amax(amax_), inv(act_ == 1 ? int8_act_inv(amax_) : 0.0f), s(act_ == 1 ? 0.0f : fp8_act_scale(amax_)) {}
+  __device__ __forceinline__ uint2 codes8(const float (&v)[8]) const {
+    alignas(8) uint8_t c[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) c[u] = act == 1 ? int8_act_code(v[u], amax, inv) : fp8_act_code(v[u], s);
+    return *reinterpret_cast<const uint2*>(c);
+  }
+  __device__ __forceinline__ float scale() const { return act == 1 ? int8_act_scale(amax) : s; }
+};
+
 }  // namespace peregrine::cuda

@@ -1,5 +1,6 @@
 // SiLU-mul (vectorised, one dtype) with a generic mixed-dtype fallback, and the bias-add kernel.
 #include "backend/cuda/activation.cuh"
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 namespace peregrine::cuda {
@@ -20,6 +21,54 @@ __global__ void silu_mul_vec_kernel(const T* gate, const T* up, T* out, int64_t 
     for (int e = 0; e < 8; ++e) g[e] = silu(g[e]) * u[e];
     store8(out + i * 8, g);
   }
+}
+
+// A block a row (silu_mul_quant_takes: 16-bit, 16-byte pieces, at most kQuantPieces a thread): the products rounded
+// to T as silu_mul_vec_kernel stores them, their amax (fmaxf: order-free), then act_quant.cuh's codes of those
+// rounded values: act_quant_vec_kernel's bits on silu_mul_vec_kernel's output.
+constexpr int kQuantThreads = 256, kQuantPieces = 8;
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* __restrict__ gate,
+                                                                        const T* __restrict__ up, T* out, int64_t cols,
+                                                                        int act, uint8_t* __restrict__ xq,
+                                                                        float* __restrict__ xs, bool write_out) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.x;
+  const int pieces = static_cast<int>(cols / 8);
+  float h[kQuantPieces][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQuantPieces; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
+    if (i < pieces) {
+      float u[8];
+      load8(gate + row * cols + i * 8, h[j]);
+      load8(up + row * cols + i * 8, u);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        h[j][e] = to_f32(from_f32<T>(silu(h[j][e]) * u[e]));
+        amax = fmaxf(amax, fabsf(h[j][e]));
+      }
+    }
+  }
+  __shared__ float red[kQuantThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  const ActQuantizer qz(act, amax);
+  uint2* q = reinterpret_cast<uint2*>(xq + row * cols);
+#pragma unroll
+  for (int j = 0; j < kQuantPieces; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
+    if (i < pieces) {
+      q[i] = qz.codes8(h[j]);
+      if (write_out) store8(out + row * cols + i * 8, h[j]);
+    }
+  }
+  if (threadIdx.x == 0) xs[row] = qz.scale();
 }
 
 __global__ void silu_mul_generic_kernel(SiluMulLaunch p) {
@@ -55,6 +104,31 @@ void launch_silu_mul(const SiluMulLaunch& p, cudaStream_t stream) {
   } else {
     silu_mul_generic_kernel<<<grid_for(p.numel, 256), 256, 0, stream>>>(p);
   }
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+bool silu_mul_quant_takes(const SiluMulLaunch& p) {
+  const bool b16 = p.out_dtype == DType::kBF16 || p.out_dtype == DType::kF16;
+  if (!b16 || p.gate_dtype != p.out_dtype || p.up_dtype != p.out_dtype || p.rows < 1 || p.numel % p.rows != 0)
+    return false;
+  const int64_t cols = p.numel / p.rows;
+  return cols % 8 == 0 && cols <= int64_t{8} * kQuantPieces * kQuantThreads && aligned16(p.gate) && aligned16(p.up) &&
+         aligned16(p.out);
+}
+
+void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* xs, bool write_out,
+                           cudaStream_t stream) {
+  PEREGRINE_CHECK(silu_mul_quant_takes(p) && (act == 1 || act == 2) && (reinterpret_cast<uintptr_t>(xq) & 7u) == 0,
+                  "silu_mul_quant: a launch the kernel does not take");
+  const int64_t cols = p.numel / p.rows;
+  dispatch_float(p.out_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (sizeof(T) == 2) {
+      launch_pdl(silu_mul_quant_kernel<T>, static_cast<unsigned>(p.rows), kQuantThreads, 0, stream, p.rows,
+                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), static_cast<T*>(p.out), cols, act, xq, xs,
+                 write_out);
+    }
+  });
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,6 +15,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/activation.cuh"
@@ -191,7 +193,29 @@ class CudaBackendImpl final : public CudaBackend {
   }
   bool packed_replaces_weight() const override { return true; }
 
+  // What kQuantXSlot holds: x's codes and scales for a W8A8 matmul (w8_matmul, prequant_key).
+  struct XqKey {
+    const void* x = nullptr;
+    DType dtype = DType::kF32;
+    int64_t m = 0, k = 0;
+    int act = 0;
+    int64_t act_group = 0;
+    bool operator==(const XqKey&) const = default;
+  };
+  // What a producer op made for the matmul call after it (prequant_key) lasts until that call returns.
+  struct PrequantScope {
+    CudaBackendImpl* b;
+    ~PrequantScope() { b->end_prequant(); }
+  };
+  void end_prequant() {
+    if (prequant_) prequant_ = false, xq_key_ = {};
+  }
+
   void matmul(const MatmulParams& p) override {
+    PrequantScope scope{this};
+    matmul_one(p);
+  }
+  void matmul_one(const MatmulParams& p) {
     check_matmul(p);
     last_matmul_skinny_ = false;
     if (p.quant.ggml_blocks()) return ggml_matmul(p);
@@ -205,6 +229,7 @@ class CudaBackendImpl final : public CudaBackend {
   // (W8A8) quantized once for the group rather than once a matmul: x is the same tensor for all of them, and
   // w8_matmul keeps the key of what kQuantXSlot holds while the group runs (PEREGRINE_W8_GROUP_X=0: once a matmul).
   void matmuls(std::span<const MatmulParams> ps) override {
+    PrequantScope scope{this};
     if (grouped_skinny(ps)) return;
     struct Group {
       CudaBackendImpl* b;
@@ -214,8 +239,36 @@ class CudaBackendImpl final : public CudaBackend {
     grouping_ = group_x && ps.size() > 1 && std::none_of(ps.begin(), ps.end(), [&](const MatmulParams& p) {
       return p.out.data == ps.front().x.data;  // a matmul that overwrites x ends what x's codes hold
     });
-    xq_key_ = {};
-    for (const MatmulParams& p : ps) matmul(p);
+    if (!prequant_) xq_key_ = {};
+    for (const MatmulParams& p : ps) matmul_one(p);
+  }
+
+  // The key of x's codes that the matmul or group `next` reads from kQuantXSlot, where a producer op (rms_norm,
+  // silu_mul: ops.h RmsNormParams::next) can make them instead as it makes out: every matmul of next W8A8 per token
+  // (int8 or FP8 codes with per-row scales, one activation type) over x = out [m, k], past the 8-bit skinny kernel's
+  // M (which quantizes x itself), not FP8 in 128 x 128 blocks (its own scale layout). w8_matmul then finds them
+  // (xq_key_, prequant_) and reads only them, so the producer leaves out unwritten. PEREGRINE_PREQUANT=0: never.
+  std::optional<XqKey> prequant_key(std::span<const MatmulParams> next, const TensorView& out) const {
+    static const bool off = env_off("PEREGRINE_PREQUANT");
+    if (off || next.empty() || out.ndim != 2) return std::nullopt;
+    const int64_t m = out.dim(0), k = out.dim(1);
+    if (m <= std::max(cuda::kSkinnyW8F8MaxM, cuda::kSkinnyW8I8MaxM) || k % 8 != 0) return std::nullopt;
+    int act = 0;
+    for (const MatmulParams& p : next) {
+      const WeightQuant& q = p.quant;
+      if (!is_w8a8(p) || is_fp8_blocks(p) || p.x.data != out.data || p.x.dtype != out.dtype || p.x.ndim != 2 ||
+          p.x.dim(0) != m || p.x.dim(1) != k || !q.zeros.empty() || !q.perm.empty() || !q.g_idx.empty() ||
+          q.scales.dtype != DType::kF32 || !(q.act_group == 0 || q.act_group == k) || (act != 0 && static_cast<int>(q.act) != act))
+        return std::nullopt;
+      act = static_cast<int>(q.act);
+    }
+    return XqKey{out.data, out.dtype, m, k, act, k};
+  }
+  // kQuantXSlot laid out for the codes of key: [m, k] codes, then a scale per (row, activation group).
+  std::pair<uint8_t*, float*> xq_scratch(const XqKey& key) {
+    const size_t codes = static_cast<size_t>(key.m * key.k + 15) / 16 * 16;
+    auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(key.m * (key.k / key.act_group)) * 4, kQuantXSlot));
+    return {base, reinterpret_cast<float*>(base + codes)};
   }
 
   // The skinny launch for x [m, k] with no segments yet (skinny_gemm.cuh).
@@ -693,14 +746,14 @@ class CudaBackendImpl final : public CudaBackend {
     uint8_t* xq = nullptr;
     float* xs = nullptr;
     if (l.act != 0) {
-      const size_t codes = static_cast<size_t>(m * k + 15) / 16 * 16;
       const XqKey key{p.x.data, p.x.dtype, m, k, l.act, l.act_group};
-      const bool quantized = grouping_ && xq_key_ == key;  // an earlier matmul of this group made it
-      auto* base = static_cast<uint8_t*>(scratch(codes + static_cast<size_t>(m * (k / l.act_group)) * 4, kQuantXSlot));
-      xq = base;
-      xs = reinterpret_cast<float*>(base + codes);
+      // An earlier matmul of this group made them, or the op before (prequant_key), which may have left x unwritten.
+      const bool quantized = (grouping_ || prequant_) && xq_key_ == key;
+      PEREGRINE_CHECK(quantized || !prequant_ || xq_key_.x != p.x.data,
+                      "cuda backend: a W8A8 matmul does not read the codes the op before made of its x");
+      std::tie(xq, xs) = xq_scratch(key);
       if (!quantized) cuda::launch_act_quant(l, xq, xs, stream_);
-      if (grouping_) xq_key_ = key;
+      if (grouping_ || prequant_) xq_key_ = key;
     }
     // FP8 per channel x per token beyond the skinny kernel's M (or its shapes): cuBLASLt's FP8 GEMM with both
     // scale vectors (rows agree for every M
@@ -810,10 +863,22 @@ class CudaBackendImpl final : public CudaBackend {
 
   void rms_norm(const RmsNormParams& p) override {
     check_rms_norm(p);
+    end_prequant();
     cuda::RmsNormLaunch l{p.x.data, p.residual.empty() ? nullptr : p.residual.data, p.weight.data, p.out.data,
                           p.x.dtype, p.weight.dtype, p.x.dim(0), p.x.dim(1), p.eps};
     if (p.out.dtype != p.x.dtype)
       throw Error(ErrorCode::kUnsupported, "rms_norm on cuda: out dtype must equal x dtype");
+    const std::optional<XqKey> key = prequant_key(p.next, p.out);
+    l.act_quant = key ? key->act : 0;
+    if (key && cuda::rms_norm_quant_takes(l)) {  // the next matmuls' x codes, out left unwritten
+      std::tie(l.xq, l.xs) = xq_scratch(*key);
+      l.write_out = false;
+      cuda::launch_rms_norm(l, stream_);
+      xq_key_ = *key;
+      prequant_ = true;
+      return;
+    }
+    l.act_quant = 0;
     cuda::launch_rms_norm(l, stream_);
   }
 
@@ -828,8 +893,17 @@ class CudaBackendImpl final : public CudaBackend {
 
   void silu_mul(const SiluMulParams& p) override {
     check_silu_mul(p);
+    end_prequant();
     cuda::SiluMulLaunch l{p.gate.data, p.up.data, p.out.data, p.gate.dtype, p.up.dtype, p.out.dtype, p.gate.numel(),
                           p.gate.dim(0)};
+    const std::optional<XqKey> key = p.out.ndim == 2 ? prequant_key(p.next, p.out) : std::nullopt;
+    if (key && cuda::silu_mul_quant_takes(l)) {  // the next matmul's x codes, out left unwritten
+      const auto [xq, xs] = xq_scratch(*key);
+      cuda::launch_silu_mul_quant(l, key->act, xq, xs, false, stream_);
+      xq_key_ = *key;
+      prequant_ = true;
+      return;
+    }
     cuda::launch_silu_mul(l, stream_);
   }
 
@@ -1355,16 +1429,9 @@ class CudaBackendImpl final : public CudaBackend {
   bool skinny_ = !batch_invariant_requested();                       // MatmulPolicy::kSkinnySmallM
   bool last_matmul_skinny_ = false;
   // What kQuantXSlot holds while a matmul group runs (matmuls): x's activations quantized by w8_matmul.
-  struct XqKey {
-    const void* x = nullptr;
-    DType dtype = DType::kF32;
-    int64_t m = 0, k = 0;
-    int act = 0;
-    int64_t act_group = 0;
-    bool operator==(const XqKey&) const = default;
-  };
   XqKey xq_key_;
   bool grouping_ = false;
+  bool prequant_ = false;  // xq_key_ names codes a producer op made for the next matmul call (prequant_key)
   bool capturing_ = false;
   std::map<int64_t, cudaGraphExec_t> graphs_;
   int64_t next_graph_id_ = 1;

@@ -1,6 +1,7 @@
 // RMSNorm kernel: each row is handled by `tpr` threads (a warp up to a whole block); two passes over the
 // row (the second hits L1/L2), the residual sum rounded to the activation dtype before the statistics. The sums of
 // squares go through norm_sum.cuh, which the 8-bit skinny kernel's norm fusion shares.
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/norm_sum.cuh"
@@ -73,7 +74,10 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
 // order, the xor butterfly, then the warps' partials in order: bitwise the same results), with a lane's C pieces of
 // x, residual and weight all loaded before anything is stored, so a row costs one round trip to memory instead of
 // one per piece and pass (out may alias x, which forces the compiler to keep the generic kernel's order).
-template <typename T, typename TW, int C>
+// kQuant (launch fields xq, xs, act_quant): the rounded outputs also quantized per row with act_quant.cuh's arithmetic
+// (amax over the row by row_max: fmaxf is order-free), the quantizer's bits on this kernel's output; out written only
+// when p.write_out. Inactive rows' lanes stay to the end (row_max may synchronize the block).
+template <typename T, typename TW, int C, bool kQuant>
 __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p, int tpr) {
   pdl_wait();
   pdl_trigger();
@@ -113,40 +117,89 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
     }
   }
   ss = row_sum(ss, tpr);
-  if (!active) return;
-  const float inv = rms_inv(ss, h, p.eps);
+  if constexpr (kQuant) {
+    const float inv = rms_inv(ss, h, p.eps);
+    float amax = 0.f;
 #pragma unroll
-  for (int c = 0; c < C; ++c) {
-    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
-    if (i < h) {
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (active && i < h) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * inv * wv[c][e];
-      store8(out + i, v[c]);
+        for (int e = 0; e < 8; ++e) {
+          v[c][e] = to_f32(from_f32<T>(v[c][e] * inv * wv[c][e]));
+          amax = fmaxf(amax, fabsf(v[c][e]));
+        }
+        if (p.write_out) store8(out + i, v[c]);
+      }
+    }
+    amax = row_max(amax, tpr);
+    if (!active) return;
+    const ActQuantizer qz(p.act_quant, amax);
+    uint2* q = reinterpret_cast<uint2*>(p.xq + row * h);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) q[i / 8] = qz.codes8(v[c]);
+    }
+    if (lane == 0) p.xs[row] = qz.scale();
+  } else {
+    if (!active) return;
+    const float inv = rms_inv(ss, h, p.eps);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * inv * wv[c][e];
+        store8(out + i, v[c]);
+      }
     }
   }
 }
 
 }  // namespace
 
+namespace {
+bool vector_rows(const RmsNormLaunch& p) {
+  return p.hidden % 8 == 0 && aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
+         (p.residual == nullptr || aligned16(p.residual));
+}
+}  // namespace
+
+bool rms_norm_quant_takes(const RmsNormLaunch& p) {
+  if ((p.act != DType::kBF16 && p.act != DType::kF16) || !vector_rows(p)) return false;
+  const int64_t units = p.hidden / 8;
+  return ceil_div(units, rms_norm_lanes(units)) <= 8;
+}
+
 void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  bool vec = p.hidden % 8 == 0 && aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
-             (p.residual == nullptr || aligned16(p.residual));
+  bool vec = vector_rows(p);
   int64_t per_thread_units = vec ? p.hidden / 8 : p.hidden;
   const int tpr = rms_norm_lanes(per_thread_units);
   int rows_per_block = kThreads / tpr;
   unsigned blocks = static_cast<unsigned>(ceil_div(p.rows, rows_per_block));
   const int64_t pieces = vec ? ceil_div(per_thread_units, tpr) : 0;  // 8-element pieces per lane
+  const bool quant = p.act_quant != 0;
+  PEREGRINE_CHECK(!quant || (rms_norm_quant_takes(p) && (p.act_quant == 1 || p.act_quant == 2) && p.xq && p.xs &&
+                             (reinterpret_cast<uintptr_t>(p.xq) & 7u) == 0),
+                  "rms_norm: a quantizing launch the kernel does not take");
   dispatch_float(p.act, [&](auto at) {
     using T = typename decltype(at)::type;
     dispatch_float(p.weight_dtype, [&](auto wt) {
       using TW = typename decltype(wt)::type;
-      if (pieces >= 1 && pieces <= 2) {
-        launch_pdl(rms_norm_regs_kernel<T, TW, 2>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+      if (quant) {
+        if constexpr (sizeof(T) == 2) {
+          if (pieces <= 2) launch_pdl(rms_norm_regs_kernel<T, TW, 2, true>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+          else if (pieces <= 4) launch_pdl(rms_norm_regs_kernel<T, TW, 4, true>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+          else launch_pdl(rms_norm_regs_kernel<T, TW, 8, true>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+        }
+      } else if (pieces >= 1 && pieces <= 2) {
+        launch_pdl(rms_norm_regs_kernel<T, TW, 2, false>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else if (pieces >= 3 && pieces <= 4) {
-        launch_pdl(rms_norm_regs_kernel<T, TW, 4>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 4, false>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else if (pieces >= 5 && pieces <= 8) {
-        launch_pdl(rms_norm_regs_kernel<T, TW, 8>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 8, false>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else {
         launch_pdl(rms_norm_kernel<T, TW>, blocks, kThreads, 0, stream, p.rows, p, tpr, vec);
       }

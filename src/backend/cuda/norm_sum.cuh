@@ -38,6 +38,20 @@ __device__ __forceinline__ float row_sum(float v, int tpr) {
   return v;
 }
 
+// A row's maximum over its tpr lanes, as row_sum (its own shared partials, so it may follow row_sum directly).
+__device__ __forceinline__ float row_max(float v, int tpr) {
+  __shared__ float partial[kNormThreads / 32];
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  if (tpr <= 32) return v;
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  const int first = (threadIdx.x / tpr) * (tpr / 32);
+  v = 0.f;
+  for (int i = 0; i < tpr / 32; ++i) v = fmaxf(v, partial[first + i]);
+  return v;
+}
+
 // 1 / rms of a row from its sum of squares.
 __device__ __forceinline__ float rms_inv(float ss, int64_t hidden, float eps) {
   return 1.0f / sqrtf(ss / static_cast<float>(hidden) + eps);
