@@ -24,6 +24,7 @@ struct LatencyArgs {
   int output_len = 32;
   int batch_size = 1;
   int iterations = 3;
+  int max_num_batched_tokens = 0;  // 0: the prompt, up to 8,192 tokens a step
   std::string device = "auto";
   std::string dtype = "auto";
   std::string quantization;
@@ -75,7 +76,9 @@ void run_latency(const LatencyArgs& a) {
   // (Timing decode in one pass would time only the batch's tail: prefill runs up to 8,192 tokens a step, so early
   // sequences decode, and finish, while later ones still prefill.)
   // Prefill runs whole sequences per step, up to this many tokens.
-  const int prefill_budget = std::max(a.input_len, std::min(8192, a.input_len * a.batch_size));
+  const int prefill_budget = a.max_num_batched_tokens > 0
+                                 ? std::max(a.input_len, a.max_num_batched_tokens)
+                                 : std::max(a.input_len, std::min(8192, a.input_len * a.batch_size));
   const int block = 16;
   const int per_seq_blocks = (a.input_len + a.output_len + block - 1) / block;
   EngineConfig ec;
@@ -209,6 +212,9 @@ void register_bench_latency(CLI::App& bench) {
   cmd->add_option("--output-len", args->output_len, "Decode steps")->capture_default_str();
   cmd->add_option("--batch-size", args->batch_size, "Sequences per step")->capture_default_str();
   cmd->add_option("--iterations", args->iterations, "Repeats (best is reported)")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", args->max_num_batched_tokens,
+                  "Tokens a prefill step takes (default: the prompts, up to 8192; at least one prompt)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", args->device, "auto | cpu | cuda | ref")->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "auto | float32 | bfloat16 | float16")->capture_default_str();
   cmd->add_option("--quantization,-q", args->quantization, "gptq | awq | compressed-tensors | fp8 (checked against the checkpoint); fp8 | w8a8-int8 on a dense checkpoint: quantized at load per channel; with --random-weights: w4a16 | w8a16 | w4a8 | w8a8-int8 | fp8");

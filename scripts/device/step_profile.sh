@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Two quick Nsight Compute views (issues 14, 12), 8B shape, random weights, kernel durations only:
+#  1. FP8 prefill of 8,190 tokens with PEREGRINE_PREQUANT on and off, only the kernels around the W8A8 matmuls
+#     profiled (KERNELS regex; the rest run at speed), summed per kernel;
+#  2. (DECODE=1) one bf16 decode step at batch BS (256) and context ~1K, the prompts prefilled in steps of 65,536
+#     tokens so few launches come before it (bench latency --max-num-batched-tokens), summed per kernel and grid.
+# Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
+# there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/step_profile.sh
+set -uo pipefail
+out=${OUT:-/tmp/step_profile}
+mkdir -p "$out"
+start=$(date +%s)
+t() { echo "[$(( $(date +%s) - start )) s] $*"; }
+bin=.device/bin
+cfg=.device/shared/configs/llama-3-8b.json
+nvidia-smi --query-gpu=name --format=csv,noheader
+sum_kernels() {  # csv, label
+  python3 - "$1" "$2" <<'EOF'
+import collections, csv, sys
+rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+agg, n, tot = collections.OrderedDict(), 0, 0.0
+scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+for r in csv.DictReader(rows):
+    if r.get("Metric Name") != "gpu__time_duration.sum":
+        continue
+    v = float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1e-3)
+    k = r["Kernel Name"].split("(")[0][:70]
+    c, s = agg.get(k, (0, 0.0))
+    agg[k] = (c + 1, s + v)
+    n += 1
+    tot += v
+print(f"{sys.argv[2]}: {n} launches, {tot:.0f} us")
+for k, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:10]:
+    print(f"  {s:9.0f} us {c:5d} x {k}")
+EOF
+}
+for v in 1 0; do
+  PEREGRINE_PREQUANT=$v timeout 150 ncu --clock-control none --kernel-name "regex:${KERNELS:-act_quant|silu|rms_norm}" \
+    --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_prequant_$v.csv" "$bin/peregrine" bench latency \
+    --random-weights --config "$cfg" --device cuda --input-len 8190 --output-len 2 --batch-size 1 --iterations 1 \
+    --quantization fp8 >"$out/lat_prequant_$v.txt" 2>&1
+  t "ncu fp8 prefill PEREGRINE_PREQUANT=$v rc=$?"
+  sum_kernels "$out/ncu_prequant_$v.csv" "fp8 prefill (all steps), PEREGRINE_PREQUANT=$v"
+done
+if [ "${DECODE:-1}" = 1 ]; then
+  timeout "${DECODE_TIMEOUT:-200}" ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+    --log-file "$out/ncu_decode.csv" "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
+    --input-len 1024 --output-len 3 --batch-size "${BS:-256}" --iterations 1 --max-num-batched-tokens 65536 \
+    >"$out/lat_decode.txt" 2>&1
+  t "ncu decode bs ${BS:-256} rc=$?"
+  python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
+  gzip -f "$out/ncu_decode.csv"
+fi
+t done
