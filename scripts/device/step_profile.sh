@@ -51,4 +51,5 @@ if [ "${DECODE:-1}" = 1 ]; then
   python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
   gzip -f "$out/ncu_decode.csv"
 fi
+ncu --help 2>/dev/null | grep -iE "skip|range-filter" | head -8
 t done
