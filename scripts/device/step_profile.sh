@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Two quick Nsight Compute views (issues 14, 12), 8B shape, random weights, kernel durations only:
-#  1. FP8 prefill of 8,190 tokens with PEREGRINE_PREQUANT on and off, only the kernels around the W8A8 matmuls
-#     profiled (KERNELS regex; the rest run at speed), summed per kernel;
+# Quick views (issues 14, 12), 8B shape, random weights, kernel durations only (one metric: no replays). OPS: op tests.
+#  1. FP8 prefill of 8,190 tokens under each PEREGRINE_PREQUANT value of PREQUANTS (wall time) and NCU_PREQUANTS
+#     (only the kernels around the W8A8 matmuls profiled, KERNELS regex, the rest at speed; summed per kernel);
 #  2. (DECODE=1) one bf16 decode step at batch BS (256) and context ~1K, the prompts prefilled in steps of 65,536
 #     tokens so few launches come before it (bench latency --max-num-batched-tokens), summed per kernel and grid.
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
@@ -34,16 +34,29 @@ for k, (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:10]:
     print(f"  {s:9.0f} us {c:5d} x {k}")
 EOF
 }
-for v in 1 0; do
-  PEREGRINE_PREQUANT=$v timeout 150 ncu --clock-control none --kernel-name "regex:${KERNELS:-act_quant|silu|rms_norm}" \
+if [ -n "${OPS:-}" ]; then
+  timeout 120 "$bin/cuda_ops_tests" --gtest_filter="$OPS" >"$out/ops.log" 2>&1
+  t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]" "$out/ops.log" | head -10
+fi
+# FP8 prefill of 8,190 tokens under each PEREGRINE_PREQUANT value (PREQUANTS; "-" for unset), wall time.
+for v in ${PREQUANTS:--}; do
+  e=(X=1); [ "$v" != - ] && e=(PEREGRINE_PREQUANT="$v")
+  env "${e[@]}" timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
+    --input-len 8190 --output-len 2 --batch-size 1 --iterations 3 --quantization fp8 >"$out/lat_prequant_$v.txt" 2>&1
+  t "fp8 prefill PEREGRINE_PREQUANT=$v rc=$? $(grep -E '^prefill' "$out/lat_prequant_$v.txt")"
+done
+# The same under ncu, only the kernels around the W8A8 matmuls profiled (KERNELS regex; the rest run at speed).
+for v in ${NCU_PREQUANTS:-}; do
+  e=(X=1); [ "$v" != - ] && e=(PEREGRINE_PREQUANT="$v")
+  env "${e[@]}" timeout 150 ncu --clock-control none --kernel-name "regex:${KERNELS:-act_quant|silu|rms_norm}" \
     --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_prequant_$v.csv" "$bin/peregrine" bench latency \
     --random-weights --config "$cfg" --device cuda --input-len 8190 --output-len 2 --batch-size 1 --iterations 1 \
-    --quantization fp8 >"$out/lat_prequant_$v.txt" 2>&1
+    --quantization fp8 >/dev/null 2>&1
   t "ncu fp8 prefill PEREGRINE_PREQUANT=$v rc=$?"
   sum_kernels "$out/ncu_prequant_$v.csv" "fp8 prefill (all steps), PEREGRINE_PREQUANT=$v"
 done
 if [ "${DECODE:-1}" = 1 ]; then
-  timeout "${DECODE_TIMEOUT:-200}" ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+  timeout "${DECODE_TIMEOUT:-200}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     --log-file "$out/ncu_decode.csv" "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
     --input-len 1024 --output-len 3 --batch-size "${BS:-256}" --iterations 1 --max-num-batched-tokens 65536 \
     >"$out/lat_decode.txt" 2>&1
@@ -51,5 +64,4 @@ if [ "${DECODE:-1}" = 1 ]; then
   python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
   gzip -f "$out/ncu_decode.csv"
 fi
-ncu --help 2>/dev/null | grep -iE "skip|range-filter" | head -8
 t done

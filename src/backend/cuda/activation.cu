@@ -23,9 +23,10 @@ __global__ void silu_mul_vec_kernel(const T* gate, const T* up, T* out, int64_t 
   }
 }
 
-// A block a row (silu_mul_quant_takes: 16-bit, 16-byte pieces, at most kQuantPieces a thread): the products rounded
-// to T as silu_mul_vec_kernel stores them, their amax (fmaxf: order-free), then act_quant.cuh's codes of those
-// rounded values: act_quant_vec_kernel's bits on silu_mul_vec_kernel's output.
+// A block a row (silu_mul_quant_takes: 16-bit, 16-byte pieces, at most kQuantPieces a thread): every piece of gate
+// and up loaded first (all of a thread's loads in flight at once), the products rounded to T in place as
+// silu_mul_vec_kernel stores them, their amax (fmaxf: order-free), then act_quant.cuh's codes of those rounded values:
+// act_quant_vec_kernel's bits on silu_mul_vec_kernel's output.
 constexpr int kQuantThreads = 256, kQuantPieces = 8;
 template <typename T>
 __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* __restrict__ gate,
@@ -36,19 +37,28 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* 
   pdl_trigger();
   const int64_t row = blockIdx.x;
   const int pieces = static_cast<int>(cols / 8);
-  float h[kQuantPieces][8];
+  const uint4* g4 = reinterpret_cast<const uint4*>(gate + row * cols);
+  const uint4* u4 = reinterpret_cast<const uint4*>(up + row * cols);
+  uint4 h[kQuantPieces], u[kQuantPieces];
+#pragma unroll
+  for (int j = 0; j < kQuantPieces; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
+    if (i < pieces) {
+      h[j] = g4[i];
+      u[j] = u4[i];
+    }
+  }
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kQuantPieces; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
     if (i < pieces) {
-      float u[8];
-      load8(gate + row * cols + i * 8, h[j]);
-      load8(up + row * cols + i * 8, u);
+      T* he = reinterpret_cast<T*>(&h[j]);
+      const T* ue = reinterpret_cast<const T*>(&u[j]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        h[j][e] = to_f32(from_f32<T>(silu(h[j][e]) * u[e]));
-        amax = fmaxf(amax, fabsf(h[j][e]));
+        he[e] = from_f32<T>(silu(to_f32(he[e])) * to_f32(ue[e]));
+        amax = fmaxf(amax, fabsf(to_f32(he[e])));
       }
     }
   }
@@ -64,8 +74,12 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* 
   for (int j = 0; j < kQuantPieces; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
     if (i < pieces) {
-      q[i] = qz.codes8(h[j]);
-      if (write_out) store8(out + row * cols + i * 8, h[j]);
+      const T* he = reinterpret_cast<const T*>(&h[j]);
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = to_f32(he[e]);
+      q[i] = qz.codes8(v);
+      if (write_out) reinterpret_cast<uint4*>(out + row * cols)[i] = h[j];
     }
   }
   if (threadIdx.x == 0) xs[row] = qz.scale();

@@ -247,10 +247,15 @@ class CudaBackendImpl final : public CudaBackend {
   // silu_mul: ops.h RmsNormParams::next) can make them instead as it makes out: every matmul of next W8A8 per token
   // (int8 or FP8 codes with per-row scales, one activation type) over x = out [m, k], past the 8-bit skinny kernel's
   // M (which quantizes x itself), not FP8 in 128 x 128 blocks (its own scale layout). w8_matmul then finds them
-  // (xq_key_, prequant_) and reads only them, so the producer leaves out unwritten. PEREGRINE_PREQUANT=0: never.
-  std::optional<XqKey> prequant_key(std::span<const MatmulParams> next, const TensorView& out) const {
-    static const bool off = env_off("PEREGRINE_PREQUANT");
-    if (off || next.empty() || out.ndim != 2) return std::nullopt;
+  // (xq_key_, prequant_) and reads only them, so the producer leaves out unwritten. PEREGRINE_PREQUANT: 0 never,
+  // norm / silu only that producer (comparisons); unset, both.
+  std::optional<XqKey> prequant_key(std::span<const MatmulParams> next, const TensorView& out, bool norm) const {
+    static const std::string which = [] {
+      const char* v = std::getenv("PEREGRINE_PREQUANT");
+      return std::string(v ? v : "");
+    }();
+    if (which == "0" || (which == "norm" && !norm) || (which == "silu" && norm)) return std::nullopt;
+    if (next.empty() || out.ndim != 2) return std::nullopt;
     const int64_t m = out.dim(0), k = out.dim(1);
     if (m <= std::max(cuda::kSkinnyW8F8MaxM, cuda::kSkinnyW8I8MaxM) || k % 8 != 0) return std::nullopt;
     int act = 0;
@@ -868,7 +873,7 @@ class CudaBackendImpl final : public CudaBackend {
                           p.x.dtype, p.weight.dtype, p.x.dim(0), p.x.dim(1), p.eps};
     if (p.out.dtype != p.x.dtype)
       throw Error(ErrorCode::kUnsupported, "rms_norm on cuda: out dtype must equal x dtype");
-    const std::optional<XqKey> key = prequant_key(p.next, p.out);
+    const std::optional<XqKey> key = prequant_key(p.next, p.out, true);
     l.act_quant = key ? key->act : 0;
     if (key && cuda::rms_norm_quant_takes(l)) {  // the next matmuls' x codes, out left unwritten
       std::tie(l.xq, l.xs) = xq_scratch(*key);
@@ -896,7 +901,7 @@ class CudaBackendImpl final : public CudaBackend {
     end_prequant();
     cuda::SiluMulLaunch l{p.gate.data, p.up.data, p.out.data, p.gate.dtype, p.up.dtype, p.out.dtype, p.gate.numel(),
                           p.gate.dim(0)};
-    const std::optional<XqKey> key = p.out.ndim == 2 ? prequant_key(p.next, p.out) : std::nullopt;
+    const std::optional<XqKey> key = p.out.ndim == 2 ? prequant_key(p.next, p.out, false) : std::nullopt;
     if (key && cuda::silu_mul_quant_takes(l)) {  // the next matmul's x codes, out left unwritten
       const auto [xq, xs] = xq_scratch(*key);
       cuda::launch_silu_mul_quant(l, key->act, xq, xs, false, stream_);

@@ -120,16 +120,18 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
   if constexpr (kQuant) {
     const float inv = rms_inv(ss, h, p.eps);
     float amax = 0.f;
+    uint4 o[C];  // the rounded outputs, packed (what store8 writes)
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
       if (active && i < h) {
+        T* oe = reinterpret_cast<T*>(&o[c]);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          v[c][e] = to_f32(from_f32<T>(v[c][e] * inv * wv[c][e]));
-          amax = fmaxf(amax, fabsf(v[c][e]));
+          oe[e] = from_f32<T>(v[c][e] * inv * wv[c][e]);
+          amax = fmaxf(amax, fabsf(to_f32(oe[e])));
         }
-        if (p.write_out) store8(out + i, v[c]);
+        if (p.write_out) *reinterpret_cast<uint4*>(out + i) = o[c];
       }
     }
     amax = row_max(amax, tpr);
@@ -139,7 +141,13 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
-      if (i < h) q[i / 8] = qz.codes8(v[c]);
+      if (i < h) {
+        const T* oe = reinterpret_cast<const T*>(&o[c]);
+        float f[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] = to_f32(oe[e]);
+        q[i / 8] = qz.codes8(f);
+      }
     }
     if (lane == 0) p.xs[row] = qz.scale();
   } else {
