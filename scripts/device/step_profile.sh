@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Quick views (issues 14, 12), 8B shape, random weights, kernel durations only (one metric: no replays). OPS: op tests.
+# Quick views (issues 14, 12), 8B shape, random weights, kernel durations only (one metric: no replays). OPS: op tests;
+# ATTN_SPLITS: decode attention's split cap values to compare (see below).
 #  1. FP8 prefill of 8,190 tokens under each PEREGRINE_PREQUANT value of PREQUANTS (wall time) and NCU_PREQUANTS
 #     (only the kernels around the W8A8 matmuls profiled, KERNELS regex, the rest at speed; summed per kernel);
-#  2. (DECODE=1) one bf16 decode step at batch BS (256) and context ~1K, the prompts prefilled in steps of 65,536
-#     tokens so few launches come before it (bench latency --max-num-batched-tokens), summed per kernel and grid.
+#  2. (DECODE=1) one bf16 decode step at batch BS (256) and context ~1K: only launches inside the runner's NVTX
+#     "decode" ranges profiled (LAUNCHES of them), summed per kernel and grid.
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/step_profile.sh
 set -uo pipefail
@@ -38,6 +39,21 @@ if [ -n "${OPS:-}" ]; then
   timeout 120 "$bin/cuda_ops_tests" --gtest_filter="$OPS" >"$out/ops.log" 2>&1
   t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]" "$out/ops.log" | head -10
 fi
+# Decode attention (cuda_ops_bench --kv-cache-only, when carried: EXTRA_BINS=bench/cuda/cuda_ops_bench) under each
+# PEREGRINE_DECODE_MAX_SPLITS value of ATTN_SPLITS, and the attention op tests under each value but the first.
+first=1
+for v in ${ATTN_SPLITS:-}; do
+  if [ "$first" = 0 ]; then
+    PEREGRINE_DECODE_MAX_SPLITS=$v timeout 120 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention*:CudaKvQuant*' \
+      >"$out/attn_tests_$v.log" 2>&1
+    t "attention tests, max splits $v: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/attn_tests_$v.log" | tr '\n' ' ')"
+  fi
+  first=0
+  [ -x "$bin/cuda_ops_bench" ] || continue
+  PEREGRINE_DECODE_MAX_SPLITS=$v timeout 120 "$bin/cuda_ops_bench" --kv-cache-only "$out/attn_$v.md" >"$out/attn_$v.log" 2>&1
+  t "cuda_ops_bench --kv-cache-only, max splits $v: rc=$?"
+  grep -iE "decode" "$out/attn_$v.md" | head -12
+done
 # FP8 prefill of 8,190 tokens under each PEREGRINE_PREQUANT value (PREQUANTS; "-" for unset), wall time.
 for v in ${PREQUANTS:--}; do
   e=(X=1); [ "$v" != - ] && e=(PEREGRINE_PREQUANT="$v")
@@ -56,10 +72,12 @@ for v in ${NCU_PREQUANTS:-}; do
   sum_kernels "$out/ncu_prequant_$v.csv" "fp8 prefill (all steps), PEREGRINE_PREQUANT=$v"
 done
 if [ "${DECODE:-1}" = 1 ]; then
-  timeout "${DECODE_TIMEOUT:-200}" ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    --log-file "$out/ncu_decode.csv" "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda \
-    --input-len 1024 --output-len 3 --batch-size "${BS:-256}" --iterations 1 --max-num-batched-tokens 65536 \
-    >"$out/lat_decode.txt" 2>&1
+  # Only kernels inside the runner's "decode" ranges (Backend::trace_push, NVTX): warm-up steps are "warmup" and
+  # prefill steps "step", so the first profiled launches are the bench's decode steps at batch BS.
+  timeout "${DECODE_TIMEOUT:-200}" ncu --clock-control none --nvtx --nvtx-include "decode/" \
+    --launch-count "${LAUNCHES:-1200}" --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
+    "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 1024 --output-len 4 \
+    --batch-size "${BS:-256}" --iterations 1 >"$out/lat_decode.txt" 2>&1
   t "ncu decode bs ${BS:-256} rc=$?"
   python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
   gzip -f "$out/ncu_decode.csv"

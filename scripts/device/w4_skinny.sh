@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # W4A16 / W8A16 decode on the skinny kernel (issue 11) against a baseline binary in the same call.
 # Here: OLD=path/to/old/peregrine scripts/device/w4_skinny.sh bundle (.device/carry_w4: peregrine, peregrine_old when
-# OLD is set, cuda_ops_tests, the deps' libraries, llama-3-8b.json; with MODEL=1 also model_tests, pycoder-tiny's
+# OLD is set, cuda_ops_tests, EXTRA_BINS (paths under the build, e.g. bench/cuda/cuda_ops_bench), the deps' libraries, llama-3-8b.json; with MODEL=1 also model_tests, pycoder-tiny's
 # weights and reference and int4 fixtures of ../shared/models/quant (QUANT_FIXTURES: which); MODEL_ONLY=1 leaves
 # peregrine and the op tests out: a model-test call). The tree's copy of the model stays out either way:
 # scripts/device/carry_light.sh on before the call, off right after.
@@ -19,6 +19,7 @@ case "${1:?bundle or run}" in
     mkdir -p "$stage/bin" "$stage/shared/configs" "$stage/shared/models/quant"
     cp -r .device/deps "$stage/deps" && rm -rf "$stage/deps/usr/include"
     [ "${MODEL_ONLY:-0}" = 1 ] || cp "$b/peregrine" "$b/tests/cuda/cuda_ops_tests" "$stage/bin/"
+    for x in ${EXTRA_BINS:-}; do cp "$b/$x" "$stage/bin/"; done  # e.g. EXTRA_BINS=bench/cuda/cuda_ops_bench
     [ -n "${OLD:-}" ] && cp "$OLD" "$stage/bin/peregrine_old"
     cp ../shared/configs/llama-3-8b.json "$stage/shared/configs/"
     extra=()

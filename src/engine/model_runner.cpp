@@ -275,6 +275,11 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
   int max_q = 0;
   for (int i = 0; i < b.num_seqs(); ++i) max_q = std::max(max_q, b.query_start_loc[i + 1] - b.query_start_loc[i]);
   const int max_len = *std::max_element(b.seq_lens.begin(), b.seq_lens.end());
+  struct Trace {  // the step's work as one named range for profilers (Backend::trace_push)
+    ops::Backend& b;
+    Trace(ops::Backend& backend, const char* name) : b(backend) { b.trace_push(name); }
+    ~Trace() { b.trace_pop(); }
+  } trace(backend_, warming_up_ ? "warmup" : max_q == 1 ? "decode" : "step");
   model_->prepare_step(*std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1});
   // A pure decode step with a logits row per sequence replays a graph, padded to its bucket with dummy
   // sequences (slot -1: nothing written; one key from block 0: finite, discarded).
@@ -736,6 +741,11 @@ void ModelRunner::profile_run() {
 
 void ModelRunner::warm_up() {
   PEREGRINE_CHECK(kv_ != nullptr, "warm_up needs an allocated KV cache");
+  struct Warming {
+    bool& flag;
+    explicit Warming(bool& f) : flag(f) { flag = true; }
+    ~Warming() { flag = false; }
+  } warming(warming_up_);
   const int bs = kv_->block_size();
   std::vector<float> logits;
   ForwardBatch batch;

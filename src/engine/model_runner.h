@@ -180,6 +180,7 @@ class ModelRunner {
   ops::Backend::RowExactLayout row_exact_{};  // max_rows 0: sequences are never cut
   int sliding_window_ = 0;
   bool convert_trees_ = false;  // token trees become pieces with key tails (the backend takes no tree_parents)
+  bool warming_up_ = false;     // inside warm_up(): its steps are traced as "warmup"
   int piece_capacity_ = 0;      // pieces the staging holds (0: never used)
   int tail_capacity_ = 0;       // key-tail entries it holds
   std::vector<int> tree_depth_, tree_path_;

@@ -84,6 +84,10 @@ class Backend {
   virtual int64_t capture_graph(const std::function<void()>& record);
   virtual void replay_graph(int64_t graph);
   virtual void destroy_graph(int64_t graph);
+  // Named ranges for profilers around the work enqueued in between (the runner's steps: "decode", "step"). CUDA:
+  // NVTX ranges (`ncu --nvtx --nvtx-include decode/` profiles decode steps only); elsewhere nothing.
+  virtual void trace_push(const char* name) { (void)name; }
+  virtual void trace_pop() {}
 
   // Transfers on a copy queue of their own, so they overlap compute (KV swap to and from host memory). A
   // transfer starts after all work enqueued before the call and runs in the background; its ticket says when it

@@ -576,12 +576,15 @@ TEST(CudaW8Matmul, LargeMInt8RowsAreTheSmallMBits) {
 // output is written as usual. A group that differs from the call after it is refused loudly, never read stale.
 TEST(CudaW8Matmul, NormAndSiluMakeTheNextMatmulsCodes) {
   std::mt19937 rng(39);
-  const int64_t k = 1024, f = 2816;  // hidden, the SiLU width (down's K)
+  // (hidden, the SiLU width = down's K, M): a norm row of one warp and of four (the 8B shape: the block's reduction),
+  // SiLU rows of 2 and 7 pieces a thread.
+  struct Case { int64_t k, f, m; };
+  const Case cases[] = {{1024, 2816, 20}, {1024, 2816, 48}, {1024, 2816, 130}, {4096, 14336, 40}, {4096, 14336, 130}};
   for (DType codes_t : {DType::kI8, DType::kF8E4M3})
-    for (int64_t m : {int64_t{20}, int64_t{48}, int64_t{130}})
+    for (const auto [k, f, m] : cases)
       for (bool with_residual : {false, true}) {
-        const std::string what = std::string(codes_t == DType::kI8 ? "int8" : "fp8") + " M " + std::to_string(m) +
-                                 (with_residual ? " with residual" : "");
+        const std::string what = std::string(codes_t == DType::kI8 ? "int8" : "fp8") + " K " + std::to_string(k) +
+                                 " M " + std::to_string(m) + (with_residual ? " with residual" : "");
         W8Weight wq = make_w8(codes_t, 384, k, rng), wk = make_w8(codes_t, 128, k, rng), down = make_w8(codes_t, k, f, rng);
         const HostTensor x = random_tensor(DType::kBF16, {m, k}, rng), res = random_tensor(DType::kBF16, {m, k}, rng);
         const HostTensor nw = random_tensor(DType::kBF16, {k}, rng, 0.5);

@@ -19,7 +19,8 @@ DecodeGeometry decode_geometry(const AttentionLaunch& p) {
   const int64_t rows = static_cast<int64_t>(p.max_query_len) * group;
   g.launch = true;
   g.rows_cap = static_cast<int>(rows < kDecodeMaxRows ? rows : kDecodeMaxRows);
-  g.grid_splits = decode_split_bound(static_cast<int>(ceil_div(p.max_seq_len, kDecodeTileKeys)), decode_min_tiles(p));
+  g.grid_splits = decode_split_bound(static_cast<int>(ceil_div(p.max_seq_len, kDecodeTileKeys)), decode_min_tiles(p),
+                                     decode_max_splits(p));
   return g;
 }
 

@@ -49,6 +49,9 @@ struct AttentionLaunch {
   // The fewest KV tiles a decode split takes over b16 caches (0: kDecodeMinTilesPerSplit), twice that over 8-bit
   // ones; a property of the model's cache, never of the batch (decode_min_tiles).
   int decode_split_tiles = 0;
+  // The most splits a decode sequence takes (0: kDecodeMaxSplits; at most kDecodeSplitsLimit): a process-wide
+  // constant (PEREGRINE_DECODE_MAX_SPLITS, for comparisons), so a sequence's splits still depend on its length alone.
+  int decode_max_splits = 0;
 };
 
 // Bytes of device workspace launch_attention needs for these params (0 when none).
@@ -73,6 +76,7 @@ __host__ __device__ inline const int32_t* table_row(const AttentionLaunch& p, in
 // Decode split policy, shared by host (grid and workspace sizing) and device (each sequence's own split).
 constexpr int kDecodeTileKeys = 64;
 constexpr int kDecodeMaxSplits = 64;
+constexpr int kDecodeSplitsLimit = 256;  // the combine kernel's shared weights hold this many a row
 // Four tiles a split trade batch 1 for batches 8-64: two were +2-5% at bs 1 and -1.5-2% at bs 8-64 on the H100 (8B
 // shape, 1K context; one tile -11% at bs 64; docs/BENCHMARKS.md, 2026-12-06).
 constexpr int kDecodeMinTilesPerSplit = 4;
@@ -85,13 +89,17 @@ __host__ __device__ inline int decode_min_tiles(const AttentionLaunch& p) {
   const int base = p.decode_split_tiles > 0 ? p.decode_split_tiles : kDecodeMinTilesPerSplit;
   return p.cache == DType::kI8 || p.cache == DType::kF8E4M3 ? 2 * base : base;
 }
-__host__ __device__ inline int decode_split_bound(int n_tiles, int min_tiles) {
+__host__ __device__ inline int decode_max_splits(const AttentionLaunch& p) {
+  const int m = p.decode_max_splits > 0 ? p.decode_max_splits : kDecodeMaxSplits;
+  return m > kDecodeSplitsLimit ? kDecodeSplitsLimit : m;
+}
+__host__ __device__ inline int decode_split_bound(int n_tiles, int min_tiles, int max_splits) {
   int s = (n_tiles + min_tiles - 1) / min_tiles;
-  return s < 1 ? 1 : (s > kDecodeMaxSplits ? kDecodeMaxSplits : s);
+  return s < 1 ? 1 : (s > max_splits ? max_splits : s);
 }
 // Splits for a sequence with n_tiles KV tiles; every split gets tiles_per_split tiles (the last fewer).
-__host__ __device__ inline int decode_num_splits(int n_tiles, int min_tiles, int* tiles_per_split) {
-  int bound = decode_split_bound(n_tiles, min_tiles);
+__host__ __device__ inline int decode_num_splits(int n_tiles, int min_tiles, int max_splits, int* tiles_per_split) {
+  int bound = decode_split_bound(n_tiles, min_tiles, max_splits);
   int per = (n_tiles + bound - 1) / bound;
   if (per < 1) per = 1;
   *tiles_per_split = per;

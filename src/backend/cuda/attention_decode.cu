@@ -61,7 +61,7 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   d.kv_hi = len;
   d.tile_lo = d.kv_lo / kDecodeTileKeys;
   d.n_tiles = (d.kv_hi + kDecodeTileKeys - 1) / kDecodeTileKeys - d.tile_lo;
-  d.num_splits = decode_num_splits(d.n_tiles, decode_min_tiles(p), &d.tiles_per_split);
+  d.num_splits = decode_num_splits(d.n_tiles, decode_min_tiles(p), decode_max_splits(p), &d.tiles_per_split);
   return d;
 }
 
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const A
                                                                         int rows_cap) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float weights[kDecodeMaxRows][kDecodeMaxSplits];
+  __shared__ float weights[kDecodeMaxRows][kDecodeSplitsLimit];
   __shared__ float totals[kDecodeMaxRows];
   const int s = blockIdx.x, kvh = blockIdx.y;
   const int group = p.num_q_heads / p.num_kv_heads;

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -1000,6 +1001,12 @@ class CudaBackendImpl final : public CudaBackend {
       return v ? std::max(1, std::atoi(v)) : 0;
     }();
     l.decode_split_tiles = split_tiles;
+    // PEREGRINE_DECODE_MAX_SPLITS=N: at most N splits a decode sequence (default 64, at most 256; comparisons).
+    static const int max_splits = [] {
+      const char* v = std::getenv("PEREGRINE_DECODE_MAX_SPLITS");
+      return v ? std::clamp(std::atoi(v), 1, cuda::kDecodeSplitsLimit) : 0;
+    }();
+    l.decode_max_splits = max_splits;
     const size_t ws = cuda::attention_workspace_bytes(l);
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
     cuda::launch_attention(l, stream_);
@@ -1148,6 +1155,8 @@ class CudaBackendImpl final : public CudaBackend {
     return last_matmul_skinny_ ? std::string("skinny tensor-core kernel (M <= ") + std::to_string(cuda::kSkinnyMaxM) + ")"
                                : gemm_->describe_last_plan();
   }
+  void trace_push(const char* name) override { nvtxRangePushA(name); }
+  void trace_pop() override { nvtxRangePop(); }
   int multiprocessor_count() const override { return sm_count_; }
   void* stream_handle() const override { return stream_; }
   int* device_error_word() override { return error_word_; }

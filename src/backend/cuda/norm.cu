@@ -74,10 +74,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
 // order, the xor butterfly, then the warps' partials in order: bitwise the same results), with a lane's C pieces of
 // x, residual and weight all loaded before anything is stored, so a row costs one round trip to memory instead of
 // one per piece and pass (out may alias x, which forces the compiler to keep the generic kernel's order).
-// kQuant (launch fields xq, xs, act_quant): the rounded outputs also quantized per row with act_quant.cuh's arithmetic
-// (amax over the row by row_max: fmaxf is order-free), the quantizer's bits on this kernel's output; out written only
-// when p.write_out. Inactive rows' lanes stay to the end (row_max may synchronize the block).
-template <typename T, typename TW, int C, bool kQuant>
+template <typename T, typename TW, int C>
 __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p, int tpr) {
   pdl_wait();
   pdl_trigger();
@@ -117,61 +114,120 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
     }
   }
   ss = row_sum(ss, tpr);
-  if constexpr (kQuant) {
-    const float inv = rms_inv(ss, h, p.eps);
-    float amax = 0.f;
-    uint4 o[C];  // the rounded outputs, packed (what store8 writes)
+  if (!active) return;
+  const float inv = rms_inv(ss, h, p.eps);
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
-      if (active && i < h) {
-        T* oe = reinterpret_cast<T*>(&o[c]);
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+    if (i < h) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          oe[e] = from_f32<T>(v[c][e] * inv * wv[c][e]);
-          amax = fmaxf(amax, fabsf(to_f32(oe[e])));
-        }
-        if (p.write_out) *reinterpret_cast<uint4*>(out + i) = o[c];
-      }
-    }
-    amax = row_max(amax, tpr);
-    if (!active) return;
-    const ActQuantizer qz(p.act_quant, amax);
-    uint2* q = reinterpret_cast<uint2*>(p.xq + row * h);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
-      if (i < h) {
-        const T* oe = reinterpret_cast<const T*>(&o[c]);
-        float f[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) f[e] = to_f32(oe[e]);
-        q[i / 8] = qz.codes8(f);
-      }
-    }
-    if (lane == 0) p.xs[row] = qz.scale();
-  } else {
-    if (!active) return;
-    const float inv = rms_inv(ss, h, p.eps);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
-      if (i < h) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * inv * wv[c][e];
-        store8(out + i, v[c]);
-      }
+      for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * inv * wv[c][e];
+      store8(out + i, v[c]);
     }
   }
 }
 
-}  // namespace
+// 8 norm weights as loaded (16-bit: one 16-byte piece; f32: two).
+template <typename TW> struct Weights8 {
+  uint4 raw[sizeof(TW) / 2];
+  __device__ __forceinline__ void load(const TW* p) {
+#pragma unroll
+    for (int r = 0; r < static_cast<int>(sizeof(TW)) / 2; ++r) raw[r] = reinterpret_cast<const uint4*>(p)[r];
+  }
+  __device__ __forceinline__ float operator[](int e) const { return to_f32(reinterpret_cast<const TW*>(raw)[e]); }
+};
 
-namespace {
+// rms_norm_regs_kernel's arithmetic (the same bits) with the rounded outputs also quantized per row for a W8A8
+// matmul (launch fields xq, xs, act_quant; act_quant.cuh's arithmetic, the amax over the row by row_max: fmaxf is
+// order-free): the quantizer's bits on that kernel's output; out written only when p.write_out. x, the residual sum
+// and the outputs stay packed in x's dtype (each is a T value anyway) and the weights as loaded, so a thread holds
+// half the registers of the float copies and more blocks share an SM through the reductions and the codes' divisions.
+// Inactive rows' lanes stay to the end (row_max may synchronize the block).
+template <typename T, typename TW, int C>
+__global__ void __launch_bounds__(kThreads) rms_norm_quant_kernel(RmsNormLaunch p, int tpr) {
+  pdl_wait();
+  pdl_trigger();
+  const int rows_per_block = kThreads / tpr;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
+  const int lane = threadIdx.x % tpr;
+  const bool active = row < p.rows;
+  const int64_t h = p.hidden;
+  const T* x = static_cast<const T*>(p.x) + row * h;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
+  T* out = static_cast<T*>(p.out) + row * h;
+  const TW* w = static_cast<const TW*>(p.weight);
+  uint4 xv[C], rv[C];
+  Weights8<TW> wv[C];
+  if (active) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) {
+        xv[c] = *reinterpret_cast<const uint4*>(x + i);
+        wv[c].load(w + i);
+        if (res) rv[c] = *reinterpret_cast<const uint4*>(res + i);
+      }
+    }
+  }
+  float ss = 0.f;
+  if (active) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      if (i < h) {
+        T* xe = reinterpret_cast<T*>(&xv[c]);
+        if (res) {
+          const T* re = reinterpret_cast<const T*>(&rv[c]);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) xe[e] = from_f32<T>(to_f32(xe[e]) + to_f32(re[e]));
+          *reinterpret_cast<uint4*>(res + i) = xv[c];
+        }
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = to_f32(xe[e]);
+        ss = add_squares8(v, ss);
+      }
+    }
+  }
+  ss = row_sum(ss, tpr);
+  const float inv = rms_inv(ss, h, p.eps);
+  float amax = 0.f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+    if (active && i < h) {
+      T* xe = reinterpret_cast<T*>(&xv[c]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        xe[e] = from_f32<T>(to_f32(xe[e]) * inv * wv[c][e]);
+        amax = fmaxf(amax, fabsf(to_f32(xe[e])));
+      }
+      if (p.write_out) *reinterpret_cast<uint4*>(out + i) = xv[c];
+    }
+  }
+  amax = row_max(amax, tpr);
+  if (!active) return;
+  const ActQuantizer qz(p.act_quant, amax);
+  uint2* q = reinterpret_cast<uint2*>(p.xq + row * h);
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+    if (i < h) {
+      const T* xe = reinterpret_cast<const T*>(&xv[c]);
+      float f[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) f[e] = to_f32(xe[e]);
+      q[i / 8] = qz.codes8(f);
+    }
+  }
+  if (lane == 0) p.xs[row] = qz.scale();
+}
+
 bool vector_rows(const RmsNormLaunch& p) {
   return p.hidden % 8 == 0 && aligned16(p.x) && aligned16(p.out) && aligned16(p.weight) &&
          (p.residual == nullptr || aligned16(p.residual));
 }
+
 }  // namespace
 
 bool rms_norm_quant_takes(const RmsNormLaunch& p) {
@@ -198,16 +254,16 @@ void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
       using TW = typename decltype(wt)::type;
       if (quant) {
         if constexpr (sizeof(T) == 2) {
-          if (pieces <= 2) launch_pdl(rms_norm_regs_kernel<T, TW, 2, true>, blocks, kThreads, 0, stream, p.rows, p, tpr);
-          else if (pieces <= 4) launch_pdl(rms_norm_regs_kernel<T, TW, 4, true>, blocks, kThreads, 0, stream, p.rows, p, tpr);
-          else launch_pdl(rms_norm_regs_kernel<T, TW, 8, true>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+          if (pieces <= 2) launch_pdl(rms_norm_quant_kernel<T, TW, 2>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+          else if (pieces <= 4) launch_pdl(rms_norm_quant_kernel<T, TW, 4>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+          else launch_pdl(rms_norm_quant_kernel<T, TW, 8>, blocks, kThreads, 0, stream, p.rows, p, tpr);
         }
       } else if (pieces >= 1 && pieces <= 2) {
-        launch_pdl(rms_norm_regs_kernel<T, TW, 2, false>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 2>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else if (pieces >= 3 && pieces <= 4) {
-        launch_pdl(rms_norm_regs_kernel<T, TW, 4, false>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 4>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else if (pieces >= 5 && pieces <= 8) {
-        launch_pdl(rms_norm_regs_kernel<T, TW, 8, false>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+        launch_pdl(rms_norm_regs_kernel<T, TW, 8>, blocks, kThreads, 0, stream, p.rows, p, tpr);
       } else {
         launch_pdl(rms_norm_kernel<T, TW>, blocks, kThreads, 0, stream, p.rows, p, tpr, vec);
       }
