@@ -385,6 +385,10 @@ class CudaBackendImpl final : public CudaBackend {
            (epilogues && f.norm_weight.empty());
   }
   void matmuls_fused(std::span<const MatmulParams> ps, const MatmulFusion& f) override {
+    PrequantScope scope{this};
+    // The fused kernels read x itself, which an op told of plain matmuls next (prequant_key) left unwritten.
+    PEREGRINE_CHECK(!prequant_ || ps.empty() || ps.front().x.data != xq_key_.x,
+                    "cuda backend: a fused matmul over the output of an op told of plain matmuls next");
     check_matmul_fusion(ps, f);
     cuda::SkinnyGemmLaunch l;
     if (!fused_launch(ps, f, l))
