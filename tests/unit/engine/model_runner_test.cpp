@@ -637,5 +637,89 @@ TEST_F(RunnerOnModel, EpilogueFusionsMatchTheUnfusedOps) {
   EXPECT_EQ(fusing->fused_ % (3 * layers), 0);
 }
 
+// Records what the model tells the ops before its matmuls (ops.h RmsNormParams / SiluMulParams `next`): every told
+// op's next must be exactly the matmul call that follows it (the same x, weights and outputs), with nothing between.
+class NextRecording final : public ops::Backend {
+ public:
+  explicit NextRecording(std::unique_ptr<ops::Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return "next(" + inner_->name() + ")"; }
+  ops::DeviceKind kind() const override { return inner_->kind(); }
+  bool is_host() const override { return inner_->is_host(); }
+  bool supports_activation(DType act) const override { return inner_->supports_activation(act); }
+  void* allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  void deallocate(void* p) override { inner_->deallocate(p); }
+  void copy_from_host(void* d, const void* s, size_t n) override { inner_->copy_from_host(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
+  void copy_on_device(void* d, const void* s, size_t n) override { inner_->copy_on_device(d, s, n); }
+  void fill_zero(void* d, size_t n) override { inner_->fill_zero(d, n); }
+  void synchronize() override { inner_->synchronize(); }
+  size_t free_memory() const override { return inner_->free_memory(); }
+  void embedding(const ops::EmbeddingParams& p) override { between(), inner_->embedding(p); }
+  void rope(const ops::RopeParams& p) override { between(), inner_->rope(p); }
+  void kv_write(const ops::KvWriteParams& p) override { between(), inner_->kv_write(p); }
+  void attention(const ops::AttentionParams& p) override { between(), inner_->attention(p); }
+  void gather_rows(const ops::GatherRowsParams& p) override { between(), inner_->gather_rows(p); }
+  void rms_norm(const ops::RmsNormParams& p) override { told(p.next, p.out), inner_->rms_norm(p); }
+  void silu_mul(const ops::SiluMulParams& p) override { told(p.next, p.out), inner_->silu_mul(p); }
+  void matmul(const ops::MatmulParams& p) override { called({&p, 1}), inner_->matmul(p); }
+  void matmuls(std::span<const ops::MatmulParams> ps) override { called(ps), inner_->matmuls(ps); }
+  int told_ = 0, matched_ = 0, violations_ = 0;
+
+ private:
+  void between() {
+    if (!pending_.empty()) ++violations_, pending_.clear();
+  }
+  void told(std::span<const ops::MatmulParams> next, const TensorView& out) {
+    between();
+    if (next.empty()) return;
+    ++told_;
+    for (const ops::MatmulParams& m : next)
+      if (m.x.data != out.data) ++violations_;
+    pending_.assign(next.begin(), next.end());
+  }
+  void called(std::span<const ops::MatmulParams> ps) {
+    if (pending_.empty()) return;
+    bool same = ps.size() == pending_.size();
+    for (size_t i = 0; same && i < ps.size(); ++i)
+      same = ps[i].x.data == pending_[i].x.data && ps[i].w.data == pending_[i].w.data &&
+             ps[i].out.data == pending_[i].out.data;
+    same ? ++matched_ : ++violations_;
+    pending_.clear();
+  }
+  std::unique_ptr<ops::Backend> inner_;
+  std::vector<ops::MatmulParams> pending_;
+};
+
+// The model tells each layer's input norm of q/k/v, its post-attention norm of gate/up and SiLU·mul of down_proj,
+// and each time calls exactly those matmuls next (where the CUDA backend makes their W8A8 codes in the op before).
+TEST_F(RunnerOnModel, NormsAndSiluTellTheMatmulsThatFollow) {
+  NextRecording* rec = nullptr;
+  auto runner = make_runner(4, [](RunnerOptions&) {}, "ref", [&](std::unique_ptr<ops::Backend> inner) {
+    auto wrapped = std::make_unique<NextRecording>(std::move(inner));
+    rec = wrapped.get();
+    return std::unique_ptr<ops::Backend>(std::move(wrapped));
+  });
+  ASSERT_NE(rec, nullptr);
+  const int told_before = rec->told_;
+  Sequence seq = make_seq(24, 20, 0, 16, 0);
+  seq.token_ids.resize(20);
+  for (int i = 0; i < 20; ++i) seq.token_ids[static_cast<size_t>(i)] = 300 + 11 * i;
+  LogitsRows lr;
+  for (int step = 0; step < 3; ++step) {
+    SchedulerOutput out;
+    const int n = step == 0 ? 20 : 1;
+    out.seqs = {{&seq, n, true}};
+    std::vector<float> logits;
+    runner->prepare(out, {}, lr);
+    runner->execute(logits);
+    seq.num_computed_tokens += n;
+    seq.token_ids.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+  const int layers = static_cast<int>(io::load_model_config(dir_).num_hidden_layers);
+  EXPECT_EQ(rec->violations_, 0);
+  EXPECT_EQ(rec->matched_, rec->told_);
+  EXPECT_EQ(rec->told_ - told_before, 3 * 3 * layers);  // three steps, three told ops a layer
+}
+
 }  // namespace
 }  // namespace peregrine::engine
