@@ -2,7 +2,8 @@
 # The issues' headline figures in one call (issues 14, 12, 11), 8B shape, random weights, whatever card the call got:
 # batch-1 decode for bf16 and each of BS1_QUANTS, the 8,190-token prefill for bf16 and FP8, offline 1024 in / 400 out
 # at concurrency CONC for bf16 and for FP8 weights + fp8 KV (their step splits), then (NCU=1) a batch-256 decode
-# step under Nsight Compute while the call's time lasts (BUDGET seconds in all). Op tests first (OPS; none to skip).
+# step under Nsight Compute (the runner's NVTX "decode" ranges only) while the call's time lasts (BUDGET seconds in
+# all). Op tests first (OPS; none to skip). BATCH_RUNS adds decode at larger batches (scheme:batch, e.g. w4a16:256).
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/goals_sweep.sh
 set -uo pipefail
@@ -31,6 +32,11 @@ for q in bf16 ${BS1_QUANTS-w4a16 w8a16 fp8}; do
   qf=(); [ "$q" != bf16 ] && qf=(--quantization "$q")
   lat "bs1_$q" --input-len 1024 --output-len 64 --batch-size 1 --iterations 2 "${qf[@]}"
 done
+# BATCH_RUNS: scheme:batch pairs for decode at larger batches (issue 11's W4A16 at 64 / 256 beside bf16).
+for r in ${BATCH_RUNS:-}; do
+  q=${r%%:*}; bs=${r##*:}; qf=(); [ "$q" != bf16 ] && qf=(--quantization "$q")
+  lat "bs${bs}_$q" --input-len 1024 --output-len 16 --batch-size "$bs" --iterations 2 "${qf[@]}"
+done
 for q in bf16 fp8; do
   qf=(); [ "$q" != bf16 ] && qf=(--quantization "$q")
   lat "prefill_$q" --input-len 8190 --output-len 2 --batch-size 1 --iterations 3 "${qf[@]}"
@@ -50,10 +56,11 @@ for q in bf16 fp8; do
     --device cuda --input-len 1024 --output-len 400 --concurrency "${CONC:-256}" "${qf[@]}" >"$out/tp_$q.txt" 2>&1
   t "throughput $q rc=$?"; grep -vE "^\[|^$" "$out/tp_$q.txt" | tail -4
 done
-if [ "${NCU:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
-  timeout "$(( $(left) - 15 ))" ncu --clock-control none --cache-control none \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --log-file "$out/ncu_decode.csv" \
-    "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 1024 --output-len 3 \
+if [ "${NCU:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
+  # Only the runner's "decode" NVTX ranges (warm-up and prefill steps are named otherwise), LAUNCHES launches.
+  timeout "$(( $(left) - 15 ))" ncu --clock-control none --nvtx --nvtx-include "decode/" --launch-count "${LAUNCHES:-1200}" \
+    --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
+    "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 1024 --output-len 4 \
     --batch-size "${BS:-256}" --iterations 1 >/dev/null 2>&1
   t "ncu rc=$?"
   python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
@@ -65,6 +72,7 @@ echo "| $gpu | figure |"
 echo "| --- | --- |"
 echo "| limits | $(val lat_bs1_bf16.txt memory) |"
 for q in bf16 ${BS1_QUANTS-w4a16 w8a16 fp8}; do echo "| decode bs 1 $q | $(val "lat_bs1_$q.txt" decode) |"; done
+for r in ${BATCH_RUNS:-}; do q=${r%%:*}; bs=${r##*:}; echo "| decode bs $bs $q | $(val "lat_bs${bs}_$q.txt" decode) |"; done
 for q in bf16 fp8; do echo "| prefill 8190 $q | $(val "lat_prefill_$q.txt" prefill) |"; done
 n=0
 for e in ${PREFILL_ENVS:-}; do n=$((n + 1)); echo "| prefill 8190 fp8, $e | $(val "lat_prefill_fp8_v$n.txt" prefill) |"; done
