@@ -27,6 +27,19 @@ __device__ __forceinline__ uint8_t int8_act_code(float x, float amax, float inv)
 
 __device__ __forceinline__ float int8_act_scale(float amax) { return amax == 0.0f ? 0.0f : amax / 127.0f; }
 
+// The maximum of v over a block of kThreads threads (fmaxf: order-free), returned to every thread. Every thread of
+// the block must call it; it synchronizes once.
+template <int kThreads>
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float red[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) v = fmaxf(v, red[w]);
+  return v;
+}
+
 // A token's quantizer once its amax is known (act: 1 int8, 2 FP8): the codes of 8 values and the token's scale.
 struct ActQuantizer {
   int act;

@@ -30,9 +30,9 @@ __global__ void silu_mul_vec_kernel(const T* gate, const T* up, T* out, int64_t 
 constexpr int kQuantThreads = 256, kQuantPieces = 8;
 template <typename T>
 __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* __restrict__ gate,
-                                                                        const T* __restrict__ up, T* out, int64_t cols,
+                                                                        const T* __restrict__ up, int64_t cols,
                                                                         int act, uint8_t* __restrict__ xq,
-                                                                        float* __restrict__ xs, bool write_out) {
+                                                                        float* __restrict__ xs) {
   pdl_wait();
   pdl_trigger();
   const int64_t row = blockIdx.x;
@@ -62,12 +62,7 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* 
       }
     }
   }
-  __shared__ float red[kQuantThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.0f;
-  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  amax = block_max<kQuantThreads>(amax);
   const ActQuantizer qz(act, amax);
   uint2* q = reinterpret_cast<uint2*>(xq + row * cols);
 #pragma unroll
@@ -79,7 +74,6 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* 
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = to_f32(he[e]);
       q[i] = qz.codes8(v);
-      if (write_out) reinterpret_cast<uint4*>(out + row * cols)[i] = h[j];
     }
   }
   if (threadIdx.x == 0) xs[row] = qz.scale();
@@ -126,12 +120,10 @@ bool silu_mul_quant_takes(const SiluMulLaunch& p) {
   if (!b16 || p.gate_dtype != p.out_dtype || p.up_dtype != p.out_dtype || p.rows < 1 || p.numel % p.rows != 0)
     return false;
   const int64_t cols = p.numel / p.rows;
-  return cols % 8 == 0 && cols <= int64_t{8} * kQuantPieces * kQuantThreads && aligned16(p.gate) && aligned16(p.up) &&
-         aligned16(p.out);
+  return cols % 8 == 0 && cols <= int64_t{8} * kQuantPieces * kQuantThreads && aligned16(p.gate) && aligned16(p.up);
 }
 
-void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* xs, bool write_out,
-                           cudaStream_t stream) {
+void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* xs, cudaStream_t stream) {
   PEREGRINE_CHECK(silu_mul_quant_takes(p) && (act == 1 || act == 2) && (reinterpret_cast<uintptr_t>(xq) & 7u) == 0,
                   "silu_mul_quant: a launch the kernel does not take");
   const int64_t cols = p.numel / p.rows;
@@ -139,8 +131,7 @@ void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* 
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
       launch_pdl(silu_mul_quant_kernel<T>, static_cast<unsigned>(p.rows), kQuantThreads, 0, stream, p.rows,
-                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), static_cast<T*>(p.out), cols, act, xq, xs,
-                 write_out);
+                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), cols, act, xq, xs);
     }
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();

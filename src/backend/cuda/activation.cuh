@@ -22,10 +22,10 @@ void launch_silu_mul(const SiluMulLaunch& p, cudaStream_t stream);
 
 // SiLU-mul with the product quantized per token for a W8A8 matmul that reads it next (ops.h SiluMulParams::next):
 // a block a row holds the row's rounded products in registers, takes their amax and writes the codes [rows, cols]
-// and one scale a row (act 1 int8, 2 FP8), exactly what launch_act_quant makes from the product; the product itself
-// only when write_out. Rows of cols = numel / rows values.
+// and one scale a row (act 1 int8, 2 FP8), exactly what launch_act_quant makes from the product; p.out is not
+// written. Rows of cols = numel / rows values.
 bool silu_mul_quant_takes(const SiluMulLaunch& p);
-void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* xs, bool write_out, cudaStream_t stream);
+void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* xs, cudaStream_t stream);
 
 struct AddBiasLaunch {
   void* out;         // [M, N], out[m, n] += bias[n]

@@ -879,16 +879,14 @@ class CudaBackendImpl final : public CudaBackend {
     if (p.out.dtype != p.x.dtype)
       throw Error(ErrorCode::kUnsupported, "rms_norm on cuda: out dtype must equal x dtype");
     const std::optional<XqKey> key = prequant_key(p.next, p.out, true);
-    l.act_quant = key ? key->act : 0;
     if (key && cuda::rms_norm_quant_takes(l)) {  // the next matmuls' x codes, out left unwritten
+      l.act_quant = key->act;
       std::tie(l.xq, l.xs) = xq_scratch(*key);
-      l.write_out = false;
       cuda::launch_rms_norm(l, stream_);
       xq_key_ = *key;
       prequant_ = true;
       return;
     }
-    l.act_quant = 0;
     cuda::launch_rms_norm(l, stream_);
   }
 
@@ -909,7 +907,7 @@ class CudaBackendImpl final : public CudaBackend {
     const std::optional<XqKey> key = p.out.ndim == 2 ? prequant_key(p.next, p.out, false) : std::nullopt;
     if (key && cuda::silu_mul_quant_takes(l)) {  // the next matmul's x codes, out left unwritten
       const auto [xq, xs] = xq_scratch(*key);
-      cuda::launch_silu_mul_quant(l, key->act, xq, xs, false, stream_);
+      cuda::launch_silu_mul_quant(l, key->act, xq, xs, stream_);
       xq_key_ = *key;
       prequant_ = true;
       return;

@@ -11,41 +11,53 @@ namespace {
 
 constexpr int kThreads = kNormThreads;
 
+// A thread's row of a launch of tpr threads a row: its index, its lane, whether it exists, and its pointers.
+template <typename T, typename TW> struct NormRow {
+  int64_t row;
+  int lane;
+  bool active;
+  const T* x;
+  T* res;
+  T* out;
+  const TW* w;
+  __device__ __forceinline__ NormRow(const RmsNormLaunch& p, int tpr)
+      : row(static_cast<int64_t>(blockIdx.x) * (kThreads / tpr) + threadIdx.x / tpr),
+        lane(static_cast<int>(threadIdx.x) % tpr),
+        active(row < p.rows),
+        x(static_cast<const T*>(p.x) + row * p.hidden),
+        res(p.residual ? static_cast<T*>(p.residual) + row * p.hidden : nullptr),
+        out(static_cast<T*>(p.out) + row * p.hidden),
+        w(static_cast<const TW*>(p.weight)) {}
+};
+
 template <typename T, typename TW>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int tpr, bool vec) {
   pdl_wait();
   pdl_trigger();
-  const int rows_per_block = kThreads / tpr;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
-  const int lane = threadIdx.x % tpr;
-  const bool active = row < p.rows;
+  const NormRow<T, TW> nr(p, tpr);
   const int64_t h = p.hidden;
-  const T* x = static_cast<const T*>(p.x) + row * h;
-  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
-  T* out = static_cast<T*>(p.out) + row * h;
-  const TW* w = static_cast<const TW*>(p.weight);
 
   float ss = 0.f;
-  if (active) {
+  if (nr.active) {
     if (vec) {
-      for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+      for (int64_t i = nr.lane * 8; i < h; i += tpr * 8) {
         float v[8];
-        load8(x + i, v);
-        if (res) {
+        load8(nr.x + i, v);
+        if (nr.res) {
           float r[8];
-          load8(res + i, r);
+          load8(nr.res + i, r);
 #pragma unroll
           for (int e = 0; e < 8; ++e) v[e] = to_f32(from_f32<T>(v[e] + r[e]));
-          store8(res + i, v);
+          store8(nr.res + i, v);
         }
         ss = add_squares8(v, ss);
       }
     } else {
-      for (int64_t i = lane; i < h; i += tpr) {
-        float v = to_f32(x[i]);
-        if (res) {
-          T sum = from_f32<T>(v + to_f32(res[i]));
-          res[i] = sum;
+      for (int64_t i = nr.lane; i < h; i += tpr) {
+        float v = to_f32(nr.x[i]);
+        if (nr.res) {
+          T sum = from_f32<T>(v + to_f32(nr.res[i]));
+          nr.res[i] = sum;
           v = to_f32(sum);
         }
         ss = __fmaf_rn(v, v, ss);
@@ -53,20 +65,20 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormLaunch p, int
     }
   }
   ss = row_sum(ss, tpr);
-  if (!active) return;
+  if (!nr.active) return;
   const float inv = rms_inv(ss, h, p.eps);
-  const T* src = res ? res : x;
+  const T* src = nr.res ? nr.res : nr.x;
   if (vec) {
-    for (int64_t i = lane * 8; i < h; i += tpr * 8) {
+    for (int64_t i = nr.lane * 8; i < h; i += tpr * 8) {
       float v[8], wv[8];
       load8(src + i, v);
-      load8(w + i, wv);
+      load8(nr.w + i, wv);
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * wv[e];
-      store8(out + i, v);
+      store8(nr.out + i, v);
     }
   } else {
-    for (int64_t i = lane; i < h; i += tpr) out[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(w[i]));
+    for (int64_t i = nr.lane; i < h; i += tpr) nr.out[i] = from_f32<T>(to_f32(src[i]) * inv * to_f32(nr.w[i]));
   }
 }
 
@@ -78,27 +90,20 @@ template <typename T, typename TW, int C>
 __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p, int tpr) {
   pdl_wait();
   pdl_trigger();
-  const int rows_per_block = kThreads / tpr;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
-  const int lane = threadIdx.x % tpr;
-  const bool active = row < p.rows;
+  const NormRow<T, TW> nr(p, tpr);
   const int64_t h = p.hidden;
-  const T* x = static_cast<const T*>(p.x) + row * h;
-  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
-  T* out = static_cast<T*>(p.out) + row * h;
-  const TW* w = static_cast<const TW*>(p.weight);
   float v[C][8], wv[C][8];
   float ss = 0.f;
-  if (active) {
+  if (nr.active) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
       if (i < h) {
-        load8(x + i, v[c]);
-        load8(w + i, wv[c]);
-        if (res) {
+        load8(nr.x + i, v[c]);
+        load8(nr.w + i, wv[c]);
+        if (nr.res) {
           float r[8];
-          load8(res + i, r);
+          load8(nr.res + i, r);
 #pragma unroll
           for (int e = 0; e < 8; ++e) v[c][e] = to_f32(from_f32<T>(v[c][e] + r[e]));
         }
@@ -106,23 +111,23 @@ __global__ void __launch_bounds__(kThreads) rms_norm_regs_kernel(RmsNormLaunch p
     }
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
       if (i < h) {
-        if (res) store8(res + i, v[c]);
+        if (nr.res) store8(nr.res + i, v[c]);
         ss = add_squares8(v[c], ss);
       }
     }
   }
   ss = row_sum(ss, tpr);
-  if (!active) return;
+  if (!nr.active) return;
   const float inv = rms_inv(ss, h, p.eps);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+    const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
     if (i < h) {
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[c][e] = v[c][e] * inv * wv[c][e];
-      store8(out + i, v[c]);
+      store8(nr.out + i, v[c]);
     }
   }
 }
@@ -139,7 +144,7 @@ template <typename TW> struct Weights8 {
 
 // rms_norm_regs_kernel's arithmetic (the same bits) with the rounded outputs also quantized per row for a W8A8
 // matmul (launch fields xq, xs, act_quant; act_quant.cuh's arithmetic, the amax over the row by row_max: fmaxf is
-// order-free): the quantizer's bits on that kernel's output; out written only when p.write_out. x, the residual sum
+// order-free): the quantizer's bits on that kernel's output; out itself is not written. x, the residual sum
 // and the outputs stay packed in x's dtype (each is a T value anyway) and the weights as loaded, so a thread holds
 // half the registers of the float copies and more blocks share an SM through the reductions and the codes' divisions.
 // Inactive rows' lanes stay to the end (row_max may synchronize the block).
@@ -147,40 +152,33 @@ template <typename T, typename TW, int C>
 __global__ void __launch_bounds__(kThreads) rms_norm_quant_kernel(RmsNormLaunch p, int tpr) {
   pdl_wait();
   pdl_trigger();
-  const int rows_per_block = kThreads / tpr;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / tpr;
-  const int lane = threadIdx.x % tpr;
-  const bool active = row < p.rows;
+  const NormRow<T, TW> nr(p, tpr);
   const int64_t h = p.hidden;
-  const T* x = static_cast<const T*>(p.x) + row * h;
-  T* res = p.residual ? static_cast<T*>(p.residual) + row * h : nullptr;
-  T* out = static_cast<T*>(p.out) + row * h;
-  const TW* w = static_cast<const TW*>(p.weight);
   uint4 xv[C], rv[C];
   Weights8<TW> wv[C];
-  if (active) {
+  if (nr.active) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
       if (i < h) {
-        xv[c] = *reinterpret_cast<const uint4*>(x + i);
-        wv[c].load(w + i);
-        if (res) rv[c] = *reinterpret_cast<const uint4*>(res + i);
+        xv[c] = *reinterpret_cast<const uint4*>(nr.x + i);
+        wv[c].load(nr.w + i);
+        if (nr.res) rv[c] = *reinterpret_cast<const uint4*>(nr.res + i);
       }
     }
   }
   float ss = 0.f;
-  if (active) {
+  if (nr.active) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+      const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
       if (i < h) {
         T* xe = reinterpret_cast<T*>(&xv[c]);
-        if (res) {
+        if (nr.res) {
           const T* re = reinterpret_cast<const T*>(&rv[c]);
 #pragma unroll
           for (int e = 0; e < 8; ++e) xe[e] = from_f32<T>(to_f32(xe[e]) + to_f32(re[e]));
-          *reinterpret_cast<uint4*>(res + i) = xv[c];
+          *reinterpret_cast<uint4*>(nr.res + i) = xv[c];
         }
         float v[8];
 #pragma unroll
@@ -194,24 +192,23 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quant_kernel(RmsNormLaunch 
   float amax = 0.f;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
-    if (active && i < h) {
+    const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
+    if (nr.active && i < h) {
       T* xe = reinterpret_cast<T*>(&xv[c]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         xe[e] = from_f32<T>(to_f32(xe[e]) * inv * wv[c][e]);
         amax = fmaxf(amax, fabsf(to_f32(xe[e])));
       }
-      if (p.write_out) *reinterpret_cast<uint4*>(out + i) = xv[c];
     }
   }
   amax = row_max(amax, tpr);
-  if (!active) return;
+  if (!nr.active) return;
   const ActQuantizer qz(p.act_quant, amax);
-  uint2* q = reinterpret_cast<uint2*>(p.xq + row * h);
+  uint2* q = reinterpret_cast<uint2*>(p.xq + nr.row * h);
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const int64_t i = (lane + static_cast<int64_t>(c) * tpr) * 8;
+    const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
     if (i < h) {
       const T* xe = reinterpret_cast<const T*>(&xv[c]);
       float f[8];
@@ -220,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quant_kernel(RmsNormLaunch 
       q[i / 8] = qz.codes8(f);
     }
   }
-  if (lane == 0) p.xs[row] = qz.scale();
+  if (nr.lane == 0) p.xs[nr.row] = qz.scale();
 }
 
 bool vector_rows(const RmsNormLaunch& p) {

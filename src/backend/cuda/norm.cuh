@@ -20,11 +20,10 @@ struct RmsNormLaunch {
   float eps;
   // Set (act_quant 1 int8, 2 FP8): each normalised row also quantized per token for a W8A8 matmul that reads it next
   // (ops.h RmsNormParams::next): codes [rows, hidden] and a scale a row, exactly what launch_act_quant makes from out;
-  // out written only when write_out. Only where rms_norm_quant_takes.
+  // out itself is then not written. Only where rms_norm_quant_takes.
   uint8_t* xq = nullptr;
   float* xs = nullptr;
   int act_quant = 0;
-  bool write_out = true;
 };
 void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream);
 // Whether launch_rms_norm can quantize p's rows (16-bit activations, rows of 16-byte pieces in registers).

@@ -28,14 +28,9 @@ __global__ void __launch_bounds__(kQuantThreads) act_quant_kernel(W8MatmulLaunch
   pdl_trigger();
   const int64_t row = blockIdx.y, g = blockIdx.x, len = p.act_group;
   const T* x = static_cast<const T*>(p.x) + row * p.k + g * len;
-  __shared__ float red[kQuantThreads / 32];
   float amax = 0.0f;
   for (int64_t i = threadIdx.x; i < len; i += kQuantThreads) amax = fmaxf(amax, fabsf(to_f32(x[i])));
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.0f;
-  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  amax = block_max<kQuantThreads>(amax);
   uint8_t* q = xq + row * p.k + g * len;
   const int64_t si = p.xs_row_stride || p.xs_group_stride ? row * p.xs_row_stride + g * p.xs_group_stride
                                                           : row * (p.k / len) + g;
@@ -79,29 +74,23 @@ __global__ void __launch_bounds__(kQuantThreads) act_quant_vec_kernel(W8MatmulLa
       for (int u = 0; u < 8; ++u) amax = fmaxf(amax, fabsf(to_f32(e[u])));
     }
   }
-  __shared__ float red[kQuantThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.0f;
-  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  amax = block_max<kQuantThreads>(amax);
   uint2* q = reinterpret_cast<uint2*>(xq + row * p.k + g * len);
   const int64_t si = p.xs_row_stride || p.xs_group_stride ? row * p.xs_row_stride + g * p.xs_group_stride
                                                           : row * (p.k / len) + g;
-  const float inv = p.act == 1 ? int8_act_inv(amax) : 0.0f, s = p.act == 1 ? 0.0f : fp8_act_scale(amax);
+  const ActQuantizer qz(p.act, amax);
 #pragma unroll
   for (int j = 0; j < kQuantVecs; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
     if (i < pieces) {
       const T* e = reinterpret_cast<const T*>(&v[j]);
-      uint8_t c[8];
+      float f[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u)
-        c[u] = p.act == 1 ? int8_act_code(to_f32(e[u]), amax, inv) : fp8_act_code(to_f32(e[u]), s);
-      q[i] = *reinterpret_cast<const uint2*>(c);
+      for (int u = 0; u < 8; ++u) f[u] = to_f32(e[u]);
+      q[i] = qz.codes8(f);
     }
   }
-  if (threadIdx.x == 0) xs[si] = p.act == 1 ? int8_act_scale(amax) : s;
+  if (threadIdx.x == 0) xs[si] = qz.scale();
 }
 
 // One warp per output (row, n). ACT: 0 float x times dequantized codes, 1 int8 x int8 (dp4a), 2 fp8 x fp8.

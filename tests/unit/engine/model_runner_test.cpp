@@ -549,10 +549,11 @@ TEST(RunnerLogitsSubset, GgufHeadsAreCutByRows) {
 // A backend that runs every op on another one and fuses the epilogues alone (the residual add, SiLU·mul on normed
 // x: ops.h MatmulFusion without a norm), as CUDA does for 4- and 8-bit codes. The ref backend computes the fused
 // groups by ops.h's definitions.
-class EpilogueFusing final : public ops::Backend {
+// Forwards every op to another backend; the tests' wrappers below override what they watch or change.
+class Forwarding : public ops::Backend {
  public:
-  explicit EpilogueFusing(std::unique_ptr<ops::Backend> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return "epilogues(" + inner_->name() + ")"; }
+  explicit Forwarding(std::unique_ptr<ops::Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return "wrapped(" + inner_->name() + ")"; }
   ops::DeviceKind kind() const override { return inner_->kind(); }
   bool is_host() const override { return inner_->is_host(); }
   bool supports_activation(DType act) const override { return inner_->supports_activation(act); }
@@ -572,6 +573,14 @@ class EpilogueFusing final : public ops::Backend {
   void kv_write(const ops::KvWriteParams& p) override { inner_->kv_write(p); }
   void attention(const ops::AttentionParams& p) override { inner_->attention(p); }
   void gather_rows(const ops::GatherRowsParams& p) override { inner_->gather_rows(p); }
+
+ protected:
+  std::unique_ptr<ops::Backend> inner_;
+};
+
+class EpilogueFusing final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
   bool fuses_matmuls(std::span<const ops::MatmulParams>, const ops::MatmulFusion& f) const override {
     ++asked_;
     return f.norm_weight.empty();
@@ -582,9 +591,6 @@ class EpilogueFusing final : public ops::Backend {
   }
   mutable int asked_ = 0;
   int fused_ = 0;
-
- private:
-  std::unique_ptr<ops::Backend> inner_;
 };
 
 // The model's epilogue plan (LlamaModel::epilogue_plan): on a backend that fuses the residual adds and SiLU·mul but
@@ -639,21 +645,9 @@ TEST_F(RunnerOnModel, EpilogueFusionsMatchTheUnfusedOps) {
 
 // Records what the model tells the ops before its matmuls (ops.h RmsNormParams / SiluMulParams `next`): every told
 // op's next must be exactly the matmul call that follows it (the same x, weights and outputs), with nothing between.
-class NextRecording final : public ops::Backend {
+class NextRecording final : public Forwarding {
  public:
-  explicit NextRecording(std::unique_ptr<ops::Backend> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return "next(" + inner_->name() + ")"; }
-  ops::DeviceKind kind() const override { return inner_->kind(); }
-  bool is_host() const override { return inner_->is_host(); }
-  bool supports_activation(DType act) const override { return inner_->supports_activation(act); }
-  void* allocate(size_t bytes) override { return inner_->allocate(bytes); }
-  void deallocate(void* p) override { inner_->deallocate(p); }
-  void copy_from_host(void* d, const void* s, size_t n) override { inner_->copy_from_host(d, s, n); }
-  void copy_to_host(void* d, const void* s, size_t n) override { inner_->copy_to_host(d, s, n); }
-  void copy_on_device(void* d, const void* s, size_t n) override { inner_->copy_on_device(d, s, n); }
-  void fill_zero(void* d, size_t n) override { inner_->fill_zero(d, n); }
-  void synchronize() override { inner_->synchronize(); }
-  size_t free_memory() const override { return inner_->free_memory(); }
+  using Forwarding::Forwarding;
   void embedding(const ops::EmbeddingParams& p) override { between(), inner_->embedding(p); }
   void rope(const ops::RopeParams& p) override { between(), inner_->rope(p); }
   void kv_write(const ops::KvWriteParams& p) override { between(), inner_->kv_write(p); }
@@ -686,7 +680,6 @@ class NextRecording final : public ops::Backend {
     same ? ++matched_ : ++violations_;
     pending_.clear();
   }
-  std::unique_ptr<ops::Backend> inner_;
   std::vector<ops::MatmulParams> pending_;
 };
 
