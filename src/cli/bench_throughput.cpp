@@ -97,7 +97,10 @@ std::vector<int> parse_list(const std::string& s, const char* flag) {
 // weights (every projection and the LM head, at the bytes per parameter the model stores), the KV read by attention
 // and the KV written; FLOPs are 2 per weight per token (LM head once per sequence per step) and 4 per attended key
 // per head per layer.
-double roofline_seconds(const ModelInfo& m, int c, int input_len, int output_len, double bytes_per_s, double flops_per_s) {
+// One step's roofline: `tokens` computed, `rows` of logits, `attended` keys summed over the tokens and heads' rows,
+// `kv_read` cached tokens read.
+double step_roofline_seconds(const ModelInfo& m, double tokens, double rows, double attended, double kv_read,
+                             double bytes_per_s, double flops_per_s) {
   const double h = m.hidden_size, inter = m.intermediate_size, layers = m.num_layers, heads = m.num_attention_heads;
   const double kv_heads = m.num_key_value_heads, hd = m.head_dim, vocab = m.vocab_size;
   const double layer_params = h * (heads * hd + 2 * kv_heads * hd) + heads * hd * h + 3 * h * inter;
@@ -106,10 +109,14 @@ double roofline_seconds(const ModelInfo& m, int c, int input_len, int output_len
   const double bytes_per_param = static_cast<double>(m.weight_bytes) / stored_params;
   const double weight_bytes = (layers * layer_params + head_params) * bytes_per_param;
   const double kv = static_cast<double>(m.kv_bytes_per_token);
+  const double bytes = weight_bytes + kv_read * kv + tokens * kv;
+  const double flops = 2 * layers * layer_params * tokens + 2 * head_params * rows + 4 * layers * heads * hd * attended;
+  return std::max(bytes / bytes_per_s, flops / flops_per_s);
+}
+
+double roofline_seconds(const ModelInfo& m, int c, int input_len, int output_len, double bytes_per_s, double flops_per_s) {
   auto step = [&](double tokens, double rows, double attended, double kv_read) {
-    const double bytes = weight_bytes + kv_read * kv + tokens * kv;
-    const double flops = 2 * layers * layer_params * tokens + 2 * head_params * rows + 4 * layers * heads * hd * attended;
-    return std::max(bytes / bytes_per_s, flops / flops_per_s);
+    return step_roofline_seconds(m, tokens, rows, attended, kv_read, bytes_per_s, flops_per_s);
   };
   double total = 0.0;
   const double budget = std::max(1, m.max_num_batched_tokens);
@@ -198,6 +205,24 @@ void run_throughput(ThroughputArgs& a) {
                 static_cast<double>(out_tokens) / secs, total_tokens / secs, steps,
                 steps > 0 ? 1e3 * (forward + other) / steps : 0.0, 100.0 * forward / std::max(1e-12, forward + other),
                 100.0 * other / std::max(1e-12, forward + other), roof, 100.0 * roof / secs);
+    // Where the time went: steps with prompt tokens (their prompt tok/s) and pure decode steps (ms each against the
+    // roofline of a step of their mean rows and context).
+    const double p_steps = static_cast<double>(after.num_prompt_steps - before.num_prompt_steps);
+    const double p_secs = after.prompt_step_seconds - before.prompt_step_seconds;
+    const double p_tokens = static_cast<double>(after.prompt_step_prompt_tokens - before.prompt_step_prompt_tokens);
+    const double d_steps = static_cast<double>(after.num_decode_steps - before.num_decode_steps);
+    const double d_secs = after.decode_step_seconds - before.decode_step_seconds;
+    const double d_rows = static_cast<double>(after.decode_step_rows - before.decode_step_rows);
+    const double d_ctx = static_cast<double>(after.decode_step_context - before.decode_step_context);
+    if (d_steps > 0 && p_steps > 0) {
+      const double rows = d_rows / d_steps, ctx = d_ctx / std::max(1.0, d_rows);
+      const double d_roof = step_roofline_seconds(info, rows, rows, rows * ctx, rows * ctx, bytes_per_s, flops_per_s);
+      std::printf("%11s prompt steps %.0f: %.2f s (%.1f%%), %.1f ms each, %.0f prompt tok/s; decode steps %.0f: %.2f s "
+                  "(%.1f%%), %.2f ms each at %.1f rows x %.0f context, roofline %.2f ms (%.1f%%)\n",
+                  "", p_steps, p_secs, 100.0 * p_secs / secs, 1e3 * p_secs / p_steps, p_tokens / std::max(1e-12, p_secs),
+                  d_steps, d_secs, 100.0 * d_secs / secs, 1e3 * d_secs / d_steps, rows, ctx, 1e3 * d_roof,
+                  100.0 * d_roof / (d_secs / d_steps));
+    }
     results.push_back({c, static_cast<double>(out_tokens) / secs, static_cast<double>(out_tokens) / roof});
     std::fflush(stdout);
   }

@@ -509,10 +509,14 @@ void EngineCore::step() {
 
   logits_requests_.assign(out.seqs.size(), LogitsRequest{});
   std::vector<int> begin_positions(out.seqs.size());
+  int64_t step_prompt_tokens = 0, step_context = 0;  // the step-kind split of EngineStats
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     Sequence& seq = *out.seqs[i].seq;
     RequestState& req = *seq.request;
     begin_positions[i] = seq.num_computed_tokens;
+    step_prompt_tokens += std::max(0, std::min(seq.num_computed_tokens + out.seqs[i].num_new_tokens,
+                                               seq.num_prompt_tokens) - seq.num_computed_tokens);
+    step_context += seq.num_computed_tokens + out.seqs[i].num_new_tokens;
     if (req.timings.first_scheduled == 0.0) {
       req.timings.first_scheduled = step_start;
       release_queued(req);
@@ -793,6 +797,16 @@ void EngineCore::step() {
   stats_.step_schedule_seconds += secs(t0, t1);
   stats_.step_prepare_seconds += secs(t1, t2);
   stats_.step_forward_seconds += secs(t2, t3);
+  if (step_prompt_tokens > 0) {
+    ++stats_.num_prompt_steps;
+    stats_.prompt_step_seconds += secs(t0, t5);
+    stats_.prompt_step_prompt_tokens += static_cast<uint64_t>(step_prompt_tokens);
+  } else {
+    ++stats_.num_decode_steps;
+    stats_.decode_step_seconds += secs(t0, t5);
+    stats_.decode_step_rows += out.seqs.size();
+    stats_.decode_step_context += static_cast<uint64_t>(step_context);
+  }
   // The prefill rate the disk tier weighs its reads against (steps of mostly prompt tokens, a moving average).
   if (host_tier_ && disk_skip_ && out.num_batched_tokens - out.num_decodes >= 1024 && secs(t2, t3) > 0) {
     const double rate = (out.num_batched_tokens - out.num_decodes) / secs(t2, t3);
