@@ -109,6 +109,22 @@ TEST(EngineCore, GreedyAloneMatchesTheReference) {
   EXPECT_EQ(core->stats().num_used_kv_blocks, 0);
 }
 
+TEST(EngineCore, StatsSplitStepsIntoPromptAndDecodeSteps) {
+  auto core = make_core({});
+  Collector col;
+  core->add_request("a", {5, 6, 7, 8, 9, 10, 11}, greedy(20), col.callback_for("a"), 0.0);
+  run(*core);
+  const EngineStats s = core->stats();
+  EXPECT_EQ(s.num_prompt_steps, 1u);  // the whole prompt, which samples the first token
+  EXPECT_EQ(s.prompt_step_prompt_tokens, 7u);
+  EXPECT_EQ(s.num_decode_steps, 19u);
+  EXPECT_EQ(s.num_prompt_steps + s.num_decode_steps, s.num_steps);
+  EXPECT_EQ(s.decode_step_rows, 19u);
+  EXPECT_EQ(s.decode_step_context, 19u * 7u + 19u * 20u / 2u);  // the j-th decode step attends to 7 + j keys
+  EXPECT_GT(s.prompt_step_seconds, 0.0);
+  EXPECT_GT(s.decode_step_seconds, 0.0);
+}
+
 TEST(EngineCore, GreedyIsTheSameInABatchOf64WithChunkingPreemptionAndCacheHits) {
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> prompts;
