@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Quick views (issues 14, 12), 8B shape, random weights, kernel durations only (one metric: no replays). OPS: op tests;
-# ATTN_SPLITS: decode attention's split cap values to compare (see below).
+# ATTN_ENVS: decode attention's switch sets to compare (see below).
 #  1. FP8 prefill of 8,190 tokens under each PEREGRINE_PREQUANT value of PREQUANTS (wall time) and NCU_PREQUANTS
 #     (only the kernels around the W8A8 matmuls profiled, KERNELS regex, the rest at speed; summed per kernel);
 #  2. (DECODE=1) one bf16 decode step at batch BS (256) and context ~1K: only launches inside the runner's NVTX
 #     "decode" ranges profiled (LAUNCHES of them), summed per kernel and grid.
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
+# TP: offline throughput runs (below).
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/step_profile.sh
 set -uo pipefail
 out=${OUT:-/tmp/step_profile}
@@ -40,19 +41,23 @@ if [ -n "${OPS:-}" ]; then
   t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]" "$out/ops.log" | head -10
 fi
 # Decode attention (cuda_ops_bench --kv-cache-only, when carried: EXTRA_BINS=bench/cuda/cuda_ops_bench) under each
-# PEREGRINE_DECODE_MAX_SPLITS value of ATTN_SPLITS, and the attention op tests under each value but the first.
+# switch set of ATTN_ENVS (ENV=V,ENV=V; "-" for none, e.g. "- PEREGRINE_DECODE_WAVES=0"), and the attention op tests
+# under each set but the first.
 first=1
-for v in ${ATTN_SPLITS:-}; do
+n=0
+for e in ${ATTN_ENVS:-}; do
+  n=$((n + 1))
+  ev=(X=1); [ "$e" != - ] && IFS=, read -ra ev <<<"$e"
   if [ "$first" = 0 ]; then
-    PEREGRINE_DECODE_MAX_SPLITS=$v timeout 120 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention*:CudaKvQuant*' \
-      >"$out/attn_tests_$v.log" 2>&1
-    t "attention tests, max splits $v: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/attn_tests_$v.log" | tr '\n' ' ')"
+    env "${ev[@]}" timeout 120 "$bin/cuda_ops_tests" --gtest_filter='CudaAttention*:CudaKvQuant*' \
+      >"$out/attn_tests_$n.log" 2>&1
+    t "attention tests, $e: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/attn_tests_$n.log" | tr '\n' ' ')"
   fi
   first=0
   [ -x "$bin/cuda_ops_bench" ] || continue
-  PEREGRINE_DECODE_MAX_SPLITS=$v timeout 120 "$bin/cuda_ops_bench" --kv-cache-only "$out/attn_$v.md" >"$out/attn_$v.log" 2>&1
-  t "cuda_ops_bench --kv-cache-only, max splits $v: rc=$?"
-  grep -iE "decode" "$out/attn_$v.md" | head -12
+  env "${ev[@]}" timeout 120 "$bin/cuda_ops_bench" --kv-cache-only "$out/attn_$n.md" >"$out/attn_$n.log" 2>&1
+  t "cuda_ops_bench --kv-cache-only, $e: rc=$?"
+  grep -iE "decode" "$out/attn_$n.md" | head -12
 done
 # FP8 prefill of 8,190 tokens under each PEREGRINE_PREQUANT value (PREQUANTS; "-" for unset), wall time.
 for v in ${PREQUANTS:--}; do
@@ -70,6 +75,14 @@ for v in ${NCU_PREQUANTS:-}; do
     --quantization fp8 >/dev/null 2>&1
   t "ncu fp8 prefill PEREGRINE_PREQUANT=$v rc=$?"
   sum_kernels "$out/ncu_prequant_$v.csv" "fp8 prefill (all steps), PEREGRINE_PREQUANT=$v"
+done
+# TP: offline 1024 / 400 at concurrency 256 for each scheme listed (bf16; fp8 = FP8 weights + fp8 KV), with the
+# bench's split of the time into steps with prompt tokens and pure decode steps.
+for q in ${TP:-}; do
+  qf=(); [ "$q" != bf16 ] && qf=(--quantization fp8 --kv-cache-dtype fp8)
+  timeout 200 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
+    --device cuda --input-len 1024 --output-len 400 --concurrency 256 "${qf[@]}" >"$out/tp_$q.txt" 2>&1
+  t "throughput c 256 $q rc=$?"; grep -vE "^\[|^$" "$out/tp_$q.txt" | tail -4
 done
 if [ "${DECODE:-1}" = 1 ]; then
   # Only kernels inside the runner's "decode" ranges (Backend::trace_push, NVTX): warm-up steps are "warmup" and

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/decode_splits.h"
 #include "core/dtype.h"
 
 namespace peregrine::cuda {
@@ -52,6 +53,10 @@ struct AttentionLaunch {
   // The most splits a decode sequence takes (0: kDecodeMaxSplits; at most kDecodeSplitsLimit): a process-wide
   // constant (PEREGRINE_DECODE_MAX_SPLITS, for comparisons), so a sequence's splits still depend on its length alone.
   int decode_max_splits = 0;
+  // The CTAs of the decode kernel the device runs at once, for decode_num_splits' wave rule (0: off); set by the
+  // decode launcher from the kernel's occupancy (PEREGRINE_DECODE_WAVES=0 turns the rule off: decode_waves false).
+  int decode_wave_ctas = 0;
+  bool decode_waves = true;
 };
 
 // Bytes of device workspace launch_attention needs for these params (0 when none).
@@ -73,13 +78,8 @@ __host__ __device__ inline const int32_t* table_row(const AttentionLaunch& p, in
   return p.block_tables + static_cast<int64_t>(p.table_index ? p.table_index[s] : s) * p.max_blocks_per_seq;
 }
 
-// Decode split policy, shared by host (grid and workspace sizing) and device (each sequence's own split).
-constexpr int kDecodeTileKeys = 64;
-constexpr int kDecodeMaxSplits = 64;
-constexpr int kDecodeSplitsLimit = 256;  // the combine kernel's shared weights hold this many a row
-// Four tiles a split trade batch 1 for batches 8-64: two were +2-5% at bs 1 and -1.5-2% at bs 8-64 on the H100 (8B
-// shape, 1K context; one tile -11% at bs 64; docs/BENCHMARKS.md, 2026-12-06).
-constexpr int kDecodeMinTilesPerSplit = 4;
+// Decode split policy (decode_splits.h), shared by host (grid and workspace sizing) and device (each sequence's own
+// split).
 constexpr int kDecodeMaxRows = 16;
 
 // The fewest tiles a split takes: 4 over b16 caches; twice that over 8-bit caches, whose tiles hold half the bytes
@@ -92,18 +92,6 @@ __host__ __device__ inline int decode_min_tiles(const AttentionLaunch& p) {
 __host__ __device__ inline int decode_max_splits(const AttentionLaunch& p) {
   const int m = p.decode_max_splits > 0 ? p.decode_max_splits : kDecodeMaxSplits;
   return m > kDecodeSplitsLimit ? kDecodeSplitsLimit : m;
-}
-__host__ __device__ inline int decode_split_bound(int n_tiles, int min_tiles, int max_splits) {
-  int s = (n_tiles + min_tiles - 1) / min_tiles;
-  return s < 1 ? 1 : (s > max_splits ? max_splits : s);
-}
-// Splits for a sequence with n_tiles KV tiles; every split gets tiles_per_split tiles (the last fewer).
-__host__ __device__ inline int decode_num_splits(int n_tiles, int min_tiles, int max_splits, int* tiles_per_split) {
-  int bound = decode_split_bound(n_tiles, min_tiles, max_splits);
-  int per = (n_tiles + bound - 1) / bound;
-  if (per < 1) per = 1;
-  *tiles_per_split = per;
-  return (n_tiles + per - 1) / per;
 }
 
 // The rows a prefill CTA takes and the keys they see: packed (token, head) rows [r0, r0 + kRows) of sequence s (row pr

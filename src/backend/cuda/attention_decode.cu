@@ -61,7 +61,8 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   d.kv_hi = len;
   d.tile_lo = d.kv_lo / kDecodeTileKeys;
   d.n_tiles = (d.kv_hi + kDecodeTileKeys - 1) / kDecodeTileKeys - d.tile_lo;
-  d.num_splits = decode_num_splits(d.n_tiles, decode_min_tiles(p), decode_max_splits(p), &d.tiles_per_split);
+  d.num_splits = decode_num_splits(d.n_tiles, decode_min_tiles(p), decode_max_splits(p), p.num_kv_heads,
+                                   p.decode_wave_ctas, &d.tiles_per_split);
   return d;
 }
 
@@ -417,14 +418,25 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
     return true;
   }();
   (void)attribute_set;
-  dim3 grid(static_cast<unsigned>(grid_splits), static_cast<unsigned>(p.num_seqs),
-            static_cast<unsigned>(p.num_kv_heads));
-  launch_pdl(decode_kernel<T, D, Q, kMinBlocks>, grid, C::kThreads, C::kSmem, stream, p.num_tokens, p, grid_splits,
+  // The CTAs of this kernel the device runs at once (decode_num_splits' wave rule): its occupancy times the SMs.
+  static const int wave_ctas = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    PEREGRINE_CUDA_CHECK(cudaGetDevice(&device));
+    PEREGRINE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    PEREGRINE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<T, D, Q, kMinBlocks>,
+                                                                       C::kThreads, C::kSmem));
+    return sms * per_sm;
+  }();
+  AttentionLaunch q = p;
+  q.decode_wave_ctas = p.decode_waves ? wave_ctas : 0;
+  dim3 grid(static_cast<unsigned>(grid_splits), static_cast<unsigned>(q.num_seqs),
+            static_cast<unsigned>(q.num_kv_heads));
+  launch_pdl(decode_kernel<T, D, Q, kMinBlocks>, grid, C::kThreads, C::kSmem, stream, q.num_tokens, q, grid_splits,
              rows_cap);
   if (grid_splits > 1) {
-    dim3 cgrid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(p.num_kv_heads));
+    dim3 cgrid(static_cast<unsigned>(q.num_seqs), static_cast<unsigned>(q.num_kv_heads));
     const int threads = std::clamp((rows_cap * D + 31) / 32 * 32, 128, kCombineThreads);
-    launch_pdl(decode_combine_kernel<T>, cgrid, threads, 0, stream, p.num_tokens, p, grid_splits, rows_cap);
+    launch_pdl(decode_combine_kernel<T>, cgrid, threads, 0, stream, q.num_tokens, q, grid_splits, rows_cap);
   }
 }
 

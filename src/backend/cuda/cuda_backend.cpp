@@ -1009,6 +1009,12 @@ class CudaBackendImpl final : public CudaBackend {
       return v ? std::clamp(std::atoi(v), 1, cuda::kDecodeSplitsLimit) : 0;
     }();
     l.decode_max_splits = max_splits;
+    // PEREGRINE_DECODE_WAVES=0: decode splits by the first rule alone, not the wave rule (comparisons).
+    static const bool waves = [] {
+      const char* v = std::getenv("PEREGRINE_DECODE_WAVES");
+      return !(v && std::atoi(v) == 0);
+    }();
+    l.decode_waves = waves;
     const size_t ws = cuda::attention_workspace_bytes(l);
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
     cuda::launch_attention(l, stream_);
