@@ -575,6 +575,8 @@ __global__ void ggml_dequantize_packed_kernel(GgmlMatmulLaunch p, X* __restrict_
 // code sum meet over its 8 lanes.
 template <typename X>
 __global__ void ggml_quantize_x_kernel(const X* __restrict__ x, int64_t m, int64_t k, GgmlXq out) {
+  pdl_wait();  // x is the kernel before's output; the codes may still be read by the matmul before
+  pdl_trigger();
   const int64_t chunks = k / 128;
   const int64_t wi = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   if (wi >= m * chunks) return;  // whole warps
@@ -745,8 +747,8 @@ void launch_ggml_quantize_x(const void* x, DType x_dtype, int64_t m, int64_t k, 
   const int64_t threads = m * (k / 128) * 32;
   dispatch_float(x_dtype, [&](auto tag) {
     using X = typename decltype(tag)::type;
-    ggml_quantize_x_kernel<X><<<static_cast<unsigned>(ceil_div(threads, 256)), 256, 0, stream>>>(
-        static_cast<const X*>(x), m, k, out);
+    launch_pdl(ggml_quantize_x_kernel<X>, dim3(static_cast<unsigned>(ceil_div(threads, 256))), dim3(256), 0, stream,
+               m, static_cast<const X*>(x), m, k, out);
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }

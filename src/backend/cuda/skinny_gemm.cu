@@ -1176,6 +1176,18 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) skinny_ggml_kernel(SkinnyGe
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  // Before the wait for the kernel before (launch_pdl): the first round of this lane's weight codes prefetched to
+  // L2 (no kernel writes them; no registers held across the wait). x's codes and scales are read only after it.
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = warp + int64_t{u} * kWarps;
+    if (c < chunks) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(ca + c * kChunkCodeBytes));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(cb + c * kChunkCodeBytes));
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
   GgmlPiece<G> a[U], b8[U];
   for (int64_t c0 = warp; c0 < chunks; c0 += int64_t{kWarps} * U) {
 #pragma unroll
@@ -1205,13 +1217,13 @@ void launch_ggml_typed(const SkinnyGemmLaunch& l, cudaStream_t stream) {
   static_assert(kSkinnyGgmlMaxM <= 32, "up to four n-tiles of 8 tokens");
   // Four n-tiles hold their x pieces and scales in registers: one block per SM (255 registers).
   if (l.m == 1)
-    skinny_ggml_kernel<G, 1, kU1, 2, true><<<grid, block, 0, stream>>>(l);
+    launch_pdl(skinny_ggml_kernel<G, 1, kU1, 2, true>, grid, block, 0, stream, l.m, l);
   else if (l.m <= 8)
-    skinny_ggml_kernel<G, 1, kU1, 2><<<grid, block, 0, stream>>>(l);
+    launch_pdl(skinny_ggml_kernel<G, 1, kU1, 2>, grid, block, 0, stream, l.m, l);
   else if (l.m <= 16)
-    skinny_ggml_kernel<G, 2, G == GgmlType::kQ6_K ? 1 : 2, 2><<<grid, block, 0, stream>>>(l);
+    launch_pdl(skinny_ggml_kernel<G, 2, G == GgmlType::kQ6_K ? 1 : 2, 2>, grid, block, 0, stream, l.m, l);
   else
-    skinny_ggml_kernel<G, 4, G == GgmlType::kQ6_K ? 1 : 2, 1><<<grid, block, 0, stream>>>(l);
+    launch_pdl(skinny_ggml_kernel<G, 4, G == GgmlType::kQ6_K ? 1 : 2, 1>, grid, block, 0, stream, l.m, l);
   PEREGRINE_CUDA_CHECK(cudaGetLastError());
 }
 
