@@ -3,7 +3,8 @@
 # batch-1 decode for bf16 and each of BS1_QUANTS, the 8,190-token prefill for bf16 and FP8, offline 1024 in / 400 out
 # at concurrency CONC for bf16 and for FP8 weights + fp8 KV (their step splits), then (NCU=1) a batch-256 decode
 # step under Nsight Compute (the runner's NVTX "decode" ranges only) while the call's time lasts (BUDGET seconds in
-# all). Op tests first (OPS; none to skip). BATCH_RUNS adds decode at larger batches (scheme:batch, e.g. w4a16:256).
+# all). Op tests first (OPS; none to skip). BATCH_RUNS adds decode at larger batches (scheme:batch, e.g. w4a16:256);
+# TRT TensorRT-LLM's published workloads (below).
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/goals_sweep.sh
 set -uo pipefail
@@ -56,12 +57,24 @@ for q in bf16 fp8; do
     --device cuda --input-len 1024 --output-len 400 --concurrency "${CONC:-256}" "${qf[@]}" >"$out/tp_$q.txt" 2>&1
   t "throughput $q rc=$?"; grep -vE "^\[|^$" "$out/tp_$q.txt" | tail -4
 done
+# TRT: TensorRT-LLM's published workloads (issue 14), input:output:concurrency[:scheme] entries, e.g.
+# TRT="128:128:1024 2048:128:256 1000:1000:448 1000:1000:448:fp8" (fp8: FP8 weights + fp8 KV), while time lasts.
+for w in ${TRT:-}; do
+  IFS=: read -r il ol cc sch <<<"$w"
+  [ "$(left)" -gt 90 ] || { t "TRT $w skipped: out of time"; continue; }
+  qf=(); [ "${sch:-bf16}" != bf16 ] && qf=(--quantization fp8 --kv-cache-dtype fp8)
+  timeout "$(( $(left) - 30 ))" "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights \
+    --config "$cfg" --device cuda --input-len "$il" --output-len "$ol" --concurrency "$cc" "${qf[@]}" \
+    >"$out/trt_${il}_${ol}_${cc}_${sch:-bf16}.txt" 2>&1
+  t "TRT $w rc=$?"; grep -vE "^\[|^$" "$out/trt_${il}_${ol}_${cc}_${sch:-bf16}.txt" | tail -3
+done
 if [ "${NCU:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
-  # Only the runner's "decode" NVTX ranges (warm-up and prefill steps are named otherwise), LAUNCHES launches.
+  # Only the runner's "decode" NVTX ranges (warm-up and prefill steps are named otherwise), LAUNCHES launches, through
+  # `bench throughput` (its first pure decode step is the whole batch; `bench latency`'s decode pass is not).
   timeout "$(( $(left) - 15 ))" ncu --clock-control none --nvtx --nvtx-include "decode/" --launch-count "${LAUNCHES:-1200}" \
     --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
-    "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 1024 --output-len 4 \
-    --batch-size "${BS:-256}" --iterations 1 >/dev/null 2>&1
+    "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" --device cuda \
+    --input-len 1024 --output-len 4 --concurrency "${BS:-256}" >/dev/null 2>&1
   t "ncu rc=$?"
   python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
   gzip -f "$out/ncu_decode.csv"
@@ -76,6 +89,10 @@ for r in ${BATCH_RUNS:-}; do q=${r%%:*}; bs=${r##*:}; echo "| decode bs $bs $q |
 for q in bf16 fp8; do echo "| prefill 8190 $q | $(val "lat_prefill_$q.txt" prefill) |"; done
 n=0
 for e in ${PREFILL_ENVS:-}; do n=$((n + 1)); echo "| prefill 8190 fp8, $e | $(val "lat_prefill_fp8_v$n.txt" prefill) |"; done
+for w in ${TRT:-}; do
+  IFS=: read -r il ol cc sch <<<"$w"
+  echo "| TRT $il/$ol c $cc ${sch:-bf16} | $(awk -v c="$cc" '$1 == c {print $4 " output tok/s, " $NF " of roof"; exit}' "$out/trt_${il}_${ol}_${cc}_${sch:-bf16}.txt" 2>/dev/null) |"
+done
 for q in bf16 fp8; do
   echo "| c ${CONC:-256} $q | $(awk -v c="${CONC:-256}" '$1 == c {print $4 " output tok/s, " $6 " steps, " $7 " ms a step, forward " $8 ", " $NF " of roof"; exit}' "$out/tp_$q.txt") |"
 done

@@ -86,11 +86,12 @@ for q in ${TP:-}; do
 done
 if [ "${DECODE:-1}" = 1 ]; then
   # Only kernels inside the runner's "decode" ranges (Backend::trace_push, NVTX): warm-up steps are "warmup" and
-  # prefill steps "step", so the first profiled launches are the bench's decode steps at batch BS.
+  # steps with prompt tokens "step". Through `bench throughput`, whose first pure decode step is the whole batch
+  # (`bench latency`'s decode pass begins with single-sequence steps over its cached prompts).
   timeout "${DECODE_TIMEOUT:-200}" ncu --clock-control none --nvtx --nvtx-include "decode/" \
     --launch-count "${LAUNCHES:-1200}" --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
-    "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 1024 --output-len 4 \
-    --batch-size "${BS:-256}" --iterations 1 >"$out/lat_decode.txt" 2>&1
+    "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" --device cuda \
+    --input-len 1024 --output-len 4 --concurrency "${BS:-256}" >"$out/lat_decode.txt" 2>&1
   t "ncu decode bs ${BS:-256} rc=$?"
   python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
   gzip -f "$out/ncu_decode.csv"
