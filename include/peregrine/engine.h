@@ -166,8 +166,9 @@ struct EngineStats {
   double step_sample_seconds = 0.0;    // host sampler
   double step_update_seconds = 0.0;    // appending tokens, detokenizing, stop checks, callbacks
   // The same steps split by kind: steps that compute prompt tokens (prompt chunks, alone or beside decodes) and
-  // pure decode steps (every row a sequence's next token); their counts, whole-step seconds and rows, and for
-  // decode steps the context lengths summed over their rows (mean attended keys = context / rows).
+  // decode steps (no prompt token: each sequence's next token, with its drafts when speculating); their counts,
+  // whole-step seconds, the prompt steps' prompt tokens, and the decode steps' sequences and context lengths (keys
+  // the sequence's last row attends to) summed over them (mean context = context / rows).
   uint64_t num_prompt_steps = 0, num_decode_steps = 0;
   double prompt_step_seconds = 0.0, decode_step_seconds = 0.0;
   uint64_t prompt_step_prompt_tokens = 0, decode_step_rows = 0, decode_step_context = 0;
