@@ -22,6 +22,7 @@ case "${1:?bundle or run}" in
     for x in ${EXTRA_BINS:-}; do cp "$b/$x" "$stage/bin/"; done  # e.g. EXTRA_BINS=bench/cuda/cuda_ops_bench
     [ -n "${OLD:-}" ] && cp "$OLD" "$stage/bin/peregrine_old"
     cp ../shared/configs/llama-3-8b.json "$stage/shared/configs/"
+    mkdir -p "$stage/tools" && cp ../shared/tools/make_random_gguf.py "$stage/tools/"  # llama_cpp_peer.sh PEER=0
     extra=()
     if [ "${MODEL:-0}" = 1 ]; then
       cp "$b/tests/unit/model_tests" "$stage/bin/"
@@ -35,7 +36,7 @@ case "${1:?bundle or run}" in
       if [ "${PYCODER:-1}" = 1 ]; then cp models/pycoder-tiny/model.safetensors "$stage/model/"; extra=(model); fi
     fi
     strip "$stage"/bin/*
-    pack .device/carry_w4 deps bin shared "${extra[@]}"
+    pack .device/carry_w4 deps bin shared tools "${extra[@]}"
     ;;
   run)
     start=$(date +%s)
