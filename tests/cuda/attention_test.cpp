@@ -228,6 +228,28 @@ TEST(CudaAttention, LongContextsTo32K) {
   check_case(c, 53, "GQA 8 long");
 }
 
+// Sequence s of a batch run alone on the GPU: its q, length and block-table row sliced out of the batch's inputs
+// (the same caches). True when its output has the batch output's bits.
+bool same_alone(const AttnCase& big, const AttnInputs& in, const HostTensor& batch_out, int s) {
+  const int64_t row_bytes = static_cast<int64_t>(big.hq) * big.hd * 2;
+  const int32_t* qsl = reinterpret_cast<const int32_t*>(in.qsl.bytes.data());
+  const Seq& sq = big.seqs[static_cast<size_t>(s)];
+  AttnCase one = big;
+  one.seqs = {sq};
+  AttnInputs alone = in;
+  alone.q = HostTensor(big.act, {sq.q_len, big.hq, big.hd});
+  std::memcpy(alone.q.bytes.data(), in.q.bytes.data() + qsl[s] * row_bytes, sq.q_len * row_bytes);
+  alone.qsl = int_tensor({0, sq.q_len});
+  alone.lens = int_tensor({sq.seq_len});
+  const int64_t mb = in.tables.shape[1];
+  alone.tables = HostTensor(DType::kI32, {1, mb});
+  std::memcpy(alone.tables.bytes.data(), in.tables.bytes.data() + s * mb * 4, mb * 4);
+  alone.max_query_len = sq.q_len;
+  alone.max_seq_len = sq.seq_len;
+  HostTensor one_out = run_gpu(one, alone);
+  return std::memcmp(one_out.bytes.data(), batch_out.bytes.data() + qsl[s] * row_bytes, sq.q_len * row_bytes) == 0;
+}
+
 // The same sequences alone and inside bigger, differently ordered batches must give identical bits.
 TEST(CudaAttention, ResultDoesNotDependOnBatch) {
   for (DType cache : {DType::kBF16, DType::kI8, DType::kF8E4M3})
@@ -241,28 +263,34 @@ TEST(CudaAttention, ResultDoesNotDependOnBatch) {
     std::mt19937 rng(61);
     AttnInputs in = make_inputs(big, rng);
     HostTensor batch_out = run_gpu(big, in);
-    const int64_t row_bytes = static_cast<int64_t>(big.hq) * hd * 2;
-    const int32_t* qsl = reinterpret_cast<const int32_t*>(in.qsl.bytes.data());
-    // Each target sequence alone: slice its q, lens and table row out of the big inputs.
     for (int s : {2, 4, 6}) {
-      const Seq& sq = big.seqs[s];
-      AttnCase one = big;
-      one.seqs = {sq};
-      AttnInputs alone = in;
-      alone.q = HostTensor(big.act, {sq.q_len, big.hq, hd});
-      std::memcpy(alone.q.bytes.data(), in.q.bytes.data() + qsl[s] * row_bytes, sq.q_len * row_bytes);
-      alone.qsl = int_tensor({0, sq.q_len});
-      alone.lens = int_tensor({sq.seq_len});
-      const int64_t mb = in.tables.shape[1];
-      alone.tables = HostTensor(DType::kI32, {1, mb});
-      std::memcpy(alone.tables.bytes.data(), in.tables.bytes.data() + s * mb * 4, mb * 4);
-      alone.max_query_len = sq.q_len;
-      alone.max_seq_len = sq.seq_len;
-      HostTensor one_out = run_gpu(one, alone);
-      const bool same = std::memcmp(one_out.bytes.data(), batch_out.bytes.data() + qsl[s] * row_bytes,
-                                    sq.q_len * row_bytes) == 0;
-      EXPECT_TRUE(same) << "sequence " << s << " (q_len " << sq.q_len << ", len " << sq.seq_len << ", hd " << hd
-                        << ", cache " << dtype_name(cache) << ") differs alone vs in batch";
+      const Seq& sq = big.seqs[static_cast<size_t>(s)];
+      EXPECT_TRUE(same_alone(big, in, batch_out, s))
+          << "sequence " << s << " (q_len " << sq.q_len << ", len " << sq.seq_len << ", hd " << hd << ", cache "
+          << dtype_name(cache) << ") differs alone vs in batch";
+    }
+  }
+}
+
+// The decode split's wave rule (decode_splits.h): with 8 KV heads, decodes past ~12.5K keys would fill more than one
+// wave of CTAs under the first rule (64 splits x 8 heads) and take fewer, longer splits; their results still match
+// the reference and have the same bits alone and in a batch (the rule never sees the batch).
+TEST(CudaAttention, LongDecodesTakeSplitsThatFillWaves) {
+  for (DType cache : {DType::kBF16, DType::kF8E4M3}) {
+    AttnCase c;
+    c.hq = 32;
+    c.hkv = 8;
+    c.cache = cache;
+    if (cache == DType::kF8E4M3) c.hkv = 16, c.hq = 64;  // its four CTAs an SM: 16 heads to pass one wave
+    c.seqs = {{1, 20000}, {2, 13000}, {1, 300}, {1, 33000}};
+    check_case(c, 71, "long decodes, wave rule");
+    std::mt19937 rng(72);
+    AttnInputs in = make_inputs(c, rng);
+    HostTensor batch_out = run_gpu(c, in);
+    for (int s : {0, 1, 3}) {
+      EXPECT_TRUE(same_alone(c, in, batch_out, s))
+          << "sequence " << s << " (len " << c.seqs[static_cast<size_t>(s)].seq_len << ", cache " << dtype_name(cache)
+          << ") differs alone vs in batch";
     }
   }
 }
