@@ -1015,6 +1015,12 @@ class CudaBackendImpl final : public CudaBackend {
       return !(v && std::atoi(v) == 0);
     }();
     l.decode_waves = waves;
+    // PEREGRINE_DECODE_SPLIT_COST=Q: the wave rule's fixed cost of a split, Q quarter tiles (comparisons).
+    static const int split_cost = [] {
+      const char* v = std::getenv("PEREGRINE_DECODE_SPLIT_COST");
+      return v ? std::clamp(std::atoi(v), 0, 64) : -1;
+    }();
+    l.decode_split_cost = split_cost;
     const size_t ws = cuda::attention_workspace_bytes(l);
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
     cuda::launch_attention(l, stream_);

@@ -44,6 +44,18 @@ TEST(DecodeSplits, LongSequenceAloneFillsOneWave) {
   }
 }
 
+TEST(DecodeSplits, TheFixedCostWeighsSplitsAgainstWaves) {
+  // 245 tiles, 16 KV heads, 396 CTAs at once: one wave of 11-tile splits (4 x 11 + c quarters), two of 5-tile splits
+  // (2 x (4 x 5 + c)) or three of 4 (3 x (16 + c)). Two waves win while a split's fixed cost is under a tile.
+  int per = 0;
+  EXPECT_EQ(decode_num_splits(245, 4, 64, 16, 396, &per, 0), 49);
+  EXPECT_EQ(per, 5);
+  decode_num_splits(245, 4, 64, 16, 396, &per);  // the default: half a tile
+  EXPECT_EQ(per, 5);
+  EXPECT_EQ(decode_num_splits(245, 4, 64, 16, 396, &per, 8), 23);  // two tiles: one wave
+  EXPECT_EQ(per, 11);
+}
+
 TEST(DecodeSplits, NeverMoreSplitsThanTheBoundAndNeverCostlierAlone) {
   for (int wave : {0, 132, 396, 528}) {
     for (int heads : {1, 2, 4, 8, 32}) {
