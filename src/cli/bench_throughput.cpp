@@ -92,13 +92,10 @@ std::vector<int> parse_list(const std::string& s, const char* flag) {
   return out;
 }
 
-// The workload's roofline: per step, max(bytes moved / bandwidth, FLOPs / matmul rate), summed over the steps the
-// workload needs (prefill in chunks of the token budget, then output_len - 1 decode steps of c rows). Bytes are the
-// weights (every projection and the LM head, at the bytes per parameter the model stores), the KV read by attention
-// and the KV written; FLOPs are 2 per weight per token (LM head once per sequence per step) and 4 per attended key
-// per head per layer.
-// One step's roofline: `tokens` computed, `rows` of logits, `attended` keys summed over the tokens and heads' rows,
-// `kv_read` cached tokens read.
+// One step's roofline: max(bytes moved / bandwidth, FLOPs / matmul rate) for `tokens` computed, `rows` of logits,
+// `attended` keys summed over the tokens, `kv_read` cached tokens read. Bytes are the weights (every projection and
+// the LM head, at the bytes per parameter the model stores), the KV read by attention and the KV written; FLOPs are 2
+// per weight per token (the LM head per row) and 4 per attended key per head per layer.
 double step_roofline_seconds(const ModelInfo& m, double tokens, double rows, double attended, double kv_read,
                              double bytes_per_s, double flops_per_s) {
   const double h = m.hidden_size, inter = m.intermediate_size, layers = m.num_layers, heads = m.num_attention_heads;
@@ -114,6 +111,8 @@ double step_roofline_seconds(const ModelInfo& m, double tokens, double rows, dou
   return std::max(bytes / bytes_per_s, flops / flops_per_s);
 }
 
+// The workload's roofline: the steps' rooflines summed over the steps the workload needs (prefill in chunks of the
+// token budget, then output_len - 1 decode steps of c rows).
 double roofline_seconds(const ModelInfo& m, int c, int input_len, int output_len, double bytes_per_s, double flops_per_s) {
   auto step = [&](double tokens, double rows, double attended, double kv_read) {
     return step_roofline_seconds(m, tokens, rows, attended, kv_read, bytes_per_s, flops_per_s);
