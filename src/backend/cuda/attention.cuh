@@ -57,9 +57,9 @@ struct AttentionLaunch {
   // decode launcher from the kernel's occupancy (PEREGRINE_DECODE_WAVES=0 turns the rule off: decode_waves false).
   int decode_wave_ctas = 0;
   bool decode_waves = true;
-  // The wave rule's fixed cost of a split in quarter tiles (-1: kDecodeSplitCostQuarters; PEREGRINE_DECODE_SPLIT_COST,
-  // a process-wide constant for comparisons).
-  int decode_split_cost = -1;
+  // The wave rule's fixed cost of a split in quarter tiles (PEREGRINE_DECODE_SPLIT_COST: a process-wide constant,
+  // for comparisons).
+  int decode_split_cost = kDecodeSplitCostQuarters;
 };
 
 // Bytes of device workspace launch_attention needs for these params (0 when none).

@@ -62,8 +62,7 @@ __device__ __forceinline__ DecodeSeq decode_seq(const AttentionLaunch& p, int s,
   d.tile_lo = d.kv_lo / kDecodeTileKeys;
   d.n_tiles = (d.kv_hi + kDecodeTileKeys - 1) / kDecodeTileKeys - d.tile_lo;
   d.num_splits = decode_num_splits(d.n_tiles, decode_min_tiles(p), decode_max_splits(p), p.num_kv_heads,
-                                   p.decode_wave_ctas, &d.tiles_per_split,
-                                   p.decode_split_cost >= 0 ? p.decode_split_cost : kDecodeSplitCostQuarters);
+                                   p.decode_wave_ctas, &d.tiles_per_split, p.decode_split_cost);
   return d;
 }
 

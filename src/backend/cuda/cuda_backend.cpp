@@ -70,6 +70,12 @@ bool env_off(const char* name) {
   return v && std::string_view(v) == "0";
 }
 
+// The integer the environment switch `name` holds, if it is set (the comparison switches).
+std::optional<int> env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::optional<int>(std::atoi(v)) : std::nullopt;
+}
+
 bool batch_invariant_requested() {
   const char* v = std::getenv("VLLM_BATCH_INVARIANT");
   return v && std::string_view(v) != "0" && *v != '\0';
@@ -996,31 +1002,18 @@ class CudaBackendImpl final : public CudaBackend {
     l.max_query_len = static_cast<int>(p.max_query_len > 0 ? std::min<int64_t>(p.max_query_len, l.num_tokens)
                                                            : l.num_tokens);
     l.max_seq_len = static_cast<int>(p.max_seq_len > 0 ? std::min<int64_t>(p.max_seq_len, seq_cap) : seq_cap);
-    // PEREGRINE_DECODE_SPLIT_TILES=N: decode splits of at least N 64-key tiles (comparisons; a process-wide
-    // constant, so a sequence's splits still depend on its own length alone).
-    static const int split_tiles = [] {
-      const char* v = std::getenv("PEREGRINE_DECODE_SPLIT_TILES");
-      return v ? std::max(1, std::atoi(v)) : 0;
-    }();
-    l.decode_split_tiles = split_tiles;
-    // PEREGRINE_DECODE_MAX_SPLITS=N: at most N splits a decode sequence (default 64, at most 256; comparisons).
-    static const int max_splits = [] {
-      const char* v = std::getenv("PEREGRINE_DECODE_MAX_SPLITS");
-      return v ? std::clamp(std::atoi(v), 1, cuda::kDecodeSplitsLimit) : 0;
-    }();
-    l.decode_max_splits = max_splits;
-    // PEREGRINE_DECODE_WAVES=0: decode splits by the first rule alone, not the wave rule (comparisons).
-    static const bool waves = [] {
-      const char* v = std::getenv("PEREGRINE_DECODE_WAVES");
-      return !(v && std::atoi(v) == 0);
-    }();
+    // Comparison switches, process-wide constants (so a sequence's splits still depend on its own length alone):
+    // PEREGRINE_DECODE_SPLIT_TILES=N, splits of at least N 64-key tiles; PEREGRINE_DECODE_MAX_SPLITS=N, at most N
+    // splits a sequence (default 64, at most 256); PEREGRINE_DECODE_WAVES=0, the first rule alone, not the wave rule;
+    // PEREGRINE_DECODE_SPLIT_COST=Q, the wave rule's fixed cost of a split in quarter tiles.
+    static const std::optional<int> tiles = env_int("PEREGRINE_DECODE_SPLIT_TILES");
+    static const std::optional<int> splits = env_int("PEREGRINE_DECODE_MAX_SPLITS");
+    static const std::optional<int> cost = env_int("PEREGRINE_DECODE_SPLIT_COST");
+    static const bool waves = !env_off("PEREGRINE_DECODE_WAVES");
+    l.decode_split_tiles = tiles ? std::max(1, *tiles) : 0;
+    l.decode_max_splits = splits ? std::clamp(*splits, 1, cuda::kDecodeSplitsLimit) : 0;
+    l.decode_split_cost = cost ? std::clamp(*cost, 0, 64) : cuda::kDecodeSplitCostQuarters;
     l.decode_waves = waves;
-    // PEREGRINE_DECODE_SPLIT_COST=Q: the wave rule's fixed cost of a split, Q quarter tiles (comparisons).
-    static const int split_cost = [] {
-      const char* v = std::getenv("PEREGRINE_DECODE_SPLIT_COST");
-      return v ? std::clamp(std::atoi(v), 0, 64) : -1;
-    }();
-    l.decode_split_cost = split_cost;
     const size_t ws = cuda::attention_workspace_bytes(l);
     l.workspace = ws ? static_cast<float*>(scratch(ws, 0)) : nullptr;
     cuda::launch_attention(l, stream_);
