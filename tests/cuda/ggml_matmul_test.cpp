@@ -7,7 +7,12 @@
 #include <algorithm>
 #include <array>
 #include <random>
+#include <span>
+#include <string>
+#include <vector>
+#include <cmath>
 
+#include "core/status.h"
 #include "cuda_test_util.h"
 #include "ggml_test_blocks.h"
 
@@ -285,6 +290,84 @@ TEST(CudaGgmlPacked, OnlyTypesAndShapesWithALayoutArePacked) {
   EXPECT_FALSE(packs(GgmlType::kQ5_0, 96));  // K not a multiple of 128 (K-quants' K is one of 256: their block)
   EXPECT_FALSE(packs(GgmlType::kQ4_1, 256));  // no packed layout: the GEMV reads the file's blocks
   EXPECT_FALSE(packs(GgmlType::kQ5_1, 256));
+}
+
+// A norm or SiLU·mul told of the packed GGUF matmuls that read its output next (ops.h RmsNormParams / SiluMulParams
+// `next`) makes x's int8 blocks itself (ggml_xq.cuh) and leaves its output unwritten (poisoned here: a matmul that
+// read it would give NaN): the matmuls' outputs and the residual stream are the bits of the unfused ops (the op, then
+// the matmul quantizing x), for every packed type and a Q4_K_M-like q/k/v of two types, a norm with and without a
+// residual, rows of one warp and of several, M 1 .. 32. A call other than the one the op was told of is refused.
+TEST(CudaGgmlPacked, NormAndSiluMakeTheNextMatmulsBlocks) {
+  std::mt19937 rng(2207);
+  struct Case { int64_t k, f, m; };
+  const Case cases[] = {{512, 1280, 1}, {1024, 2816, 5}, {4096, 14336, 1}, {4096, 14336, 32}};
+  for (const auto& types : {std::array{GgmlType::kQ4_0, GgmlType::kQ4_0, GgmlType::kQ4_0},
+                            std::array{GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0},
+                            std::array{GgmlType::kQ5_0, GgmlType::kQ5_0, GgmlType::kQ5_0},
+                            std::array{GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K},
+                            std::array{GgmlType::kQ5_K, GgmlType::kQ5_0, GgmlType::kQ6_K}})
+    for (const auto [k, f, m] : cases)
+      for (bool with_residual : {false, true}) {
+        const std::string what = std::string(ggml_type_name(types[0])) + "/" + ggml_type_name(types[2]) + " K " +
+                                 std::to_string(k) + " F " + std::to_string(f) + " M " + std::to_string(m) +
+                                 (with_residual ? " with residual" : "");
+        const int64_t ns[] = {256, 64, 64};
+        std::vector<Packed> ws;
+        for (int i = 0; i < 3; ++i) ws.push_back(pack(blocks_tensor(types[i], ns[i], k, rng), types[i]));
+        const Packed down = pack(blocks_tensor(types[2], k, f, rng), types[2]);
+        const HostTensor x = random_tensor(DType::kBF16, {m, k}, rng), res = random_tensor(DType::kBF16, {m, k}, rng);
+        const HostTensor nw = random_tensor(DType::kBF16, {k}, rng, 0.5);
+        HostTensor gate = random_tensor(DType::kBF16, {m, f}, rng, 2.0);
+        for (int64_t e = 0; e < 32; ++e) gate.set(e, 0.0);  // a block of zeros: amax 0
+        const HostTensor up = random_tensor(DType::kBF16, {m, f}, rng);
+        DeviceTensor d_x(x), d_nw(nw), d_up(up);
+        struct Run {
+          DeviceTensor res, normed, gate;
+          std::vector<DeviceTensor> outs;
+          DeviceTensor y;
+        };
+        std::vector<Run> runs;
+        for (bool next : {false, true}) {
+          Run r{DeviceTensor(res), DeviceTensor(HostTensor(DType::kBF16, {m, k})), DeviceTensor(gate), {},
+                DeviceTensor(HostTensor(DType::kBF16, {m, k}))};
+          r.normed.poison();
+          std::vector<ops::MatmulParams> qkv;
+          for (int i = 0; i < 3; ++i) {
+            r.outs.emplace_back(HostTensor(DType::kBF16, {m, ns[i]}));
+            qkv.push_back({r.normed.view(), ws[i].blocks.view(), TensorView(), r.outs.back().view(), ws[i].q});
+          }
+          const std::span<const ops::MatmulParams> norm_next = next ? std::span(qkv) : std::span<const ops::MatmulParams>{};
+          if (with_residual) gpu().rms_norm({d_x.view(), r.res.view(), d_nw.view(), r.normed.view(), 1e-5f, norm_next});
+          else gpu().rms_norm({d_x.view(), {}, d_nw.view(), r.normed.view(), 1e-5f, norm_next});
+          gpu().matmuls(qkv);
+          const ops::MatmulParams dp(r.gate.view(), down.blocks.view(), {}, r.y.view(), down.q);
+          gpu().silu_mul({r.gate.view(), d_up.view(), r.gate.view(), next ? std::span(&dp, 1) : std::span<const ops::MatmulParams>{}});
+          gpu().matmul(dp);
+          runs.push_back(std::move(r));
+        }
+        gpu().synchronize();
+        for (int i = 0; i < 3; ++i)
+          EXPECT_TRUE(bitwise_equal(runs[0].outs[i].to_host(), runs[1].outs[i].to_host())) << what << ": #" << i;
+        EXPECT_TRUE(bitwise_equal(runs[0].y.to_host(), runs[1].y.to_host())) << what << ": down";
+        EXPECT_TRUE(bitwise_equal(runs[0].res.to_host(), runs[1].res.to_host())) << what << ": residual";
+        EXPECT_TRUE(std::isnan(runs[1].normed.to_host().get(0))) << what << ": normed written";
+        EXPECT_TRUE(bitwise_equal(runs[1].gate.to_host(), gate)) << what << ": product written";
+        // x's blocks depend on x alone, so another GGUF matmul after the op reads them as well (the bits of the
+        // unfused ops); a matmul of another kind, which would read the unwritten output, is refused.
+        const std::array told{ops::MatmulParams(runs[1].normed.view(), ws[0].blocks.view(), {}, runs[1].outs[0].view(),
+                                                ws[0].q)};
+        gpu().rms_norm({d_x.view(), {}, d_nw.view(), runs[1].normed.view(), 1e-5f, told});
+        gpu().matmul(ops::MatmulParams(runs[1].normed.view(), ws[1].blocks.view(), {}, runs[1].outs[1].view(), ws[1].q));
+        gpu().rms_norm({d_x.view(), {}, d_nw.view(), runs[0].normed.view(), 1e-5f});
+        gpu().matmul(ops::MatmulParams(runs[0].normed.view(), ws[1].blocks.view(), {}, runs[0].outs[1].view(), ws[1].q));
+        EXPECT_TRUE(bitwise_equal(runs[0].outs[1].to_host(), runs[1].outs[1].to_host())) << what << ": another weight";
+        const HostTensor dense_w = random_tensor(DType::kBF16, {64, k}, rng);
+        DeviceTensor d_dense(dense_w), dense_out(HostTensor(DType::kBF16, {m, 64}));
+        gpu().rms_norm({d_x.view(), {}, d_nw.view(), runs[1].normed.view(), 1e-5f, told});
+        EXPECT_THROW(gpu().matmul(ops::MatmulParams(runs[1].normed.view(), d_dense.view(), {}, dense_out.view())),
+                     peregrine::Error)
+            << what;
+      }
 }
 
 TEST(CudaGgmlEmbedding, GathersTheReferenceRowsBitForBit) {

@@ -2,6 +2,7 @@
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/ggml_xq.cuh"
 
 namespace peregrine::cuda {
 namespace {
@@ -27,12 +28,14 @@ __global__ void silu_mul_vec_kernel(const T* gate, const T* up, T* out, int64_t 
 // and up loaded first (all of a thread's loads in flight at once), the products rounded to T in place as
 // silu_mul_vec_kernel stores them, their amax (fmaxf: order-free), then act_quant.cuh's codes of those rounded values:
 // act_quant_vec_kernel's bits on silu_mul_vec_kernel's output.
+// kGgml: the packed GGUF kernels' int8 blocks instead (ggml_xq.cuh; cols % 128 == 0, so a block's four pieces are
+// four neighbouring threads' and every warp's lanes all have pieces or all none).
 constexpr int kQuantThreads = 256, kQuantPieces = 8;
-template <typename T>
+template <typename T, bool kGgml>
 __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* __restrict__ gate,
                                                                         const T* __restrict__ up, int64_t cols,
                                                                         int act, uint8_t* __restrict__ xq,
-                                                                        float* __restrict__ xs) {
+                                                                        float* __restrict__ xs, GgmlXq gx) {
   pdl_wait();
   pdl_trigger();
   const int64_t row = blockIdx.x;
@@ -61,6 +64,19 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* 
         amax = fmaxf(amax, fabsf(to_f32(he[e])));
       }
     }
+  }
+  if constexpr (kGgml) {
+#pragma unroll
+    for (int j = 0; j < kQuantPieces; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kQuantThreads;
+      if (j * kQuantThreads >= pieces) break;  // block-uniform
+      const T* he = reinterpret_cast<const T*>(&h[j]);
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = i < pieces ? to_f32(he[e]) : 0.0f;
+      ggml_xq_piece8(v, i < pieces, row, cols, int64_t{i} * 8, gx);
+    }
+    return;
   }
   amax = block_max<kQuantThreads>(amax);
   const ActQuantizer qz(act, amax);
@@ -115,6 +131,10 @@ void launch_silu_mul(const SiluMulLaunch& p, cudaStream_t stream) {
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
 
+bool silu_mul_ggml_takes(const SiluMulLaunch& p) {
+  return silu_mul_quant_takes(p) && (p.numel / p.rows) % 128 == 0;
+}
+
 bool silu_mul_quant_takes(const SiluMulLaunch& p) {
   const bool b16 = p.out_dtype == DType::kBF16 || p.out_dtype == DType::kF16;
   if (!b16 || p.gate_dtype != p.out_dtype || p.up_dtype != p.out_dtype || p.rows < 1 || p.numel % p.rows != 0)
@@ -130,8 +150,23 @@ void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* 
   dispatch_float(p.out_dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
-      launch_pdl(silu_mul_quant_kernel<T>, static_cast<unsigned>(p.rows), kQuantThreads, 0, stream, p.rows,
-                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), cols, act, xq, xs);
+      launch_pdl(silu_mul_quant_kernel<T, false>, static_cast<unsigned>(p.rows), kQuantThreads, 0, stream, p.rows,
+                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), cols, act, xq, xs, GgmlXq{});
+    }
+  });
+  PEREGRINE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_mul_ggml(const SiluMulLaunch& p, const GgmlXq& xq, cudaStream_t stream) {
+  PEREGRINE_CHECK(silu_mul_ggml_takes(p) && xq.q && xq.d && xq.sum && xq.sum16 &&
+                      (reinterpret_cast<uintptr_t>(xq.q) & 3u) == 0,
+                  "silu_mul_ggml: a launch the kernel does not take");
+  const int64_t cols = p.numel / p.rows;
+  dispatch_float(p.out_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (sizeof(T) == 2) {
+      launch_pdl(silu_mul_quant_kernel<T, true>, static_cast<unsigned>(p.rows), kQuantThreads, 0, stream, p.rows,
+                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), cols, 0, nullptr, nullptr, xq);
     }
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/ggml_matmul.cuh"
 #include "core/dtype.h"
 
 namespace peregrine::cuda {
@@ -26,6 +27,10 @@ void launch_silu_mul(const SiluMulLaunch& p, cudaStream_t stream);
 // written. Rows of cols = numel / rows values.
 bool silu_mul_quant_takes(const SiluMulLaunch& p);
 void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* xs, cudaStream_t stream);
+// The same, the product made into the int8 blocks the packed GGUF kernels read (ggml_xq.cuh: launch_ggml_quantize_x's
+// bits on the product); cols a multiple of 128.
+bool silu_mul_ggml_takes(const SiluMulLaunch& p);
+void launch_silu_mul_ggml(const SiluMulLaunch& p, const GgmlXq& xq, cudaStream_t stream);
 
 struct AddBiasLaunch {
   void* out;         // [M, N], out[m, n] += bias[n]

@@ -224,6 +224,11 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void matmul_one(const MatmulParams& p) {
     check_matmul(p);
+    // An op told of W8A8 or GGUF matmuls next (prequant_key) left x unwritten: only such a matmul may read it.
+    PEREGRINE_CHECK(!prequant_ || p.x.data != xq_key_.x ||
+                        (xq_key_.act == cuda::kActQuantGgml ? p.quant.ggml_blocks() && p.quant.packed != nullptr
+                                                            : is_w8a8(p)),
+                    "cuda backend: a matmul over the output of an op told of other matmuls next");
     last_matmul_skinny_ = false;
     if (p.quant.ggml_blocks()) return ggml_matmul(p);
     if (p.quant.quantized()) return quant_matmul(p);
@@ -264,6 +269,13 @@ class CudaBackendImpl final : public CudaBackend {
     if (which == "0" || (which == "norm" && !norm) || (which == "silu" && norm)) return std::nullopt;
     if (next.empty() || out.ndim != 2) return std::nullopt;
     const int64_t m = out.dim(0), k = out.dim(1);
+    if (next.front().quant.ggml_blocks()) {  // GGUF blocks: x's int8 blocks, where ggml_skinny takes every matmul
+      cuda::SkinnyGemmLaunch ls[cuda::kSkinnyMaxSegments];
+      int launches = 0;
+      if (next.front().x.data != out.data || next.front().x.dtype != out.dtype || !ggml_skinny_plan(next, ls, launches))
+        return std::nullopt;
+      return XqKey{out.data, out.dtype, m, k, cuda::kActQuantGgml, 32};
+    }
     if (m <= std::max(cuda::kSkinnyW8F8MaxM, cuda::kSkinnyW8I8MaxM) || k % 8 != 0) return std::nullopt;
     int act = 0;
     for (const MatmulParams& p : next) {
@@ -466,9 +478,46 @@ class CudaBackendImpl final : public CudaBackend {
   bool ggml_skinny(std::span<const MatmulParams> ps) {
     const MatmulParams& first = ps.front();
     const int64_t m = first.x.dim(0), k = first.x.dim(1);
-    if ((reinterpret_cast<uintptr_t>(first.x.data) & 15u) != 0) return false;
     cuda::SkinnyGemmLaunch ls[cuda::kSkinnyMaxSegments];
     int launches = 0;
+    // The op before made x's blocks (prequant_key; asking for the slot forgets its key: kept for the group's other
+    // matmuls), or they are made here. An op told of other matmuls left x unwritten: refused, never read.
+    const XqKey key{first.x.data, first.x.dtype, m, k, cuda::kActQuantGgml, 32};
+    const bool made = prequant_ && xq_key_ == key, told = prequant_ && xq_key_.x == first.x.data;
+    const bool planned = ggml_skinny_plan(ps, ls, launches);
+    PEREGRINE_CHECK(made == told && (planned || !told),
+                    "cuda backend: GGUF matmuls over the output of an op told of other matmuls next");
+    if (!planned) return false;
+    const cuda::GgmlXq xq = ggml_xq_scratch(m, k);
+    if (made) xq_key_ = key;
+    else cuda::launch_ggml_quantize_x(first.x.data, first.x.dtype, m, k, xq, stream_);
+    for (int i = 0; i < launches; ++i) {
+      ls[i].xq = xq.q;
+      ls[i].xd = xq.d;
+      ls[i].xsum = xq.sum;
+      ls[i].xsum16 = xq.sum16;
+      cuda::launch_skinny_ggml(ls[i], stream_);
+    }
+    last_matmul_skinny_ = true;
+    return true;
+  }
+  // kQuantXSlot laid out for x [m, k]'s GGUF blocks: codes, then a scale, a code sum per 32 values, sums per 16.
+  cuda::GgmlXq ggml_xq_scratch(int64_t m, int64_t k) {
+    const size_t q_bytes = static_cast<size_t>(m * k + 255) / 256 * 256;
+    const size_t s_padded = (static_cast<size_t>(m * (k / 32)) * 4 + 255) / 256 * 256;
+    const size_t h_bytes = static_cast<size_t>(m * (k / 16)) * 4;
+    auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded + h_bytes, kQuantXSlot));
+    return cuda::GgmlXq{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
+                        reinterpret_cast<int32_t*>(base + q_bytes + s_padded),
+                        reinterpret_cast<int32_t*>(base + q_bytes + 2 * s_padded)};
+  }
+  // ggml_skinny's launches for ps (one per block type); false where the kernel does not take them all.
+  bool ggml_skinny_plan(std::span<const MatmulParams> ps, cuda::SkinnyGemmLaunch (&ls)[cuda::kSkinnyMaxSegments],
+                        int& launches) const {
+    const MatmulParams& first = ps.front();
+    const int64_t m = first.x.dim(0), k = first.x.dim(1);
+    if ((reinterpret_cast<uintptr_t>(first.x.data) & 15u) != 0) return false;
+    launches = 0;
     for (const MatmulParams& p : ps) {
       if (!p.quant.packed || p.x.data != first.x.data || p.x.dim(0) != m || p.out.dtype != first.out.dtype ||
           (p.out.dtype != p.x.dtype && p.out.dtype != DType::kF32))
@@ -489,22 +538,6 @@ class CudaBackendImpl final : public CudaBackend {
     // Nothing is enqueued unless the kernel takes every launch.
     for (int i = 0; i < launches; ++i)
       if (!cuda::skinny_ggml_takes(ls[i])) return false;
-    const size_t q_bytes = static_cast<size_t>(m * k + 255) / 256 * 256;
-    const size_t s_padded = (static_cast<size_t>(m * (k / 32)) * 4 + 255) / 256 * 256;
-    const size_t h_bytes = static_cast<size_t>(m * (k / 16)) * 4;
-    auto* base = static_cast<uint8_t*>(scratch(q_bytes + 2 * s_padded + h_bytes, kQuantXSlot));
-    const cuda::GgmlXq xq{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
-                          reinterpret_cast<int32_t*>(base + q_bytes + s_padded),
-                          reinterpret_cast<int32_t*>(base + q_bytes + 2 * s_padded)};
-    cuda::launch_ggml_quantize_x(first.x.data, first.x.dtype, m, k, xq, stream_);
-    for (int i = 0; i < launches; ++i) {
-      ls[i].xq = xq.q;
-      ls[i].xd = xq.d;
-      ls[i].xsum = xq.sum;
-      ls[i].xsum16 = xq.sum16;
-      cuda::launch_skinny_ggml(ls[i], stream_);
-    }
-    last_matmul_skinny_ = true;
     return true;
   }
 
@@ -885,7 +918,15 @@ class CudaBackendImpl final : public CudaBackend {
     if (p.out.dtype != p.x.dtype)
       throw Error(ErrorCode::kUnsupported, "rms_norm on cuda: out dtype must equal x dtype");
     const std::optional<XqKey> key = prequant_key(p.next, p.out, true);
-    if (key && cuda::rms_norm_quant_takes(l)) {  // the next matmuls' x codes, out left unwritten
+    if (key && key->act == cuda::kActQuantGgml && cuda::rms_norm_ggml_takes(l)) {  // GGUF blocks, out left unwritten
+      l.act_quant = cuda::kActQuantGgml;
+      l.ggml = ggml_xq_scratch(key->m, key->k);
+      cuda::launch_rms_norm(l, stream_);
+      xq_key_ = *key;
+      prequant_ = true;
+      return;
+    }
+    if (key && key->act != cuda::kActQuantGgml && cuda::rms_norm_quant_takes(l)) {  // the next matmuls' x codes, out left unwritten
       l.act_quant = key->act;
       std::tie(l.xq, l.xs) = xq_scratch(*key);
       cuda::launch_rms_norm(l, stream_);
@@ -911,7 +952,13 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::SiluMulLaunch l{p.gate.data, p.up.data, p.out.data, p.gate.dtype, p.up.dtype, p.out.dtype, p.gate.numel(),
                           p.gate.dim(0)};
     const std::optional<XqKey> key = p.out.ndim == 2 ? prequant_key(p.next, p.out, false) : std::nullopt;
-    if (key && cuda::silu_mul_quant_takes(l)) {  // the next matmul's x codes, out left unwritten
+    if (key && key->act == cuda::kActQuantGgml && cuda::silu_mul_ggml_takes(l)) {  // GGUF blocks, out left unwritten
+      cuda::launch_silu_mul_ggml(l, ggml_xq_scratch(key->m, key->k), stream_);
+      xq_key_ = *key;
+      prequant_ = true;
+      return;
+    }
+    if (key && key->act != cuda::kActQuantGgml && cuda::silu_mul_quant_takes(l)) {  // the next matmul's x codes, out left unwritten
       const auto [xq, xs] = xq_scratch(*key);
       cuda::launch_silu_mul_quant(l, key->act, xq, xs, stream_);
       xq_key_ = *key;

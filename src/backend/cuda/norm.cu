@@ -1,8 +1,11 @@
 // RMSNorm kernel: each row is handled by `tpr` threads (a warp up to a whole block); two passes over the
 // row (the second hits L1/L2), the residual sum rounded to the activation dtype before the statistics. The sums of
 // squares go through norm_sum.cuh, which the 8-bit skinny kernel's norm fusion shares.
+#include <type_traits>
+
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/ggml_xq.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/norm_sum.cuh"
 
@@ -148,7 +151,9 @@ template <typename TW> struct Weights8 {
 // and the outputs stay packed in x's dtype (each is a T value anyway) and the weights as loaded, so a thread holds
 // half the registers of the float copies and more blocks share an SM through the reductions and the codes' divisions.
 // Inactive rows' lanes stay to the end (row_max may synchronize the block).
-template <typename T, typename TW, int C>
+// kGgml: the packed GGUF kernels' int8 blocks instead (ggml_xq.cuh; a row's lanes are whole warps, tpr >= 32, and a
+// block's four pieces sit on four neighbouring lanes: hidden % 128 == 0).
+template <typename T, typename TW, int C, bool kGgml>
 __global__ void __launch_bounds__(kThreads) rms_norm_quant_kernel(RmsNormLaunch p, int tpr) {
   pdl_wait();
   pdl_trigger();
@@ -202,6 +207,19 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quant_kernel(RmsNormLaunch 
       }
     }
   }
+  if constexpr (kGgml) {
+    if (!nr.active) return;  // whole warps (tpr >= 32)
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = (nr.lane + static_cast<int64_t>(c) * tpr) * 8;
+      const T* xe = reinterpret_cast<const T*>(&xv[c]);
+      float f[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) f[e] = i < h ? to_f32(xe[e]) : 0.0f;
+      ggml_xq_piece8(f, i < h, nr.row, h, i, p.ggml);
+    }
+    return;
+  }
   amax = row_max(amax, tpr);
   if (!nr.active) return;
   const ActQuantizer qz(p.act_quant, amax);
@@ -233,6 +251,8 @@ bool rms_norm_quant_takes(const RmsNormLaunch& p) {
   return ceil_div(units, rms_norm_lanes(units)) <= 8;
 }
 
+bool rms_norm_ggml_takes(const RmsNormLaunch& p) { return p.hidden % 128 == 0 && rms_norm_quant_takes(p); }
+
 void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   bool vec = vector_rows(p);
@@ -241,9 +261,11 @@ void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
   int rows_per_block = kThreads / tpr;
   unsigned blocks = static_cast<unsigned>(ceil_div(p.rows, rows_per_block));
   const int64_t pieces = vec ? ceil_div(per_thread_units, tpr) : 0;  // 8-element pieces per lane
-  const bool quant = p.act_quant != 0;
-  PEREGRINE_CHECK(!quant || (rms_norm_quant_takes(p) && (p.act_quant == 1 || p.act_quant == 2) && p.xq && p.xs &&
-                             (reinterpret_cast<uintptr_t>(p.xq) & 7u) == 0),
+  const bool quant = p.act_quant != 0, ggml = p.act_quant == kActQuantGgml;
+  PEREGRINE_CHECK(!quant || (ggml ? rms_norm_ggml_takes(p) && p.ggml.q && p.ggml.d && p.ggml.sum && p.ggml.sum16 &&
+                                        (reinterpret_cast<uintptr_t>(p.ggml.q) & 3u) == 0
+                                  : rms_norm_quant_takes(p) && (p.act_quant == 1 || p.act_quant == 2) && p.xq && p.xs &&
+                                        (reinterpret_cast<uintptr_t>(p.xq) & 7u) == 0),
                   "rms_norm: a quantizing launch the kernel does not take");
   dispatch_float(p.act, [&](auto at) {
     using T = typename decltype(at)::type;
@@ -251,9 +273,14 @@ void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
       using TW = typename decltype(wt)::type;
       if (quant) {
         if constexpr (sizeof(T) == 2) {
-          if (pieces <= 2) launch_pdl(rms_norm_quant_kernel<T, TW, 2>, blocks, kThreads, 0, stream, p.rows, p, tpr);
-          else if (pieces <= 4) launch_pdl(rms_norm_quant_kernel<T, TW, 4>, blocks, kThreads, 0, stream, p.rows, p, tpr);
-          else launch_pdl(rms_norm_quant_kernel<T, TW, 8>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+          auto go = [&](auto g) {
+            constexpr bool kG = decltype(g)::value;
+            if (pieces <= 2) launch_pdl(rms_norm_quant_kernel<T, TW, 2, kG>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+            else if (pieces <= 4) launch_pdl(rms_norm_quant_kernel<T, TW, 4, kG>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+            else launch_pdl(rms_norm_quant_kernel<T, TW, 8, kG>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+          };
+          if (ggml) go(std::true_type{});
+          else go(std::false_type{});
         }
       } else if (pieces >= 1 && pieces <= 2) {
         launch_pdl(rms_norm_regs_kernel<T, TW, 2>, blocks, kThreads, 0, stream, p.rows, p, tpr);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/ggml_matmul.cuh"
 #include "core/dtype.h"
 
 namespace peregrine::cuda {
@@ -24,9 +25,15 @@ struct RmsNormLaunch {
   uint8_t* xq = nullptr;
   float* xs = nullptr;
   int act_quant = 0;
+  // Set (act_quant kActQuantGgml): the rows quantized instead into the int8 blocks the packed GGUF kernels read
+  // (ggml_xq.cuh: launch_ggml_quantize_x's bits on out), out not written. hidden a multiple of 128.
+  GgmlXq ggml{};
 };
+constexpr int kActQuantGgml = 3;
 void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream);
 // Whether launch_rms_norm can quantize p's rows (16-bit activations, rows of 16-byte pieces in registers).
 bool rms_norm_quant_takes(const RmsNormLaunch& p);
+// Whether it can make p's rows the packed GGUF kernels' x blocks (act_quant kActQuantGgml).
+bool rms_norm_ggml_takes(const RmsNormLaunch& p);
 
 }  // namespace peregrine::cuda
