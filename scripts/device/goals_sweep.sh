@@ -4,7 +4,7 @@
 # at concurrency CONC for bf16 and for FP8 weights + fp8 KV (their step splits), then (NCU=1) a batch-256 decode
 # step under Nsight Compute (the runner's NVTX "decode" ranges only) while the call's time lasts (BUDGET seconds in
 # all). Op tests first (OPS; none to skip). BATCH_RUNS adds decode at larger batches (scheme:batch, e.g. w4a16:256);
-# TRT TensorRT-LLM's published workloads (below).
+# TRT TensorRT-LLM's published workloads (below). SWEEP=0 skips the measurements (op tests and profile only).
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/goals_sweep.sh
 set -uo pipefail
@@ -22,6 +22,8 @@ if [ "${OPS:-none}" != none ]; then
   t "op tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|FAILED  \]" "$out/ops.log" | head -20
 fi
 rows=()
+# SWEEP=0: only the op tests and the profile (NCU=1).
+if [ "${SWEEP:-1}" = 1 ]; then
 lat() {  # label, then bench latency's arguments
   local label=$1; shift
   timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda "$@" >"$out/lat_$label.txt" 2>&1
@@ -68,17 +70,20 @@ for w in ${TRT:-}; do
     >"$out/trt_${il}_${ol}_${cc}_${sch:-bf16}.txt" 2>&1
   t "TRT $w rc=$?"; grep -vE "^\[|^$" "$out/trt_${il}_${ol}_${cc}_${sch:-bf16}.txt" | tail -3
 done
+fi
 if [ "${NCU:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
   # Only the runner's "decode" NVTX ranges (warm-up and prefill steps are named otherwise), LAUNCHES launches, through
-  # `bench throughput` (its first pure decode step is the whole batch; `bench latency`'s decode pass is not).
-  timeout "$(( $(left) - 15 ))" ncu --clock-control none --nvtx --nvtx-include "decode/" --launch-count "${LAUNCHES:-1200}" \
+  # `bench throughput`.
+  # Decode steps of fewer than BS / 2 sequences (the first requests' before the rest arrive) are named otherwise.
+  PEREGRINE_TRACE_DECODE_MIN_SEQS=$(( ${BS:-256} / 2 )) timeout "$(( $(left) - 15 ))" ncu --clock-control none --nvtx --nvtx-include "decode/" --launch-count "${LAUNCHES:-1200}" \
     --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
     "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" --device cuda \
-    --input-len 1024 --output-len 4 --concurrency "${BS:-256}" >/dev/null 2>&1
+    --input-len 1024 --output-len 48 --concurrency "${BS:-256}" >/dev/null 2>&1
   t "ncu rc=$?"
   python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
   gzip -f "$out/ncu_decode.csv"
 fi
+[ "${SWEEP:-1}" = 1 ] || { t done; exit 0; }
 val() { grep -E "^$2" "$out/$1" 2>/dev/null | head -1 | sed -E 's/^[a-z]+ +//; s/ +/ /g'; }
 echo
 echo "| $gpu | figure |"

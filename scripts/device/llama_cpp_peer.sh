@@ -6,7 +6,7 @@
 # Per file: llama-bench (-ngl 99 -fa 1, pp512 and tg128, 3 repetitions) and llama-batched-bench (512-token prompts,
 # 64 new tokens, B = 1 and 32: S_TG), then Peregrine's `bench latency` at the same shapes (512 in, 64 out).
 # TYPES narrows the files; BATCH (default 32) the batched size; PEER=0 runs Peregrine alone (no llama.cpp binaries
-# needed: any bundle with peregrine and tools/make_random_gguf.py); AB_ENV adds Peregrine's batch 1 under switches. Without llama-bench in the bundle (LLAMA_BENCH=0),
+# needed: any bundle with peregrine and tools/make_random_gguf.py); AB_ENV (space-separated ENV=V,ENV=V sets) adds Peregrine's batch 1 under each. Without llama-bench in the bundle (LLAMA_BENCH=0),
 # the tg128 / pp512 columns are llama-batched-bench's B = 1 S_TG / S_PP.
 set -uo pipefail
 out=${OUT:-/tmp/llama_cpp_peer}
@@ -41,12 +41,15 @@ for f in ${TYPES:-q8_0 q4_0 q4_k q4_k_m q5_k_m}; do
     [ -n "$lc_tg" ] || lc_tg=$lc_1
     [ -n "$lc_pp" ] || lc_pp=$(grep -E "^\|" "$out/bb_$f.txt" | awk -F'|' '$4+0 == 1 {print $7+0}' | tail -1)
   fi
-  # AB_ENV (ENV=V,ENV=V): Peregrine's batch 1 again under those switches, beside the default.
-  if [ -n "${AB_ENV:-}" ]; then
-    env ${AB_ENV//,/ } timeout 120 "$bin/peregrine" bench latency --model "$m" --device cuda --input-len 512 \
-      --output-len 64 --batch-size 1 --iterations 3 >"$out/pg_${f}_ab.txt" 2>&1
-    echo "peregrine $f bs 1 under $AB_ENV rc=$? $(grep -E '^decode' "$out/pg_${f}_ab.txt")"
-  fi
+  # AB_ENV (space-separated sets ENV=V,ENV=V): Peregrine's batch 1 again under each set of switches, beside the
+  # default.
+  n=0
+  for e in ${AB_ENV:-}; do
+    n=$((n + 1))
+    env ${e//,/ } timeout 120 "$bin/peregrine" bench latency --model "$m" --device cuda --input-len 512 \
+      --output-len 64 --batch-size 1 --iterations 3 >"$out/pg_${f}_ab$n.txt" 2>&1
+    echo "peregrine $f bs 1 under $e rc=$? $(grep -E '^decode' "$out/pg_${f}_ab$n.txt")"
+  done
   pg=()
   for bs in 1 "$B"; do
     timeout 120 "$bin/peregrine" bench latency --model "$m" --device cuda --input-len 512 --output-len 64 \

@@ -2,6 +2,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "core/status.h"
@@ -279,7 +280,17 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
     ops::Backend& b;
     Trace(ops::Backend& backend, const char* name) : b(backend) { b.trace_push(name); }
     ~Trace() { b.trace_pop(); }
-  } trace(backend_, warming_up_ ? "warmup" : max_q == 1 ? "decode" : "step");
+  };
+  // PEREGRINE_TRACE_DECODE_MIN_SEQS=N names decode steps of fewer than N sequences "decode-few", so that a profiler
+  // filtered on "decode" sees the full batch's steps only (a run's first requests decode before the rest arrive).
+  static const int min_seqs = [] {
+    const char* v = std::getenv("PEREGRINE_TRACE_DECODE_MIN_SEQS");
+    return v ? std::atoi(v) : 0;
+  }();
+  Trace trace(backend_, warming_up_                       ? "warmup"
+                        : max_q != 1                      ? "step"
+                        : b.num_seqs() < min_seqs         ? "decode-few"
+                                                          : "decode");
   model_->prepare_step(*std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1});
   // A pure decode step with a logits row per sequence replays a graph, padded to its bucket with dummy
   // sequences (slot -1: nothing written; one key from block 0: finite, discarded).
