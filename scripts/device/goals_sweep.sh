@@ -4,7 +4,8 @@
 # at concurrency CONC for bf16 and for FP8 weights + fp8 KV (their step splits), then (NCU=1) a batch-256 decode
 # step under Nsight Compute (the runner's NVTX "decode" ranges only) while the call's time lasts (BUDGET seconds in
 # all). Op tests first (OPS; none to skip). BATCH_RUNS adds decode at larger batches (scheme:batch, e.g. w4a16:256);
-# TRT TensorRT-LLM's published workloads (below). SWEEP=0 skips the measurements (op tests and profile only).
+# TRT TensorRT-LLM's published workloads (below). NCU_FLAGS: the profiled run's extra flags (e.g. --quantization fp8
+# --kv-cache-dtype fp8). SWEEP=0 skips the measurements (op tests and profile only).
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/goals_sweep.sh
 set -uo pipefail
@@ -78,9 +79,9 @@ if [ "${NCU:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
   PEREGRINE_TRACE_DECODE_MIN_SEQS=$(( ${BS:-256} / 2 )) timeout "$(( $(left) - 15 ))" ncu --clock-control none --nvtx --nvtx-include "decode/" --launch-count "${LAUNCHES:-1200}" \
     --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
     "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" --device cuda \
-    --input-len 1024 --output-len 48 --concurrency "${BS:-256}" >/dev/null 2>&1
+    --input-len 1024 --output-len 48 --concurrency "${BS:-256}" ${NCU_FLAGS:-} >/dev/null 2>&1
   t "ncu rc=$?"
-  python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one bf16 decode step (bs ${BS:-256}, ctx ~1K)" --by-grid || true
+  python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one decode step (bs ${BS:-256}, ctx ~1K${NCU_FLAGS:+, $NCU_FLAGS})" --by-grid || true
   gzip -f "$out/ncu_decode.csv"
 fi
 [ "${SWEEP:-1}" = 1 ] || { t done; exit 0; }

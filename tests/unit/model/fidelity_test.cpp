@@ -158,10 +158,15 @@ INSTANTIATE_TEST_SUITE_P(
                       FidelityCase{"arch/qwen3-qknorm", "arch/qwen3-qknorm/reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/mistral-swa", "arch/mistral-swa/reference.json", "cpu", "auto", 1e-3},
                       FidelityCase{"arch/llama3-rope", "arch/llama3-rope/reference.json", "ref", "auto", 1e-3},
-                      // GPU (run on the device; skipped without one): the bf16 path and the fp32 path.
-                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cuda", "auto", 2e-2},
+                      // GPU (run on the device; skipped without one): the bf16 path and the fp32 path. The bf16
+                      // path is held within transformers' own bf16 run, which is 1.47e-1 from the same reference
+                      // (scripts/device/torch_bf16_fidelity.py, H100, 2026-12-07; Peregrine's: 6.2e-2).
+                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cuda", "auto", 1e-1},
                       FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cuda", "float32", 1e-3},
-                      FidelityCase{"pycoder-draft", "pycoder-draft.reference.json", "cuda", "auto", 2e-2},
+                      // f16 activations and cache: transformers' own float16 run on the GPU is 1.73e-2 from the same
+                      // reference (scripts/device/torch_bf16_fidelity.py, H100, 2026-12-07).
+                      FidelityCase{"pycoder-tiny", "pycoder-tiny.reference.json", "cuda", "float16", 2e-2},
+                      FidelityCase{"pycoder-draft", "pycoder-draft.reference.json", "cuda", "auto", 1e-1},
                       FidelityCase{"arch/qwen3-qknorm", "arch/qwen3-qknorm/reference.json", "cuda", "float32", 1e-3},
                       FidelityCase{"arch/mistral-swa", "arch/mistral-swa/reference.json", "cuda", "float32", 1e-3},
                       FidelityCase{"arch/llama-yarn", "arch/llama-yarn/reference.json", "cuda", "float32", 1e-3}),
