@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 
+#include "backend/cuda/attention.cuh"
 #include "cuda_test_util.h"
 
 namespace peregrine::cuda_test {
@@ -293,6 +294,30 @@ TEST(CudaAttention, LongDecodesTakeSplitsThatFillWaves) {
           << ") differs alone vs in batch";
     }
   }
+}
+
+// The split combine with four outputs a thread (decode_combine_vec_mode(1); off by default until measured) gives the
+// bits of one output a thread: decodes short and long (one split to 64), verify-sized rows (q_len 4: 16 rows a KV
+// head), head dims 64 / 128 / 256, b16 and 8-bit caches.
+TEST(CudaAttention, TheFourOutputCombineGivesTheSameBits) {
+  struct Restore {
+    ~Restore() { cuda::decode_combine_vec_mode(-1); }
+  } restore;
+  for (DType cache : {DType::kBF16, DType::kF8E4M3})
+    for (int hd : {64, 128, 256}) {
+      if (cache != DType::kBF16 && hd == 256) continue;
+      AttnCase c;
+      c.hd = hd;
+      c.cache = cache;
+      c.seqs = {{1, 5000}, {4, 3000}, {1, 33000}, {1, 700}, {2, 257}, {1, 100}};
+      std::mt19937 rng(83);
+      AttnInputs in = make_inputs(c, rng);
+      cuda::decode_combine_vec_mode(0);
+      const HostTensor one = run_gpu(c, in);
+      cuda::decode_combine_vec_mode(1);
+      const HostTensor four = run_gpu(c, in);
+      EXPECT_TRUE(one.bytes == four.bytes) << "hd " << hd << ", cache " << dtype_name(cache);
+    }
 }
 
 // Row-exact verification (the engine's layout for speculative decoding). Rows cut into pieces (sequences of their

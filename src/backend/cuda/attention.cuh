@@ -69,6 +69,9 @@ void launch_attention(const AttentionLaunch& p, cudaStream_t stream);
 // Kernel-family launchers (attention_decode.cu, attention_prefill.cu, attention_generic.cu).
 bool attention_uses_tensor_cores(const AttentionLaunch& p);
 void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream);
+// The split combine of later decode launches: 1 four outputs a thread (16-byte loads), 0 one (the default), -1 back
+// to PEREGRINE_DECODE_COMBINE_VEC (1 or unset). The same sums either way; tests compare the two.
+void decode_combine_vec_mode(int mode);
 void launch_attention_prefill(const AttentionLaunch& p, cudaStream_t stream);
 void launch_attention_generic(const AttentionLaunch& p, cudaStream_t stream);
 // The wgmma prefill (attention_prefill_wgmma.cu): false, launching nothing, where it does not apply (not an sm_90
