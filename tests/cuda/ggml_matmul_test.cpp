@@ -12,6 +12,7 @@
 #include <vector>
 #include <cmath>
 
+#include "backend/cuda/activation.cuh"
 #include "core/status.h"
 #include "cuda_test_util.h"
 #include "ggml_test_blocks.h"
@@ -367,6 +368,34 @@ TEST(CudaGgmlPacked, NormAndSiluMakeTheNextMatmulsBlocks) {
         EXPECT_THROW(gpu().matmul(ops::MatmulParams(runs[1].normed.view(), d_dense.view(), {}, dense_out.view())),
                      peregrine::Error)
             << what;
+      }
+}
+
+// SiLU·mul's GGUF blocks from a grid over each row's pieces (silu_mul_ggml_grid_mode(1); off by default until
+// measured) are the bits of a block a row's: the down matmul's outputs, M 1 .. 32, widths of 1 .. 7 pieces a thread.
+TEST(CudaGgmlPacked, SiluGridFormGivesTheSameBlocks) {
+  struct Restore {
+    ~Restore() { cuda::silu_mul_ggml_grid_mode(-1); }
+  } restore;
+  std::mt19937 rng(2208);
+  for (GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ6_K})
+    for (int64_t f : {256, 1280, 14336})
+      for (int64_t m : {1, 5, 32}) {
+        const Packed down = pack(blocks_tensor(t, 128, f, rng), t);
+        HostTensor gate = random_tensor(DType::kBF16, {m, f}, rng, 2.0);
+        for (int64_t e = 0; e < 32; ++e) gate.set(e, 0.0);  // a block of zeros: amax 0
+        const HostTensor up = random_tensor(DType::kBF16, {m, f}, rng);
+        DeviceTensor d_up(up);
+        std::vector<HostTensor> outs;
+        for (int mode : {0, 1}) {
+          cuda::silu_mul_ggml_grid_mode(mode);
+          DeviceTensor g(gate), y(HostTensor(DType::kBF16, {m, 128}));
+          const ops::MatmulParams dp(g.view(), down.blocks.view(), {}, y.view(), down.q);
+          gpu().silu_mul({g.view(), d_up.view(), g.view(), std::span(&dp, 1)});
+          gpu().matmul(dp);
+          outs.push_back(y.to_host());
+        }
+        EXPECT_TRUE(bitwise_equal(outs[0], outs[1])) << ggml_type_name(t) << " F " << f << " M " << m;
       }
 }
 

@@ -1,5 +1,9 @@
 // SiLU-mul (vectorised, one dtype) with a generic mixed-dtype fallback, and the bias-add kernel.
 #include "backend/cuda/activation.cuh"
+
+#include <atomic>
+#include <cstdlib>
+
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ggml_xq.cuh"
@@ -95,6 +99,28 @@ __global__ void __launch_bounds__(kQuantThreads) silu_mul_quant_kernel(const T* 
   if (threadIdx.x == 0) xs[row] = qz.scale();
 }
 
+// The same blocks from a grid over (pieces, rows), a thread an 8-value piece (silu_mul_vec_kernel's rounded
+// products; a block's four pieces on four neighbouring threads, cols % 128 == 0: every warp's lanes all have pieces
+// or none), so a single row spreads over the SMs instead of one block. The same bits; not yet run on a GPU, so
+// behind PEREGRINE_SILU_GGML_GRID=1 (silu_mul_ggml_grid_mode).
+template <typename T>
+__global__ void __launch_bounds__(256) silu_mul_ggml_kernel(const T* __restrict__ gate, const T* __restrict__ up,
+                                                            int64_t cols, GgmlXq gx) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t row = blockIdx.y, piece = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const bool present = piece < cols / 8;
+  float v[8] = {};
+  if (present) {
+    float u[8];
+    load8(gate + row * cols + piece * 8, v);
+    load8(up + row * cols + piece * 8, u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = to_f32(from_f32<T>(silu(v[e]) * u[e]));
+  }
+  ggml_xq_piece8(v, present, row, cols, piece * 8, gx);
+}
+
 __global__ void silu_mul_generic_kernel(SiluMulLaunch p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.numel;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -157,7 +183,23 @@ void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* 
   PEREGRINE_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// silu_mul_ggml_grid_mode's choice: -2 not yet read from PEREGRINE_SILU_GGML_GRID, else 0 / 1.
+std::atomic<int> g_silu_grid{-2};
+int silu_grid_env() {
+  const char* v = std::getenv("PEREGRINE_SILU_GGML_GRID");
+  return v && std::atoi(v) == 1 ? 1 : 0;
+}
+}  // namespace
+
+void silu_mul_ggml_grid_mode(int mode) {
+  g_silu_grid.store(mode == 0 || mode == 1 ? mode : silu_grid_env(), std::memory_order_relaxed);
+}
+
 void launch_silu_mul_ggml(const SiluMulLaunch& p, const GgmlXq& xq, cudaStream_t stream) {
+  int mode = g_silu_grid.load(std::memory_order_relaxed);
+  if (mode == -2) g_silu_grid.store(mode = silu_grid_env(), std::memory_order_relaxed);
+  const bool grid_form = mode == 1;
   PEREGRINE_CHECK(silu_mul_ggml_takes(p) && xq.q && xq.d && xq.sum && xq.sum16 &&
                       (reinterpret_cast<uintptr_t>(xq.q) & 3u) == 0,
                   "silu_mul_ggml: a launch the kernel does not take");
@@ -165,8 +207,14 @@ void launch_silu_mul_ggml(const SiluMulLaunch& p, const GgmlXq& xq, cudaStream_t
   dispatch_float(p.out_dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 2) {
-      launch_pdl(silu_mul_quant_kernel<T, true>, static_cast<unsigned>(p.rows), kQuantThreads, 0, stream, p.rows,
-                 static_cast<const T*>(p.gate), static_cast<const T*>(p.up), cols, 0, nullptr, nullptr, xq);
+      if (grid_form) {
+        const dim3 grid(static_cast<unsigned>(ceil_div(cols / 8, int64_t{256})), static_cast<unsigned>(p.rows));
+        launch_pdl(silu_mul_ggml_kernel<T>, grid, 256, 0, stream, p.rows, static_cast<const T*>(p.gate),
+                   static_cast<const T*>(p.up), cols, xq);
+      } else {
+        launch_pdl(silu_mul_quant_kernel<T, true>, static_cast<unsigned>(p.rows), kQuantThreads, 0, stream, p.rows,
+                   static_cast<const T*>(p.gate), static_cast<const T*>(p.up), cols, 0, nullptr, nullptr, xq);
+      }
     }
   });
   PEREGRINE_CUDA_CHECK_LAUNCH();

@@ -31,6 +31,9 @@ void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* 
 // bits on the product); cols a multiple of 128.
 bool silu_mul_ggml_takes(const SiluMulLaunch& p);
 void launch_silu_mul_ggml(const SiluMulLaunch& p, const GgmlXq& xq, cudaStream_t stream);
+// Its later launches: 1 a grid over each row's pieces, 0 a block a row (the default), -1 back to
+// PEREGRINE_SILU_GGML_GRID (1 or unset). The same bits either way; tests compare the two.
+void silu_mul_ggml_grid_mode(int mode);
 
 struct AddBiasLaunch {
   void* out;         // [M, N], out[m, n] += bias[n]
