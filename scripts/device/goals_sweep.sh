@@ -5,7 +5,7 @@
 # step under Nsight Compute (the runner's NVTX "decode" ranges only) while the call's time lasts (BUDGET seconds in
 # all). Op tests first (OPS; none to skip). BATCH_RUNS adds decode at larger batches (scheme:batch, e.g. w4a16:256);
 # TRT TensorRT-LLM's published workloads (below). NCU_FLAGS: the profiled run's extra flags (e.g. --quantization fp8
-# --kv-cache-dtype fp8). SWEEP=0 skips the measurements (op tests and profile only).
+# --kv-cache-dtype fp8); NCU_RANGE the runner's range profiled (decode; step: steps with prompt tokens). SWEEP=0 skips the measurements (op tests and profile only).
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/goals_sweep.sh
 set -uo pipefail
@@ -76,12 +76,12 @@ if [ "${NCU:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
   # Only the runner's "decode" NVTX ranges (warm-up and prefill steps are named otherwise), LAUNCHES launches, through
   # `bench throughput`.
   # Decode steps of fewer than BS / 2 sequences (the first requests' before the rest arrive) are named otherwise.
-  PEREGRINE_TRACE_DECODE_MIN_SEQS=$(( ${BS:-256} / 2 )) timeout "$(( $(left) - 15 ))" ncu --clock-control none --nvtx --nvtx-include "decode/" --launch-count "${LAUNCHES:-1200}" \
+  PEREGRINE_TRACE_DECODE_MIN_SEQS=$(( ${BS:-256} / 2 )) timeout "$(( $(left) - 15 ))" ncu --clock-control none --nvtx --nvtx-include "${NCU_RANGE:-decode}/" --launch-count "${LAUNCHES:-1200}" \
     --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_decode.csv" \
     "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" --device cuda \
     --input-len 1024 --output-len 48 --concurrency "${BS:-256}" ${NCU_FLAGS:-} >/dev/null 2>&1
   t "ncu rc=$?"
-  python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one decode step (bs ${BS:-256}, ctx ~1K${NCU_FLAGS:+, $NCU_FLAGS})" --by-grid || true
+  python3 scripts/device/ncu_step.py "$out/ncu_decode.csv" "one ${NCU_RANGE:-decode} step (bs ${BS:-256}, ctx ~1K${NCU_FLAGS:+, $NCU_FLAGS})" --by-grid || true
   gzip -f "$out/ncu_decode.csv"
 fi
 [ "${SWEEP:-1}" = 1 ] || { t done; exit 0; }
