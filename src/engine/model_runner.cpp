@@ -287,10 +287,8 @@ void ModelRunner::execute(const ForwardBatch& b, std::vector<float>& logits, Dev
     const char* v = std::getenv("PEREGRINE_TRACE_DECODE_MIN_SEQS");
     return v ? std::atoi(v) : 0;
   }();
-  Trace trace(backend_, warming_up_                       ? "warmup"
-                        : max_q != 1                      ? "step"
-                        : b.num_seqs() < min_seqs         ? "decode-few"
-                                                          : "decode");
+  const char* name = warming_up_ ? "warmup" : max_q != 1 ? "step" : b.num_seqs() < min_seqs ? "decode-few" : "decode";
+  Trace trace(backend_, name);
   model_->prepare_step(*std::max_element(b.positions.begin(), b.positions.end()) + int64_t{1});
   // A pure decode step with a logits row per sequence replays a graph, padded to its bucket with dummy
   // sequences (slot -1: nothing written; one key from block 0: finite, discarded).

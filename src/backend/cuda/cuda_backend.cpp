@@ -259,8 +259,9 @@ class CudaBackendImpl final : public CudaBackend {
   // silu_mul: ops.h RmsNormParams::next) can make them instead as it makes out: every matmul of next W8A8 per token
   // (int8 or FP8 codes with per-row scales, one activation type) over x = out [m, k], past the 8-bit skinny kernel's
   // M (which quantizes x itself), not FP8 in 128 x 128 blocks (its own scale layout). w8_matmul then finds them
-  // (xq_key_, prequant_) and reads only them, so the producer leaves out unwritten. PEREGRINE_PREQUANT: 0 never,
-  // norm / silu only that producer (comparisons); unset, both.
+  // (xq_key_, prequant_) and reads only them, so the producer leaves out unwritten. Or every matmul of next packed
+  // GGUF blocks that ggml_skinny takes (M <= 32): x's int8 blocks (ggml_xq.cuh), act kActQuantGgml, which depend on x
+  // alone. PEREGRINE_PREQUANT: 0 never, norm / silu only that producer (comparisons); unset, both.
   std::optional<XqKey> prequant_key(std::span<const MatmulParams> next, const TensorView& out, bool norm) const {
     static const std::string which = [] {
       const char* v = std::getenv("PEREGRINE_PREQUANT");
@@ -272,7 +273,9 @@ class CudaBackendImpl final : public CudaBackend {
     if (next.front().quant.ggml_blocks()) {  // GGUF blocks: x's int8 blocks, where ggml_skinny takes every matmul
       cuda::SkinnyGemmLaunch ls[cuda::kSkinnyMaxSegments];
       int launches = 0;
-      if (next.front().x.data != out.data || next.front().x.dtype != out.dtype || !ggml_skinny_plan(next, ls, launches))
+      const TensorView& x = next.front().x;
+      if (x.data != out.data || x.dtype != out.dtype || x.ndim != 2 || x.dim(0) != m || x.dim(1) != k ||
+          !ggml_skinny_plan(next, ls, launches))
         return std::nullopt;
       return XqKey{out.data, out.dtype, m, k, cuda::kActQuantGgml, 32};
     }
@@ -926,7 +929,8 @@ class CudaBackendImpl final : public CudaBackend {
       prequant_ = true;
       return;
     }
-    if (key && key->act != cuda::kActQuantGgml && cuda::rms_norm_quant_takes(l)) {  // the next matmuls' x codes, out left unwritten
+    // The next W8A8 matmuls' x codes, out left unwritten.
+    if (key && key->act != cuda::kActQuantGgml && cuda::rms_norm_quant_takes(l)) {
       l.act_quant = key->act;
       std::tie(l.xq, l.xs) = xq_scratch(*key);
       cuda::launch_rms_norm(l, stream_);
@@ -958,7 +962,8 @@ class CudaBackendImpl final : public CudaBackend {
       prequant_ = true;
       return;
     }
-    if (key && key->act != cuda::kActQuantGgml && cuda::silu_mul_quant_takes(l)) {  // the next matmul's x codes, out left unwritten
+    // The next W8A8 matmul's x codes, out left unwritten.
+    if (key && key->act != cuda::kActQuantGgml && cuda::silu_mul_quant_takes(l)) {
       const auto [xq, xs] = xq_scratch(*key);
       cuda::launch_silu_mul_quant(l, key->act, xq, xs, stream_);
       xq_key_ = *key;
