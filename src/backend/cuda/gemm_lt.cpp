@@ -3,6 +3,7 @@
 #include "backend/cuda/gemm_lt.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,17 @@ constexpr int64_t kMinSplitDepth = 1024;        // shapes below 1/8 of the SMs
 constexpr int64_t kMinSplitDepthFilled = 4096;  // shapes between 1/8 and 1/3
 constexpr int kMaxSplits = 16;
 constexpr size_t kSplitPartialsCap = size_t{32} << 20;  // f32 partials per call; larger M runs in row chunks
+// PEREGRINE_SPLITK_PARTIALS_MB=N: another cap for comparisons (a row's bits do not depend on its chunk). At 32 MB an
+// 8K-token prefill runs down_proj in eight chunks of 1,024 rows, 16 split-K reduces a layer (4.9% of a c 256 prompt
+// step under ncu, H100, 2026-12-07).
+size_t split_partials_cap() {
+  static const size_t cap = [] {
+    const char* v = std::getenv("PEREGRINE_SPLITK_PARTIALS_MB");
+    const long mb = v ? std::atol(v) : 0;
+    return mb > 0 ? static_cast<size_t>(mb) << 20 : kSplitPartialsCap;
+  }();
+  return cap;
+}
 constexpr int64_t kChunkRowGranule = 128;
 constexpr int kHeuristicCandidates = 32;
 
@@ -138,7 +150,7 @@ int64_t LtMatmul::rows_per_call(const GemmLaunch& p, LtPolicy policy) const {
   if (policy != LtPolicy::kBatchInvariantSplitK) return p.m;
   const int s = splits_for(p.n, p.k);
   if (s <= 1) return p.m;
-  const int64_t fit = static_cast<int64_t>(kSplitPartialsCap / (static_cast<size_t>(s) * p.n * 4));
+  const int64_t fit = static_cast<int64_t>(split_partials_cap() / (static_cast<size_t>(s) * p.n * 4));
   return std::min(p.m, std::max(kChunkRowGranule, fit / kChunkRowGranule * kChunkRowGranule));
 }
 
