@@ -215,6 +215,45 @@ void pack_linears(LlamaWeights& w, ops::Backend& backend, ReleaseFn&& release) {
     for (Linear* p : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) pack(*p);
 }
 
+// A layer's dense q/k/v weights one after another in one buffer where the backend wants them so
+// (Backend::adjacent_weights_wanted: it runs matmuls over adjacent weights as one GEMM at large M): each layer's
+// three uploaded copies are moved into one buffer and freed, the views pointing into it; layers whose q/k/v are
+// quantized, biased or not each in a buffer of their own are left as they are.
+void stack_qkv(LlamaWeights& w, ops::Backend& backend) {
+  if (backend.is_host() || !backend.adjacent_weights_wanted()) return;
+  for (LayerWeights& l : w.layers) {
+    Linear* ps[] = {&l.q_proj, &l.k_proj, &l.v_proj};
+    std::vector<ops::DeviceBuffer>::iterator owners[3];
+    size_t total = 0;
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; ++i) {
+      const Linear& p = *ps[i];
+      ok = !p.quant.quantized() && !p.quant.ggml_blocks() && p.quant.act == ops::ActQuant::kNone &&
+           p.quant.packed == nullptr && p.bias.empty() && p.weight.ndim == 2 && p.weight.dtype == l.q_proj.weight.dtype &&
+           p.weight.dim(1) == l.q_proj.weight.dim(1);
+      owners[i] = std::find_if(w.buffers.begin(), w.buffers.end(),
+                               [&](const ops::DeviceBuffer& b) { return b.data() == p.weight.data; });
+      ok = ok && owners[i] != w.buffers.end() && owners[i]->bytes() == p.weight.bytes();
+      total += p.weight.bytes();
+    }
+    if (!ok) continue;
+    ops::DeviceBuffer stacked(backend, total);
+    size_t offset = 0;
+    for (Linear* p : ps) {
+      backend.copy_on_device(static_cast<std::byte*>(stacked.data()) + offset, p->weight.data, p->weight.bytes());
+      offset += p->weight.bytes();
+    }
+    backend.synchronize();  // the copies are done before their sources go
+    offset = 0;
+    for (int i = 0; i < 3; ++i) {
+      *owners[i] = ops::DeviceBuffer{};  // freed; the empty owner stays in the list
+      ps[i]->weight.data = static_cast<std::byte*>(stacked.data()) + offset;
+      offset += ps[i]->weight.bytes();
+    }
+    w.buffers.push_back(std::move(stacked));
+  }
+}
+
 LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::WeightSource> source,
                                 const std::filesystem::path& where, ops::Backend& backend, const ModelOptions& options) {
   check_quantization_option(c, where, options.quantization);
@@ -279,6 +318,7 @@ LlamaWeights load_llama_weights(const io::ModelConfig& c, std::unique_ptr<io::We
     throw Error(ErrorCode::kNotFound, (where / "config.json").string() +
                                           ": tie_word_embeddings is false but tensor 'lm_head.weight' is missing");
   pack_linears(w, backend, [&](const void* p, size_t n) { src.release_pages(p, n); });
+  stack_qkv(w, backend);
   return w;
 }
 
@@ -355,6 +395,7 @@ LlamaWeights make_random_llama_weights(const io::ModelConfig& c, ops::Backend& b
   // Every matrix in the named scheme, as the GGUF peers quantize theirs: a tied LM head gets its own codes.
   if (qbits != 0 && c.tie_word_embeddings) quantized("lm_head", c.vocab_size, c.hidden_size, w.lm_head);
   pack_linears(w, backend, [](const void*, size_t) {});
+  stack_qkv(w, backend);
   return w;
 }
 

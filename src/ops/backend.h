@@ -120,6 +120,9 @@ class Backend {
   // True when this backend never reads w once WeightQuant::packed is set (the CUDA backend: every path reads the
   // packed copy), so the caller may free w's own copy and point w at the packed bytes (same size and shape).
   virtual bool packed_replaces_weight() const { return false; }
+  // True when the loader should store a layer's dense q/k/v weights one after another in one buffer (the CUDA
+  // backend runs matmuls over such weights as one GEMM at large M; PEREGRINE_ADJACENT_QKV=1 for now).
+  virtual bool adjacent_weights_wanted() const { return false; }
   // How pack_weight's layout groups w's rows: `rows` consecutive rows of w pack into `bytes` of the layout, group
   // after group, the bytes of a group depending on its rows alone (so rows [r0, r1) with r0 a multiple of `rows`
   // pack into the bytes at r0 / rows * bytes: a part of the weight can be re-packed in place). rows 0 where the

@@ -2,7 +2,10 @@
 // separate bias; and the ops.h contract that a row's result does not depend on M (batch invariance).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "cuda_test_util.h"
 
@@ -97,6 +100,53 @@ TEST(CudaMatmul, RowsDoNotDependOnBatchSize) {
   EXPECT_EQ(count_variant_ms(ops::MatmulPolicy::kBatchInvariantSplitK, 4096, 14336, rng), 0);
   // Informative: the default differs from M = 4096 at M <= 16 (the skinny kernel), matches it above.
   count_variant_ms(ops::MatmulPolicy::kSkinnySmallM, 4096, 4096, rng);
+}
+
+// q/k/v-shaped dense weights stored one after another in one buffer (the loader's stacked q/k/v) run as one GEMM
+// past the skinny kernel's M under set_adjacent_matmuls(1): every output element against the matmuls run one by one
+// (another GEMM shape, so within bf16 rounding), the outputs' rows the same for every M past 16, small M unchanged,
+// and weights that are not adjacent (or with a bias) still run one by one.
+TEST(CudaMatmul, AdjacentWeightsRunAsOneGemm) {
+  struct Restore {
+    ~Restore() { gpu_services().set_adjacent_matmuls(-1); }
+  } restore;
+  std::mt19937 rng(15);
+  const int64_t k = 1024, ns[] = {1024, 256, 256};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(k));
+  const HostTensor stacked = random_tensor(DType::kBF16, {1536, k}, rng, scale);
+  DeviceTensor d_w(stacked);
+  const HostTensor x = random_tensor(DType::kBF16, {300, k}, rng);
+  DeviceTensor d_x(x);
+  auto run = [&](int64_t m, int mode) {
+    gpu_services().set_adjacent_matmuls(mode);
+    std::vector<DeviceTensor> outs;
+    std::vector<ops::MatmulParams> ps;
+    int64_t row = 0;
+    for (int64_t n : ns) {
+      outs.emplace_back(HostTensor(DType::kBF16, {m, n}));
+      outs.back().poison();
+      ps.push_back({d_x.view().slice_rows(0, m), d_w.view().slice_rows(row, n), TensorView(), outs.back().view()});
+      row += n;
+    }
+    gpu().matmuls(ps);
+    std::vector<HostTensor> host;
+    for (DeviceTensor& o : outs) host.push_back(o.to_host());
+    return host;
+  };
+  const std::vector<HostTensor> big = run(300, 1);
+  for (int64_t m : {1, 16, 17, 64, 300}) {
+    const std::vector<HostTensor> one = run(m, 0), stacked_out = run(m, 1);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(all_close(stacked_out[i], one[i])) << "M " << m << " #" << i;
+      if (m <= 16) {
+        EXPECT_TRUE(bitwise_equal(stacked_out[i], one[i])) << "M " << m << " #" << i << ": small M changed";
+      } else {
+        const size_t bytes = stacked_out[i].bytes.size();
+        EXPECT_TRUE(std::equal(stacked_out[i].bytes.begin(), stacked_out[i].bytes.end(), big[i].bytes.begin()))
+            << "M " << m << " #" << i << ": rows depend on M (" << bytes << " bytes)";
+      }
+    }
+  }
 }
 
 }  // namespace

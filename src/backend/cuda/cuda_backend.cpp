@@ -44,7 +44,8 @@ namespace peregrine::ops {
 namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
-constexpr int kScratchSlots = 8;
+constexpr int kScratchSlots = 9;
+constexpr int kStackedOutSlot = 8;  // dense matmuls over adjacent weights at large M: the stacked output
 constexpr int kGemmScratchSlot = 7;
 constexpr int kQuantWSlot = 6;  // quantized matmul at large M: the dequantized weight
 constexpr int kW4A8CSlot = 3;   // W4A8 at large M: the f32 GEMM output before the scales
@@ -243,6 +244,7 @@ class CudaBackendImpl final : public CudaBackend {
   void matmuls(std::span<const MatmulParams> ps) override {
     PrequantScope scope{this};
     if (grouped_skinny(ps)) return;
+    if (adjacent_dense(ps)) return;
     struct Group {
       CudaBackendImpl* b;
       ~Group() { b->grouping_ = false, b->xq_key_ = {}; }
@@ -253,6 +255,49 @@ class CudaBackendImpl final : public CudaBackend {
     });
     if (!prequant_) xq_key_ = {};
     for (const MatmulParams& p : ps) matmul_one(p);
+  }
+
+  // Dense matmuls over one x whose weights lie one after another in memory (the loader's adjacent q/k/v,
+  // adjacent_weights_wanted) past the skinny kernel's M: one cuBLASLt GEMM over the stacked weight into a scratch
+  // [M, sum N], then each output's columns copied out (2-D copies). k and v alone are small GEMMs (N 1,024: 16 CTAs
+  // at M = 256, so split-K and a reduce each) and q a third launch; at batch 256 the three took 55 us a layer under
+  // ncu (H100, 2026-12-07). Every M past the skinny kernel's takes it, so rows still agree for every M there.
+  // PEREGRINE_ADJACENT_QKV=1 until a GPU run has checked and measured it.
+  static int adjacent_env() { return env_int("PEREGRINE_ADJACENT_QKV").value_or(0) == 1 ? 1 : 0; }
+  bool adjacent_groups_on() const { return adjacent_mode_ == 1; }
+  bool adjacent_weights_wanted() const override { return adjacent_groups_on(); }
+  void set_adjacent_matmuls(int mode) override { adjacent_mode_ = mode == 0 || mode == 1 ? mode : adjacent_env(); }
+  bool adjacent_dense(std::span<const MatmulParams> ps) {
+    if (!adjacent_groups_on() || !skinny_ || ps.size() < 2) return false;  // small M on the skinny kernel: unfused
+    const MatmulParams& first = ps.front();
+    if (first.x.ndim != 2 || first.x.dim(0) <= cuda::kSkinnyMaxM) return false;
+    const int64_t m = first.x.dim(0), k = first.x.dim(1);
+    int64_t n_total = 0;
+    const auto* next_w = static_cast<const std::byte*>(first.w.data);
+    for (const MatmulParams& p : ps) {
+      if (p.quant.quantized() || p.quant.ggml_blocks() || p.quant.act != ActQuant::kNone || !p.bias.empty() ||
+          p.x.data != first.x.data || p.x.dtype != first.x.dtype || p.x.ndim != 2 || p.x.dim(0) != m ||
+          p.w.dtype != first.x.dtype || p.w.ndim != 2 || p.w.dim(1) != k || p.w.data != next_w ||
+          p.out.dtype != first.out.dtype || p.out.ndim != 2 || p.out.dim(0) != m || p.out.dim(1) != p.w.dim(0) ||
+          p.out.data == first.x.data)
+        return false;
+      next_w += p.w.bytes();
+      n_total += p.w.dim(0);
+    }
+    const size_t row_bytes = dtype_bytes(first.out.dtype, static_cast<size_t>(n_total));
+    void* stacked = scratch(static_cast<size_t>(m) * row_bytes, kStackedOutSlot);
+    dense_matmul(cuda::GemmLaunch{first.x.data, first.w.data, nullptr, stacked, first.x.dtype, first.w.dtype,
+                                  first.x.dtype, first.out.dtype, m, n_total, k},
+                 false);
+    size_t col = 0;
+    for (const MatmulParams& p : ps) {
+      const size_t width = dtype_bytes(p.out.dtype, static_cast<size_t>(p.w.dim(0)));
+      PEREGRINE_CUDA_CHECK(cudaMemcpy2DAsync(p.out.data, width, static_cast<const std::byte*>(stacked) + col, row_bytes,
+                                             width, static_cast<size_t>(m), cudaMemcpyDeviceToDevice, stream_));
+      col += width;
+    }
+    last_matmul_skinny_ = false;
+    return true;
   }
 
   // The key of x's codes that the matmul or group `next` reads from kQuantXSlot, where a producer op (rms_norm,
@@ -1500,6 +1545,7 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 and int8 W8A8 at M > 32 (created at first use)
   cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;  // for M past the skinny kernel's range
   bool skinny_ = !batch_invariant_requested();                       // MatmulPolicy::kSkinnySmallM
+  int adjacent_mode_ = adjacent_env();                                  // adjacent_dense (set_adjacent_matmuls)
   bool last_matmul_skinny_ = false;
   // What kQuantXSlot holds while a matmul group runs (matmuls): x's activations quantized by w8_matmul.
   XqKey xq_key_;

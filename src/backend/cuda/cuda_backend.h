@@ -51,11 +51,15 @@ class CudaBackend : public Backend {
   virtual void set_matmul_splits(int64_t n, int64_t k, int splits) = 0;
   // The cuBLASLt configuration of the last matmul (algo, tile, splits, reduction scheme), for tests and benches.
   virtual std::string describe_last_matmul() const = 0;
+  // Matmuls over adjacent dense weights as one GEMM past the skinny kernel's M (and the loader's stacked q/k/v):
+  // 1 on, 0 off, -1 back to PEREGRINE_ADJACENT_QKV (1 on; unset off, until a GPU run has measured it). For tests.
+  virtual void set_adjacent_matmuls(int mode) = 0;
   virtual int multiprocessor_count() const = 0;
   // The cudaStream_t all work is enqueued on, as an opaque handle (for kernels outside this backend).
   virtual void* stream_handle() const = 0;
-  // Device scratch owned by the backend, one buffer per slot (0..7), grown on demand but never inside a
-  // capture; valid until the next call with the same slot. Slots 0-2 serve attention and sampling, 7 matmul.
+  // Device scratch owned by the backend, one buffer per slot (0..8), grown on demand but never inside a
+  // capture; valid until the next call with the same slot. Slots 0-2 serve attention and sampling, 7 matmul, 8 stacked
+  // matmul outputs.
   virtual void* scratch(size_t bytes, int slot) = 0;
   // The device word kernels flag invalid inputs in (checked and cleared at synchronize/copy_to_host).
   virtual int* device_error_word() = 0;
