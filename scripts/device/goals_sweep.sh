@@ -5,7 +5,8 @@
 # step under Nsight Compute (the runner's NVTX "decode" ranges only) while the call's time lasts (BUDGET seconds in
 # all). Op tests first (OPS; none to skip). BATCH_RUNS adds decode at larger batches (scheme:batch, e.g. w4a16:256);
 # TRT TensorRT-LLM's published workloads (below). NCU_FLAGS: the profiled run's extra flags (e.g. --quantization fp8
-# --kv-cache-dtype fp8); NCU_RANGE the runner's range profiled (decode; step: steps with prompt tokens). SWEEP=0 skips the measurements (op tests and profile only).
+# --kv-cache-dtype fp8); NCU_RANGE the runner's range profiled (decode; step: steps with prompt tokens). SWEEP=0
+# skips the measurements (op tests and profile only).
 # Here: XZ_LEVEL=6 scripts/device/w4_skinny.sh bundle, scripts/device/carry_light.sh on (off right after);
 # there: source .device/carry_w4/env.sh && OUT=$OUT scripts/device/goals_sweep.sh
 set -uo pipefail

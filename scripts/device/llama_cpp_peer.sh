@@ -6,8 +6,9 @@
 # Per file: llama-bench (-ngl 99 -fa 1, pp512 and tg128, 3 repetitions) and llama-batched-bench (512-token prompts,
 # 64 new tokens, B = 1 and 32: S_TG), then Peregrine's `bench latency` at the same shapes (512 in, 64 out).
 # TYPES narrows the files; BATCH (default 32) the batched size; PEER=0 runs Peregrine alone (no llama.cpp binaries
-# needed: any bundle with peregrine and tools/make_random_gguf.py); AB_ENV (space-separated ENV=V,ENV=V sets) adds Peregrine's batch 1 under each. Without llama-bench in the bundle (LLAMA_BENCH=0),
-# the tg128 / pp512 columns are llama-batched-bench's B = 1 S_TG / S_PP.
+# needed: any bundle with peregrine and tools/make_random_gguf.py); AB_ENV (space-separated ENV=V,ENV=V sets) adds
+# Peregrine's batch 1 under each. Without llama-bench in the bundle (LLAMA_BENCH=0), the tg128 / pp512 columns are
+# llama-batched-bench's B = 1 S_TG / S_PP.
 set -uo pipefail
 out=${OUT:-/tmp/llama_cpp_peer}
 mkdir -p "$out"

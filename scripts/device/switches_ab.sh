@@ -37,34 +37,33 @@ if ! skip kv; then
     done
   done
 fi
-tp() {  # label, env
-  env "$2" timeout 150 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
-    --device cuda --input-len 1024 --output-len 400 --concurrency 256 >"$out/tp_$1.txt" 2>&1
-  local rc=$?
-  local line
-  line=$(awk '$1 == 256 {print $4 " output tok/s, " $NF " of roof"; exit}' "$out/tp_$1.txt")
-  t "c256 $1 ($2) rc=$rc: $line"
-  rows+=("| c 256 bf16 | $2 | $line |")
+# One 8B-shape run under a switch: c256 (offline 1024 / 400 at concurrency 256) or prefill (8,190 tokens), bf16.
+run() {  # kind, label, env
+  local kind=$1 label=$2 e=$3 line rc
+  if [ "$kind" = c256 ]; then
+    env "$e" timeout 150 "$bin/peregrine" bench throughput --model models/pycoder-tiny --random-weights --config "$cfg" \
+      --device cuda --input-len 1024 --output-len 400 --concurrency 256 >"$out/${kind}_$label.txt" 2>&1
+    rc=$?
+    line=$(awk '$1 == 256 {print $4 " output tok/s, " $NF " of roof"; exit}' "$out/${kind}_$label.txt")
+  else
+    env "$e" timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 8190 \
+      --output-len 2 --batch-size 1 --iterations 3 >"$out/${kind}_$label.txt" 2>&1
+    rc=$?
+    line=$(grep -E '^prefill' "$out/${kind}_$label.txt" | head -1 | sed -E 's/^prefill +//')
+  fi
+  t "$kind $label ($e) rc=$rc: $line"
+  rows+=("| $kind bf16 | $e | $line |")
 }
 if ! skip c256; then
-  tp default X=0
-  tp combine PEREGRINE_DECODE_COMBINE_VEC=1
-  tp qkv PEREGRINE_ADJACENT_QKV=1
-  tp partials PEREGRINE_SPLITK_PARTIALS_MB=320
+  run c256 default X=0
+  run c256 combine PEREGRINE_DECODE_COMBINE_VEC=1
+  run c256 qkv PEREGRINE_ADJACENT_QKV=1
+  run c256 partials PEREGRINE_SPLITK_PARTIALS_MB=320
 fi
-pf() {  # label, env
-  env "$2" timeout 90 "$bin/peregrine" bench latency --random-weights --config "$cfg" --device cuda --input-len 8190 \
-    --output-len 2 --batch-size 1 --iterations 3 >"$out/pf_$1.txt" 2>&1
-  local rc=$?
-  local line
-  line=$(grep -E '^prefill' "$out/pf_$1.txt" | head -1 | sed -E 's/^prefill +//')
-  t "prefill $1 ($2) rc=$rc: $line"
-  rows+=("| prefill 8190 bf16 | $2 | $line |")
-}
 if ! skip prefill; then
-  pf default X=0
-  pf qkv PEREGRINE_ADJACENT_QKV=1
-  pf partials PEREGRINE_SPLITK_PARTIALS_MB=320
+  run prefill default X=0
+  run prefill qkv PEREGRINE_ADJACENT_QKV=1
+  run prefill partials PEREGRINE_SPLITK_PARTIALS_MB=320
 fi
 if ! skip gguf; then
   source "$(dirname "$0")/make_8b_ggufs.sh"

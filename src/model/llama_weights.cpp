@@ -181,12 +181,16 @@ void check_quantization_option(const io::ModelConfig& c, const std::filesystem::
 // W4A16 / W8A16 codes too, where the backend computes them in another layout (the CPU's GGUF blocks with int8
 // activations, backend/cpu/quant_lowp.h): the backend then reads only its copy, so the codes' own buffer is freed
 // (the view keeps its shape; its data points at the packed copy, which nothing reads as codes).
+// The buffer of w's that a view's data starts (w.buffers.end() when none).
+static std::vector<ops::DeviceBuffer>::iterator owner_of(LlamaWeights& w, const TensorView& t) {
+  return std::find_if(w.buffers.begin(), w.buffers.end(), [&](const ops::DeviceBuffer& b) { return b.data() == t.data; });
+}
+
 template <typename ReleaseFn>
 void pack_linears(LlamaWeights& w, ops::Backend& backend, ReleaseFn&& release) {
   // Puts buf in the place of l's own weight buffer (when the weights own one; with same_size, only of the same size).
   auto replace_own = [&](Linear& l, ops::DeviceBuffer& buf, bool same_size) {
-    auto own = std::find_if(w.buffers.begin(), w.buffers.end(),
-                            [&](const ops::DeviceBuffer& b) { return b.data() == l.weight.data; });
+    auto own = owner_of(w, l.weight);
     if (own == w.buffers.end() || (same_size && own->bytes() != buf.bytes())) return false;
     w.total_bytes = w.total_bytes - std::min(own->bytes(), w.total_bytes) + buf.bytes();
     l.weight.data = buf.data();
@@ -219,7 +223,7 @@ void pack_linears(LlamaWeights& w, ops::Backend& backend, ReleaseFn&& release) {
 // (Backend::adjacent_weights_wanted: it runs matmuls over adjacent weights as one GEMM at large M): each layer's
 // three uploaded copies are moved into one buffer and freed, the views pointing into it; layers whose q/k/v are
 // quantized, biased or not each in a buffer of their own are left as they are.
-void stack_qkv(LlamaWeights& w, ops::Backend& backend) {
+static void stack_qkv(LlamaWeights& w, ops::Backend& backend) {
   if (backend.is_host() || !backend.adjacent_weights_wanted()) return;
   for (LayerWeights& l : w.layers) {
     Linear* ps[] = {&l.q_proj, &l.k_proj, &l.v_proj};
@@ -229,10 +233,9 @@ void stack_qkv(LlamaWeights& w, ops::Backend& backend) {
     for (int i = 0; i < 3 && ok; ++i) {
       const Linear& p = *ps[i];
       ok = !p.quant.quantized() && !p.quant.ggml_blocks() && p.quant.act == ops::ActQuant::kNone &&
-           p.quant.packed == nullptr && p.bias.empty() && p.weight.ndim == 2 && p.weight.dtype == l.q_proj.weight.dtype &&
-           p.weight.dim(1) == l.q_proj.weight.dim(1);
-      owners[i] = std::find_if(w.buffers.begin(), w.buffers.end(),
-                               [&](const ops::DeviceBuffer& b) { return b.data() == p.weight.data; });
+           p.quant.packed == nullptr && p.bias.empty() && p.weight.ndim == 2 &&
+           p.weight.dtype == l.q_proj.weight.dtype && p.weight.dim(1) == l.q_proj.weight.dim(1);
+      owners[i] = owner_of(w, p.weight);
       ok = ok && owners[i] != w.buffers.end() && owners[i]->bytes() == p.weight.bytes();
       total += p.weight.bytes();
     }

@@ -134,6 +134,8 @@ TEST(CudaMatmul, AdjacentWeightsRunAsOneGemm) {
     return host;
   };
   const std::vector<HostTensor> big = run(300, 1);
+  // The stacked path ran: only it uses scratch slot 8 (the stacked output), which is grown now.
+  EXPECT_NE(gpu_services().scratch(0, 8), nullptr);
   for (int64_t m : {1, 16, 17, 64, 300}) {
     const std::vector<HostTensor> one = run(m, 0), stacked_out = run(m, 1);
     for (size_t i = 0; i < 3; ++i) {

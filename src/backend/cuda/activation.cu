@@ -1,11 +1,9 @@
 // SiLU-mul (vectorised, one dtype) with a generic mixed-dtype fallback, and the bias-add kernel.
 #include "backend/cuda/activation.cuh"
 
-#include <atomic>
-#include <cstdlib>
-
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/ggml_xq.cuh"
 
 namespace peregrine::cuda {
@@ -184,22 +182,13 @@ void launch_silu_mul_quant(const SiluMulLaunch& p, int act, uint8_t* xq, float* 
 }
 
 namespace {
-// silu_mul_ggml_grid_mode's choice: -2 not yet read from PEREGRINE_SILU_GGML_GRID, else 0 / 1.
-std::atomic<int> g_silu_grid{-2};
-int silu_grid_env() {
-  const char* v = std::getenv("PEREGRINE_SILU_GGML_GRID");
-  return v && std::atoi(v) == 1 ? 1 : 0;
-}
+EnvSwitch g_silu_grid("PEREGRINE_SILU_GGML_GRID");  // silu_mul_ggml_grid_mode
 }  // namespace
 
-void silu_mul_ggml_grid_mode(int mode) {
-  g_silu_grid.store(mode == 0 || mode == 1 ? mode : silu_grid_env(), std::memory_order_relaxed);
-}
+void silu_mul_ggml_grid_mode(int mode) { g_silu_grid.set(mode); }
 
 void launch_silu_mul_ggml(const SiluMulLaunch& p, const GgmlXq& xq, cudaStream_t stream) {
-  int mode = g_silu_grid.load(std::memory_order_relaxed);
-  if (mode == -2) g_silu_grid.store(mode = silu_grid_env(), std::memory_order_relaxed);
-  const bool grid_form = mode == 1;
+  const bool grid_form = g_silu_grid.on();
   PEREGRINE_CHECK(silu_mul_ggml_takes(p) && xq.q && xq.d && xq.sum && xq.sum16 &&
                       (reinterpret_cast<uintptr_t>(xq.q) & 3u) == 0,
                   "silu_mul_ggml: a launch the kernel does not take");

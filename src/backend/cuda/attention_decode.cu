@@ -10,9 +10,9 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/env_switch.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 namespace peregrine::cuda {
@@ -386,50 +386,14 @@ __device__ __forceinline__ void combine_weights(const AttentionLaunch& p, const 
 // its partials sixteen at a time, predicated, and sums them in split order: a few round trips to L2 where a loop
 // over rows and splits made dozens. (Measured against eight at a time from 128 threads, the same sums: H100, 8B
 // shape, bf16 bs 1 +1.4%, W4A16 bs 1 +2.4%, bf16 bs 64 +1.2%; docs/BENCHMARKS.md, 2026-12-07.)
-constexpr int kCombineThreads = 1024;
-template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const AttentionLaunch p, int grid_splits,
-                                                                        int rows_cap) {
-  pdl_wait();
-  pdl_trigger();
-  __shared__ float weights[kDecodeMaxRows][kDecodeSplitsLimit];
-  __shared__ float totals[kDecodeMaxRows];
-  const int s = blockIdx.x, kvh = blockIdx.y;
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const DecodeSeq d = decode_seq(p, s, group);
-  if (d.rows == 0 || d.num_splits <= 1) return;
-  const int D = p.head_dim, n = d.num_splits;
-  const int64_t part0 = (static_cast<int64_t>(s) * p.num_kv_heads + kvh) * grid_splits * rows_cap;
-  const float* ws_o = p.workspace;
-  combine_weights(p, d, part0, grid_splits, rows_cap, weights, totals);
-  const int64_t split_stride = static_cast<int64_t>(rows_cap) * D;
-  for (int idx = threadIdx.x; idx < d.rows * D; idx += blockDim.x) {
-    const int r = idx / D, col = idx % D;
-    const float* src = ws_o + (part0 + r) * D + col;
-    float acc = 0.f;
-    for (int i = 0; i < n; i += 16) {
-      float v[16];
-#pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = i + j < n ? src[(i + j) * split_stride] : 0.f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        if (i + j < n) acc += weights[r][i + j] * v[j];
-    }
-    const int64_t token = d.q0 + r / group;
-    T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D;
-    out[col] = from_f32<T>(acc / totals[r]);
-  }
-}
-
-// decode_combine_kernel's sums with a thread four neighbouring outputs (16-byte loads; the block holds up to
-// kCombineVecThreads of them) loads its partials sixteen splits at a time, and sums each output in split
-// order. At batch 256 a thread an output takes blocks of 512 threads at 64 registers, two an SM: eight waves, 41 us a
+// kFour: a thread four neighbouring outputs instead (16-byte loads, at most kCombineFourThreads a block), the same
+// sums. At batch 256 a thread an output takes blocks of 512 threads at 64 registers, two an SM: eight waves, 41 us a
 // layer under ncu (H100, 2026-12-07). PEREGRINE_DECODE_COMBINE_VEC=1 (or decode_combine_vec_mode) until a GPU run
 // has checked and measured it.
-constexpr int kCombineVecThreads = 256;
-template <typename T>
-__global__ void __launch_bounds__(kCombineVecThreads) decode_combine_vec_kernel(const AttentionLaunch p, int grid_splits,
-                                                                        int rows_cap) {
+constexpr int kCombineThreads = 1024, kCombineFourThreads = 256;
+template <typename T, bool kFour>
+__global__ void __launch_bounds__(kFour ? kCombineFourThreads : kCombineThreads)
+    decode_combine_kernel(const AttentionLaunch p, int grid_splits, int rows_cap) {
   pdl_wait();
   pdl_trigger();
   __shared__ float weights[kDecodeMaxRows][kDecodeSplitsLimit];
@@ -442,50 +406,47 @@ __global__ void __launch_bounds__(kCombineVecThreads) decode_combine_vec_kernel(
   const int64_t part0 = (static_cast<int64_t>(s) * p.num_kv_heads + kvh) * grid_splits * rows_cap;
   const float* ws_o = p.workspace;
   combine_weights(p, d, part0, grid_splits, rows_cap, weights, totals);
-  const int64_t split_stride = static_cast<int64_t>(rows_cap) * D / 4;  // in float4s
-  const int quads = D / 4;
-  for (int idx = threadIdx.x; idx < d.rows * quads; idx += blockDim.x) {
-    const int r = idx / quads, col = (idx % quads) * 4;
-    const float4* src = reinterpret_cast<const float4*>(ws_o + (part0 + r) * D + col);
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  constexpr int kPer = kFour ? 4 : 1;  // outputs a thread
+  const int64_t split_stride = static_cast<int64_t>(rows_cap) * D;
+  for (int idx = threadIdx.x; idx < d.rows * D / kPer; idx += blockDim.x) {
+    const int r = idx / (D / kPer), col = (idx % (D / kPer)) * kPer;
+    const float* src = ws_o + (part0 + r) * D + col;
+    float acc[kPer] = {};
     for (int i = 0; i < n; i += 16) {
-      float4 v[16];
+      if constexpr (kFour) {
+        float4 v[16];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = src[min(i + j, n - 1) * split_stride];  // all in flight; past n unused
-      // The values as of here: keeps the compiler from sinking each load into its use below (one round trip each).
+        for (int j = 0; j < 16; ++j)  // all in flight; past n unused
+          v[j] = *reinterpret_cast<const float4*>(src + min(i + j, n - 1) * split_stride);
+        // The values as of here: keeps the compiler from sinking each load into its use below (a round trip each).
 #pragma unroll
-      for (int j = 0; j < 16; ++j) asm volatile("" ::"f"(v[j].x), "f"(v[j].y), "f"(v[j].z), "f"(v[j].w));
+        for (int j = 0; j < 16; ++j) asm volatile("" ::"f"(v[j].x), "f"(v[j].y), "f"(v[j].z), "f"(v[j].w));
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
-        if (i + j < n) {
-          const float w = weights[r][i + j];
-          acc[0] += w * v[j].x;
-          acc[1] += w * v[j].y;
-          acc[2] += w * v[j].z;
-          acc[3] += w * v[j].w;
-        }
+        for (int j = 0; j < 16; ++j)
+          if (i + j < n) {
+            const float w = weights[r][i + j];
+            acc[0] += w * v[j].x;
+            acc[1] += w * v[j].y;
+            acc[2] += w * v[j].z;
+            acc[3] += w * v[j].w;
+          }
+      } else {
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v[j] = i + j < n ? src[(i + j) * split_stride] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          if (i + j < n) acc[0] += weights[r][i + j] * v[j];
+      }
     }
     const int64_t token = d.q0 + r / group;
     T* out = static_cast<T*>(p.out) + (token * p.num_q_heads + kvh * group + r % group) * D + col;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) out[e] = from_f32<T>(acc[e] / totals[r]);
+    for (int e = 0; e < kPer; ++e) out[e] = from_f32<T>(acc[e] / totals[r]);
   }
 }
 
-// decode_combine_vec_mode's choice: -2 not yet read from PEREGRINE_DECODE_COMBINE_VEC, else 0 / 1.
-std::atomic<int> g_combine_vec{-2};
-int combine_vec_env() {
-  const char* v = std::getenv("PEREGRINE_DECODE_COMBINE_VEC");
-  return v && std::atoi(v) == 1 ? 1 : 0;
-}
-bool combine_vec_on() {
-  int mode = g_combine_vec.load(std::memory_order_relaxed);
-  if (mode == -2) {
-    mode = combine_vec_env();
-    g_combine_vec.store(mode, std::memory_order_relaxed);
-  }
-  return mode == 1;
-}
+EnvSwitch g_combine_four("PEREGRINE_DECODE_COMBINE_VEC");  // decode_combine_vec_mode
 
 template <typename T, int D, KvQuant Q, int kMinBlocks>
 void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
@@ -513,12 +474,12 @@ void launch_decode_typed(const AttentionLaunch& p, int grid_splits, int rows_cap
              rows_cap);
   if (grid_splits > 1) {
     dim3 cgrid(static_cast<unsigned>(q.num_seqs), static_cast<unsigned>(q.num_kv_heads));
-    if (combine_vec_on()) {
-      const int threads = std::clamp((rows_cap * D / 4 + 31) / 32 * 32, 32, kCombineVecThreads);
-      launch_pdl(decode_combine_vec_kernel<T>, cgrid, threads, 0, stream, q.num_tokens, q, grid_splits, rows_cap);
+    if (g_combine_four.on()) {
+      const int threads = std::clamp((rows_cap * D / 4 + 31) / 32 * 32, 32, kCombineFourThreads);
+      launch_pdl(decode_combine_kernel<T, true>, cgrid, threads, 0, stream, q.num_tokens, q, grid_splits, rows_cap);
     } else {
       const int threads = std::clamp((rows_cap * D + 31) / 32 * 32, 128, kCombineThreads);
-      launch_pdl(decode_combine_kernel<T>, cgrid, threads, 0, stream, q.num_tokens, q, grid_splits, rows_cap);
+      launch_pdl(decode_combine_kernel<T, false>, cgrid, threads, 0, stream, q.num_tokens, q, grid_splits, rows_cap);
     }
   }
 }
@@ -555,9 +516,7 @@ void launch_decode_cache(const AttentionLaunch& p, int grid_splits, int rows_cap
 
 }  // namespace
 
-void decode_combine_vec_mode(int mode) {
-  g_combine_vec.store(mode == 0 || mode == 1 ? mode : combine_vec_env(), std::memory_order_relaxed);
-}
+void decode_combine_vec_mode(int mode) { g_combine_four.set(mode); }
 
 void launch_attention_decode(const AttentionLaunch& p, int grid_splits, int rows_cap, cudaStream_t stream) {
   if (p.act == DType::kBF16) {

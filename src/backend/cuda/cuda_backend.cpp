@@ -25,6 +25,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/embedding.cuh"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/ggml_matmul.cuh"
 #include "backend/cuda/quant_matmul.cuh"
@@ -263,12 +264,10 @@ class CudaBackendImpl final : public CudaBackend {
   // at M = 256, so split-K and a reduce each) and q a third launch; at batch 256 the three took 55 us a layer under
   // ncu (H100, 2026-12-07). Every M past the skinny kernel's takes it, so rows still agree for every M there.
   // PEREGRINE_ADJACENT_QKV=1 until a GPU run has checked and measured it.
-  static int adjacent_env() { return env_int("PEREGRINE_ADJACENT_QKV").value_or(0) == 1 ? 1 : 0; }
-  bool adjacent_groups_on() const { return adjacent_mode_ == 1; }
-  bool adjacent_weights_wanted() const override { return adjacent_groups_on(); }
-  void set_adjacent_matmuls(int mode) override { adjacent_mode_ = mode == 0 || mode == 1 ? mode : adjacent_env(); }
+  bool adjacent_weights_wanted() const override { return adjacent_.on(); }
+  void set_adjacent_matmuls(int mode) override { adjacent_.set(mode); }
   bool adjacent_dense(std::span<const MatmulParams> ps) {
-    if (!adjacent_groups_on() || !skinny_ || ps.size() < 2) return false;  // small M on the skinny kernel: unfused
+    if (!adjacent_.on() || !skinny_ || ps.size() < 2) return false;  // small M on the skinny kernel: unfused
     const MatmulParams& first = ps.front();
     if (first.x.ndim != 2 || first.x.dim(0) <= cuda::kSkinnyMaxM) return false;
     const int64_t m = first.x.dim(0), k = first.x.dim(1);
@@ -322,7 +321,7 @@ class CudaBackendImpl final : public CudaBackend {
       if (x.data != out.data || x.dtype != out.dtype || x.ndim != 2 || x.dim(0) != m || x.dim(1) != k ||
           !ggml_skinny_plan(next, ls, launches))
         return std::nullopt;
-      return XqKey{out.data, out.dtype, m, k, cuda::kActQuantGgml, 32};
+      return ggml_xq_key(out);
     }
     if (m <= std::max(cuda::kSkinnyW8F8MaxM, cuda::kSkinnyW8I8MaxM) || k % 8 != 0) return std::nullopt;
     int act = 0;
@@ -530,7 +529,7 @@ class CudaBackendImpl final : public CudaBackend {
     int launches = 0;
     // The op before made x's blocks (prequant_key; asking for the slot forgets its key: kept for the group's other
     // matmuls), or they are made here. An op told of other matmuls left x unwritten: refused, never read.
-    const XqKey key{first.x.data, first.x.dtype, m, k, cuda::kActQuantGgml, 32};
+    const XqKey key = ggml_xq_key(first.x);
     const bool made = prequant_ && xq_key_ == key, told = prequant_ && xq_key_.x == first.x.data;
     const bool planned = ggml_skinny_plan(ps, ls, launches);
     PEREGRINE_CHECK(made == told && (planned || !told),
@@ -548,6 +547,10 @@ class CudaBackendImpl final : public CudaBackend {
     }
     last_matmul_skinny_ = true;
     return true;
+  }
+  // The key of x [m, k]'s GGUF blocks in kQuantXSlot (they depend on x alone: 32-value blocks for every type).
+  static XqKey ggml_xq_key(const TensorView& x) {
+    return XqKey{x.data, x.dtype, x.dim(0), x.dim(1), cuda::kActQuantGgml, 32};
   }
   // kQuantXSlot laid out for x [m, k]'s GGUF blocks: codes, then a scale, a code sum per 32 values, sums per 16.
   cuda::GgmlXq ggml_xq_scratch(int64_t m, int64_t k) {
@@ -965,19 +968,13 @@ class CudaBackendImpl final : public CudaBackend {
                           p.x.dtype, p.weight.dtype, p.x.dim(0), p.x.dim(1), p.eps};
     if (p.out.dtype != p.x.dtype)
       throw Error(ErrorCode::kUnsupported, "rms_norm on cuda: out dtype must equal x dtype");
+    // The next matmuls' x codes (W8A8) or blocks (GGUF), out left unwritten.
     const std::optional<XqKey> key = prequant_key(p.next, p.out, true);
-    if (key && key->act == cuda::kActQuantGgml && cuda::rms_norm_ggml_takes(l)) {  // GGUF blocks, out left unwritten
-      l.act_quant = cuda::kActQuantGgml;
-      l.ggml = ggml_xq_scratch(key->m, key->k);
-      cuda::launch_rms_norm(l, stream_);
-      xq_key_ = *key;
-      prequant_ = true;
-      return;
-    }
-    // The next W8A8 matmuls' x codes, out left unwritten.
-    if (key && key->act != cuda::kActQuantGgml && cuda::rms_norm_quant_takes(l)) {
+    const bool ggml = key && key->act == cuda::kActQuantGgml;
+    if (key && (ggml ? cuda::rms_norm_ggml_takes(l) : cuda::rms_norm_quant_takes(l))) {
       l.act_quant = key->act;
-      std::tie(l.xq, l.xs) = xq_scratch(*key);
+      if (ggml) l.ggml = ggml_xq_scratch(key->m, key->k);
+      else std::tie(l.xq, l.xs) = xq_scratch(*key);
       cuda::launch_rms_norm(l, stream_);
       xq_key_ = *key;
       prequant_ = true;
@@ -1000,17 +997,16 @@ class CudaBackendImpl final : public CudaBackend {
     end_prequant();
     cuda::SiluMulLaunch l{p.gate.data, p.up.data, p.out.data, p.gate.dtype, p.up.dtype, p.out.dtype, p.gate.numel(),
                           p.gate.dim(0)};
+    // The next matmul's x codes (W8A8) or blocks (GGUF), out left unwritten.
     const std::optional<XqKey> key = p.out.ndim == 2 ? prequant_key(p.next, p.out, false) : std::nullopt;
-    if (key && key->act == cuda::kActQuantGgml && cuda::silu_mul_ggml_takes(l)) {  // GGUF blocks, out left unwritten
-      cuda::launch_silu_mul_ggml(l, ggml_xq_scratch(key->m, key->k), stream_);
-      xq_key_ = *key;
-      prequant_ = true;
-      return;
-    }
-    // The next W8A8 matmul's x codes, out left unwritten.
-    if (key && key->act != cuda::kActQuantGgml && cuda::silu_mul_quant_takes(l)) {
-      const auto [xq, xs] = xq_scratch(*key);
-      cuda::launch_silu_mul_quant(l, key->act, xq, xs, stream_);
+    const bool ggml = key && key->act == cuda::kActQuantGgml;
+    if (key && (ggml ? cuda::silu_mul_ggml_takes(l) : cuda::silu_mul_quant_takes(l))) {
+      if (ggml) {
+        cuda::launch_silu_mul_ggml(l, ggml_xq_scratch(key->m, key->k), stream_);
+      } else {
+        const auto [xq, xs] = xq_scratch(*key);
+        cuda::launch_silu_mul_quant(l, key->act, xq, xs, stream_);
+      }
       xq_key_ = *key;
       prequant_ = true;
       return;
@@ -1545,7 +1541,7 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<cuda::Fp8LtGemm> fp8_gemm_;  // FP8 and int8 W8A8 at M > 32 (created at first use)
   cuda::LtPolicy policy_ = cuda::LtPolicy::kBatchInvariantSplitK;  // for M past the skinny kernel's range
   bool skinny_ = !batch_invariant_requested();                       // MatmulPolicy::kSkinnySmallM
-  int adjacent_mode_ = adjacent_env();                                  // adjacent_dense (set_adjacent_matmuls)
+  mutable cuda::EnvSwitch adjacent_{"PEREGRINE_ADJACENT_QKV"};         // adjacent_dense (set_adjacent_matmuls)
   bool last_matmul_skinny_ = false;
   // What kQuantXSlot holds while a matmul group runs (matmuls): x's activations quantized by w8_matmul.
   XqKey xq_key_;

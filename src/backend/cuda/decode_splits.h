@@ -34,8 +34,9 @@ PEREGRINE_HD inline int decode_split_bound(int n_tiles, int min_tiles, int max_s
 // splits than decode_split_bound. First rule: as many splits as that bound. The wave rule (wave_ctas > 0, the CTAs
 // the device runs at once): where the sequence alone -- kv_heads CTAs a split -- would fill more than one wave of
 // them, the split size is the one whose waves x (tiles a split + its fixed cost) is least for the sequence alone
-// (ties: fewer splits; cost_quarters: that fixed cost, for comparisons), so a long sequence decoding alone does not leave most of its last wave idle (32K keys at
-// 8 KV heads: 47 splits of 11 tiles in one wave of 396 CTAs instead of 64 of 8 in two).
+// (ties: fewer splits; cost_quarters: that fixed cost, for comparisons), so a long sequence decoding alone does not
+// leave most of its last wave idle (32K keys at 8 KV heads: 47 splits of 11 tiles in one wave of 396 CTAs instead of
+// 64 of 8 in two).
 PEREGRINE_HD inline int decode_num_splits(int n_tiles, int min_tiles, int max_splits, int kv_heads, int wave_ctas,
                                           int* tiles_per_split, int cost_quarters = kDecodeSplitCostQuarters) {
   const int bound = decode_split_bound(n_tiles, min_tiles, max_splits);

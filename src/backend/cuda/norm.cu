@@ -275,9 +275,10 @@ void launch_rms_norm(const RmsNormLaunch& p, cudaStream_t stream) {
         if constexpr (sizeof(T) == 2) {
           auto go = [&](auto g) {
             constexpr bool kG = decltype(g)::value;
-            if (pieces <= 2) launch_pdl(rms_norm_quant_kernel<T, TW, 2, kG>, blocks, kThreads, 0, stream, p.rows, p, tpr);
-            else if (pieces <= 4) launch_pdl(rms_norm_quant_kernel<T, TW, 4, kG>, blocks, kThreads, 0, stream, p.rows, p, tpr);
-            else launch_pdl(rms_norm_quant_kernel<T, TW, 8, kG>, blocks, kThreads, 0, stream, p.rows, p, tpr);
+            auto* kernel = pieces <= 2   ? rms_norm_quant_kernel<T, TW, 2, kG>
+                           : pieces <= 4 ? rms_norm_quant_kernel<T, TW, 4, kG>
+                                         : rms_norm_quant_kernel<T, TW, 8, kG>;
+            launch_pdl(kernel, blocks, kThreads, 0, stream, p.rows, p, tpr);
           };
           if (ggml) go(std::true_type{});
           else go(std::false_type{});
